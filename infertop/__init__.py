@@ -1,0 +1,3 @@
+"""infertop: a terminal control plane for LLM inference."""
+
+__version__ = "0.1.0"
