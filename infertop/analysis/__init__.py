@@ -1,0 +1,1 @@
+"""Pure functions over samples: rates, quantiles, SLOs. No I/O, clock passed in."""

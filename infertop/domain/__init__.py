@@ -1,0 +1,1 @@
+"""Plain value types shared by every layer. No I/O, no imports of infertop."""

@@ -1,0 +1,1 @@
+"""Bounded in-memory state: sliding windows and history ring buffers."""

@@ -1,0 +1,72 @@
+"""Derive an engine's window statistics from its counter window and gauges."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from ..domain.engine import EngineStats
+from ..state.window import CounterWindow
+from .quantiles import histogram_quantile
+
+QUANTILES = (
+    ("ttft", 0.50, "ttft_p50_s"),
+    ("ttft", 0.99, "ttft_p99_s"),
+    ("itl", 0.50, "itl_p50_s"),
+    ("itl", 0.95, "itl_p95_s"),
+    ("e2e", 0.95, "e2e_p95_s"),
+    ("e2e", 0.99, "e2e_p99_s"),
+    ("queue", 0.99, "queue_p99_s"),
+)
+
+
+def window_buckets(window: CounterWindow, hist: str) -> list[tuple[float, float]] | None:
+    """(le, increase over the window) for every bucket of ``hist``."""
+    edges = window.edges()
+    if edges is None:
+        return None
+    (_, first), (_, last) = edges
+    prefix = hist + "@"
+    out = []
+    for key, v in last.items():
+        if key.startswith(prefix):
+            v0 = first.get(key)
+            if v0 is not None:
+                out.append((float(key[len(prefix) :]), v - v0))
+    return out or None
+
+
+def quantile(window: CounterWindow, hist: str, q: float) -> float | None:
+    buckets = window_buckets(window, hist)
+    if not buckets:
+        return None
+    v = histogram_quantile(q, buckets)
+    return None if v is None or math.isnan(v) else v
+
+
+def derive(base: EngineStats, window: CounterWindow, gauges: dict[str, float]) -> EngineStats:
+    """Fill ``base`` with gauges and window-derived rates and quantiles."""
+    kv = gauges.get("kv_usage")
+    hits_rate = window.rate("prefix_hits")
+    queries_rate = window.rate("prefix_queries")
+    if queries_rate:
+        prefix_pct = 100.0 * (hits_rate or 0.0) / queries_rate
+    elif queries_rate == 0.0:
+        prefix_pct = None  # no lookups in the window: a rate would be 0/0
+    else:
+        v0 = gauges.get("prefix_hit_rate_v0")
+        prefix_pct = 100.0 * v0 if v0 is not None and v0 >= 0 else None
+    fields = {
+        "running": gauges.get("running"),
+        "waiting": gauges.get("waiting"),
+        "kv_cache_pct": None if kv is None else 100.0 * kv,
+        "prompt_tokens_per_s": window.rate("prompt_tokens"),
+        "generation_tokens_per_s": window.rate("generation_tokens"),
+        "requests_per_s": window.rate("requests"),
+        "preemptions_per_s": window.rate("preemptions"),
+        "prefix_cache_hit_pct": prefix_pct,
+        "window_s": window.span_s or None,
+    }
+    for hist, q, attr in QUANTILES:
+        fields[attr] = quantile(window, hist, q)
+    return replace(base, **fields)

@@ -1,0 +1,73 @@
+"""What infertop knows about one vLLM engine at one moment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Engine states, as shown in the Engines pane.
+UP = "up"
+DOWN = "down"
+DEGRADED = "degraded"  # answers /metrics but /health fails, or garbage
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """One engine's derived statistics over the sliding window.
+
+    ``None`` means "not known" (metric not exported, not enough history) and
+    renders as an em dash; it is never confused with zero.
+    """
+
+    name: str
+    url: str
+    state: str = UNKNOWN
+    error: str | None = None
+    model: str | None = None
+    engine_label: str | None = None  # V1 "engine" label (data-parallel rank)
+    metrics_version: str | None = None  # "v1" or "v0"
+    vllm_version: str | None = None
+    scraped_at: float | None = None  # wall clock of the last good scrape
+    window_s: float | None = None  # span of history the rates used
+    # instantaneous gauges
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache_pct: float | None = None
+    max_num_seqs: int | None = None
+    # rates over the window
+    prompt_tokens_per_s: float | None = None
+    generation_tokens_per_s: float | None = None
+    requests_per_s: float | None = None
+    preemptions_per_s: float | None = None
+    prefix_cache_hit_pct: float | None = None
+    # histogram quantiles over the window (seconds)
+    ttft_p50_s: float | None = None
+    ttft_p99_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    e2e_p95_s: float | None = None
+    e2e_p99_s: float | None = None
+    queue_p99_s: float | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def running_ratio(self) -> float | None:
+        """running ÷ max_num_seqs, when max_num_seqs is known."""
+        if self.running is None or not self.max_num_seqs:
+            return None
+        return self.running / self.max_num_seqs
+
+    @property
+    def is_up(self) -> bool:
+        return self.state == UP
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSnapshot:
+    """Immutable result of one collection cycle across all engines."""
+
+    taken_at: float  # wall clock
+    engines: tuple[EngineStats, ...]
+
+    def by_name(self) -> dict[str, EngineStats]:
+        return {e.name: e for e in self.engines}

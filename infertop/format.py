@@ -1,0 +1,83 @@
+"""Human formatting of values with units. ``None`` renders as an em dash."""
+
+from __future__ import annotations
+
+import math
+
+DASH = "—"
+
+
+def _missing(v: float | None) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def seconds_human(v: float | None) -> str:
+    """Latency: 850 ms, 2.45 s, 1m05s."""
+    if _missing(v):
+        return DASH
+    if math.isinf(v):
+        return "∞"
+    if v < 0.001:
+        return f"{v * 1e6:.0f}µs"
+    if v < 1:
+        return f"{v * 1e3:.0f}ms"
+    if v < 10:
+        return f"{v:.2f}s"
+    if v < 60:
+        return f"{v:.1f}s"
+    m, s = divmod(int(round(v)), 60)
+    return f"{m}m{s:02d}s"
+
+
+def rate_human(v: float | None) -> str:
+    """Per-second rates: 0.3, 12, 1.2k, 45k."""
+    if _missing(v):
+        return DASH
+    if v < 10:
+        return f"{v:.1f}"
+    if v < 1000:
+        return f"{v:.0f}"
+    if v < 10_000:
+        return f"{v / 1000:.1f}k"
+    if v < 1_000_000:
+        return f"{v / 1000:.0f}k"
+    return f"{v / 1e6:.1f}M"
+
+
+def count_human(v: float | None) -> str:
+    if _missing(v):
+        return DASH
+    return f"{v:.0f}"
+
+
+def pct_human(v: float | None) -> str:
+    if _missing(v):
+        return DASH
+    return f"{v:.0f}%"
+
+
+def ratio_human(running: float | None, limit: int | None) -> str:
+    if _missing(running) or not limit:
+        return DASH
+    return f"{running:.0f}/{limit}"
+
+
+def age_human(seconds: float | None) -> str:
+    """How long ago: 3 s, 2 min, 1 h."""
+    if _missing(seconds):
+        return "never"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.0f} h"
+
+
+def bytes_human(v: float | None) -> str:
+    if _missing(v):
+        return DASH
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return DASH

@@ -1,0 +1,143 @@
+"""vLLM metric names (V1 first, then V0 fallbacks) and extraction of the
+values infertop needs from one parsed ``/metrics`` document.
+
+One endpoint can carry several label sets (``model_name``/``engine``), e.g.
+a data-parallel server; each becomes its own :class:`EngineSample`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .expfmt import Exposition, Layout
+
+# field -> names to try in order (first one present wins).
+GAUGES: dict[str, tuple[str, ...]] = {
+    "running": ("vllm:num_requests_running",),
+    "waiting": ("vllm:num_requests_waiting",),
+    "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    "prefix_hit_rate_v0": ("vllm:gpu_prefix_cache_hit_rate",),
+}
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "prompt_tokens": ("vllm:prompt_tokens_total",),
+    "generation_tokens": ("vllm:generation_tokens_total",),
+    "requests": ("vllm:request_success_total",),  # summed over finished_reason
+    "preemptions": ("vllm:num_preemptions_total",),
+    "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+}
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "ttft": ("vllm:time_to_first_token_seconds_bucket",),
+    "itl": ("vllm:inter_token_latency_seconds_bucket", "vllm:time_per_output_token_seconds_bucket"),
+    "e2e": ("vllm:e2e_request_latency_seconds_bucket",),
+    "queue": ("vllm:request_queue_time_seconds_bucket", "vllm:time_in_queue_requests_bucket"),
+}
+V0_ONLY = ("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc")
+
+Key = tuple[str, str]  # (model_name, engine label) — "" when absent
+
+
+@dataclass(slots=True)
+class EngineSample:
+    """Raw values of one label set from one scrape."""
+
+    key: Key
+    gauges: dict[str, float] = field(default_factory=dict)
+    # counters and histogram buckets, flattened: "prompt_tokens", "ttft@0.5", ...
+    counters: dict[str, float] = field(default_factory=dict)
+    cache_config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Plan:
+    """Sample indices per label set, computed once per document layout."""
+
+    keys: list[Key]
+    gauges: list[tuple[int, str, int]]  # (key index, field, sample index)
+    counters: list[tuple[int, str, list[int]]]  # summed indices
+    version: str
+    cache_config: dict[Key, dict[str, str]]
+
+
+def _key(labels: dict[str, str]) -> Key:
+    return (labels.get("model_name", ""), labels.get("engine", ""))
+
+
+def _plan(layout: Layout) -> _Plan:
+    index, labels = layout.index, layout.labels
+    keys: dict[Key, int] = {}
+
+    def kid(lab: dict[str, str]) -> int:
+        k = _key(lab)
+        if k not in keys:
+            keys[k] = len(keys)
+        return keys[k]
+
+    # Only label sets that carry engine state define engines.
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
+        for i in index.get(name, ()):
+            kid(labels[i])
+
+    gauges: list[tuple[int, str, int]] = []
+    for fld, names in GAUGES.items():
+        for name in names:
+            if name in index:
+                for i in index[name]:
+                    gauges.append((kid(labels[i]), fld, i))
+                break
+    counters: dict[tuple[int, str], list[int]] = {}
+    for fld, names in COUNTERS.items():
+        for name in names:
+            if name in index:
+                for i in index[name]:
+                    counters.setdefault((kid(labels[i]), fld), []).append(i)
+                break
+    for fld, names in HISTOGRAMS.items():
+        for name in names:
+            if name in index:
+                for i in index[name]:
+                    le = labels[i].get("le")
+                    if le is None:
+                        continue
+                    counters.setdefault((kid(labels[i]), f"{fld}@{float(le)!r}"), []).append(i)
+                break
+    cache_config: dict[Key, dict[str, str]] = {}
+    for i in index.get("vllm:cache_config_info", ()):
+        cache_config[_key(labels[i])] = labels[i]
+    has_engine = any(k[1] for k in keys)
+    v0 = any(n in index for n in V0_ONLY) or (keys and not has_engine)
+    return _Plan(
+        keys=list(keys),
+        gauges=gauges,
+        counters=[(k, f, idx) for (k, f), idx in counters.items()],
+        version="v0" if v0 else "v1",
+        cache_config=cache_config,
+    )
+
+
+class Extractor:
+    """Turns an :class:`Exposition` into :class:`EngineSample` per label set.
+
+    The plan is cached per layout object, so while an engine's ``/metrics``
+    keeps its shape, extraction is a few list lookups.
+    """
+
+    __slots__ = ("_layout", "_plan")
+
+    def __init__(self) -> None:
+        self._layout: Layout | None = None
+        self._plan: _Plan | None = None
+
+    def extract(self, exp: Exposition) -> tuple[str, list[EngineSample]]:
+        """(metrics version "v1"/"v0", samples per label set)."""
+        if exp.layout is not self._layout or self._plan is None:
+            self._plan = _plan(exp.layout)
+            self._layout = exp.layout
+        plan = self._plan
+        values = exp.values
+        out = [EngineSample(key=k, cache_config=plan.cache_config.get(k, {})) for k in plan.keys]
+        for k, fld, i in plan.gauges:
+            out[k].gauges[fld] = values[i]
+        for k, fld, idx in plan.counters:
+            out[k].counters[fld] = sum(values[i] for i in idx) if len(idx) > 1 else values[idx[0]]
+        return plan.version, out

@@ -1,0 +1,80 @@
+"""Sliding window of reset-corrected counter snapshots for one engine.
+
+Each scrape adds a point: ``{series_key: cumulative value}``. Counter
+resets are folded in as they arrive — when a value goes down, the value
+before the reset is added to that series' offset — which is exactly
+Prometheus' reset handling, but O(series) per scrape instead of
+O(series × points) per query. Increases over the window are then
+``last - first`` of the corrected values.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class CounterWindow:
+    """Corrected cumulative counters over the last ``window_s`` seconds."""
+
+    __slots__ = ("window_s", "_points", "_last_raw", "_offset", "resets")
+
+    def __init__(self, window_s: float = 60.0) -> None:
+        self.window_s = window_s
+        self._points: deque[tuple[float, dict[str, float]]] = deque()
+        self._last_raw: dict[str, float] = {}
+        self._offset: dict[str, float] = {}
+        self.resets = 0  # number of series resets seen (engine restarts)
+
+    def add(self, t_s: float, raw: dict[str, float]) -> None:
+        """Record one scrape taken at monotonic time ``t_s``."""
+        last_raw, offset = self._last_raw, self._offset
+        corrected: dict[str, float] = {}
+        for key, v in raw.items():
+            prev = last_raw.get(key)
+            off = offset.get(key, 0.0)
+            if prev is not None and v < prev:
+                off += prev
+                offset[key] = off
+                self.resets += 1
+            corrected[key] = v + off
+        self._last_raw = raw
+        points = self._points
+        points.append((t_s, corrected))
+        cutoff = t_s - self.window_s
+        # Keep one point at or before the cutoff so the window is fully covered.
+        while len(points) > 2 and points[1][0] <= cutoff:
+            points.popleft()
+
+    def __len__(self) -> int:
+        return len(self._points)
+
+    @property
+    def span_s(self) -> float:
+        if len(self._points) < 2:
+            return 0.0
+        return self._points[-1][0] - self._points[0][0]
+
+    def edges(self) -> tuple[tuple[float, dict[str, float]], tuple[float, dict[str, float]]] | None:
+        """(first, last) points of the window, or None with fewer than two."""
+        if len(self._points) < 2:
+            return None
+        return self._points[0], self._points[-1]
+
+    def rate(self, key: str) -> float | None:
+        """Per-second increase of ``key`` over the window."""
+        e = self.edges()
+        if e is None:
+            return None
+        (t0, first), (t1, last) = e
+        if key not in first or key not in last or t1 <= t0:
+            return None
+        return (last[key] - first[key]) / (t1 - t0)
+
+    def increase(self, key: str) -> float | None:
+        e = self.edges()
+        if e is None:
+            return None
+        (_, first), (_, last) = e
+        if key not in first or key not in last:
+            return None
+        return last[key] - first[key]

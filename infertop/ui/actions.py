@@ -1,0 +1,63 @@
+"""The one action table: key bindings, the command palette and the help
+screen are all generated from ``ACTIONS``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One thing the operator can do."""
+
+    action: str  # Textual action name, e.g. "show_pane('engines')"
+    keys: str  # Textual key spec, comma-separated alternatives
+    title: str  # palette / help text
+    group: str = "General"
+    show_in_footer: bool = True
+    footer_label: str = ""
+    mutating: bool = False  # disabled in --read-only mode
+    priority: bool = False
+
+    @property
+    def display_keys(self) -> str:
+        names = {"question_mark": "?", "slash": "/", "escape": "Esc", "enter": "Enter", "tab": "Tab",
+                 "shift+tab": "S-Tab", "ctrl+p": "^P", "ctrl+r": "^R"}
+        return " ".join(names.get(k, k) for k in self.keys.split(","))
+
+
+ACTIONS: tuple[Action, ...] = (
+    Action("show_pane('overview')", "1", "Show the Overview pane", "Panes", footer_label="Overview"),
+    Action("show_pane('engines')", "2", "Show the Engines pane", "Panes", footer_label="Engines"),
+    Action("show_pane('log')", "3", "Show the Log pane", "Panes", footer_label="Log", show_in_footer=False),
+    Action("next_pane", "tab", "Next pane", "Panes", show_in_footer=False),
+    Action("previous_pane", "shift+tab", "Previous pane", "Panes", show_in_footer=False),
+    Action("filter", "slash", "Filter engines by name or model", "View", footer_label="Filter"),
+    Action("clear_filter", "escape", "Clear the filter / close", "View", show_in_footer=False),
+    Action("engine_detail", "enter", "Open the selected engine's detail", "View", show_in_footer=False),
+    Action("sort_next", "s", "Sort engines by the next column", "View", footer_label="Sort"),
+    Action("refresh_now", "ctrl+r", "Poll every source now", "View", show_in_footer=False),
+    Action("toggle_dark", "t", "Switch between the dark and light theme", "View", footer_label="Theme",
+           show_in_footer=False),
+    Action("command_palette", "ctrl+p", "Open the command palette", "General", show_in_footer=False),
+    Action("help", "question_mark", "Show every key binding", "General", footer_label="Help"),
+    Action("quit", "q", "Quit infertop", "General", footer_label="Quit", priority=True),
+)
+
+
+def bindings(read_only: bool = False) -> list[Binding]:
+    """Textual bindings for the app, minus mutating actions in read-only mode."""
+    out = []
+    for a in ACTIONS:
+        if read_only and a.mutating:
+            continue
+        out.append(
+            Binding(a.keys, a.action, a.footer_label or a.title, show=a.show_in_footer, priority=a.priority)
+        )
+    return out
+
+
+def visible_actions(read_only: bool = False) -> list[Action]:
+    return [a for a in ACTIONS if not (read_only and a.mutating)]

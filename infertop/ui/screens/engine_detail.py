@@ -1,0 +1,84 @@
+"""Detail view of one engine: every statistic, its history, what it is."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from ...domain.engine import EngineStats
+from ...format import DASH, count_human, pct_human, rate_human, ratio_human, seconds_human
+from ...state.history import HistoryStore
+from ..widgets.panels import QuietStatic, Trend
+
+TRENDS = (
+    ("running", "Running", count_human),
+    ("waiting", "Waiting", count_human),
+    ("kv_cache_pct", "KV cache %", pct_human),
+    ("generation_tokens_per_s", "Gen tokens/s", rate_human),
+    ("ttft_p99_s", "TTFT p99", seconds_human),
+    ("itl_p95_s", "ITL p95", seconds_human),
+)
+
+
+def describe(s: EngineStats) -> str:
+    """Multi-line text of everything known about ``s``."""
+    rows = [
+        ("URL", s.url),
+        ("State", s.state + (f" — {s.error}" if s.error else "")),
+        ("Model", s.model or DASH),
+        ("vLLM", f"{s.vllm_version or DASH} (metrics {s.metrics_version or DASH}"
+                 + (f", engine {s.engine_label}" if s.engine_label else "") + ")"),
+        ("max_num_seqs", str(s.max_num_seqs) if s.max_num_seqs else "unknown (set it in the config)"),
+        ("Running / waiting", f"{count_human(s.running)} / {count_human(s.waiting)}   "
+                              f"({ratio_human(s.running, s.max_num_seqs)} of max)"),
+        ("KV cache", pct_human(s.kv_cache_pct)),
+        ("Prefix-cache hits", pct_human(s.prefix_cache_hit_pct)),
+        ("Tokens/s", f"prompt {rate_human(s.prompt_tokens_per_s)}, generation {rate_human(s.generation_tokens_per_s)}"),
+        ("Requests/s", rate_human(s.requests_per_s)),
+        ("Preemptions/s", rate_human(s.preemptions_per_s)),
+        ("TTFT", f"p50 {seconds_human(s.ttft_p50_s)}   p99 {seconds_human(s.ttft_p99_s)}"),
+        ("Inter-token", f"p50 {seconds_human(s.itl_p50_s)}   p95 {seconds_human(s.itl_p95_s)}"),
+        ("End-to-end", f"p95 {seconds_human(s.e2e_p95_s)}   p99 {seconds_human(s.e2e_p99_s)}"),
+        ("Queue time", f"p99 {seconds_human(s.queue_p99_s)}"),
+        ("Window", f"{s.window_s:.0f} s of history" if s.window_s else "collecting…"),
+    ]
+    for k, v in sorted(s.extra.items()):
+        rows.append((k, v))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"[b]{k.ljust(width)}[/b]  {v}" for k, v in rows)
+
+
+class EngineDetailScreen(Screen[None]):
+    BINDINGS = [Binding("escape,q", "app.pop_screen", "Back")]
+    DEFAULT_CSS = """
+    EngineDetailScreen #detail-title { background: $panel; padding: 0 1; text-style: bold; }
+    EngineDetailScreen #detail-body { padding: 0 1; height: auto; }
+    EngineDetailScreen .trends { height: 3; }
+    """
+
+    def __init__(self, engine_name: str, history: HistoryStore) -> None:
+        super().__init__()
+        self.engine_name = engine_name
+        self.history = history
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"Engine {self.engine_name}   (Esc: back)", id="detail-title")
+        with VerticalScroll():
+            yield QuietStatic(id="detail-body")
+            for i in range(0, len(TRENDS), 2):
+                with Horizontal(classes="trends"):
+                    for key, title, _ in TRENDS[i : i + 2]:
+                        yield Trend(title, id=f"trend-{key}")
+        yield Footer()
+
+    def show(self, s: EngineStats | None) -> None:
+        body = self.query_one("#detail-body", QuietStatic)
+        if s is None:
+            body.show(f"{self.engine_name} is no longer configured.")
+            return
+        body.show(describe(s))
+        for key, _, fmt in TRENDS:
+            self.query_one(f"#trend-{key}", Trend).show(self.history.series(s.name, key, 120), fmt(getattr(s, key)))
