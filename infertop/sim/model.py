@@ -1,0 +1,899 @@
+"""Pure-Python model of one vLLM 0.32 (V1) engine on a virtual clock.
+
+Nothing here reads the wall clock or the global ``random`` module: the model
+is advanced by :meth:`EngineModel.step` and draws its (few) random numbers
+from its own ``random.Random(seed)``, so a run is reproducible.
+
+What is modelled (after vLLM's V1 scheduler):
+
+* **Continuous batching.** At most ``max_num_seqs`` requests run; the rest
+  wait in a FIFO queue (or, with ``scheduling_policy="priority"``, a queue
+  ordered by ``(priority, arrival)``; lower integer priority runs first).
+* **Iterations.** One engine step schedules every decoding request for one
+  token plus prefill chunks (chunked prefill, ``max_num_batched_tokens`` per
+  step). Its duration grows with the batch, the context held in the KV cache
+  and the prefill tokens, and shrinks with the GPU's SM clock
+  (:attr:`EngineModel.speed`).
+* **KV-cache blocks.** A running request holds ``ceil(tokens / block_size)``
+  blocks. When a step cannot get the blocks it needs, the newest running
+  request (lowest priority under the priority policy) is preempted: its
+  blocks are freed and it goes back to the front of the waiting queue, to be
+  recomputed later (``num_preemptions``).
+* **Prefix caching.** Requests may carry a ``prefix_id``. Once one request
+  has computed that prefix, its full blocks stay cached (shared while in use,
+  evictable LRU when not) and later requests skip them (queries/hits are
+  counted in tokens, as vLLM does).
+
+Every metric vLLM 0.32 records is kept here (counters, gauges, histograms);
+:mod:`infertop.sim.metrics` renders them.
+
+Decoding requests are tracked lazily so that a step costs O(1) per
+*event* (arrival, prefill chunk, finish, preemption), not per running
+request: a decoder's output count is ``o0 + (g - g0)`` where ``g`` counts
+steps, block-boundary crossings are found through ``block_size`` phase
+buckets, and every decoder in a step observes the same inter-token latency.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from bisect import bisect_left
+from collections import OrderedDict, deque
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable
+
+__all__ = [
+    "DEFAULT_EPOCH_S",
+    "EngineConfig",
+    "EngineModel",
+    "Histogram",
+    "SimRequest",
+    "build_1_2_5_buckets",
+    "FINISHED_REASONS",
+]
+
+#: Unix time that virtual t=0 maps to when no ``epoch_s`` is given (keeps
+#: ``_created`` samples deterministic in tests).
+DEFAULT_EPOCH_S = 1_795_937_400.0
+
+FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+# ---------------------------------------------------------------------------
+# Histogram buckets (vllm-metrics.md section 4)
+
+TTFT_BUCKETS_V1 = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                   20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+TTFT_BUCKETS_V0 = TTFT_BUCKETS_V1[:16]
+ITL_BUCKETS_V1 = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                  40.0, 80.0)
+ITL_BUCKETS_V0 = ITL_BUCKETS_V1[:13]
+LATENCY_BUCKETS_V1 = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                      240.0, 480.0, 960.0, 1920.0, 7680.0)
+LATENCY_BUCKETS_V0 = LATENCY_BUCKETS_V1[:15]
+ITERATION_BUCKETS_V1 = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+ITERATION_BUCKETS_V0 = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8096)
+PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
+PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
+
+
+def build_1_2_5_buckets(max_value: int) -> tuple[float, ...]:
+    """1, 2, 5, 10, 20, 50, ... up to ``max_value`` (vLLM's ``build_1_2_5_buckets``)."""
+    out: list[float] = []
+    exponent = 0
+    while True:
+        for m in (1, 2, 5):
+            v = m * 10**exponent
+            if v > max_value:
+                return tuple(float(x) for x in out)
+            out.append(v)
+        exponent += 1
+
+
+class Histogram:
+    """Prometheus-style histogram; ``counts`` is per bucket (not cumulative), +Inf last."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds) -> None:
+        self.bounds = tuple(float(b) for b in bounds)
+        self.counts = [0.0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float, n: float = 1.0) -> None:
+        self.counts[bisect_left(self.bounds, value)] += n
+        self.sum += value * n
+
+    @property
+    def count(self) -> float:
+        return sum(self.counts)
+
+    def cumulative(self) -> list[float]:
+        return list(itertools.accumulate(self.counts))
+
+    def reset(self) -> None:
+        self.counts = [0.0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+
+
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class EngineConfig:
+    """Engine arguments (``vllm serve`` flags) and the timing model."""
+
+    model_name: str = "meta-llama/Llama-3.1-8B-Instruct"
+    #: Value of the V1 ``engine`` label (the data-parallel rank; "0" for a plain server).
+    engine_label: str = "0"
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 8192
+    block_size: int = 16
+    num_gpu_blocks: int = 8192
+    gpu_memory_utilization: float = 0.9
+    enable_prefix_caching: bool = True
+    scheduling_policy: str = "fcfs"  # or "priority"
+    #: ``--max-num-queued-requests``-style admission limit (None: unlimited).
+    max_num_queued_reqs: int | None = None
+    metrics_version: str = "v1"  # "v1" (vLLM 0.32 names) or "v0" (legacy names)
+    # Timing model (seconds); defaults are roughly an 8B model on one H100.
+    step_base_s: float = 0.006
+    step_per_seq_s: float = 0.00005
+    step_per_ctx_token_s: float = 4e-8
+    prefill_per_token_s: float = 5.5e-5
+    step_jitter: float = 0.03
+    #: KV bytes per token (for ``cache_config_info`` only).
+    kv_bytes_per_token: int = 131072
+
+    def __post_init__(self) -> None:
+        if self.scheduling_policy not in ("fcfs", "priority"):
+            raise ValueError(f"scheduling_policy must be 'fcfs' or 'priority', not {self.scheduling_policy!r}")
+        if self.metrics_version not in ("v0", "v1"):
+            raise ValueError(f"metrics_version must be 'v0' or 'v1', not {self.metrics_version!r}")
+        if self.max_num_seqs < 1 or self.block_size < 1 or self.max_model_len < 2:
+            raise ValueError("max_num_seqs, block_size and max_model_len must be positive")
+        if self.num_gpu_blocks * self.block_size < self.max_model_len:
+            raise ValueError("num_gpu_blocks * block_size must hold at least max_model_len tokens")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
+
+
+# Request states
+PENDING, WAITING, RUNNING, FINISHED = "pending", "waiting", "running", "finished"
+
+_req_ids = itertools.count()
+
+
+class SimRequest:
+    """One request. Create it, then :meth:`EngineModel.submit` it.
+
+    ``on_token(req, num_output_tokens, t)`` is called (from whichever thread
+    steps the model) after every new output token; ``on_finish(req)`` once at
+    the end (``req.finished_reason`` is then set: stop, length or abort).
+    A restart of the engine finishes in-flight requests with reason "abort".
+    """
+
+    __slots__ = (
+        "request_id", "prompt_tokens", "max_tokens", "stop_at", "prefix_id", "prefix_tokens", "priority", "n",
+        "arrival_t", "on_token", "on_finish", "user_data",
+        # state
+        "state", "target", "out", "computed", "prefill_target", "blocks", "entry", "o0", "g0", "phase",
+        "decoding", "epoch", "seq", "first_scheduled_t", "first_token_t", "last_token_t", "finish_t",
+        "num_preemptions", "first_hit", "finished_reason", "counted_prompt",
+    )
+
+    def __init__(
+        self,
+        prompt_tokens: int,
+        max_tokens: int,
+        *,
+        request_id: str | None = None,
+        stop_at: int | None = None,
+        prefix_id: str | None = None,
+        prefix_tokens: int = 0,
+        priority: int = 0,
+        n: int = 1,
+        arrival_t: float | None = None,
+        on_token: Callable[[SimRequest, int, float], Any] | None = None,
+        on_finish: Callable[[SimRequest], Any] | None = None,
+        user_data: Any = None,
+    ) -> None:
+        if prompt_tokens < 1:
+            raise ValueError("prompt_tokens must be >= 1")
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        self.request_id = request_id if request_id is not None else f"sim-{next(_req_ids)}"
+        self.prompt_tokens = int(prompt_tokens)
+        self.max_tokens = int(max_tokens)
+        #: Natural end of the answer (EOS): finishing there counts as "stop".
+        self.stop_at = stop_at
+        self.prefix_id = prefix_id
+        self.prefix_tokens = int(prefix_tokens)
+        self.priority = int(priority)
+        self.n = int(n)
+        self.arrival_t = arrival_t
+        self.on_token = on_token
+        self.on_finish = on_finish
+        self.user_data = user_data
+        self.state = PENDING
+        self.target = self.max_tokens
+        self.out = 0
+        self.computed = 0
+        self.prefill_target = 0
+        self.blocks = 0
+        self.entry: _PrefixEntry | None = None
+        self.o0 = 0
+        self.g0 = 0
+        self.phase = 0
+        self.decoding = False
+        self.epoch = 0
+        self.seq = 0
+        self.first_scheduled_t: float | None = None
+        self.first_token_t: float | None = None
+        self.last_token_t: float | None = None
+        self.finish_t: float | None = None
+        self.num_preemptions = 0
+        self.first_hit = 0
+        self.finished_reason: str | None = None
+        self.counted_prompt = False
+
+    @property
+    def output_tokens(self) -> int:
+        """Output tokens so far (exact between steps)."""
+        return self.out
+
+    def __repr__(self) -> str:
+        return (f"SimRequest({self.request_id!r}, prompt={self.prompt_tokens}, max_tokens={self.max_tokens}, "
+                f"state={self.state}, out={self.out})")
+
+
+class _PrefixEntry:
+    __slots__ = ("prefix_id", "tokens", "blocks", "ref")
+
+    def __init__(self, prefix_id: str, tokens: int, blocks: int) -> None:
+        self.prefix_id = prefix_id
+        self.tokens = tokens
+        self.blocks = blocks
+        self.ref = 0
+
+
+class EngineModel:
+    """One simulated vLLM engine. Not thread-safe: callers serialise access."""
+
+    def __init__(self, config: EngineConfig | None = None, *, seed: int = 0, epoch_s: float = DEFAULT_EPOCH_S,
+                 **overrides: Any) -> None:
+        config = config or EngineConfig()
+        if overrides:
+            config = replace(config, **overrides)
+        self.config = config
+        self.seed = seed
+        self.epoch_s = float(epoch_s)
+        self._rng = random.Random(f"infertop-sim-engine:{seed}")
+        self.now = 0.0
+        #: Relative GPU speed (SM clock / max clock); the GPU model sets it.
+        self.speed = 1.0
+        #: 0 awake, 1 weights offloaded, 2 discard all (``/sleep`` levels).
+        self.sleep_level = 0
+        #: Bumped whenever the exposition layout changes (restart, config).
+        self.layout_version = 0
+        self.restarts = 0
+        self._seq = itertools.count()
+        self._reset_state()
+        self._reset_metrics()
+
+    # ------------------------------------------------------------------ state
+
+    def _reset_state(self) -> None:
+        c = self.config
+        self.created_t = self.now
+        self.running: list[SimRequest] = []
+        self._prefilling: list[SimRequest] = []
+        self._waiting_fifo: deque[SimRequest] = deque()
+        self._waiting_heap: list[tuple[int, float, int, SimRequest]] = []
+        self.num_waiting = 0
+        self._pending: list[tuple[float, int, SimRequest]] = []
+        self._watched: dict[SimRequest, None] = {}
+        self.g = 0
+        self._buckets: list[set[SimRequest]] = [set() for _ in range(c.block_size)]
+        self._finish_heap: list[tuple[int, int, int, SimRequest]] = []
+        self._n_dec = 0
+        self._ctx_dec = 0
+        self._own_blocks = 0
+        self._prefixes: OrderedDict[str, _PrefixEntry] = OrderedDict()
+        self._prefix_ref_blocks = 0
+        self._prefix_unref_blocks = 0
+        # current iteration
+        self._it_active = False
+        self._dec_alloc = False
+        self._it_start = 0.0
+        self._it_end = 0.0
+        self._it_n_dec = 0
+        self._it_prefills: list[tuple[SimRequest, int]] = []
+        self._prev_end = self.now
+        self._busy_done = 0.0
+        self._act_busy_mark = 0.0
+        self._act_tokens = 0
+        self._act_steps = 0
+
+    def _reset_metrics(self) -> None:
+        c = self.config
+        v0 = c.metrics_version == "v0"
+        tok = build_1_2_5_buckets(c.max_model_len)
+        self.prompt_tokens_total = 0.0
+        self.generation_tokens_total = 0.0
+        self.num_preemptions_total = 0.0
+        self.prefix_cache_queries_total = 0.0
+        self.prefix_cache_hits_total = 0.0
+        self.prompt_tokens_by_source = {"local_compute": 0.0, "local_cache_hit": 0.0, "external_kv_transfer": 0.0}
+        self.prompt_tokens_cached_total = 0.0
+        self.prompt_tokens_cached_by_source = {"device": 0.0, "host": 0.0, "p2p": 0.0, "disk": 0.0,
+                                               "external_unspecified": 0.0}
+        self.request_success = {r: 0.0 for r in FINISHED_REASONS}
+        self.admission_rejections = {"max_num_queued_reqs": 0.0, "max_num_queued_tokens": 0.0}
+        self.iterations_total = 0
+        self.h_prompt_tokens = Histogram(tok)
+        self.h_generation_tokens = Histogram(tok)
+        self.h_iteration_tokens = Histogram(ITERATION_BUCKETS_V0 if v0 else ITERATION_BUCKETS_V1)
+        self.h_max_num_generation_tokens = Histogram(tok)
+        self.h_params_n = Histogram(PARAMS_N_BUCKETS)
+        self.h_params_max_tokens = Histogram(tok)
+        self.h_ttft = Histogram(TTFT_BUCKETS_V0 if v0 else TTFT_BUCKETS_V1)
+        self.h_itl = Histogram(ITL_BUCKETS_V0 if v0 else ITL_BUCKETS_V1)
+        self.h_request_tpot = Histogram(ITL_BUCKETS_V1)
+        lat = LATENCY_BUCKETS_V0 if v0 else LATENCY_BUCKETS_V1
+        self.h_e2e = Histogram(lat)
+        self.h_queue = Histogram(lat)
+        self.h_inference = Histogram(lat)
+        self.h_prefill = Histogram(lat)
+        self.h_decode = Histogram(lat)
+        self.h_num_preemptions = Histogram(PREEMPTION_BUCKETS)
+        self.h_prefill_kv_computed = Histogram(tok)
+
+    @property
+    def created_unix(self) -> float:
+        """Unix time of the last (re)start: what ``*_created`` samples show."""
+        return self.epoch_s + self.created_t
+
+    def restart(self, **config_changes: Any) -> None:
+        """Process restart: queues emptied, counters and histograms reset.
+
+        In-flight requests are finished with reason "abort" (callbacks fire,
+        nothing is counted). ``config_changes`` apply new engine arguments,
+        e.g. ``restart(max_num_seqs=32)``.
+        """
+        inflight = list(self.running) + self._waiting_list() + [p[2] for p in self._pending]
+        if config_changes:
+            self.config = replace(self.config, **config_changes)
+        self._reset_state()
+        self._reset_metrics()
+        self.sleep_level = 0
+        self.restarts += 1
+        self.layout_version += 1
+        for req in inflight:
+            req.state = FINISHED
+            req.finished_reason = "abort"
+            req.finish_t = self.now
+            if req.on_finish is not None:
+                req.on_finish(req)
+
+    def sleep(self, level: int = 1) -> None:
+        """vLLM sleep mode: nothing is scheduled until :meth:`wake_up`."""
+        if level not in (1, 2):
+            raise ValueError("sleep level must be 1 or 2")
+        self.sleep_level = level
+
+    def wake_up(self) -> None:
+        self.sleep_level = 0
+
+    # ------------------------------------------------------------ submission
+
+    def submit(self, req: SimRequest) -> bool:
+        """Queue a request. Its ``arrival_t`` may lie in the future (it then
+        arrives during a later :meth:`step`); None means "now".
+
+        Returns False (and counts an admission rejection) when the waiting
+        queue is full; raises ValueError for a prompt that cannot fit.
+        """
+        c = self.config
+        if req.state != PENDING:
+            raise ValueError(f"request {req.request_id} was already submitted")
+        if req.prompt_tokens >= c.max_model_len:
+            raise ValueError(f"prompt of {req.prompt_tokens} tokens does not fit max_model_len {c.max_model_len}")
+        if req.arrival_t is None or req.arrival_t < self.now:
+            req.arrival_t = self.now
+        if c.max_num_queued_reqs is not None and self.num_waiting + len(self._pending) >= c.max_num_queued_reqs:
+            self.admission_rejections["max_num_queued_reqs"] += 1
+            return False
+        target = min(req.max_tokens, c.max_model_len - req.prompt_tokens)
+        if req.stop_at is not None:
+            target = min(target, max(1, int(req.stop_at)))
+        req.target = target
+        req.seq = next(self._seq)
+        heapq.heappush(self._pending, (req.arrival_t, req.seq, req))
+        if req.on_token is not None:
+            self._watched[req] = None
+        return True
+
+    def abort(self, req: SimRequest) -> bool:
+        """Abort a request (client went away). Counts finished_reason="abort"."""
+        if req.state == FINISHED:
+            return False
+        t = self.now
+        if req.state == PENDING:
+            self._pending = [p for p in self._pending if p[2] is not req]
+            heapq.heapify(self._pending)
+        elif req.state == WAITING:
+            self._remove_waiting(req)
+        elif req.state == RUNNING:
+            self._release_running(req)
+            if req in self._prefilling:
+                self._prefilling.remove(req)
+        self._watched.pop(req, None)
+        req.state = FINISHED
+        req.finished_reason = "abort"
+        req.finish_t = t
+        self.request_success["abort"] += 1
+        if req.on_finish is not None:
+            req.on_finish(req)
+        return True
+
+    # ------------------------------------------------------------- accessors
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_pending(self) -> int:
+        return len(self._pending)
+
+    @property
+    def used_blocks(self) -> int:
+        return self._own_blocks + self._prefix_ref_blocks
+
+    @property
+    def kv_cache_usage(self) -> float:
+        """Fraction of KV blocks held by running requests, 0..1."""
+        return self.used_blocks / self.config.num_gpu_blocks
+
+    @property
+    def is_busy(self) -> bool:
+        return self._it_active
+
+    def busy_time(self) -> float:
+        """Seconds of (virtual) time spent executing steps since the (re)start."""
+        b = self._busy_done
+        if self._it_active and self.now > self._it_start:
+            b += min(self.now, self._it_end) - self._it_start
+        return b
+
+    def take_activity(self) -> tuple[float, int, int]:
+        """(busy seconds, tokens, steps) since the previous call: feeds the GPU model."""
+        busy = self.busy_time()
+        d = busy - self._act_busy_mark
+        self._act_busy_mark = busy
+        tokens, steps = self._act_tokens, self._act_steps
+        self._act_tokens = 0
+        self._act_steps = 0
+        return max(0.0, d), tokens, steps
+
+    def requests(self) -> list[SimRequest]:
+        """Running, then waiting, then not-yet-arrived requests."""
+        return list(self.running) + self._waiting_list() + [p[2] for p in sorted(self._pending)]
+
+    def output_tokens_of(self, req: SimRequest) -> int:
+        if req.decoding:
+            return req.o0 + (self.g - req.g0)
+        return req.out
+
+    # ------------------------------------------------------------------ steps
+
+    def step(self, dt: float) -> None:
+        """Advance the virtual clock by ``dt`` seconds, running engine steps."""
+        if dt < 0:
+            raise ValueError("dt must be >= 0")
+        target = self.now + dt
+        pending = self._pending
+        while True:
+            if self._it_active:
+                if self._it_end > target:
+                    break
+                self._end_iteration()
+                self._admit_arrivals(self.now)
+                self._start_iteration()
+            else:
+                self._admit_arrivals(self.now)
+                if (self.running or self.num_waiting) and self.sleep_level == 0 and self._start_iteration():
+                    continue
+                if pending and pending[0][0] <= target:
+                    self.now = max(self.now, pending[0][0])
+                    self._admit_arrivals(self.now)
+                    if self.sleep_level == 0:
+                        self._start_iteration()
+                    continue
+                break
+        self.now = target
+        self._admit_arrivals(target)
+
+    def _admit_arrivals(self, t: float) -> None:
+        pending = self._pending
+        while pending and pending[0][0] <= t:
+            req = heapq.heappop(pending)[2]
+            req.state = WAITING
+            self._push_waiting(req, front=False)
+
+    # waiting queue ----------------------------------------------------------
+
+    def _push_waiting(self, req: SimRequest, front: bool) -> None:
+        if self.config.scheduling_policy == "priority":
+            heapq.heappush(self._waiting_heap, (req.priority, req.arrival_t, req.seq, req))
+        elif front:
+            self._waiting_fifo.appendleft(req)
+        else:
+            self._waiting_fifo.append(req)
+        self.num_waiting += 1
+
+    def _peek_waiting(self) -> SimRequest | None:
+        if self.config.scheduling_policy == "priority":
+            heap = self._waiting_heap
+            while heap and heap[0][3].state != WAITING:
+                heapq.heappop(heap)
+            return heap[0][3] if heap else None
+        fifo = self._waiting_fifo
+        while fifo and fifo[0].state != WAITING:
+            fifo.popleft()
+        return fifo[0] if fifo else None
+
+    def _pop_waiting(self) -> None:
+        if self.config.scheduling_policy == "priority":
+            heapq.heappop(self._waiting_heap)
+        else:
+            self._waiting_fifo.popleft()
+        self.num_waiting -= 1
+
+    def _remove_waiting(self, req: SimRequest) -> None:
+        # Lazy: the entry is skipped when it reaches the head (state check).
+        req.state = FINISHED
+        self.num_waiting -= 1
+
+    def _waiting_list(self) -> list[SimRequest]:
+        if self.config.scheduling_policy == "priority":
+            return [e[3] for e in sorted(self._waiting_heap) if e[3].state == WAITING]
+        return [r for r in self._waiting_fifo if r.state == WAITING]
+
+    # blocks ------------------------------------------------------------------
+
+    def _truly_free(self) -> int:
+        return self.config.num_gpu_blocks - self._own_blocks - self._prefix_ref_blocks - self._prefix_unref_blocks
+
+    def _ensure_free(self, n: int) -> bool:
+        if n <= 0:
+            return True
+        free = self._truly_free()
+        if free >= n:
+            return True
+        prefixes = self._prefixes
+        if self._prefix_unref_blocks:
+            for pid in [pid for pid, e in prefixes.items() if e.ref == 0]:
+                e = prefixes.pop(pid)
+                self._prefix_unref_blocks -= e.blocks
+                free += e.blocks
+                if free >= n:
+                    break
+        return free >= n
+
+    def _dec_own_blocks(self, req: SimRequest, out: int) -> int:
+        bs = self.config.block_size
+        shared = req.entry.blocks if req.entry is not None else 0
+        return -(-(req.prompt_tokens + out - 1) // bs) - shared
+
+    def _unref_entry(self, req: SimRequest) -> None:
+        e = req.entry
+        if e is None:
+            return
+        req.entry = None
+        e.ref -= 1
+        if e.ref == 0:
+            self._prefix_ref_blocks -= e.blocks
+            if self._prefixes.get(e.prefix_id) is e:
+                self._prefix_unref_blocks += e.blocks
+            # An evicted-while-referenced entry cannot happen (only ref 0 evicts).
+
+    def _release_running(self, req: SimRequest) -> int:
+        """Take a running request out of the batch; returns its output count."""
+        if req.decoding:
+            out = req.o0 + (self.g - req.g0)
+            own = self._dec_own_blocks(req, out)
+            if self._dec_alloc and req.phase == (1 - self.g) % self.config.block_size:
+                own += 1  # the block allocated for this step's token
+            if self._it_active:
+                self._it_n_dec -= 1  # leaves the step in flight: no token from it
+            self._own_blocks -= own
+            self._buckets[req.phase].discard(req)
+            self._ctx_dec -= req.prompt_tokens + out
+            self._n_dec -= 1
+            req.decoding = False
+            req.epoch += 1
+            req.out = out
+        else:
+            out = req.out
+            self._own_blocks -= req.blocks
+            req.blocks = 0
+        self._unref_entry(req)
+        self.running.remove(req)
+        return out
+
+    def _pick_victim(self) -> SimRequest:
+        if self.config.scheduling_policy == "priority":
+            return max(self.running, key=lambda r: (r.priority, r.arrival_t, r.seq))
+        return self.running[-1]
+
+    def _preempt(self, victim: SimRequest) -> None:
+        if not victim.decoding and victim in self._prefilling:
+            self._prefilling.remove(victim)
+        self._release_running(victim)
+        victim.computed = 0
+        victim.last_token_t = self._prev_end if victim.out else None
+        victim.num_preemptions += 1
+        self.num_preemptions_total += 1
+        victim.state = WAITING
+        self._push_waiting(victim, front=True)
+
+    # iterations --------------------------------------------------------------
+
+    def _start_iteration(self) -> bool:
+        """Schedule one engine step at ``self.now``; False if nothing to do."""
+        c = self.config
+        if self.sleep_level:
+            return False
+        bs = c.block_size
+        budget = c.max_num_batched_tokens
+        preempted = False
+        # 1. decoders: one token each; new blocks for those crossing a boundary.
+        if self._n_dec:
+            while True:
+                need = len(self._buckets[(1 - self.g) % bs])
+                if self._ensure_free(need) or not self.running:
+                    break
+                self._preempt(self._pick_victim())
+                preempted = True
+            self._own_blocks += len(self._buckets[(1 - self.g) % bs])
+            self._dec_alloc = True
+        n_dec = self._n_dec
+        budget -= n_dec
+        prefills: list[tuple[SimRequest, int]] = []
+        pf_tokens = 0
+        # 2. running requests still in prefill (in scheduling order).
+        for req in list(self._prefilling):
+            if req.state != RUNNING or budget <= 0:
+                continue
+            chunk = min(req.prefill_target - req.computed, budget)
+            shared = req.entry.blocks if req.entry is not None else 0
+            while True:
+                need = -(-(req.computed + chunk) // bs) - shared - req.blocks
+                if self._ensure_free(need):
+                    break
+                victim = self._pick_victim()
+                self._preempt(victim)
+                preempted = True
+                if victim is req:
+                    break
+            if req.state != RUNNING:
+                continue
+            self._own_blocks += need
+            req.blocks += need
+            prefills.append((req, chunk))
+            budget -= chunk
+            pf_tokens += chunk
+        # 3. waiting requests, unless this step had to preempt.
+        if not preempted:
+            while budget > 0 and len(self.running) < c.max_num_seqs:
+                req = self._peek_waiting()
+                if req is None:
+                    break
+                hit = 0
+                entry = None
+                if c.enable_prefix_caching and req.prefix_id is not None:
+                    entry = self._prefixes.get(req.prefix_id)
+                    if entry is not None and entry.tokens < req.prompt_tokens:
+                        hit = entry.tokens
+                    else:
+                        entry = None
+                todo = req.prompt_tokens + req.out
+                chunk = min(todo - hit, budget)
+                need = -(-(hit + chunk) // bs) - (entry.blocks if entry is not None else 0)
+                if not self._ensure_free(need):
+                    break
+                if entry is not None and self._prefixes.get(req.prefix_id) is not entry:
+                    # evicted by the call above to make room: recompute without it
+                    continue
+                self._pop_waiting()
+                if entry is not None:
+                    if entry.ref == 0:
+                        self._prefix_unref_blocks -= entry.blocks
+                        self._prefix_ref_blocks += entry.blocks
+                    entry.ref += 1
+                    self._prefixes.move_to_end(entry.prefix_id)
+                    req.entry = entry
+                if c.enable_prefix_caching:
+                    self.prefix_cache_queries_total += todo
+                    self.prefix_cache_hits_total += hit
+                if req.first_scheduled_t is None:
+                    req.first_scheduled_t = self.now
+                    req.first_hit = hit
+                req.state = RUNNING
+                req.computed = hit
+                req.prefill_target = todo
+                req.blocks = need
+                self._own_blocks += need
+                self.running.append(req)
+                self._prefilling.append(req)
+                prefills.append((req, chunk))
+                budget -= chunk
+                pf_tokens += chunk
+        n_dec = self._n_dec  # decoders preempted above produce nothing
+        if n_dec == 0 and not prefills:
+            self._dec_alloc = False
+            return False
+        d = (c.step_base_s + c.step_per_seq_s * (n_dec + len(prefills)) + c.step_per_ctx_token_s * self._ctx_dec
+             + c.prefill_per_token_s * pf_tokens)
+        if c.step_jitter:
+            d *= 1.0 + c.step_jitter * (2.0 * self._rng.random() - 1.0)
+        d /= max(self.speed, 0.05)
+        self._it_active = True
+        self._it_start = self.now
+        self._it_end = self.now + d
+        self._it_n_dec = n_dec
+        self._it_prefills = prefills
+        return True
+
+    def _end_iteration(self) -> None:
+        t = self._it_end
+        d = t - self._it_start
+        self.now = t
+        self._it_active = False
+        self._dec_alloc = False
+        self._busy_done += d
+        n = self._it_n_dec
+        self.g += 1
+        self._ctx_dec += n
+        h_itl = self.h_itl
+        if n:
+            h_itl.observe(d, n)
+            self.generation_tokens_total += n
+        # token callbacks for watched decoders (before prefill completions join)
+        if self._watched:
+            for req in list(self._watched):
+                if req.decoding and req.g0 < self.g:
+                    req.on_token(req, req.o0 + (self.g - req.g0), t)
+        pf_tokens = 0
+        bs = self.config.block_size
+        for req, chunk in self._it_prefills:
+            pf_tokens += chunk
+            if req.state != RUNNING or req.decoding:
+                continue
+            req.computed += chunk
+            if req.computed < req.prefill_target:
+                continue
+            # prefill done: this step sampled a token
+            self._prefilling.remove(req)
+            self.generation_tokens_total += 1
+            if req.out == 0:
+                req.first_token_t = t
+                self.h_ttft.observe(t - req.arrival_t)
+                if not req.counted_prompt:
+                    req.counted_prompt = True
+                    P = req.prompt_tokens
+                    hit = req.first_hit
+                    self.prompt_tokens_total += P
+                    self.prompt_tokens_by_source["local_compute"] += P - hit
+                    self.prompt_tokens_by_source["local_cache_hit"] += hit
+                    self.prompt_tokens_cached_total += hit
+                    self.prompt_tokens_cached_by_source["device"] += hit
+            else:
+                h_itl.observe(t - req.last_token_t)
+            req.out += 1
+            req.last_token_t = t
+            self._register_prefix(req)
+            if req.on_token is not None:
+                req.on_token(req, req.out, t)
+            if req.out >= req.target:
+                self._finish(req, t)
+                continue
+            # becomes a decoder (holds ceil((P + out - 1) / bs) blocks, as now)
+            self._own_blocks -= req.blocks
+            req.blocks = 0
+            req.decoding = True
+            req.o0 = req.out
+            req.g0 = self.g
+            req.phase = (req.prompt_tokens + req.o0 - req.g0) % bs
+            self._buckets[req.phase].add(req)
+            self._own_blocks += self._dec_own_blocks(req, req.out)
+            heapq.heappush(self._finish_heap, (self.g + req.target - req.o0, req.seq, req.epoch, req))
+            self._ctx_dec += req.prompt_tokens + req.out
+            self._n_dec += 1
+        tokens = n + pf_tokens
+        self.h_iteration_tokens.observe(tokens)
+        self.iterations_total += 1
+        self._act_tokens += tokens
+        self._act_steps += 1
+        heap = self._finish_heap
+        g = self.g
+        while heap and heap[0][0] <= g:
+            _, _, epoch, req = heapq.heappop(heap)
+            if req.epoch == epoch and req.state == RUNNING and req.decoding:
+                req.last_token_t = t
+                self._finish(req, t)
+        self._prev_end = t
+        self._it_prefills = []
+
+    def _register_prefix(self, req: SimRequest) -> None:
+        if not self.config.enable_prefix_caching or req.prefix_id is None or req.entry is not None:
+            return
+        bs = self.config.block_size
+        tokens = (min(req.prefix_tokens, req.prompt_tokens - 1) // bs) * bs
+        if tokens <= 0 or req.prefix_id in self._prefixes:
+            return
+        blocks = tokens // bs
+        if req.blocks < blocks:
+            return
+        e = _PrefixEntry(req.prefix_id, tokens, blocks)
+        e.ref = 1
+        self._prefixes[req.prefix_id] = e
+        req.entry = e
+        req.blocks -= blocks
+        self._own_blocks -= blocks
+        self._prefix_ref_blocks += blocks
+
+    def _finish(self, req: SimRequest, t: float) -> None:
+        out = self._release_running(req)
+        if req in self._prefilling:
+            self._prefilling.remove(req)
+        req.out = out
+        req.state = FINISHED
+        req.finish_t = t
+        self._watched.pop(req, None)
+        reason = "stop" if (req.stop_at is not None and out >= req.stop_at) else "length"
+        req.finished_reason = reason
+        self.request_success[reason] += 1
+        arrival = req.arrival_t
+        sched = req.first_scheduled_t if req.first_scheduled_t is not None else t
+        first = req.first_token_t if req.first_token_t is not None else t
+        self.h_e2e.observe(t - arrival)
+        self.h_queue.observe(sched - arrival)
+        self.h_prefill.observe(first - sched)
+        self.h_decode.observe(t - first)
+        self.h_inference.observe(t - sched)
+        self.h_request_tpot.observe((t - first) / (out - 1) if out > 1 else 0.0)
+        self.h_prompt_tokens.observe(req.prompt_tokens)
+        self.h_generation_tokens.observe(out)
+        self.h_max_num_generation_tokens.observe(out)
+        self.h_params_n.observe(req.n)
+        self.h_params_max_tokens.observe(req.max_tokens)
+        self.h_num_preemptions.observe(req.num_preemptions)
+        self.h_prefill_kv_computed.observe(req.prompt_tokens - req.first_hit)
+        if req.on_finish is not None:
+            req.on_finish(req)
+
+    # --------------------------------------------------------------- summary
+
+    def snapshot(self) -> dict[str, Any]:
+        """A small dict of the current state (for logs and debugging)."""
+        return {
+            "now": self.now,
+            "running": len(self.running),
+            "waiting": self.num_waiting,
+            "kv_cache_usage": self.kv_cache_usage,
+            "preemptions": self.num_preemptions_total,
+            "prompt_tokens": self.prompt_tokens_total,
+            "generation_tokens": self.generation_tokens_total,
+            "finished": sum(self.request_success.values()),
+            "prefix_hits": self.prefix_cache_hits_total,
+            "prefix_queries": self.prefix_cache_queries_total,
+        }
+
+
+#: Names accepted by :meth:`EngineModel.restart` and ``EngineModel(**overrides)``.
+CONFIG_FIELDS = tuple(f.name for f in fields(EngineConfig))

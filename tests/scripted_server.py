@@ -1,0 +1,79 @@
+"""A tiny loopback HTTP server whose answers a test scripts, path by path.
+
+It speaks real HTTP (stdlib ThreadingHTTPServer) so the collector is
+exercised through httpx exactly as against a real engine.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Callable
+
+
+class ScriptedServer:
+    """``routes[path] = (status, body)``; body may be bytes, str, or a callable returning either.
+
+    ``hang`` (a set of paths) accepts the request and never answers until ``stop()``.
+    """
+
+    def __init__(self) -> None:
+        self.routes: dict[str, tuple[int, bytes | str | Callable[[], bytes | str]]] = {}
+        self.hang: set[str] = set()
+        self.hits: dict[str, int] = {}
+        self._release = threading.Event()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802
+                path = self.path.split("?")[0]
+                outer.hits[path] = outer.hits.get(path, 0) + 1
+                if path in outer.hang:
+                    outer._release.wait()
+                    return
+                status, body = outer.routes.get(path, (404, b"not found"))
+                if callable(body):
+                    body = body()
+                if isinstance(body, str):
+                    body = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def start(self) -> "ScriptedServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def serve_engine(self, metrics: str | Callable[[], str], model: str = "tiny") -> "ScriptedServer":
+        """Answer like a vLLM engine: /metrics, /health, /v1/models, /version."""
+        self.routes["/metrics"] = (200, metrics)
+        self.routes["/health"] = (200, b"")
+        self.routes["/v1/models"] = (200, '{"object":"list","data":[{"id":"%s","object":"model"}]}' % model)
+        self.routes["/version"] = (200, b'{"version":"0.32.0"}')
+        return self
+
+    def __enter__(self) -> "ScriptedServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
