@@ -1,0 +1,1 @@
+"""Actions: plan (pure) -> confirm -> execute -> audit. No UI imports."""

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -71,18 +73,24 @@ _TYPES = {"counter", "gauge", "histogram", "summary", "untyped", "unknown", "gau
 _head = itemgetter(0)
 _tail = itemgetter(2)
 _tuple_new = tuple.__new__
+_make_sample = partial(_tuple_new, Sample)  # C-level Sample construction from a 4-tuple
 
 
 class Layout:
     """Everything about a document except its values; shared across scrapes."""
 
-    __slots__ = ("heads", "comment_tails", "_comment_get", "_value_get", "names", "labels", "marks", "index", "n")
+    __slots__ = ("nlines", "_other_get", "other_lines", "_sample_get", "sample_heads",
+                 "names", "labels", "marks", "index", "n")
 
-    def __init__(self, heads, comment_idx, comment_tails, value_idx, names, labels, marks) -> None:
-        self.heads = heads
-        self.comment_tails = comment_tails
-        self._comment_get = _getter(comment_idx)
-        self._value_get = _getter(value_idx)
+    def __init__(self, lines, sample_idx, names, labels, marks) -> None:
+        self.nlines = len(lines)
+        samples = set(sample_idx)
+        other_idx = [i for i in range(len(lines)) if i not in samples]
+        # Comment and blank lines must match exactly; sample lines up to their value.
+        self._other_get = _getter(other_idx)
+        self.other_lines = self._other_get(lines)
+        self._sample_get = _getter(sample_idx)
+        self.sample_heads = [lines[i].rpartition(" ")[0] for i in sample_idx]
         self.names = names
         self.labels = labels
         # [name, type, help, first sample index] per family, in document order.
@@ -142,7 +150,9 @@ class Exposition:
 
     @property
     def all_samples(self) -> list[Sample]:
-        return [self._sample(i) for i in range(self.layout.n)]
+        lay = self.layout
+        ts = self.timestamps if self.timestamps else repeat(None)
+        return list(map(_make_sample, zip(lay.names, lay.labels, self.values, ts)))
 
     @property
     def families(self) -> list[Family]:
@@ -170,29 +180,27 @@ class Parser:
     def parse(self, text: str) -> Exposition:
         """Parse one exposition document; raises ParseError on malformed text."""
         lines = text.split("\n")
-        parts = [line.rpartition(" ") for line in lines]
-        heads = list(map(_head, parts))
         lay = self._layout
-        if lay is not None and heads == lay.heads:
-            tails = list(map(_tail, parts))
-            if lay._comment_get(tails) == lay.comment_tails:
-                raw = lay._value_get(tails)
+        if lay is not None and len(lines) == lay.nlines and lay._other_get(lines) == lay.other_lines:
+            # C-level loops only: split each sample line at its last space.
+            parts = list(map(str.rpartition, lay._sample_get(lines), repeat(" ")))
+            if list(map(_head, parts)) == lay.sample_heads:
+                raw = list(map(_tail, parts))
                 try:
                     values = list(map(float, raw))
                 except ValueError:
                     values = None
                 if values is not None and "_" not in "".join(raw):
                     return Exposition(lay, values)
-        return self._parse_cold(lines, heads, parts)
+        return self._parse_cold(lines)
 
-    def _parse_cold(self, lines: list[str], heads: list[str], parts: list[tuple[str, str, str]]) -> Exposition:
+    def _parse_cold(self, lines: list[str]) -> Exposition:
         series = self._series
         names: list[str] = []
         labels_out: list[dict[str, str]] = []
         values: list[float] = []
         timestamps: list[float | None] = []
         value_idx: list[int] = []
-        comment_idx: list[int] = []
         marks: list[list] = []
         mark: list | None = None
         fam_name = ""
@@ -204,7 +212,6 @@ class Parser:
                 continue
             if stripped[0] == "#":
                 kind, cname, payload = _comment(stripped, line_no)
-                comment_idx.append(line_no - 1)
                 if not kind:
                     continue
                 if mark is None or cname != fam_name or marks[-1] is not mark:
@@ -238,7 +245,7 @@ class Parser:
                     series[key] = hit
             name, labels = hit
             value, ts = _value_ts(rest, line_no)
-            if ts is not None or heads[line_no - 1] != key:
+            if ts is not None or line.rpartition(" ")[0] != key:
                 fast = False
             if name not in members:
                 # A sample without a matching TYPE/HELP is its own untyped family.
@@ -251,8 +258,7 @@ class Parser:
             values.append(value)
             timestamps.append(ts)
             value_idx.append(line_no - 1)
-        tails = [p[2] for p in parts]
-        layout = Layout(heads, comment_idx, tuple(tails[i] for i in comment_idx), value_idx, names, labels_out, marks)
+        layout = Layout(lines, value_idx, names, labels_out, marks)
         if fast:
             self._layout = layout
             return Exposition(layout, values)
