@@ -216,7 +216,7 @@ class InfertopApp(App[None]):
         mode = s.mode + (" · read-only" if s.read_only else "")
         src = s.config.source or "no config file"
         self.query_one("#topbar", QuietStatic).show(
-            Text.from_markup(f"[b]infertop[/b] · {mode} · {len(s.endpoints)} engines · {src}")
+            Text.from_markup(f"[b]infertop[/b] · {mode} · {len(s.endpoints)} engine{'s' if len(s.endpoints) != 1 else ''} · {src}")
         )
 
     def _render_status(self) -> None:

@@ -50,6 +50,8 @@ class Trend(Vertical):
             self._label_text = label
             self.query_one(Label).update(label)
         clean = tuple(0.0 if (v is None or math.isnan(v)) else v for v in data)
+        if len(clean) < 2:
+            clean = ()  # one point is not a trend
         if clean != self._data:
             self._data = clean
             self.query_one(Sparkline).data = list(clean)

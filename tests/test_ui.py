@@ -1,0 +1,120 @@
+"""The TUI through Textual's Pilot, against engines over loopback HTTP."""
+
+from __future__ import annotations
+
+import pytest
+
+from infertop.config import Config
+from infertop.sources.vllm import EngineEndpoint
+from infertop.ui.actions import ACTIONS
+from infertop.ui.app import InfertopApp, Settings
+from infertop.ui.screens.engine_detail import EngineDetailScreen
+from infertop.ui.screens.help import HelpScreen
+from infertop.ui.widgets.engines_table import EnginesTable
+from vllm_text import v1_doc
+
+
+def text_of(app, selector: str) -> str:
+    w = app.query_one(selector)
+    r = w.render()
+    return str(getattr(r, "plain", r))
+
+
+def table_rows(app) -> dict[str, list[str]]:
+    t = app.query_one(EnginesTable)
+    out = {}
+    for row_key in t.rows:
+        out[row_key.value] = [str(getattr(c, "plain", c)) for c in t.get_row(row_key)]
+    return out
+
+
+def make_app(endpoints, **kw) -> InfertopApp:
+    return InfertopApp(Settings(config=Config(), endpoints=endpoints, **kw), poll=False)
+
+
+@pytest.fixture
+def two_engines(scripted):
+    a = scripted().serve_engine(v1_doc(engines={"0": {"running": 7, "waiting": 3, "kv": 0.5}}), model="llama-8b")
+    b = scripted().serve_engine(v1_doc(engines={"0": {"running": 2}}, model="qwen-7b"), model="qwen-7b")
+    return [EngineEndpoint("alpha", a.url, max_num_seqs=8), EngineEndpoint("beta", b.url),
+            EngineEndpoint("gone", "http://127.0.0.1:9")]
+
+
+async def test_overview_and_engines_show_live_values(two_engines):
+    app = make_app(two_engines)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.poll_now()
+        await pilot.pause()
+        fleet = text_of(app, "#fleet")
+        assert "2 up, 1 down" in fleet and "9 running" in fleet and "3 waiting" in fleet
+        assert "gone: down: connection refused" in text_of(app, "#alerts")
+        assert "✗ gone down: connection refused" in text_of(app, "#statusbar")
+        await pilot.press("2")
+        assert app.query_one("#panes").active == "engines"
+        rows = table_rows(app)
+        assert rows["alpha"][:6] == ["alpha", "up", "7", "3", "7/8", "50%"]
+        assert rows["beta"][1:4] == ["up", "2", "0"]
+        assert rows["gone"][1] == "down"
+
+
+async def test_filter_detail_and_help(two_engines):
+    app = make_app(two_engines)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.poll_now()
+        await pilot.press("slash")
+        await pilot.press(*"qwen")
+        await pilot.pause()
+        assert list(table_rows(app)) == ["beta"]
+        await pilot.press("enter")  # leaves the filter box, focus on the table
+        await pilot.press("enter")  # opens the selected engine
+        await pilot.pause()
+        assert isinstance(app.screen, EngineDetailScreen)
+        body = text_of(app.screen, "#detail-body")
+        assert "qwen-7b" in body and "Running / waiting" in body
+        await pilot.press("escape")
+        await pilot.press("escape")  # clears the filter
+        await pilot.pause()
+        assert set(table_rows(app)) == {"alpha", "beta", "gone"}
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        help_table = app.screen.query_one("#help-keys")
+        titles = {str(help_table.get_row_at(i)[1]) for i in range(help_table.row_count)}
+        assert titles == {a.title for a in ACTIONS}
+
+
+async def test_usable_at_80x24(two_engines):
+    app = make_app(two_engines)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.poll_now()
+        await pilot.press("2")
+        await pilot.pause()
+        table = app.query_one(EnginesTable)
+        assert table.size.height >= 4  # rows visible between the tabs and the status bar
+        assert table.region.right <= 80
+        assert app.query_one("#statusbar").region.bottom <= 23
+
+
+async def test_bad_data_keeps_app_running(scripted):
+    garbage = scripted().serve_engine("\x00\xff not metrics {{{")
+    good = scripted().serve_engine(v1_doc(engines={"0": {"running": 1}}))
+    app = make_app([EngineEndpoint("bad", garbage.url), EngineEndpoint("good", good.url)])
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(3):
+            await app.poll_now()
+        await pilot.pause()
+        assert "bad down: garbage /metrics" in text_of(app, "#statusbar")
+        assert table_rows(app)["good"][1] == "up"
+        assert app.is_running
+
+
+def test_snapshot_engines_pane(snap_compare, scripted):
+    srv = scripted().serve_engine(v1_doc(engines={"0": {"running": 4, "waiting": 1, "kv": 0.25}}))
+    app = make_app([EngineEndpoint("alpha", srv.url, max_num_seqs=8)])
+
+    async def run_before(pilot):
+        await app.poll_now()
+        await pilot.press("2")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(100, 20), run_before=run_before)
