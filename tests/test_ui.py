@@ -20,8 +20,8 @@ def text_of(app, selector: str) -> str:
     return str(getattr(r, "plain", r))
 
 
-def table_rows(app) -> dict[str, list[str]]:
-    t = app.query_one(EnginesTable)
+def table_rows(app, selector: str = "#engines-table") -> dict[str, list[str]]:
+    t = app.query_one(selector, EnginesTable)
     out = {}
     for row_key in t.rows:
         out[row_key.value] = [str(getattr(c, "plain", c)) for c in t.get_row(row_key)]
@@ -45,9 +45,12 @@ async def test_overview_and_engines_show_live_values(two_engines):
     async with app.run_test(size=(120, 40)) as pilot:
         await app.poll_now()
         await pilot.pause()
-        fleet = text_of(app, "#fleet")
-        assert "2 up, 1 down" in fleet and "9 running" in fleet and "3 waiting" in fleet
-        assert "gone: down: connection refused" in text_of(app, "#alerts")
+        assert text_of(app, "#tile-engines .tile-value") == "2/3"
+        assert text_of(app, "#tile-running .tile-value") == "9"
+        assert text_of(app, "#tile-waiting .tile-value") == "3"
+        # the engines under most pressure: the dead one first, then the queued one
+        assert list(table_rows(app, "#hot")) == ["gone", "alpha", "beta"]
+        assert "gone  down: connection refused" in text_of(app, ".alert-line")
         assert "✗ gone down: connection refused" in text_of(app, "#statusbar")
         await pilot.press("2")
         assert app.query_one("#panes").active == "engines"
@@ -89,7 +92,7 @@ async def test_usable_at_80x24(two_engines):
         await app.poll_now()
         await pilot.press("2")
         await pilot.pause()
-        table = app.query_one(EnginesTable)
+        table = app.query_one("#engines-table", EnginesTable)
         assert table.size.height >= 4  # rows visible between the tabs and the status bar
         assert table.region.right <= 80
         assert app.query_one("#statusbar").region.bottom <= 23

@@ -11,11 +11,11 @@ from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Input, RichLog, TabbedContent, TabPane
 
-from ..analysis.alerts import CRITICAL, engine_alerts
+from ..analysis.alerts import engine_alerts
 from ..analysis.fleet import fleet_quantile, totals
 from ..config import Config
 from ..domain.engine import FleetSnapshot
-from ..format import age_human, count_human, pct_human, rate_human, seconds_human
+from ..format import age_human, count_human, seconds_human
 from ..sources.vllm import EngineEndpoint, FleetCollector
 from .actions import ACTIONS, bindings
 from .commands import InfertopCommands
@@ -23,11 +23,11 @@ from .screens.engine_detail import EngineDetailScreen
 from .screens.help import HelpScreen
 from .themes import load_themes
 from .widgets.engines_table import EnginesTable
+from .widgets.overview import FLEET, Overview
 from .widgets.panels import QuietStatic, Trend
 
 PANES = ("overview", "engines", "log")
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
-FLEET = "__fleet__"
 SPARK_EVERY_S = 5.0  # sparklines repaint every 5 s: a scrolling chart costs bytes on SSH
 
 
@@ -51,9 +51,7 @@ class InfertopApp(App[None]):
     #statusbar { height: 1; background: $panel; padding: 0 1; }
     TabbedContent { height: 1fr; }
     TabPane { padding: 0; }
-    #fleet { height: auto; padding: 0 1; }
-    #alerts { height: auto; max-height: 8; padding: 0 1; }
-    #overview-trends, #engine-trends { height: 3; }
+    #engine-trends { height: 3; }
     #filter { display: none; height: 3; }
     #filter.visible { display: block; }
     """
@@ -83,14 +81,7 @@ class InfertopApp(App[None]):
         yield QuietStatic(id="topbar")
         with TabbedContent(id="panes", initial="overview"):
             with TabPane("1 Overview", id="overview"):
-                with Vertical():
-                    yield QuietStatic(id="fleet")
-                    with Horizontal(id="overview-trends"):
-                        yield Trend("Gen tokens/s", id="t-gen")
-                        yield Trend("Running", id="t-running")
-                        yield Trend("Waiting", id="t-waiting")
-                        yield Trend("TTFT p99", id="t-ttft")
-                    yield QuietStatic(id="alerts")
+                yield Overview(self.settings.config.slo, id="overview-pane")
             with TabPane("2 Engines", id="engines"):
                 with Vertical():
                     yield Input(placeholder="filter engines by name or model (Esc clears)", id="filter")
@@ -115,7 +106,6 @@ class InfertopApp(App[None]):
         for note in self.settings.notes:
             self.log_event(note)
         self._render_top()
-        self.query_one("#fleet", QuietStatic).show("Collecting… first scrape in progress.")
         self.set_interval(self.settings.config.refresh_s, self.render_snapshot)
         if self.poll:
             self.start_collection()
@@ -155,41 +145,10 @@ class InfertopApp(App[None]):
         hist.record(FLEET, "running", tot.running)
         hist.record(FLEET, "waiting", tot.waiting)
         hist.record(FLEET, "ttft_p99_s", ttft99)
-        slo = self.settings.config.slo
-
-        def vs(v, target):
-            text = seconds_human(v)
-            return f"[bold red]{text}[/]" if v is not None and v > target else text
-
-        down = tot.engines - tot.engines_up
-        fleet_text = (
-            f"[b]Engines[/b] {tot.engines_up} up"
-            + (f", [bold red]{down} down[/]" if down else "")
-            + f"   [b]Requests[/b] {count_human(tot.running)} running, "
-            + (f"[yellow]{count_human(tot.waiting)} waiting[/]" if tot.waiting else "0 waiting")
-            + f"   [b]Req/s[/b] {rate_human(tot.requests_per_s)}\n"
-            + f"[b]Tokens/s[/b] prompt {rate_human(tot.prompt_tokens_per_s)}, gen {rate_human(tot.generation_tokens_per_s)}"
-            + f"   [b]KV cache[/b] mean {pct_human(tot.kv_cache_pct_mean)}, max {pct_human(tot.kv_cache_pct_max)}"
-            + f"   [b]Preempt/s[/b] {rate_human(tot.preemptions_per_s)}\n"
-            + f"[b]TTFT[/b] p50 {seconds_human(ttft50)} p99 {vs(ttft99, slo.ttft_p99_s)} (≤{seconds_human(slo.ttft_p99_s)})"
-            + f"   [b]ITL p95[/b] {vs(itl95, slo.itl_p95_s)} (≤{seconds_human(slo.itl_p95_s)})"
-            + f"   [b]E2E p99[/b] {vs(e2e99, slo.e2e_p99_s)} (≤{seconds_human(slo.e2e_p99_s)})"
-        )
-        self.query_one("#fleet", QuietStatic).show(Text.from_markup(fleet_text))
-        alerts = engine_alerts(engines, slo)
-        if alerts:
-            lines = [f"[b]Alerts[/b] ({len(alerts)})"]
-            for a in alerts[:6]:
-                color = "red" if a.severity == CRITICAL else "yellow"
-                lines.append(f"[{color}]●[/] {a.target}: {a.text}")
-            if len(alerts) > 6:
-                lines.append(f"[dim]… {len(alerts) - 6} more[/dim]")
-            alert_text = "\n".join(lines)
-        else:
-            alert_text = "[b]Alerts[/b] [green]none[/green] — every engine within its SLO targets"
-        self.query_one("#alerts", QuietStatic).show(Text.from_markup(alert_text))
-        table = self.query_one(EnginesTable)
-        table.update_rows(engines)
+        overview = self.query_one(Overview)
+        overview.show(engines, tot, {"ttft50": ttft50, "ttft99": ttft99, "itl95": itl95, "e2e99": e2e99})
+        overview.show_alerts(engine_alerts(engines, self.settings.config.slo))
+        self.query_one("#engines-table", EnginesTable).update_rows(engines)
         now = time.monotonic()
         if force or now - self._last_spark >= SPARK_EVERY_S:
             self._last_spark = now
@@ -200,11 +159,8 @@ class InfertopApp(App[None]):
     def _render_trends(self, tot, ttft99) -> None:
         hist = self.collector.history
         n = 120
-        self.query_one("#t-gen", Trend).show(hist.series(FLEET, "generation_tokens_per_s", n), rate_human(tot.generation_tokens_per_s))
-        self.query_one("#t-running", Trend).show(hist.series(FLEET, "running", n), count_human(tot.running))
-        self.query_one("#t-waiting", Trend).show(hist.series(FLEET, "waiting", n), count_human(tot.waiting))
-        self.query_one("#t-ttft", Trend).show(hist.series(FLEET, "ttft_p99_s", n), seconds_human(ttft99))
-        name = self.query_one(EnginesTable).selected_engine
+        self.query_one(Overview).show_trends(hist, tot, ttft99, n)
+        name = self.query_one("#engines-table", EnginesTable).selected_engine
         if name and self.snapshot is not None:
             s = self.snapshot.by_name().get(name)
             if s is not None:
@@ -263,7 +219,7 @@ class InfertopApp(App[None]):
     def action_show_pane(self, pane: str) -> None:
         self.query_one("#panes", TabbedContent).active = pane
         if pane == "engines":
-            self.query_one(EnginesTable).focus()
+            self.query_one("#engines-table", EnginesTable).focus()
 
     def _step_pane(self, step: int) -> None:
         tabs = self.query_one("#panes", TabbedContent)
@@ -286,27 +242,27 @@ class InfertopApp(App[None]):
         box = self.query_one("#filter", Input)
         box.value = ""
         box.remove_class("visible")
-        table = self.query_one(EnginesTable)
+        table = self.query_one("#engines-table", EnginesTable)
         table.filter_text = ""
         table.focus()
         self.render_snapshot(force=True)
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
-        self.query_one(EnginesTable).filter_text = event.value
+        self.query_one("#engines-table", EnginesTable).filter_text = event.value
         self.render_snapshot(force=True)
 
     @on(Input.Submitted, "#filter")
     def _filter_done(self) -> None:
-        self.query_one(EnginesTable).focus()
+        self.query_one("#engines-table", EnginesTable).focus()
 
     def action_sort_next(self) -> None:
-        key = self.query_one(EnginesTable).cycle_sort()
+        key = self.query_one("#engines-table", EnginesTable).cycle_sort()
         self.notify(f"sorted by {key}", timeout=2)
         self.render_snapshot(force=True)
 
     def action_engine_detail(self) -> None:
-        name = self.query_one(EnginesTable).selected_engine
+        name = self.query_one("#engines-table", EnginesTable).selected_engine
         if name is None:
             return
         screen = EngineDetailScreen(name, self.collector.history)

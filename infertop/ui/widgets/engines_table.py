@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from rich.text import Text
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from ...domain.engine import DEGRADED, DOWN, UP, EngineStats
+from .lean import LeanLines
 from ...format import count_human, pct_human, rate_human, ratio_human, seconds_human
 
 Cell = Callable[[EngineStats], str]
@@ -36,26 +40,63 @@ COLUMNS: tuple[tuple[str, str, Cell, Callable[[EngineStats], float | str]], ...]
     ("model", "Model", lambda s: s.model or "—", lambda s: s.model or ""),
 )
 SORTABLE = [c[0] for c in COLUMNS]
+# Window-derived rates and percentiles jitter by a percent or two between polls;
+# a new value is shown once it moved by more than DEADBAND (or lost/gained data).
+# Counts and states are always exact.
+DEADBAND = 0.03
+SMOOTH = {"kv", "ttft99", "itl95", "gen", "prompt", "rps", "e2e99", "queue99", "ttft50", "itl50", "e2e95", "prefix"}
+
+
+def moved(old: float | None, new: float | None) -> bool:
+    if old is None or new is None:
+        return old is not new
+    if old == new:
+        return False
+    return abs(new - old) > DEADBAND * max(abs(old), abs(new))
+
+
+def pressure(s: EngineStats) -> tuple:
+    """Sort key: broken engines first, then the most queued, then the slowest."""
+    return (s.state == UP, -(s.waiting or 0), -(s.ttft_p99_s or 0), -(s.running_ratio or 0), s.name)
 _STATE_STYLE = {UP: "green", DOWN: "bold red", DEGRADED: "yellow"}
 
 
-class EnginesTable(DataTable):
+_RAW = {
+    "kv": "kv_cache_pct", "ttft99": "ttft_p99_s", "itl95": "itl_p95_s", "gen": "generation_tokens_per_s",
+    "prompt": "prompt_tokens_per_s", "rps": "requests_per_s", "e2e99": "e2e_p99_s", "queue99": "queue_p99_s",
+    "ttft50": "ttft_p50_s", "itl50": "itl_p50_s", "e2e95": "e2e_p95_s", "prefix": "prefix_cache_hit_pct",
+}
+
+
+def _raw(s: EngineStats, key: str) -> float | None:
+    return getattr(s, _RAW[key])
+
+
+class EnginesTable(LeanLines, DataTable):
     """DataTable of engines. ``update_rows`` touches only cells whose text changed."""
 
     DEFAULT_CSS = """
-    EnginesTable { height: 1fr; }
+    EnginesTable { height: 1fr; scrollbar-size-horizontal: 0; }
     """
 
-    def __init__(self, slo=None, **kwargs) -> None:
+    def __init__(self, slo=None, columns: tuple[str, ...] | None = None, limit: int | None = None,
+                 sort_key: str = "name", resort_every_s: float = 0.0, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self.slo = slo
+        self.cols = [c for c in COLUMNS if columns is None or c[0] in columns]
+        self.limit = limit
         self._shown: dict[str, dict[str, str]] = {}
+        self._shown_raw: dict[str, dict[str, float | None]] = {}
         self.filter_text = ""
-        self.sort_key = "name"
+        self.sort_key = sort_key
         self._order: list[str] = []
+        # Re-sorting moves whole rows (a full repaint); a table sorted by a live
+        # value re-sorts at most this often.
+        self.resort_every_s = resort_every_s
+        self._sorted_at = -1e9
 
     def on_mount(self) -> None:
-        for key, header, _, _ in COLUMNS:
+        for key, header, _, _ in self.cols:
             self.add_column(header, key=key)
 
     def _style(self, key: str, s: EngineStats, text: str) -> Text | str:
@@ -81,30 +122,84 @@ class EnginesTable(DataTable):
     def update_rows(self, stats: list[EngineStats]) -> None:
         """Bring the table in line with ``stats`` with as few cell writes as possible."""
         wanted = [s for s in stats if self.matches(s)]
-        sort = next(c[3] for c in COLUMNS if c[0] == self.sort_key)
-        reverse = self.sort_key not in ("name", "state", "model")
-        wanted.sort(key=sort, reverse=reverse)
+        now = time.monotonic()
+        if self._order and now - self._sorted_at < self.resort_every_s:
+            rank = {name: i for i, name in enumerate(self._order)}
+            kept = [s for s in wanted if s.name in rank]
+            if len(kept) == len(self._order):
+                kept.sort(key=lambda s: rank[s.name])
+                wanted = kept
+                self._apply(wanted)
+                return
+        self._sorted_at = now
+        if self.sort_key == "pressure":
+            wanted.sort(key=pressure)
+        else:
+            sort = next(c[3] for c in COLUMNS if c[0] == self.sort_key)
+            wanted.sort(key=sort, reverse=self.sort_key not in ("name", "state", "model"))
+        if self.limit is not None:
+            wanted = wanted[: self.limit]
+        self._apply(wanted)
+
+    def _apply(self, wanted: list[EngineStats]) -> None:
         order = [s.name for s in wanted]
         if order != self._order:
             # Membership or order changed: rebuild (rare: engines come and go, sort key changes).
             selected = self._selected_name()
             self.clear()
             self._shown.clear()
+            self._shown_raw.clear()
             for s in wanted:
-                texts = {key: fmt(s) for key, _, fmt, _ in COLUMNS}
-                self.add_row(*(self._style(k, s, texts[k]) for k, _, _, _ in COLUMNS), key=s.name)
+                texts = {key: fmt(s) for key, _, fmt, _ in self.cols}
+                self.add_row(*(self._style(k, s, texts[k]) for k, _, _, _ in self.cols), key=s.name)
                 self._shown[s.name] = texts
+                self._shown_raw[s.name] = {key: _raw(s, key) for key, _, _, _ in self.cols if key in SMOOTH}
             self._order = order
             if selected in order:
                 self.move_cursor(row=order.index(selected))
             return
         for s in wanted:
             shown = self._shown[s.name]
-            for key, _, fmt, _ in COLUMNS:
+            raw = self._shown_raw[s.name]
+            changed = {}
+            for key, _, fmt, _ in self.cols:
                 text = fmt(s)
-                if shown.get(key) != text:
-                    shown[key] = text
-                    self.update_cell(s.name, key, self._style(key, s, text))
+                if shown.get(key) == text:
+                    continue
+                if key in SMOOTH:
+                    value = _raw(s, key)
+                    if not moved(raw.get(key), value):
+                        continue
+                    raw[key] = value
+                shown[key] = text
+                changed[key] = self._style(key, s, text)
+            if changed:
+                self._set_cells(s.name, changed)
+
+    def _set_cells(self, row: str, values: dict) -> None:
+        """Update cells of one row and repaint just that row's changed span.
+
+        ``update_cell`` repaints the whole table, and Textual writes every dirty
+        span from the line start, so one span per row is the cheapest on a slow
+        SSH link. A value wider than its column falls back to a full relayout.
+        """
+        row_key = RowKey(row)
+        data = self._data[row_key]
+        cols = []
+        for column, value in values.items():
+            col_key = ColumnKey(column)
+            width = self.columns[col_key].content_width
+            if len(str(getattr(value, "plain", value))) > width:
+                for c, v in values.items():
+                    self.update_cell(row, c, v, update_width=True)
+                return
+            data[col_key] = value
+            cols.append(self._column_locations.get(col_key))
+        self._update_count += 1  # invalidates DataTable's row render cache
+        y = self._row_locations.get(row_key)
+        first = self._get_cell_region(Coordinate(y, min(cols)))
+        last = self._get_cell_region(Coordinate(y, max(cols)))
+        self._refresh_region(first.union(last))
 
     def _selected_name(self) -> str | None:
         if not self._order or self.cursor_row is None or self.cursor_row >= len(self._order):
@@ -119,4 +214,5 @@ class EnginesTable(DataTable):
         i = SORTABLE.index(self.sort_key)
         self.sort_key = SORTABLE[(i + 1) % len(SORTABLE)]
         self._order = []  # force a rebuild in the new order
+        self._sorted_at = -1e9
         return self.sort_key

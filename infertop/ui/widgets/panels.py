@@ -8,6 +8,8 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import Label, Sparkline, Static
 
+from .lean import LeanLines
+
 
 class QuietStatic(Static):
     """A Static whose ``show`` is a no-op when the content is unchanged —
@@ -23,15 +25,19 @@ class QuietStatic(Static):
         self.update(content)
 
 
+class LeanSparkline(LeanLines, Sparkline):
+    """Sparkline whose bars of one colour go out as one run of text."""
+
+
 class Trend(Vertical):
     """A titled sparkline with its latest value."""
 
     DEFAULT_CSS = """
     Trend { height: 3; width: 1fr; min-width: 20; padding: 0 1; }
     Trend > Label { width: 1fr; color: $text-muted; }
-    Trend > Sparkline { height: 2; }
-    Trend > Sparkline > .sparkline--max-color { color: $primary; }
-    Trend > Sparkline > .sparkline--min-color { color: $primary; }
+    Trend > LeanSparkline { height: 2; }
+    Trend > LeanSparkline > .sparkline--max-color { color: $primary; }
+    Trend > LeanSparkline > .sparkline--min-color { color: $primary; }
     """
 
     def __init__(self, title: str, **kwargs) -> None:
@@ -42,7 +48,7 @@ class Trend(Vertical):
 
     def compose(self):
         yield Label(self.title)
-        yield Sparkline([])
+        yield LeanSparkline([])
 
     def show(self, data: list[float], value_text: str) -> None:
         label = f"{self.title}  {value_text}"
@@ -54,4 +60,4 @@ class Trend(Vertical):
             clean = ()  # one point is not a trend
         if clean != self._data:
             self._data = clean
-            self.query_one(Sparkline).data = list(clean)
+            self.query_one(LeanSparkline).data = list(clean)

@@ -1,0 +1,82 @@
+"""``--demo``: run the bundled simulator in a child process and watch it.
+
+The simulator runs in its own process so that its engine models never
+compete with the UI's event loop (or the GIL); infertop then talks to it
+over loopback HTTP exactly as to real engines.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .sources.vllm import EngineEndpoint
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+@dataclass
+class Demo:
+    proc: subprocess.Popen
+    endpoints: list[EngineEndpoint] = field(default_factory=list)
+    dcgm_url: str | None = None
+
+    def stop(self) -> None:
+        """Stop the simulator and everything it started."""
+        if self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=5)
+        except (ProcessLookupError, PermissionError):
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+
+
+def start_demo(n_engines: int = 6, seed: int = 7, load: str = "bursty", timeout_s: float = 30.0) -> Demo:
+    """Start ``infertop sim`` and return its engines once they all listen."""
+    cmd = [sys.executable, "-m", "infertop", "sim", "--engines", str(n_engines), "--seed", str(seed),
+           "--load", load, "--warmup", "30"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                            text=True, start_new_session=True)
+    demo = Demo(proc)
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:  # a thread, because buffered pipes and select() do not mix
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put("")
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise DemoError(f"simulator did not start within {timeout_s:.0f} s") from None
+            if not line:
+                raise DemoError(f"simulator exited with code {proc.wait()}")
+            parts = line.split()
+            if parts[:1] == ["ready"]:
+                return demo
+            if parts[:1] == ["engine"] and len(parts) >= 3:
+                opts = dict(p.split("=", 1) for p in parts[3:] if "=" in p)
+                seqs = opts.get("max_num_seqs")
+                demo.endpoints.append(EngineEndpoint(f"vllm-{parts[1]}", parts[2],
+                                                     max_num_seqs=int(seqs) if seqs and seqs.isdigit() else None))
+            elif parts[:1] == ["dcgm"] and len(parts) >= 2:
+                demo.dcgm_url = parts[1]
+    except BaseException:
+        demo.stop()
+        raise

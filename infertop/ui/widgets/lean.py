@@ -1,0 +1,50 @@
+"""Fewer bytes per repaint: merge neighbouring segments that look the same.
+
+Textual emits a full SGR escape for every segment. DataTable makes one
+segment per cell (each with click metadata) and Sparkline one per bar, so a
+120-column row costs ~3x its text in escape codes. Over a slow SSH link that
+is most of the traffic; merged, only real style changes cost escapes.
+"""
+
+from __future__ import annotations
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.strip import Strip
+
+
+def merge_segments(strip: Strip) -> Strip:
+    """Join adjacent segments whose visible style is equal (metadata ignored;
+    the first segment's metadata is kept, so a row keeps its click target)."""
+    segments = list(strip)
+    if len(segments) < 2:
+        return strip
+    out: list[Segment] = []
+    prev_text, prev_style, prev_key = None, None, None
+    visible: dict[Style | None, Style | None] = {}
+    for text, style, control in segments:
+        if control:
+            if prev_text is not None:
+                out.append(Segment(prev_text, prev_style))
+                prev_text = None
+            out.append(Segment(text, style, control))
+            continue
+        key = visible.get(style)
+        if key is None and style is not None:
+            key = visible[style] = style.clear_meta_and_links()
+        if prev_text is not None and key == prev_key:
+            prev_text += text
+            continue
+        if prev_text is not None:
+            out.append(Segment(prev_text, prev_style))
+        prev_text, prev_style, prev_key = text, style, key
+    if prev_text is not None:
+        out.append(Segment(prev_text, prev_style))
+    return Strip(out, strip.cell_length)
+
+
+class LeanLines:
+    """Mixin for widgets: every rendered line goes through :func:`merge_segments`."""
+
+    def render_line(self, y: int) -> Strip:  # type: ignore[override]
+        return merge_segments(super().render_line(y))  # type: ignore[misc]
