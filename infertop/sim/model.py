@@ -144,6 +144,8 @@ class EngineConfig:
     step_per_ctx_token_s: float = 4e-8
     prefill_per_token_s: float = 5.5e-5
     step_jitter: float = 0.03
+    #: Host-side time per step (scheduling, detokenisation) when the GPU idles.
+    step_overhead_s: float = 0.0012
     #: KV bytes per token (for ``cache_config_info`` only).
     kv_bytes_per_token: int = 131072
 
@@ -266,6 +268,9 @@ class EngineModel:
                  **overrides: Any) -> None:
         config = config or EngineConfig()
         if overrides:
+            if "max_num_seqs" in overrides and "max_num_batched_tokens" not in overrides:
+                overrides["max_num_batched_tokens"] = max(config.max_num_batched_tokens,
+                                                          int(overrides["max_num_seqs"]))
             config = replace(config, **overrides)
         self.config = config
         self.seed = seed
@@ -308,6 +313,7 @@ class EngineModel:
         self._it_active = False
         self._dec_alloc = False
         self._it_start = 0.0
+        self._it_gpu_start = 0.0
         self._it_end = 0.0
         self._it_n_dec = 0
         self._it_prefills: list[tuple[SimRequest, int]] = []
@@ -365,6 +371,9 @@ class EngineModel:
         """
         inflight = list(self.running) + self._waiting_list() + [p[2] for p in self._pending]
         if config_changes:
+            if "max_num_seqs" in config_changes and "max_num_batched_tokens" not in config_changes:
+                config_changes["max_num_batched_tokens"] = max(self.config.max_num_batched_tokens,
+                                                               int(config_changes["max_num_seqs"]))
             self.config = replace(self.config, **config_changes)
         self._reset_state()
         self._reset_metrics()
@@ -465,8 +474,8 @@ class EngineModel:
     def busy_time(self) -> float:
         """Seconds of (virtual) time spent executing steps since the (re)start."""
         b = self._busy_done
-        if self._it_active and self.now > self._it_start:
-            b += min(self.now, self._it_end) - self._it_start
+        if self._it_active and self.now > self._it_gpu_start:
+            b += min(self.now, self._it_end) - self._it_gpu_start
         return b
 
     def take_activity(self) -> tuple[float, int, int]:
@@ -744,7 +753,8 @@ class EngineModel:
         d /= max(self.speed, 0.05)
         self._it_active = True
         self._it_start = self.now
-        self._it_end = self.now + d
+        self._it_gpu_start = self.now + c.step_overhead_s
+        self._it_end = self.now + c.step_overhead_s + d
         self._it_n_dec = n_dec
         self._it_prefills = prefills
         return True
@@ -755,7 +765,7 @@ class EngineModel:
         self.now = t
         self._it_active = False
         self._dec_alloc = False
-        self._busy_done += d
+        self._busy_done += t - self._it_gpu_start
         n = self._it_n_dec
         self.g += 1
         self._ctx_dec += n
@@ -876,6 +886,50 @@ class EngineModel:
         self.h_prefill_kv_computed.observe(req.prompt_tokens - req.first_hit)
         if req.on_finish is not None:
             req.on_finish(req)
+
+    def check_invariants(self) -> None:
+        """Recompute the incremental bookkeeping from scratch; raise AssertionError if it drifted."""
+        c = self.config
+        bs = c.block_size
+        own = 0
+        n_dec = 0
+        ctx = 0
+        for r in self.running:
+            assert r.state == RUNNING, r
+            if r.decoding:
+                n_dec += 1
+                out = r.o0 + (self.g - r.g0)
+                own += self._dec_own_blocks(r, out)
+                if self._dec_alloc and r.phase == (1 - self.g) % bs:
+                    own += 1
+                ctx += r.prompt_tokens + out
+                assert r in self._buckets[r.phase]
+                assert out < r.target, (r, out)
+            else:
+                assert r in self._prefilling
+                shared = r.entry.blocks if r.entry is not None else 0
+                assert r.blocks + shared >= -(-r.computed // bs), r
+                own += r.blocks
+        assert own == self._own_blocks, (own, self._own_blocks)
+        assert n_dec == self._n_dec, (n_dec, self._n_dec)
+        assert ctx == self._ctx_dec, (ctx, self._ctx_dec)
+        assert sum(len(b) for b in self._buckets) == n_dec
+        refs: dict[str, int] = {}
+        for r in self.running:
+            if r.entry is not None:
+                refs[r.entry.prefix_id] = refs.get(r.entry.prefix_id, 0) + 1
+        ref_blocks = unref_blocks = 0
+        for pid, e in self._prefixes.items():
+            assert e.ref == refs.get(pid, 0), (pid, e.ref, refs.get(pid))
+            if e.ref:
+                ref_blocks += e.blocks
+            else:
+                unref_blocks += e.blocks
+        assert ref_blocks == self._prefix_ref_blocks and unref_blocks == self._prefix_unref_blocks
+        assert self._truly_free() >= 0, self._truly_free()
+        assert len(self.running) <= c.max_num_seqs
+        assert len(self._waiting_list()) == self.num_waiting, (len(self._waiting_list()), self.num_waiting)
+        assert len(self._prefilling) == len(self.running) - n_dec
 
     # --------------------------------------------------------------- summary
 

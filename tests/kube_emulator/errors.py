@@ -64,8 +64,10 @@ def invalid(field: str, value: Any, detail: str) -> Cause:
     return Cause(field, "FieldValueInvalid", detail, value)
 
 
-def type_invalid(field: str, value: Any, detail: str) -> Cause:
-    return Cause(field, "FieldValueTypeInvalid", detail, value)
+def type_invalid(field: str, got: str, detail: str, go_type: str = "object") -> Cause:
+    cause = Cause(field, "FieldValueTypeInvalid", detail, got)
+    cause.got, cause.go_type = got, go_type  # for the 400 "cannot unmarshal" message
+    return cause
 
 
 def forbidden(field: str, detail: str) -> Cause:

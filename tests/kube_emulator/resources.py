@@ -65,9 +65,6 @@ class ResourceType:
         return None
 
 
-_STATUS = Subresource("status", "", RO_SUB_VERBS)
-
-
 def _status(kind: str) -> Subresource:
     return Subresource("status", kind, RO_SUB_VERBS)
 
@@ -93,6 +90,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         subresources=(
             _status("Pod"),
             Subresource("eviction", "Eviction", ("create",), group="policy", version="v1"),
+            Subresource("log", "Pod", ("get",)),
         ),
         field_labels=(
             "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",

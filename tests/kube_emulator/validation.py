@@ -139,7 +139,7 @@ def _check(value: Any, schema: Any, path: str, out: list[Cause]) -> None:
                 _check(value[key], sub, f"{path}.{key}" if path else key, out)
     elif isinstance(schema, list):
         if not isinstance(value, list):
-            out.append(type_invalid(path, _json_type(value), f"{path} in body must be of type array"))
+            out.append(type_invalid(path, _json_type(value), f"{path} in body must be of type array", "array"))
             return
         for i, item in enumerate(value):
             _check(item, schema[0], f"{path}[{i}]", out)
@@ -151,10 +151,12 @@ def _check(value: Any, schema: Any, path: str, out: list[Cause]) -> None:
         for k, v in value.items():
             if not _leaf_ok(leaf, v):
                 out.append(type_invalid(f"{path}.{k}", _json_type(v),
-                                        f"{path}.{k} in body must be of type {_JSON_TYPES.get(leaf, 'string')}"))
+                                        f"{path}.{k} in body must be of type {_JSON_TYPES.get(leaf, 'string')}",
+                                        _GO_TYPES[leaf]))
     elif not _leaf_ok(schema, value):
         want = _JSON_TYPES.get(schema, _GO_TYPES[schema])
-        out.append(type_invalid(path, _json_type(value), f"{path} in body must be of type {want}"))
+        out.append(type_invalid(path, _json_type(value), f"{path} in body must be of type {want}",
+                                _GO_TYPES[schema]))
 
 
 def type_errors(kind: str, obj: Any) -> list[Cause]:
@@ -166,12 +168,16 @@ def type_errors(kind: str, obj: Any) -> list[Cause]:
 
 
 def go_unmarshal_message(kind: str, api_version: str, cause: Cause) -> str:
-    """The 400 message of a create/update whose body does not decode."""
+    """The 400 message of a create/update whose body does not decode, e.g.
+    ``Deployment in version "v1" cannot be handled as a Deployment: json:
+    cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32``."""
     field = cause.field
-    got = cause.message.split(": ")[1].strip('"') if ": " in cause.message else "value"
-    leaf = field.rsplit(".", 1)[-1]
+    parent = field.rsplit(".", 1)[0] if "." in field else ""
+    struct = kind + (parent.split(".")[-1].split("[")[0].capitalize() if parent else "")
+    got = getattr(cause, "got", "value")
+    go_type = getattr(cause, "go_type", "object")
     return (f'{kind} in version "{api_version.split("/")[-1]}" cannot be handled as a {kind}: '
-            f"json: cannot unmarshal {got} into Go struct field .{field} of type {leaf}")
+            f"json: cannot unmarshal {got} into Go struct field {struct}.{field} of type {go_type}")
 
 
 # --------------------------------------------------------------- defaults
@@ -392,9 +398,7 @@ def _validate_containers(spec: Any, path: str, out: list[Cause], *, template: bo
         elif name in seen:
             out.append(duplicate(f"{cpath}.name", name))
         seen.add(name)
-        if not c.get("image") and not template:
-            out.append(required(f"{cpath}.image"))
-        elif not c.get("image"):
+        if not c.get("image"):
             out.append(required(f"{cpath}.image"))
         for j, p in enumerate(c.get("ports") or []):
             port = p.get("containerPort") if isinstance(p, dict) else None

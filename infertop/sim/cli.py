@@ -1,0 +1,91 @@
+"""``infertop sim``: run the simulated fleet until SIGINT/SIGTERM.
+
+When every server listens, prints one line per engine and one for the dcgm
+exporter, then ``ready``, and flushes, so a parent process can read the URLs
+from stdout::
+
+    engine 0 http://127.0.0.1:8000 model=meta-llama/Llama-3.1-8B-Instruct max_num_seqs=64
+    ...
+    dcgm http://127.0.0.1:8006/metrics
+    ready
+
+With ``--print-urls`` the lines are the bare URLs (engines first, the dcgm
+URL last), then ``ready``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="infertop sim", description="Run simulated vLLM engines, GPUs and load.")
+    p.add_argument("--engines", type=int, default=3, metavar="N", help="number of engines (default 3)")
+    p.add_argument("--base-port", type=int, default=0, metavar="P",
+                   help="engine i listens on P+i, the dcgm exporter on P+N (default: ephemeral ports)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
+    p.add_argument("--load", choices=("steady", "bursty", "none"), default="bursty", help="load pattern")
+    p.add_argument("--max-num-seqs", type=int, default=64, metavar="N", help="max_num_seqs of every engine")
+    p.add_argument("--v0", action="store_true", help="expose legacy (V0) metric names")
+    p.add_argument("--print-urls", action="store_true", help="print bare URLs only (engines, then dcgm)")
+    p.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall-clock second")
+    p.add_argument("--warmup", type=float, default=0.0, metavar="S",
+                   help="simulate S seconds of history before serving")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.engines < 1:
+        print("infertop sim: --engines must be at least 1", file=sys.stderr)
+        return 2
+    if args.max_num_seqs < 1:
+        print("infertop sim: --max-num-seqs must be at least 1", file=sys.stderr)
+        return 2
+    from . import SimCluster
+
+    stop = threading.Event()
+
+    def on_signal(signum, frame) -> None:
+        stop.set()
+
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            cluster = SimCluster(args.engines, seed=args.seed, base_port=args.base_port,
+                                 max_num_seqs=args.max_num_seqs, metrics_version="v0" if args.v0 else "v1",
+                                 load=args.load, speed=args.speed, warmup_s=args.warmup)
+            cluster.start()
+        except OSError as e:
+            print(f"infertop sim: cannot listen: {e}", file=sys.stderr)
+            return 1
+        try:
+            out = sys.stdout
+            for e in cluster.engines:
+                if args.print_urls:
+                    out.write(e.url + "\n")
+                else:
+                    out.write(f"engine {e.index} {e.url} model={e.model} max_num_seqs={e.max_num_seqs}\n")
+            if cluster.dcgm_url:
+                out.write((cluster.dcgm_url if args.print_urls else f"dcgm {cluster.dcgm_url}") + "\n")
+            out.write("ready\n")
+            out.flush()
+            while not stop.wait(0.5):
+                pass
+        finally:
+            cluster.stop()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1:]))

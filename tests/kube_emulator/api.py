@@ -1,0 +1,597 @@
+"""The API operations (create, get, list, update, patch, delete, scale,
+eviction, access review), independent of HTTP.
+
+Every operation takes the store lock for its whole read-check-write, so a
+resourceVersion check and the write that follows are atomic. Operations
+raise :class:`~.errors.ApiError`; the HTTP layer turns it into a Status.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from . import errors as E
+from .patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from .resources import BY_KIND, BY_KEY, ResourceType, resource_type
+from .selectors import format_label_selector, selector_from_label_selector
+from .store import clone
+from .util import canonical_json, format_time, random_suffix
+from .validation import apply_defaults, go_unmarshal_message, type_errors, validate
+
+if TYPE_CHECKING:
+    from .server import KubeEmulator
+
+PODS = resource_type("pods")
+NAMESPACES = resource_type("namespaces")
+PDBS = resource_type("poddisruptionbudgets")
+EVENTS = resource_type("events")
+
+STRATEGIC = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY = "application/apply-patch+yaml"
+
+SCALABLE = ("Deployment", "StatefulSet", "ReplicaSet")
+
+
+def initial_status(rt: ResourceType, obj: dict) -> dict | None:
+    """The status the real API server gives a freshly created object."""
+    kind = rt.kind
+    if kind == "Pod":
+        return {"phase": "Pending", "qosClass": _qos_class(obj)}
+    if kind == "Deployment":
+        return {}
+    if kind in ("StatefulSet", "ReplicaSet"):
+        return {"replicas": 0, "availableReplicas": 0} if kind == "StatefulSet" else {"replicas": 0}
+    if kind == "HorizontalPodAutoscaler":
+        return {"currentReplicas": 0, "desiredReplicas": 0}
+    if kind == "PodDisruptionBudget":
+        return {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
+    if kind == "Namespace":
+        return {"phase": "Active"}
+    if kind == "Service":
+        return {"loadBalancer": {}}
+    return None
+
+
+def _qos_class(pod: dict) -> str:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    any_set, guaranteed = False, True
+    for c in containers:
+        res = c.get("resources") or {} if isinstance(c, dict) else {}
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        if limits or requests:
+            any_set = True
+        if not limits or set(limits) < {"cpu", "memory"} or any(requests.get(k, v) != v for k, v in limits.items()):
+            guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _strip_rv(obj: dict) -> dict:
+    obj = copy.copy(obj)
+    obj["metadata"] = {k: v for k, v in obj.get("metadata", {}).items() if k != "resourceVersion"}
+    return obj
+
+
+class Api:
+    def __init__(self, emu: "KubeEmulator"):
+        self.emu = emu
+        self.store = emu.store
+        self._event_index: dict[tuple, str] = {}
+        self._cluster_ip = 0
+
+    # ------------------------------------------------------------- helpers
+    def now(self) -> str:
+        return format_time(self.emu.clock())
+
+    def _check_namespace(self, rt: ResourceType, namespace: str | None, *, creating: bool,
+                         name: str = "") -> None:
+        if not rt.namespaced:
+            return
+        ns = self.store.peek(NAMESPACES, "", namespace)
+        if ns is None:
+            if self.emu.strict_namespaces:
+                raise E.namespace_not_found(namespace)
+            self.create(NAMESPACES, None, {"metadata": {"name": namespace}})
+            return
+        if creating and (ns.get("metadata") or {}).get("deletionTimestamp") and rt.kind != "Event":
+            details = {"name": name, "kind": rt.plural}
+            if rt.group:
+                details["group"] = rt.group
+            raise E.ApiError(403, "Forbidden",
+                             f'{rt.group_resource} "{name}" is forbidden: unable to create new content in '
+                             f"namespace {namespace} because it is being terminated", details)
+
+    def _typecheck(self, rt: ResourceType, body: Any, *, patching: bool, name: str = "") -> None:
+        causes = type_errors(rt.kind, body)
+        if not causes:
+            return
+        if patching:
+            raise E.invalid_object(rt, rt.kind, name, causes)
+        raise E.bad_request(go_unmarshal_message(rt.kind, rt.api_version, causes[0]))
+
+    def _validate(self, rt: ResourceType, obj: dict, old: dict | None = None) -> None:
+        causes = validate(rt, obj, old)
+        if causes:
+            raise E.invalid_object(rt, rt.kind, obj.get("metadata", {}).get("name", ""), causes)
+
+    def get_current(self, rt: ResourceType, namespace: str | None, name: str) -> dict:
+        obj = self.store.get(rt, namespace or "", name)
+        if obj is None:
+            raise E.not_found(rt, name)
+        return obj
+
+    @staticmethod
+    def with_type(rt: ResourceType, obj: dict) -> dict:
+        obj["kind"] = rt.kind
+        obj["apiVersion"] = rt.api_version
+        return obj
+
+    # -------------------------------------------------------------- create
+    def create(self, rt: ResourceType, namespace: str | None, body: Any, *, dry_run: bool = False,
+               keep_status: bool = False) -> dict:
+        if not isinstance(body, dict):
+            raise E.bad_request(f"the body of the request does not decode into a {rt.kind}")
+        self._typecheck(rt, body, patching=False)
+        obj = clone(body)
+        meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise E.bad_request("metadata must be an object")
+        if body.get("kind") not in (None, rt.kind):
+            raise E.bad_request(f'the kind of the object ({body.get("kind")}) does not match the kind of the '
+                                f"request ({rt.kind})")
+        with self.store.lock:
+            if rt.namespaced:
+                body_ns = meta.get("namespace")
+                if namespace and body_ns and body_ns != namespace:
+                    raise E.bad_request("the namespace of the provided object does not match the namespace "
+                                        "sent on the request")
+                namespace = namespace or body_ns or "default"
+                meta["namespace"] = namespace
+                self._check_namespace(rt, namespace, creating=True, name=meta.get("name") or "")
+            else:
+                meta.pop("namespace", None)
+            if meta.get("resourceVersion"):
+                raise E.bad_request("resourceVersion should not be set on objects to be created")
+            if not meta.get("name") and meta.get("generateName"):
+                for _ in range(100):
+                    meta["name"] = meta["generateName"] + random_suffix(self.emu.rng)
+                    if self.store.peek(rt, namespace or "", meta["name"]) is None:
+                        break
+            self.with_type(rt, obj)
+            meta["uid"] = str(uuid.UUID(int=self.emu.rng.getrandbits(128), version=4))
+            meta["creationTimestamp"] = self.now()
+            for k in ("deletionTimestamp", "deletionGracePeriodSeconds", "generation", "managedFields"):
+                meta.pop(k, None)
+            if rt.tracks_generation:
+                meta["generation"] = 1
+            if rt.has_status and not keep_status and rt.kind != "Node":  # a kubelet registers its status
+                status = initial_status(rt, obj)
+                if status is None:
+                    obj.pop("status", None)
+                else:
+                    obj["status"] = status
+            elif rt.kind == "HorizontalPodAutoscaler" and keep_status:
+                obj.setdefault("status", initial_status(rt, obj))
+            apply_defaults(rt, obj)
+            if rt.kind == "Pod" and not keep_status:
+                obj["status"] = initial_status(rt, obj)
+            if rt.kind == "Service":
+                self._allocate_cluster_ip(obj)
+            self._validate(rt, obj)
+            if self.store.peek(rt, namespace or "", meta["name"]) is not None:
+                raise E.already_exists(rt, meta["name"])
+            if dry_run:
+                return obj
+            return self.store.put(rt, obj)
+
+    def _allocate_cluster_ip(self, svc: dict) -> None:
+        spec = svc.setdefault("spec", {})
+        if spec.get("type") == "ExternalName":
+            return
+        if not spec.get("clusterIP"):
+            self._cluster_ip += 1
+            spec["clusterIP"] = f"10.96.{self._cluster_ip // 250}.{self._cluster_ip % 250 + 2}"
+        spec.setdefault("clusterIPs", [spec["clusterIP"]])
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+
+    # ---------------------------------------------------------------- get
+    def get(self, rt: ResourceType, namespace: str | None, name: str, subresource: str | None = None) -> dict:
+        obj = self.get_current(rt, namespace, name)
+        if subresource == "scale":
+            return self.scale_view(rt, obj)
+        return self.with_type(rt, obj)
+
+    def list(self, rt: ResourceType, namespace: str | None, label_pred=None, field_pred=None) -> list[dict]:
+        with self.store.lock:
+            out = []
+            for obj in self.store.iter(rt, namespace):
+                if label_pred and not label_pred((obj.get("metadata") or {}).get("labels") or {}):
+                    continue
+                if field_pred and not field_pred(obj):
+                    continue
+                out.append(clone(obj))
+            return out
+
+    # ------------------------------------------------------------- update
+    def update(self, rt: ResourceType, namespace: str | None, name: str, body: Any, *,
+               subresource: str | None = None, dry_run: bool = False, patching: bool = False,
+               current: dict | None = None) -> dict:
+        if not isinstance(body, dict):
+            raise E.bad_request(f"the body of the request does not decode into a {rt.kind}")
+        if subresource == "scale":
+            return self.update_scale(rt, namespace, name, body, dry_run=dry_run, patching=patching)
+        self._typecheck(rt, body, patching=patching, name=name)
+        with self.store.lock:
+            old = current if current is not None else self.get_current(rt, namespace, name)
+            new = clone(body)
+            meta = new.setdefault("metadata", {})
+            if meta.get("name") not in (None, name):
+                raise E.bad_request(f"the name of the object ({meta.get('name')}) does not match the name on "
+                                    f"the URL ({name})")
+            if rt.namespaced and meta.get("namespace") not in (None, "", namespace):
+                raise E.bad_request("the namespace of the provided object does not match the namespace sent "
+                                    "on the request")
+            rv = meta.get("resourceVersion")
+            if rv and rv != old["metadata"]["resourceVersion"]:
+                raise E.conflict(rt, name)
+            if meta.get("uid") and meta["uid"] != old["metadata"]["uid"]:
+                raise E.conflict(rt, name, f"Precondition failed: UID in precondition: {meta['uid']}, "
+                                           f"UID in object meta: {old['metadata']['uid']}")
+            meta["name"] = name
+            if rt.namespaced:
+                meta["namespace"] = namespace
+            for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+                      "generation"):
+                if k in old["metadata"]:
+                    meta[k] = old["metadata"][k]
+                else:
+                    meta.pop(k, None)
+            meta["resourceVersion"] = old["metadata"]["resourceVersion"]
+            self.with_type(rt, new)
+            if subresource == "status":
+                status = new.get("status")
+                new = clone(old)
+                if status is None:
+                    new.pop("status", None)
+                else:
+                    new["status"] = status
+            elif rt.has_status:
+                if "status" in old:
+                    new["status"] = clone(old["status"])
+                else:
+                    new.pop("status", None)
+            apply_defaults(rt, new)
+            if rt.kind == "Service":
+                spec, ospec = new.setdefault("spec", {}), old.get("spec") or {}
+                for k in ("clusterIP", "clusterIPs"):
+                    if not spec.get(k) and ospec.get(k):
+                        spec[k] = ospec[k]
+                self._allocate_cluster_ip(new)
+            self._validate(rt, new, old)
+            if rt.tracks_generation and canonical_json(new.get("spec")) != canonical_json(old.get("spec")):
+                new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
+            if _strip_rv(new) == _strip_rv(old) or dry_run:
+                return new  # a no-op update writes nothing, as the real API server
+            return self.store.put(rt, new)
+
+    # -------------------------------------------------------------- patch
+    def patch(self, rt: ResourceType, namespace: str | None, name: str, patch_body: Any, content_type: str, *,
+              subresource: str | None = None, dry_run: bool = False, field_manager: str | None = None,
+              force: bool = False) -> tuple[dict, bool]:
+        """Apply a patch; returns (object, created)."""
+        with self.store.lock:
+            current = self.store.get(rt, namespace or "", name)
+            if content_type == APPLY:
+                if not field_manager:
+                    raise E.invalid_object(rt, rt.kind, name, [E.required(
+                        "metadata.managedFields", "is required for apply patch")])
+                if current is None:
+                    if subresource:
+                        raise E.not_found(rt, name)
+                    body = clone(patch_body) if isinstance(patch_body, dict) else patch_body
+                    if isinstance(body, dict):
+                        body.setdefault("metadata", {}).setdefault("name", name)
+                    return self.create(rt, namespace, body, dry_run=dry_run), True
+            if current is None:
+                raise E.not_found(rt, name)
+            doc = self.scale_view(rt, current) if subresource == "scale" else self.with_type(rt, clone(current))
+            try:
+                if content_type == JSON_PATCH:
+                    patched = json_patch(doc, patch_body)
+                elif content_type == MERGE:
+                    if not isinstance(patch_body, dict):
+                        raise PatchError("merge patch must be a JSON object", invalid=False)
+                    patched = merge_patch(doc, patch_body)
+                elif content_type in (STRATEGIC, APPLY):
+                    patched = strategic_merge_patch(doc, patch_body)
+                else:
+                    raise E.unsupported_media_type(content_type)
+            except PatchError as exc:
+                if exc.invalid:
+                    kind = "Scale" if subresource == "scale" else rt.kind
+                    raise E.invalid_object(rt, kind, name, [E.invalid("patch", canonical_json(patch_body),
+                                                                      str(exc))]) from None
+                raise E.bad_request(str(exc)) from None
+            if not isinstance(patched, dict):
+                raise E.bad_request("the patch did not produce an object")
+            meta = patched.get("metadata")
+            rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+            if rv and rv != current["metadata"]["resourceVersion"]:
+                raise E.conflict(rt, name)
+            if isinstance(meta, dict) and not rv:
+                # a patch that removes resourceVersion is unconditional
+                meta["resourceVersion"] = current["metadata"]["resourceVersion"]
+            obj = self.update(rt, namespace, name, patched, subresource=subresource, dry_run=dry_run,
+                              patching=True, current=current)
+            return obj, False
+
+    # ------------------------------------------------------------- delete
+    def delete(self, rt: ResourceType, namespace: str | None, name: str, options: dict, *,
+               dry_run: bool = False) -> dict:
+        """Returns the response body: the object (pods, namespaces, services) or a Status."""
+        with self.store.lock:
+            current = self.get_current(rt, namespace, name)
+            pre = options.get("preconditions") or {}
+            if pre.get("resourceVersion") and pre["resourceVersion"] != current["metadata"]["resourceVersion"]:
+                raise E.conflict(rt, name, "Precondition failed: ResourceVersion in precondition: "
+                                           f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+                                           f"{current['metadata']['resourceVersion']}")
+            if pre.get("uid") and pre["uid"] != current["metadata"]["uid"]:
+                raise E.conflict(rt, name, f"Precondition failed: UID in precondition: {pre['uid']}, "
+                                           f"UID in object meta: {current['metadata']['uid']}")
+            meta = current["metadata"]
+            if rt.kind == "Pod":
+                return self.with_type(rt, self._delete_pod(current, options, dry_run=dry_run))
+            if rt.kind == "Service" and not dry_run:
+                # the real API answers a Service delete with the Service, not a Status
+                return self.with_type(rt, self.store.remove(rt, namespace or "", name))
+            if rt.kind == "Namespace":
+                if not meta.get("deletionTimestamp"):
+                    meta["deletionTimestamp"] = self.now()
+                    meta["deletionGracePeriodSeconds"] = 0
+                    current.setdefault("status", {})["phase"] = "Terminating"
+                    if not dry_run:
+                        current = self.store.put(rt, current)
+                return self.with_type(rt, current)
+            if dry_run:
+                return self._success(rt, current)
+            if options.get("propagationPolicy") == "Orphan":
+                self._orphan_dependents(meta["uid"], namespace)
+            gone = self.store.remove(rt, namespace or "", name)
+            return self._success(rt, gone)
+
+    @staticmethod
+    def _success(rt: ResourceType, obj: dict) -> dict:
+        details = {"name": obj["metadata"]["name"], "kind": rt.plural, "uid": obj["metadata"]["uid"]}
+        if rt.group:
+            details["group"] = rt.group
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+
+    def _orphan_dependents(self, uid: str, namespace: str | None) -> None:
+        for rt in BY_KEY.values():
+            if not rt.namespaced:
+                continue
+            for obj in list(self.store.iter(rt, namespace)):
+                refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+                if any(r.get("uid") == uid for r in refs):
+                    obj = clone(obj)
+                    obj["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
+                    if not obj["metadata"]["ownerReferences"]:
+                        del obj["metadata"]["ownerReferences"]
+                    self.store.put(rt, obj)
+
+    def _delete_pod(self, pod: dict, options: dict, *, dry_run: bool) -> dict:
+        meta = pod["metadata"]
+        grace = options.get("gracePeriodSeconds")
+        if grace is None:
+            grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+        scheduled = bool((pod.get("spec") or {}).get("nodeName"))
+        terminal = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if dry_run:
+            return pod
+        if grace == 0 or not scheduled or terminal:
+            return self.store.remove(PODS, meta["namespace"], meta["name"])
+        if meta.get("deletionTimestamp"):
+            return pod
+        now = self.emu.clock()
+        meta["deletionTimestamp"] = format_time(now + grace)
+        meta["deletionGracePeriodSeconds"] = grace
+        self.emu.controllers.terminating[meta["uid"]] = now + self.emu.termination_delay
+        return self.store.put(PODS, pod)
+
+    def delete_collection(self, rt: ResourceType, namespace: str | None, label_pred, field_pred,
+                          options: dict, *, dry_run: bool = False) -> list[dict]:
+        with self.store.lock:
+            out = []
+            for obj in self.list(rt, namespace, label_pred, field_pred):
+                meta = obj["metadata"]
+                body = self.delete(rt, meta.get("namespace"), meta["name"], options, dry_run=dry_run)
+                out.append(body if body.get("kind") != "Status" else obj)
+            return out
+
+    # -------------------------------------------------------------- scale
+    def scale_view(self, rt: ResourceType, obj: dict) -> dict:
+        if rt.kind not in SCALABLE:
+            raise E.path_not_found()
+        meta = obj["metadata"]
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                         if k in meta},
+            "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 1)},
+            "status": {
+                "replicas": int((obj.get("status") or {}).get("replicas") or 0),
+                "selector": format_label_selector((obj.get("spec") or {}).get("selector")),
+            },
+        }
+
+    def update_scale(self, rt: ResourceType, namespace: str | None, name: str, body: dict, *,
+                     dry_run: bool = False, patching: bool = False) -> dict:
+        if rt.kind not in SCALABLE:
+            raise E.path_not_found()
+        scale_rt = BY_KIND["HorizontalPodAutoscaler"]  # only for the group in messages
+        causes = type_errors("Scale", body)
+        if causes:
+            if patching:
+                raise E.invalid_object(scale_rt, "Scale", name, causes)
+            raise E.bad_request(go_unmarshal_message("Scale", "autoscaling/v1", causes[0]))
+        with self.store.lock:
+            current = self.get_current(rt, namespace, name)
+            meta = body.get("metadata") or {}
+            if meta.get("name") not in (None, name):
+                raise E.bad_request(f"the name of the object ({meta.get('name')}) does not match the name on "
+                                    f"the URL ({name})")
+            rv = meta.get("resourceVersion")
+            if rv and rv != current["metadata"]["resourceVersion"]:
+                raise E.conflict(rt, name)
+            replicas = (body.get("spec") or {}).get("replicas", 0)
+            if replicas < 0:
+                raise E.invalid_object(scale_rt, "Scale", name, [E.invalid(
+                    "spec.replicas", replicas, "must be greater than or equal to 0")])
+            new = clone(current)
+            if new["spec"].get("replicas") != replicas:
+                new["spec"]["replicas"] = replicas
+                new["metadata"]["generation"] = new["metadata"].get("generation", 1) + 1
+                if not dry_run:
+                    new = self.store.put(rt, new)
+            return self.scale_view(rt, new)
+
+    # ----------------------------------------------------------- eviction
+    def evict(self, namespace: str, name: str, body: Any, *, dry_run: bool = False) -> dict:
+        if not isinstance(body, dict):
+            raise E.bad_request("the body of the request does not decode into an Eviction")
+        body_name = (body.get("metadata") or {}).get("name")
+        if body_name and body_name != name:
+            raise E.bad_request("name in URL does not match name in Eviction object")
+        options = body.get("deleteOptions") or {}
+        dry_run = dry_run or "All" in (options.get("dryRun") or [])
+        with self.store.lock:
+            pod = self.get_current(PODS, namespace, name)
+            ok = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+            if pod["metadata"].get("deletionTimestamp"):
+                return ok
+            labels = pod["metadata"].get("labels") or {}
+            pdbs = [p for p in self.store.iter(PDBS, namespace)
+                    if selector_from_label_selector((p.get("spec") or {}).get("selector"))(labels)]
+            if len(pdbs) > 1:
+                raise E.ApiError(500, "InternalError",
+                                 "This pod has more than one PodDisruptionBudget, which the eviction subresource "
+                                 "does not support.")
+            if pdbs:
+                pdb = clone(pdbs[0])
+                status = self.emu.controllers.pdb_status(pdb)
+                ready = self.emu.controllers.pod_ready(pod)
+                healthy_enough = status["currentHealthy"] >= status["desiredHealthy"]
+                if ready or not healthy_enough:
+                    if status["disruptionsAllowed"] <= 0:
+                        pdb_name = pdb["metadata"]["name"]
+                        raise E.ApiError(
+                            429, "TooManyRequests",
+                            "Cannot evict pod as it would violate the pod's disruption budget.",
+                            {"causes": [{
+                                "reason": "DisruptionBudget",
+                                "message": f"The disruption budget {pdb_name} needs "
+                                           f"{status['desiredHealthy']} healthy pods and has "
+                                           f"{status['currentHealthy']} currently",
+                            }]},
+                        )
+                    if not dry_run:
+                        status["disruptionsAllowed"] -= 1
+                        status.setdefault("disruptedPods", {})[name] = self.now()
+                        pdb["status"] = status
+                        self.store.put(PDBS, pdb)
+            if not dry_run:
+                self._delete_pod(pod, options, dry_run=False)
+            return ok
+
+    # ------------------------------------------------------ access review
+    def access_review(self, body: Any) -> dict:
+        if not isinstance(body, dict) or not isinstance(body.get("spec"), dict):
+            raise E.invalid_object(BY_KIND["SelfSubjectAccessReview"], "SelfSubjectAccessReview", "",
+                                   [E.required("spec")])
+        spec = body["spec"]
+        attrs = spec.get("resourceAttributes")
+        if attrs:
+            allowed = self.emu.is_allowed(
+                attrs.get("verb") or "", attrs.get("group") or "", attrs.get("resource") or "",
+                attrs.get("subresource") or "", attrs.get("namespace") or "",
+            )
+        elif spec.get("nonResourceAttributes"):
+            allowed = True
+        else:
+            raise E.invalid_object(BY_KIND["SelfSubjectAccessReview"], "SelfSubjectAccessReview", "",
+                                   [E.invalid("spec.resourceAttributes", None,
+                                              "exactly one of nonResourceAttributes or resourceAttributes "
+                                              "must be specified")])
+        status = {"allowed": allowed}
+        status["reason"] = "allowed by the emulator's rules" if allowed else ""
+        if not allowed:
+            status["denied"] = False  # not allowed by a rule, not explicitly denied (as RBAC)
+        return {
+            "kind": "SelfSubjectAccessReview",
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": status,
+        }
+
+    # -------------------------------------------------------------- events
+    def record_event(self, involved_rt: ResourceType, involved: dict, etype: str, reason: str, message: str,
+                     component: str, *, host: str | None = None, field_path: str | None = None) -> None:
+        """Create an Event, or bump count/lastTimestamp of the same one (as client-go's recorder)."""
+        meta = involved["metadata"]
+        namespace = meta.get("namespace") or "default"
+        key = (namespace, meta.get("uid"), etype, reason, message, field_path)
+        now = self.now()
+        with self.store.lock:
+            name = self._event_index.get(key)
+            existing = self.store.get(EVENTS, namespace, name) if name else None
+            if existing is not None:
+                existing["count"] = existing.get("count", 1) + 1
+                existing["lastTimestamp"] = now
+                self.store.put(EVENTS, existing)
+                return
+            if self.store.peek(NAMESPACES, "", namespace) is None:
+                return
+            name = f"{meta['name']}.{self.emu.rng.getrandbits(64):016x}"
+            ref = {
+                "kind": involved_rt.kind,
+                "namespace": meta.get("namespace") or "",
+                "name": meta["name"],
+                "uid": meta.get("uid"),
+                "apiVersion": involved_rt.api_version,
+                "resourceVersion": meta.get("resourceVersion"),
+            }
+            if not involved_rt.namespaced:
+                ref.pop("namespace")
+            if field_path:
+                ref["fieldPath"] = field_path
+            source = {"component": component}
+            if host:
+                source["host"] = host
+            event = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": name, "namespace": namespace},
+                "involvedObject": ref,
+                "reason": reason,
+                "message": message,
+                "type": etype,
+                "count": 1,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "source": source,
+                "reportingComponent": component,
+                "reportingInstance": host or "",
+                "eventTime": None,
+            }
+            self.create(EVENTS, namespace, event)
+            self._event_index[key] = name

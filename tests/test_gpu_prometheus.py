@@ -1,0 +1,165 @@
+"""GPU rows through a real Prometheus (Debian package) scraping the simulator's
+dcgm-exporter endpoints, compared with a direct scrape of the same endpoint.
+
+Needs /usr/bin/prometheus:
+    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus
+Skipped without it, unless INFERTOP_REQUIRE_REAL=1 (then it fails).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from infertop.config import GpuConfig, PrometheusConfig
+from infertop.sim import SimCluster
+from infertop.sources.dcgm import DcgmSource
+from infertop.sources.gpu import GpuCollector
+from infertop.sources.prom_gpu import NO_SERIES, PromGpuSource
+
+pytestmark = pytest.mark.real_prometheus
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+COMPARED = ("host", "index", "uuid", "name", "util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes",
+            "temp_c", "mem_temp_c", "power_w", "sm_clock_mhz", "mem_clock_mhz", "throttle_reasons", "last_xid",
+            "retired_pages", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "gr_engine_active_pct",
+            "tensor_active_pct", "dram_active_pct", "pod", "namespace", "container", "pci_bus_id", "driver_version",
+            "ecc_corrected", "fan_pct", "power_limit_w")
+
+
+def _require_prometheus() -> None:
+    if os.path.exists(PROMETHEUS):
+        return
+    msg = (f"{PROMETHEUS} not found — install it: apt-get update && "
+           "DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus")
+    if os.environ.get("INFERTOP_REQUIRE_REAL") == "1":
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _hostport(url: str) -> str:
+    return url.split("://", 1)[1].split("/", 1)[0]
+
+
+def _wait(what: str, cond, proc: subprocess.Popen, log: Path, timeout_s: float = 60.0):
+    """Poll ``cond`` (a bounded loop) until it returns something truthy."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"prometheus exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            last = cond()
+        except Exception as e:  # noqa: BLE001 — not up yet
+            last = e
+        else:
+            if last:
+                return last
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}; last: {last!r}\n{log.read_text()[-2000:]}")
+
+
+@pytest.fixture
+def sim():
+    with SimCluster(n_engines=3, seed=11, realtime=False, load="steady", kubernetes_labels=True) as c:
+        c.advance(90)  # frozen from here on: Prometheus and the direct scrape see the same values
+        yield c
+
+
+@pytest.fixture
+def prometheus(tmp_path, sim):
+    _require_prometheus()
+    port = _free_port()
+    cfg = tmp_path / "prometheus.yml"
+    engines = ", ".join(f'"{_hostport(e.url)}"' for e in sim.engines)
+    cfg.write_text(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
+        "scrape_configs:\n"
+        f"  - job_name: dcgm\n    static_configs:\n      - targets: [\"{_hostport(sim.dcgm_url)}\"]\n"
+        # the same GPUs again, through each engine's own endpoint: rows must not double
+        f"  - job_name: dcgm-per-engine\n    metrics_path: /dcgm/metrics\n"
+        f"    static_configs:\n      - targets: [{engines}]\n"
+    )
+    log = tmp_path / "prometheus.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=2h"],
+            stdout=fh, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def all_up():
+            r = httpx.get(f"{url}/api/v1/query", params={"query": "up"}, timeout=2, trust_env=False).json()
+            res = r["data"]["result"]
+            return len(res) == 4 and all(x["value"][1] == "1" for x in res)
+
+        _wait("up == 1 for the 4 targets", all_up, proc, log)
+        yield url, proc, log
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+async def test_prometheus_rows_match_a_direct_dcgm_scrape(prometheus, sim):
+    url, proc, log = prometheus
+    src = PromGpuSource(url, timeout_s=5)
+    # wait until every field's series has been scraped once
+    rows = _wait("3 GPUs with all fields", lambda: (r := src.collect()) and len(r) == 3
+                 and all(g.pcie_rx_bytes_per_s is not None and g.dram_active_pct is not None for g in r) and r,
+                 proc, log)
+    assert src.health.ok and src.health.kind == "prometheus" and src.health.last_error is None
+    async with httpx.AsyncClient(trust_env=False) as cl:
+        direct, health = await DcgmSource([sim.dcgm_url]).poll(cl)
+    assert health[0].ok and len(direct) == 3
+    for p, d in zip(rows, direct):
+        assert p.source == "prometheus" and d.source == "dcgm"
+        for f in COMPARED:
+            pv, dv = getattr(p, f), getattr(d, f)
+            if isinstance(dv, float):
+                assert pv == pytest.approx(dv, rel=1e-9, abs=1e-6), f
+            else:
+                assert pv == dv, f
+    # "no data" stays None, a real 0 stays 0
+    assert rows[0].last_xid == 0 and rows[0].retired_pages == 0
+    assert rows[0].ecc_corrected is None and rows[0].fan_pct is None and rows[0].power_limit_w is None
+    assert rows[1].slowdowns  # the simulator's hot GPU, seen through Prometheus
+    src.close()
+
+
+async def test_prometheus_through_the_collector_and_its_errors(prometheus, sim):
+    url, proc, log = prometheus
+    _wait("GPU series", lambda: len(PromGpuSource(url).collect()) == 3, proc, log)
+    c = GpuCollector(GpuConfig(nvml=False), PrometheusConfig(url=url, timeout_s=5))
+    rows, health = await c.poll()
+    await c.aclose()
+    assert len(rows) == 3 and [(h.kind, h.ok) for h in health] == [("prometheus", True)]
+    assert {g.pod for g in rows} == {g.pod for g in sim.gpus}
+    # dcgm URLs given explicitly: Prometheus is not asked for GPUs
+    c = GpuCollector(GpuConfig(nvml=False), PrometheusConfig(url=url), dcgm_urls=[sim.dcgm_url])
+    assert c.prom is None
+    c.close()
+    # a Prometheus without dcgm series says so
+    empty = PromGpuSource(url, selector='job="no-such-job"')
+    assert empty.collect() == [] and empty.health.last_error == NO_SERIES and not empty.health.ok
+    # a Prometheus that is not there
+    dead = PromGpuSource(f"http://127.0.0.1:{_free_port()}", timeout_s=2)
+    assert dead.collect() == [] and dead.health.last_error == "connection refused"
+    assert dead.health.consecutive_failures == 1
