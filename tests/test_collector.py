@@ -178,3 +178,15 @@ async def test_backoff_grows_while_failing():
         await fc.poll_once()
         delays.append(c.next_delay_s(1.0))
     assert delays == sorted(delays) and delays[0] > 1.0 and delays[-1] <= 30.0
+
+
+async def test_failing_health_marks_engine_degraded(scripted):
+    srv = scripted().serve_engine(v1_doc(engines={"0": {"running": 1}}))
+    srv.routes["/health"] = (503, b"")
+    fc = make([("sick", srv.url)], Clock())
+    await fc.poll_once()
+    s = fc.snapshot().engines[0]
+    assert s.state == DEGRADED and s.error == "/health failing" and s.running == 1
+    srv.routes["/health"] = (200, b"")
+    await fc.poll_once()  # after a failure /health is checked on every poll
+    assert fc.snapshot().engines[0].state == UP

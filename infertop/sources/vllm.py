@@ -25,6 +25,7 @@ from .expfmt import ParseError, Parser
 from .vllm_names import EngineSample, Extractor
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+HEALTH_EVERY = 5
 HISTORY_FIELDS = (
     "running",
     "waiting",
@@ -46,6 +47,10 @@ class EngineEndpoint:
     url: str
     max_num_seqs: int | None = None
     timeout_s: float = 2.0
+
+
+async def _none() -> None:
+    return None
 
 
 class ScrapeError(Exception):
@@ -110,6 +115,25 @@ class EngineCollector:
         self.models: list[dict] = []
         self.vllm_version: str | None = None
         self._polls = 0
+        self._healthy: bool | None = None
+        self._client: httpx.AsyncClient | None = None
+
+    def client(self) -> httpx.AsyncClient:
+        """This engine's own HTTP client: a pool shared by many hosts costs
+        O(connections) per request in httpcore, quadratic over a large fleet."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(5.0, connect=1.0),
+                limits=httpx.Limits(max_connections=4, max_keepalive_connections=4),
+                headers={"User-Agent": "infertop"},
+                trust_env=False,
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
     def next_delay_s(self, interval_s: float) -> float:
         """Interval when healthy; exponential backoff (max 30 s) when failing."""
@@ -118,16 +142,20 @@ class EngineCollector:
             return interval_s
         return min(30.0, interval_s * (2 ** min(n, 6)))
 
-    async def poll(self, client: httpx.AsyncClient) -> list[EngineStats]:
+    async def poll(self, client: httpx.AsyncClient | None = None) -> list[EngineStats]:
         """One bounded poll of /metrics, /health (and /v1/models, /version now and then)."""
+        client = client or self.client()
         ep = self.endpoint
         base = ep.url.rstrip("/")
         started = self.clock()
         self._polls += 1
         want_meta = not self.models or self._polls % 30 == 0
+        # /health costs a request per engine per poll; while /metrics answers it
+        # is checked every HEALTH_EVERY polls, and on every poll after a failure.
+        want_health = self._healthy is not True or self._polls % HEALTH_EVERY == 0
         try:
             async with asyncio.timeout(ep.timeout_s):
-                jobs = [fetch_text(client, base + "/metrics"), client.get(base + "/health")]
+                jobs = [fetch_text(client, base + "/metrics"), client.get(base + "/health") if want_health else _none()]
                 if want_meta:
                     jobs.append(self._meta(client, base))
                 text, health = (await asyncio.gather(*jobs, return_exceptions=True))[:2]
@@ -142,7 +170,9 @@ class EngineCollector:
                 raise ScrapeError("no vllm: metrics at /metrics")
         except Exception as exc:  # noqa: BLE001 — every failure is shown, none crashes
             return self._failed(exc, started)
-        healthy = not isinstance(health, BaseException) and health.status_code == 200
+        if want_health:
+            self._healthy = not isinstance(health, BaseException) and health.status_code == 200
+        healthy = bool(self._healthy)
         now = self.clock()
         self.health = SourceHealth(
             name=ep.name, kind="vllm", ok=True, last_ok_at=now, latency_s=now - started,
@@ -189,6 +219,7 @@ class EngineCollector:
         return derive(base, window, s.gauges)
 
     def _failed(self, exc: BaseException, started: float) -> list[EngineStats]:
+        self._healthy = None
         now = self.clock()
         msg = describe_error(exc, self.endpoint.timeout_s)
         h = self.health
@@ -223,23 +254,9 @@ class FleetCollector:
         self.collectors = [EngineCollector(ep, window_s, clock) for ep in endpoints]
         self.history = HistoryStore(history_capacity)
         self.on_update = on_update
-        self._client: httpx.AsyncClient | None = None
-        self._last_recorded: dict[str, int] = {}
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(5.0, connect=1.0),
-                limits=httpx.Limits(max_connections=max(10, 3 * len(self.collectors))),
-                headers={"User-Agent": "infertop"},
-                trust_env=False,
-            )
-        return self._client
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await asyncio.gather(*(c.aclose() for c in self.collectors))
 
     def snapshot(self) -> FleetSnapshot:
         return FleetSnapshot(taken_at=time.time(), engines=tuple(s for c in self.collectors for s in c.stats))
@@ -253,7 +270,7 @@ class FleetCollector:
                 self.history.record(s.name, f, getattr(s, f))
 
     async def poll_collector(self, c: EngineCollector) -> None:
-        stats = await c.poll(self._http())
+        stats = await c.poll()
         self._record(stats)
         if self.on_update is not None:
             self.on_update(self.snapshot())
