@@ -1,0 +1,73 @@
+"""Regenerate screenshots/*.svg from the demo.
+
+    .venv/bin/python screenshots/make_screenshots.py [--seconds 25]
+
+Starts the bundled simulator, runs infertop against it headless (Textual's
+run_test) for a while so windows and sparklines fill, then saves one SVG
+per pane at 120x40 and the main panes at 80x24.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from infertop.config import Config
+from infertop.demo import start_demo
+from infertop.ui.app import InfertopApp, Settings
+
+OUT = Path(__file__).resolve().parent
+
+# (file name, keys to press before the shot, keys to press after it)
+SHOTS_BIG = [
+    ("overview", ["1"], []),
+    ("engines", ["2"], []),
+    ("engine-detail", ["2", "down", "enter"], ["escape"]),
+    ("gpus", ["4"], []),
+    ("cluster", ["5"], []),
+    ("log", ["3"], []),
+    ("help", ["question_mark"], ["escape"]),
+]
+SHOTS_SMALL = [("overview-80x24", ["1"], []), ("engines-80x24", ["2"], [])]
+
+
+async def shoot(demo, size, shots, seconds: float) -> None:
+    cfg = Config()
+    cfg.slo.e2e_p99_s = 20.0  # as --demo does without a config file
+    settings = Settings(config=cfg, endpoints=demo.endpoints, mode="demo")
+    if hasattr(settings, "dcgm_urls") and demo.dcgm_url:
+        settings.dcgm_urls = [demo.dcgm_url]
+    app = InfertopApp(settings)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(seconds)
+        for name, before, after in shots:
+            try:
+                for key in before:
+                    await pilot.press(key)
+                await pilot.pause(1.5)
+            except Exception as e:  # a pane that this build does not have
+                print(f"skip {name}: {e}", file=sys.stderr)
+                continue
+            path = app.save_screenshot(filename=f"{name}.svg", path=str(OUT))
+            print(path)
+            for key in after:
+                await pilot.press(key)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=25.0, help="seconds of data before the first shot")
+    args = ap.parse_args()
+    demo = start_demo(6, seed=7)
+    try:
+        asyncio.run(shoot(demo, (120, 40), SHOTS_BIG, args.seconds))
+        asyncio.run(shoot(demo, (80, 24), SHOTS_SMALL, min(args.seconds, 10)))
+    finally:
+        demo.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

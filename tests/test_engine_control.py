@@ -1,0 +1,655 @@
+"""Local engine lifecycle (infertop.control.engines) against the fake engine.
+
+Every engine here is ``tests/fake_engine.py`` run by this interpreter; it
+speaks the api_server command line and serves /health and /metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from infertop.config import ProfileConfig
+from infertop.control import engine_cli, engines
+from infertop.control.audit import AuditLog
+from infertop.control.engines import (
+    EngineBusyError,
+    EngineManager,
+    EngineNotFound,
+    EngineStartError,
+    InvalidArgsError,
+    NotOurProcessError,
+    PortInUseError,
+    SetArgsError,
+    VerifyError,
+    build_command,
+    cmdline_value,
+    group_members,
+    normalize_overrides,
+    parse_assignments,
+    read_cmdline,
+    read_stat,
+    tail_file,
+)
+
+FAKE = str(Path(__file__).with_name("fake_engine.py").resolve())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def alive(pid: int) -> bool:
+    st = read_stat(pid)
+    return st is not None and st.state not in ("Z", "X")
+
+
+class Env:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.state_dir = tmp / "state"
+        self.audit_path = tmp / "audit.jsonl"
+        self.managers: list[EngineManager] = []
+
+    def manager(self, **kw) -> EngineManager:
+        kw.setdefault("poll_interval_s", 0.1)
+        kw.setdefault("failure_grace_s", 2.0)
+        kw.setdefault("kill_wait_s", 5.0)
+        kw.setdefault("metrics_interval_s", 0.3)
+        m = EngineManager(self.state_dir, AuditLog(self.audit_path), module=FAKE, **kw)
+        self.managers.append(m)
+        return m
+
+    def profile(self, port: int | None = None, max_num_seqs: int = 4, **fake) -> ProfileConfig:
+        return ProfileConfig(
+            model="fake-model",
+            served_model_name="fake",
+            port=port or free_port(),
+            max_num_seqs=max_num_seqs,
+            python=sys.executable,
+            env={f"FAKE_ENGINE_{k.upper()}": str(v) for k, v in fake.items()},
+            start_timeout_s=20.0,
+            stop_grace_s=5.0,
+        )
+
+    def audit(self) -> list[dict]:
+        return AuditLog(self.audit_path).entries()
+
+    def cleanup(self) -> None:
+        """Kill whatever a failed test left behind (only groups recorded in state files)."""
+        for path in (self.state_dir / "engines").glob("*.json"):
+            try:
+                st = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            for m in group_members(int(st.get("pgid", 0) or 0)):
+                if m.session == st.get("sid"):
+                    os.kill(m.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def env(tmp_path: Path):
+    e = Env(tmp_path)
+    yield e
+    e.cleanup()
+
+
+def wait_until(pred, timeout: float = 10.0, step: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()
+
+
+# ----------------------------------------------------------------- pure parts
+
+
+def test_build_command_profile_flags_extras_and_overrides():
+    p = ProfileConfig(model="/m", served_model_name="tiny", port=8001, max_num_seqs=4, max_model_len=512,
+                      dtype="float32", enforce_eager=True, enable_prefix_caching=False, shutdown_timeout=5.0,
+                      extra_args=["--max-num-seqs", "2", "--seed", "1"], python="/venv/bin/python")
+    cmd = build_command(p)
+    assert cmd[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert cmd[3:] == [
+        "--model", "/m", "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", "8001",
+        "--max-num-seqs", "4", "--max-model-len", "512", "--no-enable-prefix-caching",
+        "--shutdown-timeout", "5", "--dtype", "float32", "--enforce-eager",
+        "--max-num-seqs", "2", "--seed", "1",
+    ]
+    # extra_args come after the profile's flags, so they win…
+    assert cmdline_value(cmd, "max_num_seqs") == "2"
+    # …and overrides come last, so they win over extra_args.
+    cmd = build_command(p, {"max_num_seqs": 8, "max_num_batched_tokens": 1024, "enforce_eager": False},
+                        module="fake_engine")
+    assert cmd[1:3] == ["-m", "fake_engine"]
+    assert cmd[-5:] == ["--max-num-seqs", "8", "--max-num-batched-tokens", "1024", "--no-enforce-eager"]
+    assert cmd.count("--max-num-seqs") == 2  # the profile's 4 is replaced, extra_args' 2 is overridden
+    assert cmdline_value(cmd, "max_num_seqs") == "8"
+    assert cmdline_value(cmd, "enforce_eager") == "false"
+    assert cmdline_value(cmd, "scheduling_policy") is None
+    assert build_command(p, module="/x/fake_engine.py")[1] == "/x/fake_engine.py"
+
+
+def test_overrides_are_checked_and_coerced():
+    p = ProfileConfig(model="m")
+    assert normalize_overrides(p, {"max-num-seqs": "8", "enforce_eager": "yes"}) == {
+        "max_num_seqs": 8, "enforce_eager": True}
+    assert normalize_overrides(p, {"gpu_memory_utilization": 1}) == {"gpu_memory_utilization": 1.0}
+    for bad in ({"max_num_seqs": 0}, {"max_num_seqs": "many"}, {"python": "/bin/sh"},
+                {"scheduling_policy": "lifo"}, {"Bad Key": 1}, {"port": None}):
+        with pytest.raises(InvalidArgsError):
+            normalize_overrides(p, bad)
+    assert parse_assignments(["max_num_seqs=8", "dtype=float32", "enable_prefix_caching=true",
+                              "gpu_memory_utilization=0.85"]) == {
+        "max_num_seqs": 8, "dtype": "float32", "enable_prefix_caching": True, "gpu_memory_utilization": 0.85}
+    with pytest.raises(InvalidArgsError):
+        parse_assignments(["max_num_seqs"])
+
+
+def test_tail_file_reads_only_the_end(tmp_path, monkeypatch):
+    path = tmp_path / "big.log"
+    with open(path, "w") as f:
+        for i in range(300_000):
+            f.write(f"line {i} " + "x" * 40 + "\n")
+        f.write("progress 10%\rprogress 50%\rprogress 100%\n")
+    size = path.stat().st_size
+    read_bytes = []
+    real_open = open
+
+    class Spy:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.f.close()
+
+        def read(self, n=-1):
+            data = self.f.read(n)
+            read_bytes.append(len(data))
+            return data
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    monkeypatch.setattr(engines, "open", lambda *a, **k: Spy(real_open(*a, **k)), raising=False)
+    lines = tail_file(path, 3)
+    assert lines == [f"line 299998 {'x' * 40}", f"line 299999 {'x' * 40}", "progress 100%"]
+    assert sum(read_bytes) < 64 * 1024 < size
+    assert tail_file(tmp_path / "missing.log", 5) == []
+
+
+# ----------------------------------------------------------------- lifecycle
+
+
+def test_start_status_logs_stop(env):
+    mgr = env.manager()
+    events = []
+
+    def progress(ev):
+        events.append(ev)
+        raise RuntimeError("a broken callback must not break the action")
+
+    prof = env.profile(start_delay=0.5, child=1)
+    rec = mgr.start("e1", prof, progress)
+    assert rec.phase == "running" and rec.port == prof.port and rec.max_num_seqs == 4
+    assert rec.startup_s is not None and rec.startup_s > 0
+    phases = [e.phase for e in events]
+    assert phases[0] == "spawned" and phases[-1] == "healthy" and "waiting" in phases
+    assert any(e.log_line and "Loading model weights" in e.log_line for e in events)
+
+    state = json.loads((env.state_dir / "engines" / "e1.json").read_text())
+    st = read_stat(rec.pid)
+    assert state["pid"] == rec.pid == state["pgid"] == st.pgrp
+    assert state["starttime"] == st.starttime
+    assert state["cmdline"] == read_cmdline(rec.pid) == list(rec.cmdline)
+    assert state["profile_name"] == "e1" and state["port"] == prof.port
+    assert state["args"]["max_num_seqs"] == 4
+
+    s = mgr.status("e1")
+    assert s.phase == "running" and s.pid == rec.pid and s.uptime_s >= 0
+    assert [r.name for r in mgr.list()] == ["e1"]
+    assert mgr.health("e1")
+    assert any("Application startup complete" in line for line in mgr.tail_log("e1", 20))
+    with pytest.raises(engines.EngineError, match="already running"):
+        mgr.start("e1", prof)
+    members = [m.pid for m in group_members(rec.pgid)]
+    assert len(members) == 2  # the server and its EngineCore stand-in
+
+    res = mgr.stop("e1")
+    assert not res.sigkill and not res.already_exited and res.exit_code == 0
+    assert group_members(rec.pgid) == [] and not any(alive(p) for p in members)
+    assert not (env.state_dir / "engines" / "e1.json").exists()
+    assert mgr.status("e1") is None
+    with pytest.raises(EngineNotFound):
+        mgr.stop("e1")
+
+    audit = [(a["action"], a["target"], a["result"]) for a in env.audit()]
+    assert audit == [("engine.start", "e1", "ok"), ("engine.start", "e1", "failed"),
+                     ("engine.stop", "e1", "ok"), ("engine.stop", "e1", "failed")]
+    hist = [(h["action"], h["result"]) for h in mgr.history("e1")]
+    assert hist[0] == ("start", "ok") and ("stop", "ok") in hist
+
+
+def test_port_in_use_is_refused_before_spawning(env):
+    mgr = env.manager()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(PortInUseError) as ei:
+            mgr.start("busy", env.profile(port=port))
+    assert f"port {port} in use by pid {os.getpid()}" in str(ei.value)
+    assert not (env.state_dir / "engines" / "busy.json").exists()
+    assert not (env.state_dir / "engines" / "busy.log").exists()  # nothing was spawned
+    [entry] = env.audit()
+    assert entry["action"] == "engine.start" and entry["result"] == "failed"
+    assert f"port {port} in use" in entry["reason"]
+
+
+def test_port_of_another_running_engine(env):
+    mgr = env.manager()
+    prof = env.profile()
+    a = mgr.start("a", prof)
+    try:
+        with pytest.raises(PortInUseError, match=f"port {prof.port} in use by engine 'a' \\(pid {a.pid}\\)"):
+            mgr.start("b", prof)
+    finally:
+        mgr.stop("a")
+
+
+def test_crash_on_start_reports_reason_and_log_tail(env):
+    mgr = env.manager()
+    with pytest.raises(EngineStartError) as ei:
+        mgr.start("oom", env.profile(crash=1))
+    e = ei.value
+    assert "exited with status 1" in e.reason and "out of memory" in e.reason
+    assert "CUDA out of memory" in e.reason
+    assert any("torch.OutOfMemoryError: CUDA out of memory" in line for line in e.log_tail)
+    assert any("Traceback" in line for line in e.log_tail)
+    assert not alive(e.pid) and group_members(e.pid) == []
+    assert not (env.state_dir / "engines" / "oom.json").exists()
+    [entry] = env.audit()
+    assert entry["result"] == "failed" and "out of memory" in entry["reason"]
+    # the log keeps it for later
+    assert any("CUDA out of memory" in line for line in mgr.tail_log("oom", 10))
+
+
+def test_profile_python_without_vllm_or_missing(env):
+    mgr = EngineManager(env.state_dir, AuditLog(env.audit_path), poll_interval_s=0.1)  # the real module
+    with pytest.raises(EngineStartError) as ei:
+        mgr.start("novllm", env.profile())  # this interpreter has no vLLM
+    assert "No module named 'vllm'" in ei.value.reason and "vllm_env" in ei.value.reason
+    prof = env.profile()
+    prof.python = str(env.tmp / "no-such-python")
+    with pytest.raises(EngineStartError, match="cannot run .*no-such-python"):
+        mgr.start("nopython", prof)
+    assert mgr.list() == []
+
+
+def test_slow_start_times_out_and_leaves_nothing(env):
+    mgr = env.manager()
+    with pytest.raises(EngineStartError) as ei:
+        mgr.start("slow", env.profile(start_delay=60, child=1), timeout_s=1.5)
+    e = ei.value
+    assert "not healthy after 1.5 s" in e.reason and "connection refused" in e.reason
+    assert any("Loading model weights" in line for line in e.log_tail)
+    assert group_members(e.pid) == []
+    assert mgr.list() == []
+
+
+def test_sigterm_ignored_gets_sigkill_after_grace(env):
+    mgr = env.manager()
+    rec = mgr.start("stubborn", env.profile(ignore_term=1, child=1))
+    members = [m.pid for m in group_members(rec.pgid)]
+    assert len(members) == 2
+    events = []
+    res = mgr.stop("stubborn", grace_s=1.0, progress=events.append)
+    assert res.sigkill and res.reason == "SIGKILL after 1 s grace"
+    assert res.exit_code == -signal.SIGKILL
+    assert [e.phase for e in events].count("killing") == 1
+    assert group_members(rec.pgid) == [] and not any(alive(p) for p in members)
+    assert any("SIGTERM received: ignoring it" in line for line in mgr.tail_log("stubborn"))
+    stop = [a for a in env.audit() if a["action"] == "engine.stop"][0]
+    assert stop["result"] == "ok" and stop["sigkill"] is True
+
+
+def test_http_server_waiting_for_clients_after_drain_is_killed(env):
+    mgr = env.manager(http_close_s=0.5)
+    rec = mgr.start("hang", env.profile(hang_after_stop=1))
+    events = []
+    res = mgr.stop("hang", grace_s=60, progress=events.append)
+    assert res.sigkill and "engine drained and stopped" in res.reason and "after 0.5 s" in res.reason
+    assert any("waiting for the HTTP server" in e.message for e in events)
+    assert group_members(rec.pgid) == []
+
+
+def test_drain_reports_in_flight_from_metrics(env):
+    mgr = env.manager()
+    mgr.start("busy", env.profile(running=3, waiting=2, drain_s=2))
+    events = []
+    res = mgr.stop("busy", grace_s=20, progress=events.append)
+    assert not res.sigkill and res.max_in_flight == 5
+    draining = [e for e in events if e.phase == "draining" and e.in_flight is not None]
+    assert draining and draining[0].in_flight == 5
+    assert "draining (5 in flight)" in draining[0].message
+    assert "drained up to 5 in flight" in res.reason
+
+
+def test_default_grace_covers_shutdown_timeout(env):
+    mgr = env.manager()
+    prof = env.profile()
+    prof.shutdown_timeout = 30
+    rec = mgr.start("drainer", prof)
+    assert "--shutdown-timeout" in rec.cmdline
+    assert mgr._default_grace(json.loads((env.state_dir / "engines" / "drainer.json").read_text())) == 40
+    mgr.stop("drainer")
+
+
+# ----------------------------------------------------------------- safety
+
+
+def _tamper(env: Env, name: str, **changes) -> dict:
+    path = env.state_dir / "engines" / f"{name}.json"
+    orig = json.loads(path.read_text())
+    path.write_text(json.dumps({**orig, **changes}))
+    return orig
+
+
+def test_pid_reuse_is_refused_and_nothing_is_signalled(env):
+    mgr = env.manager()
+    rec = mgr.start("e", env.profile())
+    orig = _tamper(env, "e", starttime=read_stat(rec.pid).starttime - 1)
+    refusal = f"PID {rec.pid} is no longer the engine infertop started"
+    with pytest.raises(NotOurProcessError, match=refusal):
+        mgr.stop("e", grace_s=0.5)
+    with pytest.raises(NotOurProcessError, match=refusal):
+        mgr.restart("e")
+    with pytest.raises(NotOurProcessError, match=refusal):
+        mgr.set_args("e", {"max_num_seqs": 8})
+    time.sleep(0.3)  # a stray SIGTERM would have ended the fake engine by now
+    assert alive(rec.pid) and httpx.get(rec.url + "/health", timeout=2).status_code == 200
+    assert mgr.status("e").phase == "stale" and not mgr.health("e")
+    refused = [a for a in env.audit() if a["result"] == "refused"]
+    assert [a["action"] for a in refused] == ["engine.stop", "engine.restart", "engine.set"]
+    assert all(refusal in a["reason"] for a in refused)
+
+    # The state file back as written: the same engine stops normally.
+    (env.state_dir / "engines" / "e.json").write_text(json.dumps(orig))
+    assert not mgr.stop("e").sigkill
+
+
+def test_foreign_process_with_recorded_pid_is_never_signalled(env):
+    mgr = env.manager()
+    rec = mgr.start("e", env.profile())
+    mgr.stop("e")
+    # Another program now runs under a PID the state file names (its real start
+    # time, but another command line): infertop must refuse to touch it.
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        st = read_stat(other.pid)
+        (env.state_dir / "engines" / "e.json").write_text(json.dumps({
+            "name": "e", "pid": other.pid, "pgid": other.pid, "sid": other.pid,
+            "starttime": st.starttime, "cmdline": list(rec.cmdline), "port": rec.port,
+            "url": rec.url, "args": rec.args, "profile": {"model": "m"}}))
+        with pytest.raises(NotOurProcessError, match=f"PID {other.pid} is no longer the engine infertop started"):
+            mgr.stop("e", grace_s=0.5)
+        assert other.poll() is None
+        assert mgr.status("e").phase == "stale"
+        assert mgr.forget("e") and mgr.status("e") is None  # drops the record, signals nothing
+        assert other.poll() is None
+        (env.state_dir / "engines" / "e.json").write_text(json.dumps({
+            "name": "e", "pid": other.pid, "pgid": other.pid, "sid": other.pid,
+            "starttime": st.starttime, "cmdline": list(rec.cmdline), "port": rec.port,
+            "url": rec.url, "args": rec.args, "profile": {"model": "m"}}))
+        # A new infertop drops that stale state file rather than adopting it.
+        mgr2 = env.manager()
+        assert mgr2.status("e") is None
+        assert not (env.state_dir / "engines" / "e.json").exists()
+        assert mgr2.history("e")[-1]["action"] == "dropped"
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_readoption_after_infertop_restarts(env):
+    mgr1 = env.manager()
+    rec = mgr1.start("keep", env.profile(running=2, drain_s=1))
+    # A state file of an engine that died while infertop was away.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (env.state_dir / "engines" / "ghost.json").write_text(json.dumps({
+        "name": "ghost", "pid": dead.pid, "pgid": dead.pid, "sid": dead.pid, "starttime": 1,
+        "cmdline": ["x"], "port": 1, "url": "http://127.0.0.1:1"}))
+
+    mgr2 = env.manager()  # "infertop restarted"
+    got = mgr2.status("keep")
+    assert got is not None and got.adopted and got.phase == "running"
+    assert got.pid == rec.pid and got.cmdline == rec.cmdline
+    assert not (env.state_dir / "engines" / "ghost.json").exists()
+    assert [r.name for r in mgr2.list()] == ["keep"]
+    res = mgr2.stop("keep")
+    assert not res.sigkill and res.max_in_flight == 2
+    assert res.exit_code is None  # not mgr2's child; its parent reaps it
+    assert group_members(rec.pgid) == []
+
+
+def test_orphans_of_a_dead_engine_are_cleaned_up(env):
+    mgr = env.manager()
+    rec = mgr.start("e", env.profile(child=2))
+    [child] = [m.pid for m in group_members(rec.pgid) if m.pid != rec.pid]
+    os.kill(rec.pid, signal.SIGKILL)  # the server dies; its "EngineCore" lives on
+    assert wait_until(lambda: not alive(rec.pid))
+    got = mgr.status("e")
+    assert got.phase == "running" and "1 process(es) of its group remain" in got.detail
+    assert EngineManager(env.state_dir, AuditLog(env.audit_path), module=FAKE).status("e") is not None  # adopted
+    res = mgr.stop("e", grace_s=5)
+    assert not res.already_exited and not alive(child) and group_members(rec.pgid) == []
+
+
+def test_engine_that_dies_shows_as_exited(env):
+    mgr = env.manager()
+    rec = mgr.start("fragile", env.profile())
+    os.kill(rec.pid, signal.SIGKILL)
+    assert wait_until(lambda: mgr.status("fragile").phase == "exited")
+    got = mgr.status("fragile")
+    assert got.exit_code == -signal.SIGKILL and "SIGKILL" in got.detail
+    assert mgr.history("fragile")[-1]["action"] == "exited"
+    assert [r.phase for r in mgr.list()] == ["exited"]
+    # starting it again is allowed
+    mgr.start("fragile", env.profile())
+    mgr.stop("fragile")
+
+
+def test_status_during_stop_does_not_report_a_crash(env):
+    import threading
+
+    mgr = env.manager()
+    rec = mgr.start("e", env.profile(running=1, drain_s=1, child=1))
+    done = []
+    t = threading.Thread(target=lambda: done.append(mgr.stop("e")))
+    t.start()
+    phases = set()
+    while t.is_alive():
+        r = mgr.status("e")
+        phases.add(r.phase if r else None)
+        time.sleep(0.01)
+    t.join()
+    assert done and not done[0].sigkill
+    assert "exited" not in phases and "stopping" in phases
+    assert mgr.status("e") is None and group_members(rec.pgid) == []
+    assert [h["action"] for h in mgr.history("e")] == ["start", "stop"]
+
+
+def test_one_action_at_a_time(env):
+    mgr = env.manager()
+    mgr.start("e", env.profile())
+    other = env.manager()
+    with mgr._operation("e"), pytest.raises(EngineBusyError):
+        other.stop("e")
+    mgr.stop("e")
+
+
+# ----------------------------------------------------------------- set_args
+
+
+def test_set_args_restarts_with_new_value_and_verifies(env):
+    mgr = env.manager()
+    rec = mgr.start("e", env.profile(running=3))
+    seen = []
+    events = []
+
+    def check(new):
+        seen.append(new.pid)
+        return None
+
+    res = mgr.set_args("e", {"max_num_seqs": 8}, events.append, check=check)
+    assert res.changed and res.old == {"max_num_seqs": 4} and res.new == {"max_num_seqs": 8}
+    assert res.verified == {"max_num_seqs": "8"}
+    new = res.record
+    assert new.pid != rec.pid and not alive(rec.pid) and seen == [new.pid]
+    assert cmdline_value(read_cmdline(new.pid), "max_num_seqs") == "8"
+    assert new.max_num_seqs == 8 and new.restarts == 1 and new.overrides == {"max_num_seqs": 8}
+    assert res.before.running == 3 and res.after.running == 3
+    assert res.stop is not None and not res.stop.sigkill
+    phases = [e.phase for e in events]
+    assert phases.index("draining") < phases.index("spawned") < phases.index("healthy") < phases.index("verifying")
+
+    entry = [a for a in env.audit() if a["action"] == "engine.set"][-1]
+    assert entry["result"] == "ok" and entry["old"] == {"max_num_seqs": 4} and entry["new"] == {"max_num_seqs": 8}
+    assert mgr.history("e")[-1]["action"] == "set"
+
+    # the same value again: nothing restarts
+    again = mgr.set_args("e", {"max_num_seqs": 8})
+    assert not again.changed and again.record.pid == new.pid
+    # restart keeps the override
+    assert mgr.restart("e").max_num_seqs == 8
+    mgr.stop("e")
+
+
+def test_set_args_rolls_back_when_new_args_fail(env):
+    mgr = env.manager()
+    mgr.start("e", env.profile(oom_above=8))
+    with pytest.raises(SetArgsError) as ei:
+        mgr.set_args("e", {"max_num_seqs": 16})
+    e = ei.value
+    assert e.rolled_back and "out of memory" in e.reason and "rolled back to max_num_seqs=4" in e.reason
+    assert any("CUDA out of memory" in line for line in e.log_tail)
+    now = mgr.status("e")
+    assert now.phase == "running" and cmdline_value(read_cmdline(now.pid), "max_num_seqs") == "4"
+    entry = [a for a in env.audit() if a["action"] == "engine.set"][-1]
+    assert entry["result"] == "failed" and entry["new"] == {"max_num_seqs": 16}
+    mgr.stop("e")
+
+
+def test_set_args_behaviour_check_failure(env):
+    mgr = env.manager()
+    mgr.start("e", env.profile())
+    with pytest.raises(VerifyError, match="behaviour check failed: running stayed at 0"):
+        mgr.set_args("e", {"max_num_seqs": 6}, check=lambda rec: "running stayed at 0")
+    assert mgr.status("e").max_num_seqs == 6  # it runs with the new value; the check says it misbehaves
+    assert [a for a in env.audit() if a["action"] == "engine.set"][-1]["result"] == "failed"
+    mgr.stop("e")
+
+
+# ----------------------------------------------------------------- headless CLI
+
+
+def _config(env: Env, **profiles) -> Path:
+    lines = [f"audit_log: {env.audit_path}", "profiles:"]
+    for name, (port, fake) in profiles.items():
+        lines += [f"  {name}:", "    model: fake-model", f"    port: {port}", "    max_num_seqs: 4",
+                  f"    python: {sys.executable}", "    start_timeout_s: 20", "    stop_grace_s: 5", "    env:"]
+        lines += [f"      FAKE_ENGINE_{k.upper()}: '{v}'" for k, v in fake.items()]
+    path = env.tmp / "config.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_cli_lifecycle_and_exit_codes(env, capsys):
+    cfg = _config(env, web=(free_port(), {"running": 1}), bad=(free_port(), {"crash": 1}))
+    base = ["--config", str(cfg), "--state-dir", str(env.state_dir), "--module", FAKE]
+
+    def run(*argv):
+        rc = engine_cli.main([*argv[:1], *base, *argv[1:]])
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    rc, out, err = run("start", "web")
+    assert rc == 0, err
+    assert "web: running, pid" in out and "spawned pid" in out and "healthy after" in out
+    rc, out, _ = run("status")
+    assert rc == 0 and out.splitlines()[0].split()[:3] == ["NAME", "PHASE", "PID"]
+    assert out.splitlines()[1].split()[:2] == ["web", "running"]
+    rc, out, _ = run("status", "web", "--json")
+    assert rc == 0 and json.loads(out)[0]["args"]["max_num_seqs"] == 4
+    rc, out, err = run("set", "web", "max_num_seqs=8")
+    assert rc == 0, err
+    assert "max_num_seqs: 4 → 8" in out and "verified" in out
+    rc, out, _ = run("logs", "web", "-n", "5")
+    assert rc == 0 and len(out.splitlines()) == 5
+    rc, out, err = run("restart", "web")
+    assert rc == 0, err
+    assert "restarted" in out
+    rc, out, _ = run("status", "web", "--json")
+    assert json.loads(out)[0]["args"]["max_num_seqs"] == 8
+    rc, out, err = run("set", "web", "max_num_seqs=0")
+    assert rc == 2 and "max_num_seqs: must be >= 1" in err and len(err.strip().splitlines()) == 1
+    rc, out, err = run("stop", "web")
+    assert rc == 0 and "web: stopped" in out
+    rc, out, err = run("stop", "web")
+    assert rc == 1 and "no engine named 'web'" in err
+
+    rc, out, err = run("start", "bad")
+    assert rc == 1 and "out of memory" in err and "last log lines" in err and "CUDA out of memory" in err
+
+    rc, out, err = run("start", "nosuch")
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "no profile 'nosuch'" in err
+    rc, out, err = run("set", "web", "max_num_seqs")
+    assert rc == 2 and "expected KEY=VALUE" in err
+    rc, out, err = run("set", "web", "max_num_seqs=8")
+    assert rc == 1 and "no engine named 'web'" in err
+
+    actions = [(a["action"], a["result"]) for a in env.audit()]
+    assert actions[:6] == [("engine.start", "ok"), ("engine.set", "ok"), ("engine.restart", "ok"),
+                           ("engine.set", "failed"), ("engine.stop", "ok"), ("engine.stop", "failed")]
+
+
+def test_cli_config_errors_and_read_only(env, capsys):
+    broken = env.tmp / "broken.yaml"
+    broken.write_text("profiles:\n  web:\n    model: m\n    port: [1\n")
+    rc = engine_cli.main(["start", "web", "--config", str(broken), "--state-dir", str(env.state_dir)])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "broken.yaml" in err
+
+    wrong = env.tmp / "wrong.yaml"
+    wrong.write_text("profiles:\n  web:\n    model: m\n    max_num_seq: 4\n")
+    rc = engine_cli.main(["--config", str(wrong), "status"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "did you mean 'max_num_seqs'" in err and len(err.strip().splitlines()) == 1
+
+    ro = env.tmp / "ro.yaml"
+    ro.write_text("read_only: true\nprofiles:\n  web:\n    model: m\n")
+    rc = engine_cli.main(["--config", str(ro), "--state-dir", str(env.state_dir), "start", "web"])
+    assert rc == 3 and "read-only" in capsys.readouterr().err
+    rc = engine_cli.main(["--config", str(ro), "--state-dir", str(env.state_dir), "status"])
+    assert rc == 0 and "no engines" in capsys.readouterr().out
+
+    rc = engine_cli.main(["frobnicate"])
+    assert rc == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
