@@ -1,8 +1,9 @@
 """Command line: argv -> Settings -> the TUI, or a headless subcommand.
 
-    infertop [--config F] [--engine URL]... [--demo] [--read-only]
-    infertop snapshot [--json] [--window S] [--engine URL]... [--demo]
+    infertop [--config F] [--engine URL]... [--dcgm URL]... [--demo] [--read-only]
+    infertop snapshot [--json] [--window S] [--engine URL]... [--dcgm URL]... [--demo]
     infertop sim [--engines N] ...
+    infertop engine start|stop|restart|status|logs NAME; infertop engine set NAME max_num_seqs=N
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help=f"YAML config (default: {default_config_path()})")
     p.add_argument("--engine", metavar="URL", action="append", default=[],
                    help="watch the vLLM engine at URL (repeatable; adds to the config's engines)")
+    p.add_argument("--dcgm", metavar="URL", action="append", default=[],
+                   help="read GPUs from the dcgm-exporter at URL, e.g. http://node:9400/metrics "
+                        "(repeatable; adds to the config's gpu.dcgm)")
     p.add_argument("--demo", action="store_true", help="start the bundled simulator and watch it")
     p.add_argument("--demo-engines", type=int, default=6, metavar="N", help="engines in --demo (default 6)")
     p.add_argument("--refresh", type=float, metavar="S", help="poll interval in seconds (default 1)")
@@ -89,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         return sim_main(argv[1:])
     if argv and argv[0] == "snapshot":
         return snapshot_main(argv[1:])
+    if argv and argv[0] == "engine":
+        from .control.engine_cli import main as engine_main
+
+        return engine_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         cfg, notes = resolve_config(args)
@@ -114,8 +122,9 @@ def main(argv: list[str] | None = None) -> int:
                 notes.append("Demo SLO: E2E p99 ≤ 20 s (long outputs); other targets are the chat defaults.")
         else:
             endpoints = endpoints_for(cfg, args.engine, default_local=True)
+        dcgm_urls = ([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm)
         settings = Settings(config=cfg, endpoints=endpoints, read_only=cfg.read_only,
-                            mode="demo" if args.demo else "local", notes=notes)
+                            mode="demo" if args.demo else "local", notes=notes, dcgm_urls=dcgm_urls)
         InfertopApp(settings).run()
     finally:
         if demo is not None:
@@ -139,7 +148,8 @@ def snapshot_main(argv: list[str]) -> int:
             endpoints = demo.endpoints + endpoints_for(cfg, args.engine, default_local=False)
         else:
             endpoints = endpoints_for(cfg, args.engine, default_local=True)
-        doc = asyncio.run(collect_snapshot(endpoints, cfg, args.window))
+        dcgm_urls = ([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm)
+        doc = asyncio.run(collect_snapshot(endpoints, cfg, args.window, dcgm_urls=dcgm_urls))
     finally:
         if demo is not None:
             demo.stop()
@@ -151,8 +161,11 @@ def snapshot_main(argv: list[str]) -> int:
     return 0
 
 
-async def collect_snapshot(endpoints: list[EngineEndpoint], cfg: Config, window_s: float) -> dict:
-    """Poll for ``window_s`` seconds and return the derived stats as plain data."""
+async def collect_snapshot(endpoints: list[EngineEndpoint], cfg: Config, window_s: float, *,
+                           dcgm_urls: list[str] | None = None) -> dict:
+    """Poll for ``window_s`` seconds and return the derived stats as plain data
+    (GPUs from NVML / ``cfg.gpu.dcgm`` + ``dcgm_urls`` / Prometheus at the end of the window)."""
+    from .gpu_snapshot import gpu_snapshot_async
     from .analysis.alerts import engine_alerts
     from .analysis.fleet import fleet_quantile, totals
     from .sources.vllm import FleetCollector
@@ -169,6 +182,7 @@ async def collect_snapshot(endpoints: list[EngineEndpoint], cfg: Config, window_
     finally:
         await collector.aclose()
     snap = collector.snapshot()
+    gpu_doc = await gpu_snapshot_async(cfg, list(dcgm_urls or []))
     windows = [w for c in collector.collectors for w in c.windows.values()]
     now = time.monotonic()
     return {
@@ -186,7 +200,8 @@ async def collect_snapshot(endpoints: list[EngineEndpoint], cfg: Config, window_
             {"name": h.name, "kind": h.kind, "ok": h.ok, "error": h.last_error,
              "age_s": h.age_s(now), "latency_s": h.latency_s}
             for h in collector.health()
-        ],
+        ] + gpu_doc["sources"],  # GPU sources: kind nvml / dcgm / prometheus ("gpu" when none is configured)
+        "gpus": gpu_doc["gpus"],
     }
 
 
@@ -202,9 +217,50 @@ def print_table(doc: dict) -> None:
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(cols))]
     for r in rows:
         print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())
+    print_gpu_table(doc.get("gpus"))
     for s in doc["sources"]:
         if not s["ok"]:
             print(f"{s['name']}: {s['error']}", file=sys.stderr)
+
+
+def print_gpu_table(gpus: list[dict] | None) -> None:
+    """The GPU section of the plain snapshot: one line per GPU, MIG devices under their parent."""
+    if gpus is None:
+        return
+    print()
+    if not gpus:
+        print("gpus: none (the GPU sources below say why; add --dcgm URL or gpu.dcgm in the config)")
+        return
+    from .format import DASH, pct_human
+
+    def num(v, unit: str = "") -> str:
+        return DASH if v is None else f"{v:.0f}{unit}"
+
+    def mem(g: dict) -> str:
+        u, t = g.get("mem_used_bytes"), g.get("mem_total_bytes")
+        return DASH if u is None or not t else f"{u / 2**30:.1f}/{t / 2**30:.0f}G"
+
+    multi_host = len({g.get("host") for g in gpus}) > 1
+    cols = ("gpu", "status", "util", "memory", "temp", "power", "sm clock", "throttle", "ecc", "xid", "engine", "name")
+    rows = [cols]
+
+    def add(g: dict, prefix: str = "") -> None:
+        label = prefix + (f"{g['host']}:{g['label']}" if multi_host and not prefix and g.get("host") else g["label"])
+        status = g["status"] + (f" ({g['error']})" if g.get("error") else "")
+        power = num(g.get("power_w")) + (f"/{num(g.get('power_limit_w'))}W" if g.get("power_limit_w") else "")
+        clock = num(g.get("sm_clock_mhz")) + (f"/{num(g.get('sm_clock_max_mhz'))}" if g.get("sm_clock_max_mhz") else "")
+        ecc = DASH if g.get("ecc_uncorrected") is None else f"{num(g.get('ecc_corrected'))}/{g['ecc_uncorrected']}"
+        engine = g.get("engine") or g.get("pod") or DASH
+        rows.append((label, status, pct_human(g.get("util_pct")), mem(g), num(g.get("temp_c"), "C"), power, clock,
+                     g.get("throttle") or DASH, ecc, num(g.get("last_xid")), engine, g.get("mig_profile") or g.get("name") or DASH))
+        for m in g.get("mig_devices") or []:
+            add(m, "└ ")
+
+    for g in gpus:
+        add(g)
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(cols))]
+    for r in rows:
+        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())
 
 
 if __name__ == "__main__":  # pragma: no cover

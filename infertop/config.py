@@ -72,6 +72,36 @@ class KubeConfig:
     namespaces: list[str] = field(default_factory=list)
     selector: str = ""
     vllm_container: str = ""
+    enabled: bool | None = None  # None: on when kubeconfig, context or namespaces is set
+    metrics_port: int | None = None  # the engines' /metrics port on each pod (default: first containerPort)
+    timeout_s: float = 10.0  # per API request
+    watch: bool = True  # informers (list + watch); false: list everything every refresh_s
+    refresh_s: float = 2.0  # how often the Cluster pane repaints (and polls, without watch)
+    configmap: str = ""  # the ConfigMap `M` offers first (e.g. the gateway's priority weights)
+    drain_then: str = "delete"  # after an inference-aware pod drain: delete or scale-down
+    drain_timeout_s: float = 600.0
+    node_drain_timeout_s: float = 900.0
+    rollout_timeout_s: float = 900.0
+    stuck_after_s: float = 30.0  # a rollout blocked this long (ImagePullBackOff, no GPU…) is reported stuck
+    eviction_retry_s: float = 5.0  # wait after a 429 from a PodDisruptionBudget
+
+    @property
+    def configured(self) -> bool:
+        if self.enabled is not None:
+            return self.enabled
+        return bool(self.kubeconfig or self.context or self.namespaces)
+
+    def validate(self) -> list[tuple[str, str]]:
+        errs = []
+        if self.drain_then not in ("delete", "scale-down"):
+            errs.append(("drain_then", "must be delete or scale-down"))
+        for name in ("timeout_s", "refresh_s", "drain_timeout_s", "node_drain_timeout_s", "rollout_timeout_s",
+                     "eviction_retry_s"):
+            if getattr(self, name) <= 0:
+                errs.append((name, "must be > 0"))
+        if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
+            errs.append(("metrics_port", "must be 1..65535"))
+        return errs
 
 
 @dataclass

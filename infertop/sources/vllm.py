@@ -254,6 +254,8 @@ class FleetCollector:
         self.collectors = [EngineCollector(ep, window_s, clock) for ep in endpoints]
         self.history = HistoryStore(history_capacity)
         self.on_update = on_update
+        self._tasks: dict[str, asyncio.Task] | None = None
+        self._stopped: asyncio.Event | None = None
 
     async def aclose(self) -> None:
         await asyncio.gather(*(c.aclose() for c in self.collectors))
@@ -281,11 +283,35 @@ class FleetCollector:
         return self.snapshot()
 
     async def run(self) -> None:
-        """Poll forever, one independent loop per engine."""
+        """Poll forever, one independent loop per engine (engines may be added later)."""
+        self._tasks = {c.endpoint.name: asyncio.create_task(self._loop(c)) for c in self.collectors}
+        self._stopped = asyncio.Event()
         try:
-            await asyncio.gather(*(self._loop(c) for c in self.collectors))
+            await self._stopped.wait()
         finally:
+            for t in self._tasks.values():
+                t.cancel()
+            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+            self._tasks = {}
             await self.aclose()
+
+    def add_endpoint(self, ep: EngineEndpoint) -> EngineCollector:
+        """Watch one more engine (e.g. one infertop just started); replaces one of the same name."""
+        self.remove_endpoint(ep.name)
+        c = EngineCollector(ep, self.collectors[0].window_s if self.collectors else 60.0,
+                            self.collectors[0].clock if self.collectors else time.monotonic)
+        self.collectors.append(c)
+        if self._tasks is not None and self._stopped is not None:
+            self._tasks[ep.name] = asyncio.get_running_loop().create_task(self._loop(c))
+        return c
+
+    def remove_endpoint(self, name: str) -> None:
+        for c in [c for c in self.collectors if c.endpoint.name == name]:
+            self.collectors.remove(c)
+            task = (self._tasks or {}).pop(name, None)
+            if task is not None:
+                task.cancel()
+            self.history.forget(name)
 
     async def _loop(self, c: EngineCollector) -> None:
         while True:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -68,11 +69,37 @@ class EngineDetailScreen(Screen[None]):
         yield Static(f"Engine {self.engine_name}   (Esc: back)", id="detail-title")
         with VerticalScroll():
             yield QuietStatic(id="detail-body")
+            yield QuietStatic(id="detail-local")
             for i in range(0, len(TRENDS), 2):
                 with Horizontal(classes="trends"):
                     for key, title, _ in TRENDS[i : i + 2]:
                         yield Trend(title, id=f"trend-{key}")
         yield Footer()
+
+    def show_local(self, rec, history: list[dict], log_tail: list[str]) -> None:
+        """Launch arguments, process, restart history and log tail of an engine infertop manages."""
+        box = self.query_one("#detail-local", QuietStatic)
+        if rec is None:
+            box.show("[dim]Not started by infertop: no launch arguments or log here "
+                     "(local engines started with n can be stopped, restarted and re-configured).[/dim]")
+            return
+        args = " ".join(f"{k}={v}" for k, v in sorted(rec.args.items()))
+        lines = [
+            "[b]Local engine[/b] (started by infertop" + (", re-adopted" if rec.adopted else "") + ")",
+            f"[b]PID[/b] {rec.pid}  [b]uptime[/b] {seconds_human(rec.uptime_s)}  [b]restarts[/b] {rec.restarts}"
+            f"  [b]startup[/b] {seconds_human(rec.startup_s)}  [b]profile[/b] {rec.profile_name}",
+            f"[b]Arguments[/b] {args}",
+            f"[b]Command[/b] {rec.command()}",
+            f"[b]Log[/b] {rec.log_path}",
+        ]
+        if history:
+            lines.append("[b]History[/b]")
+            for ev in history[-5:]:
+                when = ev.get("time") or ev.get("at") or ""
+                lines.append(f"  {when} {ev.get('event') or ev.get('action', '')} {ev.get('detail') or ev.get('reason') or ''}")
+        lines.append("[b]Log tail[/b]")
+        lines.extend("  " + escape(line) for line in log_tail)
+        box.show("\n".join(lines))
 
     def show(self, s: EngineStats | None) -> None:
         body = self.query_one("#detail-body", QuietStatic)

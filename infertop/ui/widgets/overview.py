@@ -32,6 +32,7 @@ class Tile(Vertical):
     DEFAULT_CSS = """
     Tile { height: 2; padding: 0 1; }
     Tile > .tile-label { color: $text-muted; }
+    Tile > Static { text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, label: str, **kwargs) -> None:
@@ -69,6 +70,13 @@ TILES = (
     ("e2e99", "E2E p99"),
     ("kv", "KV cache mean/max"),
     ("preempt", "Preemptions/s"),
+    # GPUs (filled by show_gpus)
+    ("gpus", "GPUs ok/thr/failed"),
+    ("gpu_util", "GPU util"),
+    ("gpu_mem", "GPU memory"),
+    ("gpu_temp", "Hottest GPU"),
+    ("gpu_power", "GPU power"),
+    ("gpu_errors", "GPU errors"),
 )
 
 
@@ -130,6 +138,27 @@ class Overview(Vertical):
              over(tot.kv_cache_pct_max, slo.kv_cache_pct), raw=tot.kv_cache_pct_max)
         tile("preempt", rate_human(tot.preemptions_per_s), bad=tot.preemptions_per_s > 0, raw=tot.preemptions_per_s)
         self.query_one("#hot", EnginesTable).update_rows(engines)
+
+    def show_gpus(self, g, configured: bool = True) -> None:
+        """GPU tiles from a :class:`~infertop.ui.widgets.gpus.GpuSummary` (live values with a dead-band)."""
+
+        def tile(key: str, value: str, bad: bool = False, note: str = "", raw: float | None = None) -> None:
+            self.query_one(f"#tile-{key}", Tile).set_value(value, bad, note, raw)
+
+        if not g.gpus:
+            tile("gpus", "none", note="(4: why)" if configured else "")
+            for key in ("gpu_util", "gpu_mem", "gpu_temp", "gpu_power", "gpu_errors"):
+                tile(key, "—")
+            return
+        tile("gpus", f"{g.ok}/{g.throttled}/{g.failed}", bad=bool(g.throttled or g.failed))
+        tile("gpu_util", pct_human(g.util_mean_pct), raw=g.util_mean_pct)
+        mem = f"{pct_human(g.mem_pct)} of {g.mem_total_bytes / 1024**3:.0f}G" if g.mem_total_bytes else "—"
+        tile("gpu_mem", mem, raw=g.mem_pct)
+        tile("gpu_temp", "—" if g.temp_max_c is None else f"{g.temp_max_c:.0f}°C", bad=g.thermal, raw=g.temp_max_c)
+        power = "—" if g.power_w is None else (f"{g.power_w / 1000:.1f}/{g.power_limit_w / 1000:.1f}kW"
+                                                if g.power_limit_w else f"{g.power_w / 1000:.1f}kW")
+        tile("gpu_power", power, raw=g.power_w)
+        tile("gpu_errors", g.errors or "none", bad=g.errors is not None)
 
     def show_trends(self, history: HistoryStore, tot: FleetTotals, ttft99: float | None, n: int = 120) -> None:
         self.query_one("#t-gen", Trend).show(history.series(FLEET, "generation_tokens_per_s", n), rate_human(tot.generation_tokens_per_s))
