@@ -1,0 +1,558 @@
+"""Kubernetes in the app: the Cluster pane's data and every Kubernetes action.
+
+``KubeActions`` is a mixin of :class:`~infertop.ui.app.InfertopApp`. The
+blocking client runs in thread workers (``asyncio.to_thread``); informers
+(``sources/kube.py``) keep the cluster view current and a timer repaints the
+pane when it changed. Every action follows the same flow
+(:meth:`KubeActions._kube_flow`): fresh read → pure plan (diff) → server
+dry run → :class:`ConfirmScreen` → execute → follow with progress → audit;
+a 409 re-reads and asks again, a 403 hides the action from then on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import TabbedContent
+
+from ..config import KubeConfig, default_state_dir
+from ..control.audit import AuditLog
+from ..control.kube import KubeControl, Permissions, PlanError, Progress, check_permissions
+from ..domain.kube import ClusterSnapshot, HpaView, NodeView, PodView, WorkloadView
+from ..sources.kube import (
+    ClusterWatcher,
+    KubeError,
+    KubeSession,
+    fetch_pod_loads,
+    kube_contexts,
+    namespaces_list,
+    read_cluster,
+    session_for,
+)
+from .screens.confirm import ConfirmScreen
+from .screens.kube_dialogs import ChoiceDialog, args_dialog, configmap_dialog, hpa_dialog, scale_dialog, text_dialog
+from .widgets.cluster import ClusterPane
+
+# action name → the permission it needs (control.kube.PERMISSIONS)
+KUBE_MUTATING = {
+    "kube_scale": "scale", "kube_hpa": "hpa", "kube_args": "args", "kube_restart": "restart",
+    "kube_delete_pod": "delete_pod", "kube_drain_pod": "drain_pod", "kube_cordon": "cordon",
+    "kube_drain_node": "drain_node", "kube_configmap": "configmap",
+}
+KUBE_ACTIONS = set(KUBE_MUTATING) | {"kube_context", "kube_namespace", "cluster_view"}
+KEY_HINTS = (  # (action, key, word) for the Cluster pane's key line
+    ("kube_scale", "S", "scale"), ("kube_hpa", "H", "HPA"), ("kube_args", "A", "args"),
+    ("kube_restart", "R", "restart"), ("kube_drain_pod", "D", "drain pod"), ("kube_delete_pod", "^D", "delete pod"),
+    ("kube_cordon", "C", "cordon"), ("kube_drain_node", "N", "drain node"), ("kube_configmap", "M", "ConfigMap"),
+    ("kube_context", "K", "context"), ("kube_namespace", "^N", "namespace"),
+)
+MAX_SCRAPED_PODS = 64
+NOT_CONFIGURED = ("Kubernetes is not configured. Run with --context NAME [--namespace NS] (or set kube.context / "
+                  "kube.namespaces in the config file), or press K to pick a context from your kubeconfig.")
+
+
+class KubeActions:
+    """Mixin for InfertopApp. Needs ``settings``, ``collector``, ``log_event``, ``query_one``, ``notify``."""
+
+    kube_session: KubeSession | None = None
+    kube_watcher: ClusterWatcher | None = None
+    kube_control: KubeControl | None = None
+    kube_perms: Permissions | None = None
+    kube_snapshot: ClusterSnapshot | None = None
+    kube_loads: dict = {}
+    kube_error: str | None = None
+    kube_connecting: bool = False
+    kube_busy: str | None = None  # the action running now
+    kube_running_text: str = ""
+    _kube_rendered = -1
+    _kube_poll_at = 0.0
+    _kube_refreshing = False
+    _kube_loads_running = False
+
+    # ----- setup -----------------------------------------------------------------
+    def _main_screen(self) -> Any:
+        """The screen with the panes (``query_one`` would search an open dialog)."""
+        return self.screen_stack[0]  # type: ignore[attr-defined]
+
+    def _pane(self) -> ClusterPane:
+        return self._main_screen().query_one(ClusterPane)
+
+    @property
+    def kube_cfg(self) -> KubeConfig:
+        return self.settings.config.kube  # type: ignore[attr-defined]
+
+    def kube_audit(self) -> AuditLog:
+        s = self.settings  # type: ignore[attr-defined]
+        path = s.config.audit_log or (Path(getattr(s, "state_dir", None) or default_state_dir()) / "audit.jsonl")
+        return AuditLog(path)
+
+    def kube_setup(self) -> None:
+        """On mount: connect when configured; repaint the pane every kube.refresh_s."""
+        self.kube_loads = {}
+        pane = self._pane()
+        self._kube_keys()
+        if self.kube_cfg.configured:
+            pane.show_message("Kubernetes: connecting…", "dim")
+            self.kube_connect()
+        else:
+            pane.show_message(NOT_CONFIGURED)
+        self.set_interval(self.kube_cfg.refresh_s, self._kube_tick)  # type: ignore[attr-defined]
+
+    def kube_shutdown(self) -> None:
+        if self.kube_watcher is not None:
+            self.kube_watcher.stop()
+            self.kube_watcher = None
+
+    def kube_connect(self, context: str | None = None, namespaces: list[str] | None = None) -> None:
+        """Connect (or switch context / namespaces) in a thread worker."""
+        self.kube_connecting = True
+        self.run_worker(lambda: self._kube_connect_work(context, namespaces), thread=True,  # type: ignore[attr-defined]
+                        group="kube-connect", exclusive=True, exit_on_error=False)
+
+    def _kube_connect_work(self, context: str | None, namespaces: list[str] | None) -> None:
+        cfg = self.kube_cfg
+        try:
+            session = session_for(cfg, context, namespaces)
+            perms = check_permissions(session)
+            watcher = None
+            if cfg.watch:
+                watcher = ClusterWatcher(session, cfg).start()
+                watcher.wait_synced(cfg.timeout_s)
+                snap = watcher.snapshot()
+            else:
+                snap = read_cluster(session, cfg)
+        except KubeError as e:
+            self.call_from_thread(self._kube_failed, str(e))  # type: ignore[attr-defined]
+            return
+        self.call_from_thread(self._kube_connected, session, watcher, perms, snap)  # type: ignore[attr-defined]
+
+    def _kube_failed(self, message: str) -> None:
+        self.kube_connecting = False
+        self.kube_error = message
+        self._pane().show_message(f"Kubernetes: {message}", "bold red")  # type: ignore[attr-defined]
+        self.log_event(f"[red]Kubernetes:[/red] {message}")  # type: ignore[attr-defined]
+        self.refresh_bindings()  # type: ignore[attr-defined]
+
+    def _kube_connected(self, session: KubeSession, watcher: ClusterWatcher | None, perms: Permissions,
+                        snap: ClusterSnapshot) -> None:
+        self.kube_shutdown()
+        self.kube_connecting = False
+        self.kube_error = None
+        self.kube_session, self.kube_watcher, self.kube_perms = session, watcher, perms
+        self.kube_control = KubeControl(session, self.kube_audit(), self.kube_cfg)
+        self.kube_snapshot = snap
+        self.kube_loads = {}
+        self._kube_rendered = watcher.version if watcher is not None else -1
+        self._kube_render()
+        self._kube_keys()
+        self.refresh_bindings()  # type: ignore[attr-defined]
+        denied = [a for a, p in KUBE_MUTATING.items() if perms.allows(p) is False]
+        note = f"; not permitted: {', '.join(a.removeprefix('kube_') for a in denied)}" if denied else ""
+        self.log_event(f"Kubernetes: context {session.context}, namespace {', '.join(session.namespaces)}: "  # type: ignore[attr-defined]
+                       f"{len(snap.workloads)} workloads, {len(snap.pods)} pods{note}")
+
+    # ----- refresh ---------------------------------------------------------------
+    def _kube_tick(self) -> None:
+        """Timer: rebuild the view when the informers saw a change (or poll without watches)."""
+        if self.kube_session is None or self._kube_refreshing:
+            return
+        watcher = self.kube_watcher
+        if watcher is not None:
+            if watcher.version != self._kube_rendered:
+                self._kube_refreshing = True
+                self.run_worker(self._kube_refresh_work(), group="kube-refresh", exit_on_error=False)  # type: ignore[attr-defined]
+        else:
+            self._kube_refreshing = True
+            self.run_worker(self._kube_refresh_work(), group="kube-refresh", exit_on_error=False)  # type: ignore[attr-defined]
+        if not self._kube_loads_running:
+            self._kube_loads_running = True
+            self.run_worker(self._kube_loads_work(), group="kube-loads", exit_on_error=False)  # type: ignore[attr-defined]
+
+    async def _kube_refresh_work(self) -> None:
+        try:
+            await self._kube_refresh()
+        finally:
+            self._kube_refreshing = False
+
+    async def _kube_loads_work(self) -> None:
+        try:
+            await self._kube_scrape()
+        finally:
+            self._kube_loads_running = False
+
+    async def _kube_refresh(self) -> None:
+        session, watcher = self.kube_session, self.kube_watcher
+        if session is None:
+            return
+        try:
+            if watcher is not None:
+                version = watcher.version
+                snap = await asyncio.to_thread(watcher.snapshot)
+                self._kube_rendered = version
+            else:
+                snap = await asyncio.to_thread(read_cluster, session, self.kube_cfg)
+        except KubeError as e:
+            self.kube_error = str(e)
+            self._kube_render()
+            return
+        if session is not self.kube_session:
+            return  # switched context meanwhile
+        self.kube_snapshot = snap
+        self.kube_error = None
+        self._kube_render()
+
+    async def _kube_scrape(self) -> None:
+        """Read running/waiting from the pods' engines (pod IP:port), when reachable from here."""
+        snap = self.kube_snapshot
+        if snap is None:
+            return
+        urls = {p.key: p.engine_url for p in snap.pods if p.engine_url and p.phase == "Running" and not p.terminating}
+        urls = dict(list(urls.items())[:MAX_SCRAPED_PODS])
+        self.kube_loads = await fetch_pod_loads(urls, timeout_s=1.5)
+
+    async def kube_refresh_now(self) -> None:
+        """Rebuild the view and scrape the pods now (tests, Ctrl+R)."""
+        await self._kube_refresh()
+        await self._kube_scrape()
+        self._kube_render()
+
+    def _engine_names(self) -> dict[str, str]:
+        out = {}
+        for c in getattr(self.collector, "collectors", []):  # type: ignore[attr-defined]
+            out[c.endpoint.url.rstrip("/")] = c.endpoint.name
+        return out
+
+    def _kube_render(self) -> None:
+        pane = self._pane()
+        snap, session = self.kube_snapshot, self.kube_session
+        if snap is None or session is None:
+            return
+        not_ready = sum(1 for p in snap.pods if not p.ready and not p.terminating)
+        gpus = sum(n.gpu_allocatable or 0 for n in snap.nodes)
+        header = Text()
+        header.append("⎈ ", style="bold")
+        header.append(f"{session.context}", style="bold")
+        header.append(f" · ns {', '.join(session.namespaces)} · user {session.user or '?'} · ")
+        header.append(f"{len(snap.workloads)} workloads, {len(snap.pods)} pods")
+        if not_ready:
+            header.append(f" ({not_ready} not ready)", style="yellow")
+        header.append(f", {len(snap.nodes)} GPU nodes ({gpus} GPUs)")
+        header.append(" · watching" if self.kube_watcher is not None else " · polling", style="dim")
+        if self.settings.read_only:  # type: ignore[attr-defined]
+            header.append(" · read-only", style="bold yellow")
+        problems = list(snap.errors) + ([self.kube_error] if self.kube_error else [])
+        if self.kube_running_text:
+            header.append(f"\n▶ {self.kube_running_text}", style="bold cyan")
+        elif problems:
+            header.append(f"\n✗ {problems[0]}", style="bold red")
+        pane.show(snap, header, self.kube_loads, self._engine_names())
+
+    def _kube_keys(self) -> None:
+        parts = []
+        for action, key, word in KEY_HINTS:
+            if self.kube_action_state(action):
+                parts.append(f"{key} {word}")
+        self._pane().set_keys("  ".join(parts))  # type: ignore[attr-defined]
+
+    # ----- capabilities ----------------------------------------------------------
+    def kube_action_state(self, action: str) -> bool | None:
+        """For check_action: None hides (read-only, not connected, not permitted), True shows."""
+        if action in ("cluster_view", "kube_context"):
+            return True
+        if self.kube_session is None:
+            return None
+        if action == "kube_namespace":
+            return True
+        if self.settings.read_only:  # type: ignore[attr-defined]
+            return None
+        perm = KUBE_MUTATING.get(action)
+        if perm is None:
+            return True
+        if self.kube_perms is not None and self.kube_perms.allows(perm) is False:
+            return None
+        return True
+
+    def _kube_denied(self, action: str, namespace: str | None, kind: str | None) -> None:
+        """The server said 403: hide the action from now on."""
+        if self.kube_perms is None:
+            return
+        perm = KUBE_MUTATING.get(action)
+        if perm:
+            self.kube_perms.deny(perm, namespace, kind)
+            self.refresh_bindings()  # type: ignore[attr-defined]
+            self._kube_keys()
+
+    # ----- targets ---------------------------------------------------------------
+    def _cluster_active(self) -> bool:
+        return self._main_screen().query_one("#panes", TabbedContent).active == "cluster"
+
+    def _kube_target(self, want: str) -> Any:
+        """The object the operator selected in the Cluster pane, as ``want`` (workload, hpa, pod, node)."""
+        pane = self._pane()
+        snap = self.kube_snapshot
+        if snap is None:
+            return None
+        view, obj = pane.selected()
+        if want == "workload":
+            if isinstance(obj, WorkloadView):
+                return obj
+            if isinstance(obj, PodView):
+                return snap.workload_of(obj)
+            if isinstance(obj, HpaView):
+                return snap.workload_for_hpa(obj)
+        elif want == "hpa":
+            if isinstance(obj, HpaView):
+                return obj
+            if isinstance(obj, PodView):
+                obj = snap.workload_of(obj)
+            if isinstance(obj, WorkloadView):
+                return snap.hpa_for(obj)
+        elif want == "pod":
+            if isinstance(obj, PodView):
+                return obj
+        elif want == "node":
+            if isinstance(obj, NodeView):
+                return obj
+            if isinstance(obj, PodView) and obj.node:
+                return next((n for n in snap.nodes if n.name == obj.node), None) or NodeView(obj.node)
+        return None
+
+    def _need(self, want: str, view: str, what: str) -> Any:
+        target = self._kube_target(want)
+        if target is not None and self._cluster_active():
+            return target
+        if not self._cluster_active():
+            self.action_show_pane("cluster")  # type: ignore[attr-defined]
+        pane = self._pane()
+        if pane.view != view and target is None:
+            pane.set_view(view)
+        self.notify(f"Select {what} in the Cluster pane, then press the key again.", timeout=4)  # type: ignore[attr-defined]
+        return None
+
+    def _start(self, coro) -> None:
+        if self.kube_busy:
+            coro.close()
+            self.notify(f"Wait: {self.kube_busy} is still running.", severity="warning")  # type: ignore[attr-defined]
+            return
+        self.run_worker(coro, group="kube-action", exit_on_error=False)  # type: ignore[attr-defined]
+
+    # ----- the actions -----------------------------------------------------------
+    def action_cluster_view(self) -> None:
+        if not self._cluster_active():
+            self.action_show_pane("cluster")  # type: ignore[attr-defined]
+            return
+        self._pane().cycle()  # type: ignore[attr-defined]
+
+    def action_kube_scale(self) -> None:
+        w = self._need("workload", "workloads", "a Deployment or StatefulSet")
+        if w is not None:
+            self._start(self._scale_flow(w))
+
+    async def _scale_flow(self, w: WorkloadView) -> None:
+        values = await self.push_screen_wait(scale_dialog(w.ref, w.desired))  # type: ignore[attr-defined]
+        if values:
+            await self._kube_flow("scale", w.kind, w.namespace, w.name, replicas=values["replicas"])
+
+    def action_kube_hpa(self) -> None:
+        h = self._need("hpa", "hpas", "an HPA (or a workload that has one)")
+        if h is not None:
+            self._start(self._hpa_flow(h))
+
+    async def _hpa_flow(self, h: HpaView) -> None:
+        values = await self.push_screen_wait(hpa_dialog(f"HPA {h.namespace}/{h.name}", h.min_replicas,  # type: ignore[attr-defined]
+                                                        h.max_replicas))
+        if values:
+            await self._kube_flow("hpa", "HorizontalPodAutoscaler", h.namespace, h.name,
+                                  min_replicas=values["min"], max_replicas=values["max"])
+
+    def action_kube_args(self) -> None:
+        w = self._need("workload", "workloads", "a Deployment or StatefulSet")
+        if w is not None:
+            self._start(self._args_flow(w))
+
+    async def _args_flow(self, w: WorkloadView) -> None:
+        values = await self.push_screen_wait(args_dialog(w.ref, w.container, w.args))  # type: ignore[attr-defined]
+        if values:
+            await self._kube_flow("args", w.kind, w.namespace, w.name, abortable=True, changes=values["changes"],
+                                  container=w.container or "")
+
+    def action_kube_restart(self) -> None:
+        w = self._need("workload", "workloads", "a Deployment or StatefulSet")
+        if w is not None:
+            self._start(self._kube_flow("restart", w.kind, w.namespace, w.name, abortable=True))
+
+    def action_kube_delete_pod(self) -> None:
+        p = self._need("pod", "pods", "a pod")
+        if p is not None:
+            self._start(self._kube_flow("delete_pod", "Pod", p.namespace, p.name, abortable=True))
+
+    def action_kube_drain_pod(self) -> None:
+        p = self._need("pod", "pods", "a pod")
+        if p is not None:
+            self._start(self._drain_pod_flow(p))
+
+    async def _drain_pod_flow(self, p: PodView) -> None:
+        choice = await self.push_screen_wait(ChoiceDialog(  # type: ignore[attr-defined]
+            f"Drain pod {p.namespace}/{p.name}: once nothing is in flight…",
+            [("delete", "delete it (its controller starts a fresh replica)"),
+             ("scale-down", "scale its Deployment/StatefulSet down by one")],
+            current=self.kube_cfg.drain_then,
+            hint="The pod leaves its Service first (label patch), then infertop watches "
+                 "vllm:num_requests_running + waiting fall to 0. Abort (a) puts the label back."))
+        if choice:
+            await self._kube_flow("drain_pod", "Pod", p.namespace, p.name, abortable=True, then=choice)
+
+    def action_kube_cordon(self) -> None:
+        n = self._need("node", "nodes", "a node (or a pod on it)")
+        if n is not None:
+            self._start(self._kube_flow("uncordon" if n.cordoned else "cordon", "Node", None, n.name))
+
+    def action_kube_drain_node(self) -> None:
+        n = self._need("node", "nodes", "a node (or a pod on it)")
+        if n is not None:
+            self._start(self._kube_flow("drain_node", "Node", None, n.name, abortable=True))
+
+    def action_kube_configmap(self) -> None:
+        if self.kube_session is None:
+            return
+        view, obj = self._pane().selected()  # type: ignore[attr-defined]
+        ns = getattr(obj, "namespace", None) or self.kube_session.namespaces[0]
+        self._start(self._configmap_flow(ns))
+
+    async def _configmap_flow(self, namespace: str) -> None:
+        control = self.kube_control
+        if control is None:
+            return
+        try:
+            names = await asyncio.to_thread(control.configmaps, namespace)
+        except KubeError as e:
+            names = []
+            self.notify(f"cannot list ConfigMaps: {e}", severity="warning")  # type: ignore[attr-defined]
+        default = self.kube_cfg.configmap if self.kube_cfg.configmap in names or not names else names[0]
+        values = await self.push_screen_wait(configmap_dialog(namespace, names, default))  # type: ignore[attr-defined]
+        if values:
+            await self._kube_flow("configmap", "ConfigMap", namespace, values["name"], key=values["key"],
+                                  value=values["value"])
+
+    def action_kube_context(self) -> None:
+        self.run_worker(self._context_flow(), group="kube-nav", exclusive=True, exit_on_error=False)  # type: ignore[attr-defined]
+
+    async def _context_flow(self) -> None:
+        try:
+            names, active = await asyncio.to_thread(kube_contexts, self.kube_cfg.kubeconfig)
+        except KubeError as e:
+            self.notify(str(e), severity="error")  # type: ignore[attr-defined]
+            return
+        current = self.kube_session.context if self.kube_session else active
+        choice = await self.push_screen_wait(ChoiceDialog(  # type: ignore[attr-defined]
+            "Kubernetes context", [(n, n) for n in names], current=current,
+            hint="Enter switches (infertop reconnects and re-checks what you may do). Esc cancels."))
+        if choice:
+            self.action_show_pane("cluster")  # type: ignore[attr-defined]
+            self._pane().show_message(f"Kubernetes: connecting to {choice}…", "dim")  # type: ignore[attr-defined]
+            keep = self.kube_cfg.namespaces or None
+            self.kube_connect(choice, keep)
+
+    def action_kube_namespace(self) -> None:
+        if self.kube_session is None:
+            return
+        self.run_worker(self._namespace_flow(), group="kube-nav", exclusive=True, exit_on_error=False)  # type: ignore[attr-defined]
+
+    async def _namespace_flow(self) -> None:
+        session = self.kube_session
+        if session is None:
+            return
+        try:
+            names = await asyncio.to_thread(namespaces_list, session)
+        except KubeError:
+            names = []
+        current = ",".join(session.namespaces)
+        if names:
+            choice = await self.push_screen_wait(ChoiceDialog(  # type: ignore[attr-defined]
+                "Namespace", [(n, n) for n in names], current=current, hint="Enter switches. Esc cancels."))
+        else:
+            values = await self.push_screen_wait(text_dialog(  # type: ignore[attr-defined]
+                "Namespace", "Namespace(s), comma-separated", current,
+                hint="You may not list namespaces here: type the name."))
+            choice = values["value"] if values else None
+        if choice and choice != current:
+            self._pane().show_message(f"Kubernetes: switching to {choice}…", "dim")  # type: ignore[attr-defined]
+            self.kube_connect(session.context, [n.strip() for n in choice.split(",") if n.strip()])
+
+    # ----- the one flow ----------------------------------------------------------
+    async def _kube_flow(self, action: str, kind: str, namespace: str | None, name: str, *,
+                         abortable: bool = False, **params: Any) -> str:
+        """Plan → dry run → confirm → execute → follow → audit. Returns the final result."""
+        control = self.kube_control
+        if control is None or self.settings.read_only:  # type: ignore[attr-defined]
+            return "refused"
+        ui_action = "kube_cordon" if action in ("cordon", "uncordon") else f"kube_{action}"
+        label = f"{action.replace('_', ' ')} {kind.lower()} {namespace + '/' if namespace else ''}{name}"
+        self.kube_busy = label
+        screen = ConfirmScreen(f"{label}", dry_run="pending")
+        self.push_screen(screen)  # type: ignore[attr-defined]
+        note: str | None = None
+        try:
+            while True:
+                try:
+                    plan = await asyncio.to_thread(control.prepare, action, kind, namespace, name, **params)
+                except (KubeError, PlanError) as e:
+                    if isinstance(e, KubeError) and e.status == 403:
+                        self._kube_denied(ui_action, namespace, kind)
+                    screen.set_error(str(e))
+                    return "failed"
+                screen.set_title(plan.title)
+                notes = list(plan.steps) + [f"! {w}" for w in plan.warnings]
+                notes.append(f"context {control.session.context}, user {control.session.user or '?'}")
+                screen.set_plan(plan.summary, plan.diff, notes, note)
+                dry = await asyncio.to_thread(control.dry_run, plan)
+                if not dry.ok:
+                    await asyncio.to_thread(control.record_dry_run_failure, plan, dry)
+                    if dry.status == 403:
+                        self._kube_denied(ui_action, namespace, kind)
+                    screen.set_dry_run(False, f"dry run failed — nothing was changed: {dry.message}")
+                    self.log_event(f"[red]{plan.title}: dry run failed:[/red] {dry.message}")  # type: ignore[attr-defined]
+                    return "failed"
+                screen.set_dry_run(True, dry.message, dry.warnings)
+                if await screen.decision() != "confirm":
+                    return "cancelled"
+                abort = threading.Event()
+                screen.start_running(abortable=abortable, on_abort=abort.set)
+
+                def progress(p: Progress, screen=screen, title=plan.title) -> None:
+                    self.call_from_thread(self._kube_progress, screen, title, p)  # type: ignore[attr-defined]
+
+                outcome = await asyncio.to_thread(control.execute, plan, progress, abort)
+                self.kube_running_text = ""
+                if outcome.result == "conflict":
+                    note = ("⚠ The object changed since it was read (409 Conflict): it was read again — "
+                            "review the change below and confirm again.")
+                    self.log_event(f"[yellow]{plan.title}: 409 conflict — re-read, confirm again[/yellow]")  # type: ignore[attr-defined]
+                    continue
+                if outcome.status == 403:
+                    self._kube_denied(ui_action, namespace, kind)
+                style = "green" if outcome.ok else ("yellow" if outcome.result == "aborted" else "red")
+                self.log_event(f"[{style}]{plan.title}: {outcome.result}[/{style}] — {outcome.message}")  # type: ignore[attr-defined]
+                if screen.is_attached:
+                    screen.finish(outcome.ok, outcome.message, outcome.result)
+                else:
+                    self.notify(f"{plan.title}: {outcome.message}", severity="information" if outcome.ok  # type: ignore[attr-defined]
+                                else "error", timeout=8)
+                await self._kube_refresh()
+                return outcome.result
+        finally:
+            self.kube_busy = None
+            self.kube_running_text = ""
+
+    def _kube_progress(self, screen: ConfirmScreen, title: str, p: Progress) -> None:
+        text = p.text + (f" ({p.countdown_s:.0f} s)" if p.countdown_s is not None and "retry" not in p.text else "")
+        self.kube_running_text = f"{title}: {text}"
+        if screen.is_attached:
+            screen.set_progress(text, p.fraction)
+        else:
+            self._kube_render()

@@ -1,0 +1,389 @@
+"""The Cluster pane: Deployments/StatefulSets, Pods, Nodes, HPAs and Events.
+
+One view at a time (``v`` cycles) so that an 80×24 terminal shows enough
+rows; a detail area under the table explains the selected row (why a
+rollout is stuck, why the autoscaler does not scale, the object's warning
+events). Tables repaint only cells whose text changed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import ContentSwitcher, DataTable
+
+from ...domain.kube import ClusterSnapshot, EventView, HpaView, NodeView, PodView, WorkloadView
+from ...format import DASH, count_human
+from .lean import LeanLines
+from .panels import QuietStatic
+
+VIEWS: tuple[tuple[str, str], ...] = (
+    ("workloads", "Workloads"), ("pods", "Pods"), ("nodes", "Nodes"), ("hpas", "HPAs"), ("events", "Events"),
+)
+
+COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "workloads": (("kind", "Kind"), ("name", "Name"), ("ready", "Ready"), ("upd", "Upd"), ("avail", "Avail"),
+                  ("rollout", "Rollout"), ("hpa", "HPA min-max cur→des"), ("args", "Args")),
+    "pods": (("name", "Pod"), ("status", "Status"), ("ready", "Ready"), ("restarts", "Restarts"),
+             ("run", "Run"), ("wait", "Wait"), ("node", "Node"), ("age", "Age"), ("last", "Last exit"),
+             ("engine", "Engine")),
+    "nodes": (("name", "Node"), ("gpu", "GPU req/alloc"), ("state", "State"), ("problems", "Conditions"),
+              ("product", "GPU product")),
+    "hpas": (("name", "HPA"), ("target", "Target"), ("bounds", "Min-max"), ("replicas", "Cur→des"),
+             ("metrics", "Metrics (current/target)"), ("flags", "ASL"), ("why", "Why / last scale")),
+    "events": (("type", "Type"), ("age", "Age"), ("object", "Object"), ("reason", "Reason"), ("count", "#"),
+               ("message", "Message")),
+}
+
+
+def short_age(seconds: float | None) -> str:
+    if seconds is None:
+        return DASH
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"
+
+
+def clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+_ROLLOUT_STYLE = {"complete": "green", "progressing": "yellow", "waiting": "yellow", "stuck": "bold red",
+                  "paused": "dim"}
+
+
+class KubeTable(LeanLines, DataTable):
+    """A DataTable keyed by object; ``update_rows`` rewrites only changed cells."""
+
+    DEFAULT_CSS = """
+    KubeTable { height: 1fr; scrollbar-size-horizontal: 1; }
+    """
+
+    def __init__(self, columns: tuple[tuple[str, str], ...], **kwargs) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        self.cols = columns
+        self._order: list[str] = []
+        self._shown: dict[str, list[str]] = {}
+
+    def on_mount(self) -> None:
+        for key, header in self.cols:
+            self.add_column(header, key=key)
+
+    @property
+    def selected_key(self) -> str | None:
+        if not self._order or self.cursor_row is None or not 0 <= self.cursor_row < len(self._order):
+            return None
+        return self._order[self.cursor_row]
+
+    def update_rows(self, rows: list[tuple[str, list]]) -> None:
+        order = [k for k, _ in rows]
+        if order != self._order:
+            selected = self.selected_key
+            self.clear()
+            self._shown.clear()
+            for key, cells in rows:
+                self.add_row(*cells, key=key)
+                self._shown[key] = [str(getattr(c, "plain", c)) for c in cells]
+            self._order = order
+            if selected in order:
+                self.move_cursor(row=order.index(selected))
+            return
+        for key, cells in rows:
+            shown = self._shown[key]
+            for i, cell in enumerate(cells):
+                text = str(getattr(cell, "plain", cell))
+                if shown[i] != text:
+                    shown[i] = text
+                    self.update_cell(key, self.cols[i][0], cell, update_width=True)
+
+
+class ClusterPane(Vertical):
+    """Attributes down: the app calls :meth:`show` with a snapshot; nothing here reads the API."""
+
+    DEFAULT_CSS = """
+    ClusterPane { height: 1fr; }
+    ClusterPane #cluster-header { height: auto; max-height: 2; padding: 0 1; }
+    ClusterPane #cluster-tabs { height: 1; padding: 0 1; }
+    ClusterPane ContentSwitcher { height: 1fr; }
+    ClusterPane #cluster-detail { height: 4; padding: 0 1; border-top: solid $panel; color: $text-muted; }
+    ClusterPane #cluster-keys { height: 1; padding: 0 1; color: $text-muted; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.snapshot: ClusterSnapshot | None = None
+        self.loads: dict = {}
+        self.engine_names: dict[str, str] = {}
+        self.view = "workloads"
+        self.key_hint = ""
+
+    def compose(self) -> ComposeResult:
+        yield QuietStatic(id="cluster-header")
+        yield QuietStatic(id="cluster-tabs")
+        with ContentSwitcher(initial="k-workloads", id="cluster-switcher"):
+            for view, _ in VIEWS:
+                yield KubeTable(COLUMNS[view], id=f"k-{view}")
+        yield QuietStatic(id="cluster-detail")
+        yield QuietStatic(id="cluster-keys")
+
+    def on_mount(self) -> None:
+        self._render_tabs()
+        self.show_message("Kubernetes is not configured.")
+
+    # ----- views
+    def table(self, view: str | None = None) -> KubeTable:
+        return self.query_one(f"#k-{view or self.view}", KubeTable)
+
+    def set_view(self, view: str) -> None:
+        self.view = view
+        self.query_one(ContentSwitcher).current = f"k-{view}"
+        self._render_tabs()
+        self.table().focus()
+        self._render_detail()
+
+    def cycle(self, step: int = 1) -> str:
+        names = [v for v, _ in VIEWS]
+        self.set_view(names[(names.index(self.view) + step) % len(names)])
+        return self.view
+
+    def focus_table(self) -> None:
+        self.table().focus()
+
+    def _render_tabs(self) -> None:
+        snap = self.snapshot
+        counts = {}
+        if snap is not None:
+            counts = {"workloads": len(snap.workloads), "pods": len(snap.pods), "nodes": len(snap.nodes),
+                      "hpas": len(snap.hpas), "events": len(snap.warnings)}
+        t = Text()
+        for i, (view, title) in enumerate(VIEWS):
+            if i:
+                t.append("  ")
+            n = counts.get(view)
+            label = f"{title} {n}" if n is not None else title
+            if view == "events" and n:
+                label = f"{title} ⚠{n}"
+            t.append(f" {label} ", style="reverse bold" if view == self.view else "")
+        t.append("   v: next view", style="dim")
+        self.query_one("#cluster-tabs", QuietStatic).show(t)
+
+    def set_keys(self, hint: str) -> None:
+        self.key_hint = hint
+        self.query_one("#cluster-keys", QuietStatic).show(Text(hint, style="dim"))
+
+    # ----- content
+    def show_message(self, text: str, style: str = "yellow") -> None:
+        self.query_one("#cluster-header", QuietStatic).show(Text(text, style=style))
+
+    def show(self, snap: ClusterSnapshot, header: Text | str, loads: dict | None = None,
+             engine_names: dict[str, str] | None = None) -> None:
+        self.snapshot = snap
+        self.loads = loads or {}
+        self.engine_names = engine_names or {}
+        self.query_one("#cluster-header", QuietStatic).show(header)
+        multi = len(snap.namespaces) > 1
+        now = time.time()
+        self.table("workloads").update_rows([(w.key, self._workload_cells(snap, w, multi)) for w in snap.workloads])
+        self.table("pods").update_rows([(p.key, self._pod_cells(p, multi, now)) for p in snap.pods])
+        self.table("nodes").update_rows([(n.name, self._node_cells(n)) for n in snap.nodes])
+        self.table("hpas").update_rows([(h.key, self._hpa_cells(h, multi)) for h in snap.hpas])
+        events = list(snap.events)[:200]
+        self.table("events").update_rows([(f"{i}", self._event_cells(e, now)) for i, e in enumerate(events)])
+        self._render_tabs()
+        self._render_detail()
+
+    def _label(self, ns: str, name: str, multi: bool) -> str:
+        return f"{ns}/{name}" if multi else name
+
+    def workload_problem(self, snap: ClusterSnapshot, w: WorkloadView) -> str | None:
+        for p in snap.pods_of(w):
+            if p.problem:
+                return f"{p.name}: {p.problem}"
+        return None
+
+    def _workload_cells(self, snap: ClusterSnapshot, w: WorkloadView, multi: bool) -> list:
+        hpa = snap.hpa_for(w)
+        problem = self.workload_problem(snap, w)
+        rollout = w.rollout if w.rollout != "complete" else "complete"
+        text = f"{rollout}: {problem}" if problem and w.rollout != "complete" else (
+            f"{rollout} ({w.rollout_detail})" if w.rollout != "complete" else "complete")
+        style = _ROLLOUT_STYLE.get(w.rollout, "")
+        if problem and w.rollout != "complete":
+            style = "bold red"
+        ready_style = "green" if w.desired is not None and w.ready >= w.desired else "yellow"
+        hpa_text = DASH
+        if hpa is not None:
+            hpa_text = (f"{hpa.min_replicas}-{hpa.max_replicas} "
+                        f"{count_human(hpa.current_replicas)}→{count_human(hpa.desired_replicas)}")
+        return [
+            "Deploy" if w.kind == "Deployment" else "StatefulSet",
+            self._label(w.namespace, w.name, multi),
+            Text(f"{w.ready}/{w.desired if w.desired is not None else '?'}", style=ready_style),
+            str(w.updated),
+            str(w.available),
+            Text(clip(text, 70), style=style),
+            Text(hpa_text, style="yellow" if hpa is not None and hpa.why_not_scaling else ""),
+            clip(" ".join(w.args) or DASH, 60),
+        ]
+
+    def _pod_cells(self, p: PodView, multi: bool, now: float) -> list:
+        load = self.loads.get(p.key)
+        run = count_human(load.running) if load is not None and load.error is None else DASH
+        wait = count_human(load.waiting) if load is not None and load.error is None else DASH
+        status_style = "green" if p.ready else ("bold red" if p.problem or p.status in (
+            "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "Error", "OOMKilled") else "yellow")
+        if p.terminating:
+            status_style = "dim"
+        url = p.engine_url
+        engine = self.engine_names.get(url or "", (url or DASH).replace("http://", ""))
+        last = p.last_termination_reason or DASH
+        return [
+            self._label(p.namespace, p.name, multi),
+            Text(p.status, style=status_style),
+            p.ready_text,
+            Text(str(p.restarts), style="yellow" if p.restarts else ""),
+            run,
+            Text(wait, style="yellow" if load is not None and (load.waiting or 0) > 0 else ""),
+            p.node or DASH,
+            short_age(now - p.created_ts if p.created_ts else None),
+            Text(last, style="bold red" if last == "OOMKilled" else ""),
+            engine,
+        ]
+
+    def _node_cells(self, n: NodeView) -> list:
+        gpu = DASH
+        if n.gpu_allocatable is not None:
+            gpu = f"{n.gpu_requested}/{n.gpu_allocatable}"
+            if n.gpu_capacity is not None and n.gpu_capacity != n.gpu_allocatable:
+                gpu += f" (cap {n.gpu_capacity})"
+        state = "Ready" if n.ready else ("NotReady" if n.ready is False else "Unknown")
+        if n.cordoned:
+            state += ",SchedulingDisabled"
+        problems = ", ".join(n.problems) or "ok"
+        return [
+            n.name,
+            gpu,
+            Text(state, style="green" if n.ready and not n.cordoned else ("yellow" if n.ready else "bold red")),
+            Text(clip(problems, 60), style="" if problems == "ok" else "bold red"),
+            n.gpu_product or DASH,
+        ]
+
+    def _hpa_cells(self, h: HpaView, multi: bool) -> list:
+        metrics = ", ".join(f"{m.name.split(':')[-1]} {m.current or '?'}/{m.target or '?'}" for m in h.metrics)
+        why = h.why_not_scaling
+        return [
+            self._label(h.namespace, h.name, multi),
+            f"{h.target_kind}/{h.target_name}",
+            f"{count_human(h.min_replicas)}-{count_human(h.max_replicas)}",
+            f"{count_human(h.current_replicas)}→{count_human(h.desired_replicas)}",
+            clip(metrics or DASH, 50),
+            h.flags,
+            Text(clip(why, 80), style="yellow") if why else f"scaled {h.last_scale_time or DASH}",
+        ]
+
+    def _event_cells(self, e: EventView, now: float) -> list:
+        return [
+            Text("Warning" if e.warning else "Normal", style="bold yellow" if e.warning else "dim"),
+            short_age(now - e.last_seen_ts if e.last_seen_ts else None),
+            f"{e.kind}/{e.name}",
+            e.reason,
+            str(e.count),
+            clip(e.message, 120),
+        ]
+
+    # ----- selection and detail
+    def selected(self) -> tuple[str, object | None]:
+        """(view, the selected WorkloadView / PodView / NodeView / HpaView / EventView or None)."""
+        snap = self.snapshot
+        if snap is None:
+            return self.view, None
+        key = self.table().selected_key
+        if key is None:
+            return self.view, None
+        find: dict[str, Callable[[], object | None]] = {
+            "workloads": lambda: next((w for w in snap.workloads if w.key == key), None),
+            "pods": lambda: next((p for p in snap.pods if p.key == key), None),
+            "nodes": lambda: next((n for n in snap.nodes if n.name == key), None),
+            "hpas": lambda: next((h for h in snap.hpas if h.key == key), None),
+            "events": lambda: snap.events[int(key)] if key.isdigit() and int(key) < len(snap.events) else None,
+        }
+        return self.view, find[self.view]()
+
+    def select(self, view: str, key: str) -> bool:
+        """Move the cursor to ``key`` in ``view`` (tests, and jumping to a pod's node)."""
+        table = self.table(view)
+        if key not in table._order:
+            return False
+        if view != self.view:
+            self.set_view(view)
+        table.move_cursor(row=table._order.index(key))
+        self._render_detail()
+        return True
+
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._render_detail()
+
+    def _render_detail(self) -> None:
+        snap = self.snapshot
+        view, obj = self.selected()
+        lines: list[Text] = []
+        if snap is None or obj is None:
+            self.query_one("#cluster-detail", QuietStatic).show(Text(""))
+            return
+        def warn_lines(kind: str, name: str, ns: str | None, n: int = 2) -> None:
+            for e in snap.events_for(kind, name, ns)[:n]:
+                lines.append(Text(f"{'⚠ ' if e.warning else ''}{e.reason}: {clip(e.message, 160)}",
+                                  style="yellow" if e.warning else "dim"))
+        if isinstance(obj, WorkloadView):
+            lines.append(Text(f"{obj.ref}: rollout {obj.rollout} — {obj.rollout_detail}; image {obj.image or DASH}"))
+            problem = self.workload_problem(snap, obj)
+            if problem:
+                lines.append(Text(f"why: {problem}", style="bold red"))
+            hpa = snap.hpa_for(obj)
+            if hpa is not None and hpa.why_not_scaling:
+                lines.append(Text(f"HPA {hpa.name}: {hpa.why_not_scaling}", style="yellow"))
+            warn_lines(obj.kind, obj.name, obj.namespace)
+        elif isinstance(obj, PodView):
+            lines.append(Text(f"pod {obj.name} ({obj.owner_kind or 'no owner'} {obj.owner_name or ''}) on "
+                              f"{obj.node or 'no node'}, IP {obj.ip or DASH}: {obj.status}; "
+                              f"args: {' '.join(obj.args) or DASH}"))
+            if obj.problem:
+                lines.append(Text(f"why: {obj.problem}", style="bold red"))
+            load = self.loads.get(obj.key)
+            if load is not None and load.error:
+                lines.append(Text(f"metrics: {load.error}", style="dim"))
+            warn_lines("Pod", obj.name, obj.namespace)
+        elif isinstance(obj, NodeView):
+            lines.append(Text(f"node {obj.name}: GPUs {obj.gpu_requested} requested by these pods / "
+                              f"{count_human(obj.gpu_allocatable)} allocatable; "
+                              f"{'cordoned' if obj.cordoned else 'schedulable'}; taints: {', '.join(obj.taints) or 'none'}"))
+            for c in obj.conditions:
+                if f"{c.type}={c.status}" in " ".join(obj.problems):
+                    lines.append(Text(f"{c.type}={c.status} {c.reason}: {c.message}", style="bold red"))
+            warn_lines("Node", obj.name, None)
+        elif isinstance(obj, HpaView):
+            lines.append(Text(f"HPA {obj.name} → {obj.target_kind}/{obj.target_name}: min {obj.min_replicas}, "
+                              f"max {obj.max_replicas}, current {count_human(obj.current_replicas)}, desired "
+                              f"{count_human(obj.desired_replicas)}; last scale {obj.last_scale_time or DASH}"))
+            for c in obj.conditions:
+                bad = (c.type == "ScalingLimited" and c.status == "True") or (c.type != "ScalingLimited"
+                                                                             and c.status != "True")
+                lines.append(Text(f"{c.type}={c.status} {c.reason}: {c.message}", style="yellow" if bad else "dim"))
+            warn_lines("HorizontalPodAutoscaler", obj.name, obj.namespace, 1)
+        elif isinstance(obj, EventView):
+            lines.append(Text(f"{obj.type} {obj.reason} on {obj.kind}/{obj.name} ×{obj.count} "
+                              f"(from {obj.component or '?'})"))
+            lines.append(Text(obj.message))
+        out = Text("\n").join(lines[:4])
+        self.query_one("#cluster-detail", QuietStatic).show(out)
