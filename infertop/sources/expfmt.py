@@ -59,7 +59,10 @@ class Family:
 
 _NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 # One label pair; values may contain escaped quotes/backslashes/newlines.
-_LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|\Z)', re.S)
+_PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"(?:[^"\\]|\\.)*"'
+_PAIR_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"', re.S)
+# A whole label block: pairs separated by commas, an optional trailing comma.
+_BLOCK_RE = re.compile(r"\s*(?:" + _PAIR + r"\s*,\s*)*(?:" + _PAIR + r")?\s*", re.S)
 _ESCAPE_RE = re.compile(r"\\(.)", re.S)
 _ESCAPES = {"\\": "\\", "n": "\n", '"': '"'}
 _HELP_ESCAPE_RE = re.compile(r"\\([\\n])")
@@ -286,24 +289,17 @@ def _unescape(match: re.Match[str]) -> str:
 
 
 def _parse_labels(block: str, line_no: int) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    pos = 0
-    end = len(block)
-    while pos < end:
-        m = _LABEL_RE.match(block, pos)
-        if m is None:
-            if block[pos:].strip() == "":
-                break
-            raise ParseError(line_no, f"invalid labels: {{{block[:80]}}}")
-        name, value = m.group(1), m.group(2)
-        if "\\" in value:
-            value = _ESCAPE_RE.sub(_unescape, value)
-        if name in labels:
-            raise ParseError(line_no, f"duplicate label {name!r}")
-        labels[name] = value
-        pos = m.end()
-        if not m.group(3):
-            break
+    # Two C-level calls: validate the whole block, then extract every pair.
+    if _BLOCK_RE.fullmatch(block) is None:
+        raise ParseError(line_no, f"invalid labels: {{{block[:80]}}}")
+    pairs = _PAIR_RE.findall(block)
+    labels = dict(pairs)
+    if len(labels) != len(pairs):
+        raise ParseError(line_no, f"duplicate label in {{{block[:80]}}}")
+    if "\\" in block:
+        for k, v in pairs:
+            if "\\" in v:
+                labels[k] = _ESCAPE_RE.sub(_unescape, v)
     return labels
 
 
