@@ -32,6 +32,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--demo", action="store_true", help="start the bundled simulator and watch it")
     p.add_argument("--demo-engines", type=int, default=6, metavar="N", help="engines in --demo (default 6)")
     p.add_argument("--refresh", type=float, metavar="S", help="poll interval in seconds (default 1)")
+    p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for the Cluster pane (default: $KUBECONFIG or "
+                                                        "~/.kube/config; sets kube.kubeconfig)")
+    p.add_argument("--context", metavar="NAME", help="Kubernetes context to show and act on (sets kube.context)")
+    p.add_argument("--namespace", metavar="NS", action="append", default=[],
+                   help="Kubernetes namespace(s), repeatable or comma-separated (sets kube.namespaces)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +68,12 @@ def resolve_config(args: argparse.Namespace) -> tuple[Config, list[str]]:
         cfg.theme = args.theme
     if getattr(args, "read_only", False):
         cfg.read_only = True
+    if getattr(args, "kubeconfig", None):
+        cfg.kube.kubeconfig = args.kubeconfig
+    if getattr(args, "context", None):
+        cfg.kube.context = args.context
+    if getattr(args, "namespace", None):
+        cfg.kube.namespaces = [n.strip() for v in args.namespace for n in v.split(",") if n.strip()]
     if cfg.source is None:
         notes.append(f"No config file at {default_config_path()}: running on defaults. "
                      "Add engines with --engine URL or an 'engines:' list in that file (see README).")
@@ -183,6 +194,11 @@ async def collect_snapshot(endpoints: list[EngineEndpoint], cfg: Config, window_
         await collector.aclose()
     snap = collector.snapshot()
     gpu_doc = await gpu_snapshot_async(cfg, list(dcgm_urls or []))
+    cluster_doc = None
+    if cfg.kube.configured:  # the Kubernetes view, when a context is configured
+        from .sources.kube import cluster_document
+
+        cluster_doc = await asyncio.to_thread(cluster_document, cfg.kube)
     windows = [w for c in collector.collectors for w in c.windows.values()]
     now = time.monotonic()
     return {
@@ -202,6 +218,7 @@ async def collect_snapshot(endpoints: list[EngineEndpoint], cfg: Config, window_
             for h in collector.health()
         ] + gpu_doc["sources"],  # GPU sources: kind nvml / dcgm / prometheus ("gpu" when none is configured)
         "gpus": gpu_doc["gpus"],
+        **({"cluster": cluster_doc} if cluster_doc is not None else {}),
     }
 
 
@@ -247,11 +264,12 @@ def print_gpu_table(gpus: list[dict] | None) -> None:
     def add(g: dict, prefix: str = "") -> None:
         label = prefix + (f"{g['host']}:{g['label']}" if multi_host and not prefix and g.get("host") else g["label"])
         status = g["status"] + (f" ({g['error']})" if g.get("error") else "")
-        power = num(g.get("power_w")) + (f"/{num(g.get('power_limit_w'))}W" if g.get("power_limit_w") else "")
+        power = (f"{num(g.get('power_w'))}/{num(g.get('power_limit_w'))}W" if g.get("power_limit_w")
+                 else num(g.get("power_w"), "W"))
         clock = num(g.get("sm_clock_mhz")) + (f"/{num(g.get('sm_clock_max_mhz'))}" if g.get("sm_clock_max_mhz") else "")
         ecc = DASH if g.get("ecc_uncorrected") is None else f"{num(g.get('ecc_corrected'))}/{g['ecc_uncorrected']}"
         engine = g.get("engine") or g.get("pod") or DASH
-        rows.append((label, status, pct_human(g.get("util_pct")), mem(g), num(g.get("temp_c"), "C"), power, clock,
+        rows.append((label, status, pct_human(g.get("util_pct")), mem(g), num(g.get("temp_c"), "°C"), power, clock,
                      g.get("throttle") or DASH, ecc, num(g.get("last_xid")), engine, g.get("mig_profile") or g.get("name") or DASH))
         for m in g.get("mig_devices") or []:
             add(m, "└ ")

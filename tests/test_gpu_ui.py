@@ -142,12 +142,14 @@ async def test_gpu_detail_processes_owned_by_engines_and_mig_rows():
             await pilot.pause()
             assert not isinstance(app.screen, GpuDetailScreen)
             # Enter on the MIG parent row opens it, with the MIG device's process
-            await pilot.press("down")
+            await pilot.press("4")  # focuses the table
+            app.query_one("#gpus-table", GpusTable).move_cursor(row=1)
+            await pilot.pause()
             await pilot.press("enter")
             await pilot.pause()
-            assert isinstance(app.screen, GpuDetailScreen)
-            assert "3g.20gb" in text_of(app.screen, "#detail-procs") or "mig2" in text_of(app.screen, "#detail-procs")
-            assert str(os.getpid()) in text_of(app.screen, "#detail-procs")
+            assert isinstance(app.screen, GpuDetailScreen) and app.screen.label.endswith("gpu1")
+            procs = text_of(app.screen, "#detail-procs")
+            assert "gpu1/mig2" in procs and str(os.getpid()) in procs
     finally:
         proc.stdin.close()
         proc.wait(timeout=10)

@@ -30,7 +30,6 @@ from typing import Any
 import yaml
 
 from ..config import KubeConfig
-from ..domain.kube import STUCK_REASONS
 from ..sources.kube import (
     RESTARTED_AT,
     KubeError,
@@ -373,7 +372,7 @@ def plan_delete_pod(pod: dict) -> Plan:
         raise PlanError(f"pod {meta['name']} is already terminating")
     owner = _owner_summary(pod)
     warnings = [] if owner else ["this pod has no controller: nothing will replace it"]
-    diff = "\n".join([f"--- pod/{meta.get('namespace')}/{meta['name']} (live)", f"+++ (deleted)",
+    diff = "\n".join([f"--- pod/{meta.get('namespace')}/{meta['name']} (live)", "+++ (deleted)",
                       f"-pod {meta['name']} (uid {meta.get('uid')}, node {(pod.get('spec') or {}).get('nodeName')})"])
     return Plan("delete_pod", "Pod", meta.get("namespace"), meta["name"],
                 f"delete pod {meta['name']}" + (f" ({owner} creates a replacement)" if owner else ""),
@@ -612,6 +611,17 @@ def check_permissions(session: KubeSession, namespaces: list[str] | None = None)
     return Permissions(answers, nss)
 
 
+def _new_revision(plan: Plan, pod: dict) -> bool:
+    """Is ``pod`` made from the template this plan wrote (new args / new restartedAt)?"""
+    if plan.action == "args":
+        containers = (pod.get("spec") or {}).get("containers") or []
+        c = next((c for c in containers if c.get("name") == plan.params.get("container")), None)
+        return c is not None and [str(a) for a in c.get("args") or []] == list(plan.params.get("args") or [])
+    if plan.action == "restart":
+        return (_meta(pod).get("annotations") or {}).get(RESTARTED_AT) == plan.params.get("restarted_at")
+    return True
+
+
 # ---------------------------------------------------------------- execution
 
 class KubeControl:
@@ -816,13 +826,19 @@ class KubeControl:
             return self._drain_pod(plan, progress, abort)
         if a == "drain_node":
             return self._drain_node(plan, progress, abort)
+        before: set[str] = set()
+        if a == "scale":  # the pods there were: problems of new ones tell why a scale-up is stuck
+            before = {_meta(p).get("uid") for p in self.pods_of(plan.kind, self.read(plan.kind, plan.namespace,
+                                                                                     plan.name))}
         progress(Progress("sending the change…", 0.0))
         result = self._send(plan, dry_run=False)
         if a in ("scale",):
-            return self._follow_workload(plan, progress, abort, rollout=False)
+            return self._follow_workload(plan, progress, abort, rollout=False,
+                                         is_new=lambda p: _meta(p).get("uid") not in before)
         if a in ("args", "restart"):
             gen = (_meta(result).get("generation")) or 0
-            return self._follow_workload(plan, progress, abort, rollout=True, generation=gen)
+            return self._follow_workload(plan, progress, abort, rollout=True, generation=gen,
+                                         is_new=lambda p: _new_revision(plan, p))
         if a == "delete_pod":
             return self._follow_pod_gone(plan, progress, abort)
         if a == "hpa":
@@ -847,7 +863,7 @@ class KubeControl:
         return out
 
     def _follow_workload(self, plan: Plan, progress: ProgressFn, abort: threading.Event, *, rollout: bool,
-                         generation: int = 0) -> Outcome:
+                         generation: int = 0, is_new: Callable[[dict], bool] = lambda p: True) -> Outcome:
         kind, ns, name = plan.kind, plan.namespace, plan.name
         deadline = self.clock() + self.cfg.rollout_timeout_s
         stuck_since: float | None = None
@@ -879,7 +895,7 @@ class KubeControl:
                 progress(Progress(f"done: {detail}" if rollout else f"done: {ready}/{desired} ready", 1.0))
                 return Outcome("ok", f"{plan.summary}: " + (f"rollout complete ({detail})" if rollout
                                                             else f"{ready}/{desired} ready"))
-            problems = self._pod_problems(pods)
+            problems = self._pod_problems([p for p in pods if is_new(p)])
             if state == "stuck":
                 problems = [detail] + problems
             if problems:
@@ -890,7 +906,7 @@ class KubeControl:
                     return Outcome("stuck", f"{plan.summary}: stuck — {problems[0]}")
             else:
                 stuck_since = None
-            progress(Progress(text, max(0.0, min(1.0, frac))))
+            progress(Progress(text, max(0.0, min(0.95, frac))))  # 1.0 only when done
             if self.clock() >= deadline:
                 return Outcome("timeout", f"{plan.summary}: not done after {self.cfg.rollout_timeout_s:g} s ({text})")
             if self._wait(abort):
@@ -966,7 +982,7 @@ class KubeControl:
                 last = f"in flight: {n:g} (running {load.running or 0:g}, waiting {load.waiting or 0:g})"
                 frac = 1.0 if not initial else max(0.0, 1.0 - n / initial)
                 if zeros >= 2:
-                    progress(Progress("in flight: 0 — the engine is idle", 1.0))
+                    progress(Progress("in flight: 0 — the engine is idle", 0.9))
                     break
                 progress(Progress(last, frac * 0.9))
             if load.in_flight is None:

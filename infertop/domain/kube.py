@@ -70,7 +70,7 @@ class PodView:
         if self.waiting_reason in STUCK_REASONS:
             return f"{self.waiting_reason}: {self.waiting_message}" if self.waiting_message else self.waiting_reason
         if self.unschedulable_message:
-            return f"Pending: {self.unschedulable_message}"
+            return f"Pending: {short_unschedulable(self.unschedulable_message)}"
         if self.last_termination_reason == "OOMKilled":
             return "last terminated: OOMKilled"
         return None
@@ -282,6 +282,15 @@ class ClusterSnapshot:
             "events": [asdict(e) for e in sort_events(list(self.events))[:50]],
             "errors": list(self.errors),
         }
+
+
+def short_unschedulable(message: str) -> str:
+    """The scheduler's reasons without the preamble: "0/2 nodes are available: 2 Insufficient
+    nvidia.com/gpu. preemption: …" → "2 Insufficient nvidia.com/gpu"."""
+    text = message.split(" preemption:", 1)[0].strip().rstrip(".")
+    if "nodes are available:" in text:
+        text = text.split("nodes are available:", 1)[1].strip()
+    return text or message
 
 
 def sort_events(events: list[EventView]) -> list[EventView]:

@@ -112,12 +112,13 @@ def describe_api_error(exc: BaseException, timeout_s: float | None = None) -> st
         if status == 0:
             return _one_line(f"no answer from the API server: {message or reason or exc}")
         return _one_line(f"{status} {reason or 'error'}: {message}")
-    if isinstance(exc, (urllib3.exceptions.TimeoutError, TimeoutError, socket.timeout)):
-        return f"timeout after {timeout_s:g} s" if timeout_s else "timeout"
     if isinstance(exc, urllib3.exceptions.MaxRetryError):
-        inner = exc.reason
-        if isinstance(inner, urllib3.exceptions.TimeoutError):
-            return f"timeout after {timeout_s:g} s" if timeout_s else "timeout"
+        exc = exc.reason or exc
+    if isinstance(exc, (urllib3.exceptions.TimeoutError, TimeoutError, socket.timeout)) and not isinstance(
+            exc, urllib3.exceptions.NewConnectionError):  # (a NewConnectionError is a ConnectTimeoutError)
+        return f"timeout after {timeout_s:g} s" if timeout_s else "timeout"
+    if isinstance(exc, (urllib3.exceptions.NewConnectionError, urllib3.exceptions.NameResolutionError)):
+        inner = exc
         text = str(inner).lower()
         if "refused" in text:
             return "cannot reach the API server: connection refused"
@@ -186,10 +187,13 @@ class KubeSession:
             raise KubeError(f"context {name!r} is not in the kubeconfig (contexts: {known})")
         ctx = by_name[name].get("context") or {}
         try:
-            api_client = kubernetes.config.new_client_from_config(config_file=kubeconfig, context=name,
-                                                                  persist_config=False)
+            conf = kubernetes.client.Configuration()
+            kubernetes.config.load_kube_config(config_file=kubeconfig, context=name, client_configuration=conf,
+                                               persist_config=False)
         except (ConfigException, OSError, ValueError) as e:
             raise KubeError(describe_api_error(e)) from None
+        conf.retries = 0  # no silent triple wait: informers retry themselves, actions show the error
+        api_client = kubernetes.client.ApiClient(configuration=conf)
         ns = [n for n in namespaces if n] or [ctx.get("namespace") or "default"]
         return cls(api_client, name, str(ctx.get("user") or ""), ns, timeout_s=timeout_s, kubeconfig=kubeconfig)
 
@@ -977,3 +981,21 @@ async def fetch_pod_loads(urls: dict[str, str], timeout_s: float = 1.5) -> dict[
 
         await asyncio.gather(*(one(k, u) for k, u in urls.items()))
     return out
+
+
+def cluster_document(cfg: KubeConfig) -> dict:
+    """The cluster view as plain data for ``infertop snapshot --json`` (one list per resource);
+    a connection problem becomes ``{"error": …}`` rather than an exception."""
+    try:
+        session = session_for(cfg)
+    except KubeError as e:
+        return {"context": cfg.context, "error": str(e)}
+    try:
+        snap = read_cluster(session, cfg)
+        doc = snap.to_dict()
+        doc["api_calls"] = session.calls
+        return doc
+    except KubeError as e:
+        return {"context": session.context, "error": str(e)}
+    finally:
+        session.close()

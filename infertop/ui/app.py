@@ -38,6 +38,7 @@ PANES = ("overview", "engines", "log", "gpus", "cluster")
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
 SPARK_EVERY_S = 5.0  # sparklines repaint every 5 s: a scrolling chart costs bytes on SSH
 GPU_REFRESH_MIN_S = 2.0  # GPUs are polled on their own schedule, at most this often
+GPU_THROTTLE_LOG_EVERY_S = 60.0
 
 
 @dataclass
@@ -95,6 +96,7 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         self._gpu_rendered_version = -1
         self._last_gpu_spark = 0.0
         self._gpu_states: dict[str, str] = {}
+        self._gpu_logged_at: dict[str, float] = {}
 
     # ----- layout -------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -153,8 +155,10 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
 
     async def poll_gpus(self) -> None:
         """Read every GPU source once (NVML runs in a thread) and keep the rows."""
-        self.gpu_collector.set_engines(engine_refs(self.settings.endpoints))
         try:
+            if self.gpu_collector.nvml is not None:  # only NVML lists processes to map to engines
+                endpoints = [c.endpoint for c in self.collector.collectors]
+                self.gpu_collector.set_engines(await asyncio.to_thread(self._gpu_engine_refs, endpoints))
             rows, health = await self.gpu_collector.poll()
         except Exception as e:  # noqa: BLE001 — a GPU source must never stop the app
             self.log_event(f"[red]GPU collection failed:[/red] {type(e).__name__}: {e}")
@@ -162,6 +166,12 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         self.gpu_rows, self.gpu_health = rows, health
         record_history(self.collector.history, flatten(rows))
         self._gpu_version += 1
+
+    def _gpu_engine_refs(self, endpoints: list) -> list:
+        """(name, root PID, port) of the engines on this host (a thread: reads engine state files)."""
+        mgr = getattr(self, "engine_manager", None)
+        pids = {rec.name: rec.pid for rec in mgr.list() if rec.alive} if mgr is not None else {}
+        return engine_refs(endpoints, pids)
 
     async def poll_gpus_now(self) -> None:
         """Poll the GPU sources once and render (tests and Ctrl+R)."""
@@ -203,6 +213,8 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
     # ----- rendering ----------------------------------------------------
     def render_snapshot(self, force: bool = False) -> None:
         """Repaint from the latest snapshot, at most once per refresh."""
+        if not self.is_running:  # the interval can still tick while the app tears its widgets down
+            return
         self._render_status()
         self._render_gpus(force)
         if self.snapshot is None or (self._version == self._rendered_version and not force):
@@ -278,6 +290,11 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
             self._gpu_states[r.gid] = word
             if prev is not None and prev != word and (word in ("failed", "error", "throttled")
                                                       or prev in ("failed", "error", "throttled")):
+                now = time.monotonic()
+                serious = {word, prev} & {"failed", "error"}
+                if not serious and now - self._gpu_logged_at.get(r.gid, -1e9) < GPU_THROTTLE_LOG_EVERY_S:
+                    continue  # a GPU hovering at its thermal limit flips often: log that at most once a minute
+                self._gpu_logged_at[r.gid] = now
                 why = f": {r.gpu.error}" if r.gpu.error else ""
                 self.log_event(f"GPU {r.gpu.host or ''}:{r.gpu.label} {prev} → {status}{why}")
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +45,10 @@ KUBE_MUTATING = {
 }
 KUBE_ACTIONS = set(KUBE_MUTATING) | {"kube_context", "kube_namespace", "cluster_view"}
 KEY_HINTS = (  # (action, key, word) for the Cluster pane's key line
-    ("kube_scale", "S", "scale"), ("kube_hpa", "H", "HPA"), ("kube_args", "A", "args"),
-    ("kube_restart", "R", "restart"), ("kube_drain_pod", "D", "drain pod"), ("kube_delete_pod", "^D", "delete pod"),
-    ("kube_cordon", "C", "cordon"), ("kube_drain_node", "N", "drain node"), ("kube_configmap", "M", "ConfigMap"),
-    ("kube_context", "K", "context"), ("kube_namespace", "^N", "namespace"),
+    ("kube_scale", "S", "scale"), ("kube_hpa", "H", "hpa"), ("kube_args", "A", "args"),
+    ("kube_restart", "R", "restart"), ("kube_drain_pod", "D", "drain"), ("kube_delete_pod", "^D", "delete"),
+    ("kube_cordon", "C", "cordon"), ("kube_drain_node", "N", "node-drain"), ("kube_configmap", "M", "cm"),
+    ("kube_context", "K", "ctx"), ("kube_namespace", "^N", "ns"),
 )
 MAX_SCRAPED_PODS = 64
 NOT_CONFIGURED = ("Kubernetes is not configured. Run with --context NAME [--namespace NS] (or set kube.context / "
@@ -140,7 +139,10 @@ class KubeActions:
 
     def _kube_connected(self, session: KubeSession, watcher: ClusterWatcher | None, perms: Permissions,
                         snap: ClusterSnapshot) -> None:
+        old = self.kube_session
         self.kube_shutdown()
+        if old is not None and old.api_client is not session.api_client:
+            old.close()
         self.kube_connecting = False
         self.kube_error = None
         self.kube_session, self.kube_watcher, self.kube_perms = session, watcher, perms
@@ -159,7 +161,7 @@ class KubeActions:
     # ----- refresh ---------------------------------------------------------------
     def _kube_tick(self) -> None:
         """Timer: rebuild the view when the informers saw a change (or poll without watches)."""
-        if self.kube_session is None or self._kube_refreshing:
+        if self.kube_session is None or self._kube_refreshing or not self.is_running:  # type: ignore[attr-defined]
             return
         watcher = self.kube_watcher
         if watcher is not None:
@@ -237,11 +239,11 @@ class KubeActions:
         header = Text()
         header.append("⎈ ", style="bold")
         header.append(f"{session.context}", style="bold")
-        header.append(f" · ns {', '.join(session.namespaces)} · user {session.user or '?'} · ")
+        header.append(f" · ns {', '.join(session.namespaces)} · {session.user or '?'} · ")
         header.append(f"{len(snap.workloads)} workloads, {len(snap.pods)} pods")
         if not_ready:
             header.append(f" ({not_ready} not ready)", style="yellow")
-        header.append(f", {len(snap.nodes)} GPU nodes ({gpus} GPUs)")
+        header.append(f", {len(snap.nodes)} nodes/{gpus} GPUs")
         header.append(" · watching" if self.kube_watcher is not None else " · polling", style="dim")
         if self.settings.read_only:  # type: ignore[attr-defined]
             header.append(" · read-only", style="bold yellow")
@@ -256,8 +258,8 @@ class KubeActions:
         parts = []
         for action, key, word in KEY_HINTS:
             if self.kube_action_state(action):
-                parts.append(f"{key} {word}")
-        self._pane().set_keys("  ".join(parts))  # type: ignore[attr-defined]
+                parts.append(f"{key}:{word}")
+        self._pane().set_keys(" ".join(parts))  # type: ignore[attr-defined]
 
     # ----- capabilities ----------------------------------------------------------
     def kube_action_state(self, action: str) -> bool | None:

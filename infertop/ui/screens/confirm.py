@@ -100,6 +100,8 @@ class ConfirmScreen(ModalScreen[str]):
         self.progress_text = ""
         self.progress_fraction: float | None = None
         self._decision: asyncio.Future[str] | None = None
+        self._message = ""
+        self._ran = False
 
     # ----- layout
     def compose(self) -> ComposeResult:
@@ -118,8 +120,8 @@ class ConfirmScreen(ModalScreen[str]):
                 yield Button("Cancel (n)", id="confirm-no", variant="default")
 
     def on_mount(self) -> None:
-        self.query_one("#confirm-abort", Button).display = False
-        self._sync_buttons()
+        self._mounted_ok = True
+        self._render_state()
 
     def _notes_text(self) -> Text:
         t = Text()
@@ -138,9 +140,33 @@ class ConfirmScreen(ModalScreen[str]):
         mark, style = ("✓", "green") if self.dry_run_ok else ("✗", "bold red")
         return Text(f"{mark} {self._dry}", style=style)
 
-    def _sync_buttons(self) -> None:
-        if not self.is_mounted:
+    def _status_text(self) -> Text:
+        if self.state == DONE and self.result_text:
+            ok = self.result == "ok"
+            return Text(("✓ " if ok else "✗ ") + self.result_text, style="bold green" if ok else "bold red")
+        if self.state == RUNNING:
+            return Text(self.progress_text or "running…", style="" if self.progress_text else "bold")
+        return Text(self._message or "", style="bold yellow")
+
+    def _render_state(self) -> None:
+        """Paint every part from the current state (setters may run before the screen is mounted)."""
+        if not getattr(self, "_mounted_ok", False):
             return
+        self.query_one("#confirm-title", Static).update(self.title_text)
+        self.query_one("#confirm-change", Static).update(
+            self._change or ("" if self.state == DONE else "reading the live object…"))
+        self.query_one("#confirm-diff", Static).update(diff_text(self._diff))
+        self.query_one("#confirm-notes", Static).update(self._notes_text())
+        self.query_one("#confirm-dryrun", Static).update(self._dry_text())
+        bar = self.query_one("#confirm-progress", ProgressBar)
+        bar.set_class(self.state in (RUNNING, DONE) and self._ran, "visible")
+        if self.state == RUNNING and self.progress_fraction is None and self.progress_text:
+            bar.update(total=None)
+        elif self.state == DONE and self.result == "ok":
+            bar.update(total=100, progress=100)
+        else:
+            bar.update(total=100, progress=round(100 * max(0.0, min(1.0, self.progress_fraction or 0.0))))
+        self.query_one("#confirm-status", Static).update(self._status_text())
         yes = self.query_one("#confirm-yes", Button)
         no = self.query_one("#confirm-no", Button)
         abort = self.query_one("#confirm-abort", Button)
@@ -149,59 +175,54 @@ class ConfirmScreen(ModalScreen[str]):
         abort.display = self.state == RUNNING and self.abortable
         no.label = {RUNNING: "Hide (Esc)", DONE: "Close (Esc)"}.get(self.state, "Cancel (n)")
         no.variant = "primary" if self.state == DONE else "default"
-        if self.state == DONE:
-            no.focus()
-        elif self.state in (REVIEW, LOADING):
+        if self.state != RUNNING:
             no.focus()  # Enter never confirms by accident: y does
+
+    @property
+    def change(self) -> str:
+        """The one-line change shown (tests, other screens)."""
+        return self._change
+
+    @property
+    def dry_run_text(self) -> str | None:
+        return self._dry
+
+    @property
+    def notes(self) -> list[str]:
+        return list(self._notes)
 
     # ----- caller API
     def set_title(self, title: str) -> None:
         self.title_text = title
-        if self.is_mounted:
-            self.query_one("#confirm-title", Static).update(title)
+        self._render_state()
 
     def set_plan(self, change: str, diff: str = "", notes: Iterable[str] = (), message: str | None = None) -> None:
         """Show a (new) change to review; the dry run result is cleared."""
         self._change, self._diff, self._notes = change, diff, list(notes)
+        self._message = message or ""
         self.state = REVIEW
         self.dry_run_ok = None if self._dry is not None else True
         if self._dry is not None:
             self._dry = "pending"
-        if not self.is_mounted:
-            return
-        self.query_one("#confirm-change", Static).update(change)
-        self.query_one("#confirm-diff", Static).update(diff_text(diff))
-        self.query_one("#confirm-notes", Static).update(self._notes_text())
-        self.query_one("#confirm-dryrun", Static).update(self._dry_text())
-        self.query_one("#confirm-progress", ProgressBar).remove_class("visible")
-        self.query_one("#confirm-status", Static).update(Text(message or "", style="bold yellow"))
-        self._sync_buttons()
+        self._ran = False
+        self.progress_text, self.progress_fraction = "", None
+        self._render_state()
 
     def set_dry_run(self, ok: bool, text: str, warnings: Iterable[str] = ()) -> None:
         self.dry_run_ok = ok
         self._dry = text
-        extra = [f"! {w}" for w in warnings]
-        if extra:
-            self._notes = self._notes + extra
-            if self.is_mounted:
-                self.query_one("#confirm-notes", Static).update(self._notes_text())
-        if self.is_mounted:
-            self.query_one("#confirm-dryrun", Static).update(self._dry_text())
+        self._notes = self._notes + [f"! {w}" for w in warnings]
         if not ok:
             self.state = DONE
             self.result = "failed"
-        self._sync_buttons()
+        self._render_state()
 
     def set_error(self, text: str) -> None:
         """Nothing can be done (the object is gone, forbidden, invalid input): show why, offer Close."""
         self.state = DONE
         self.result = "failed"
         self.result_text = text
-        if self.is_mounted:
-            if not self._change:
-                self.query_one("#confirm-change", Static).update("")
-            self.query_one("#confirm-status", Static).update(Text(f"✗ {text}", style="bold red"))
-        self._sync_buttons()
+        self._render_state()
 
     async def decision(self) -> str:
         """Wait for the operator: "confirm" or "cancel"."""
@@ -219,42 +240,28 @@ class ConfirmScreen(ModalScreen[str]):
     def start_running(self, *, abortable: bool = False, on_abort: Callable[[], None] | None = None) -> None:
         self.state = RUNNING
         self.abortable = abortable
+        self._ran = True
+        self._message = ""
         if on_abort is not None:
             self.on_abort = on_abort
-        if self.is_mounted:
-            bar = self.query_one("#confirm-progress", ProgressBar)
-            bar.add_class("visible")
-            bar.update(total=100, progress=0)
-            self.query_one("#confirm-status", Static).update(Text("running…", style="bold"))
-        self._sync_buttons()
+        self._render_state()
 
     def set_progress(self, text: str, fraction: float | None = None) -> None:
         self.progress_text, self.progress_fraction = text, fraction
-        if not self.is_mounted:
-            return
-        bar = self.query_one("#confirm-progress", ProgressBar)
-        if fraction is None:
-            bar.update(total=None)
-        else:
-            bar.update(total=100, progress=round(100 * max(0.0, min(1.0, fraction))))
-        self.query_one("#confirm-status", Static).update(Text(text))
+        if self.state == RUNNING:
+            self._render_state()
 
     def finish(self, ok: bool, text: str, result: str | None = None) -> None:
         self.state = DONE
         self.result = result or ("ok" if ok else "failed")
         self.result_text = text
-        if self.is_mounted:
-            if ok:
-                self.query_one("#confirm-progress", ProgressBar).update(total=100, progress=100)
-            self.query_one("#confirm-status", Static).update(
-                Text(("✓ " if ok else "✗ ") + text, style="bold green" if ok else "bold red"))
-        self._sync_buttons()
+        self._render_state()
 
     # ----- keys and buttons
     def action_confirm(self) -> None:
         if self.state == REVIEW and self.dry_run_ok is True:
             self.state = LOADING  # no double confirm while the caller starts
-            self._sync_buttons()
+            self._render_state()
             self._decide("confirm")
 
     def action_cancel(self) -> None:
@@ -273,7 +280,8 @@ class ConfirmScreen(ModalScreen[str]):
     def action_abort(self) -> None:
         if self.state == RUNNING and self.abortable and self.on_abort is not None:
             self.on_abort()
-            self.query_one("#confirm-status", Static).update(Text("aborting…", style="bold yellow"))
+            self.progress_text = "aborting…"
+            self._render_state()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()

@@ -66,7 +66,7 @@ class KubeTable(LeanLines, DataTable):
     """A DataTable keyed by object; ``update_rows`` rewrites only changed cells."""
 
     DEFAULT_CSS = """
-    KubeTable { height: 1fr; scrollbar-size-horizontal: 1; }
+    KubeTable { height: 1fr; scrollbar-size-horizontal: 0; }
     """
 
     def __init__(self, columns: tuple[tuple[str, str], ...], **kwargs) -> None:
@@ -164,16 +164,18 @@ class ClusterPane(Vertical):
         counts = {}
         if snap is not None:
             counts = {"workloads": len(snap.workloads), "pods": len(snap.pods), "nodes": len(snap.nodes),
-                      "hpas": len(snap.hpas), "events": len(snap.warnings)}
+                      "hpas": len(snap.hpas), "events": len(snap.events)}
         t = Text()
         for i, (view, title) in enumerate(VIEWS):
             if i:
                 t.append("  ")
             n = counts.get(view)
             label = f"{title} {n}" if n is not None else title
-            if view == "events" and n:
-                label = f"{title} ⚠{n}"
-            t.append(f" {label} ", style="reverse bold" if view == self.view else "")
+            warnings = len(snap.warnings) if snap is not None and view == "events" else 0
+            t.append(f" {label}", style="reverse bold" if view == self.view else "")
+            if warnings:
+                t.append(f" ⚠{warnings}", style="bold yellow" + (" reverse" if view == self.view else ""))
+            t.append(" ", style="reverse bold" if view == self.view else "")
         t.append("   v: next view", style="dim")
         self.query_one("#cluster-tabs", QuietStatic).show(t)
 
@@ -205,10 +207,10 @@ class ClusterPane(Vertical):
     def _label(self, ns: str, name: str, multi: bool) -> str:
         return f"{ns}/{name}" if multi else name
 
-    def workload_problem(self, snap: ClusterSnapshot, w: WorkloadView) -> str | None:
+    def workload_problem(self, snap: ClusterSnapshot, w: WorkloadView, with_pod: bool = False) -> str | None:
         for p in snap.pods_of(w):
             if p.problem:
-                return f"{p.name}: {p.problem}"
+                return f"pod {p.name}: {p.problem}" if with_pod else p.problem
         return None
 
     def _workload_cells(self, snap: ClusterSnapshot, w: WorkloadView, multi: bool) -> list:
@@ -226,7 +228,7 @@ class ClusterPane(Vertical):
             hpa_text = (f"{hpa.min_replicas}-{hpa.max_replicas} "
                         f"{count_human(hpa.current_replicas)}→{count_human(hpa.desired_replicas)}")
         return [
-            "Deploy" if w.kind == "Deployment" else "StatefulSet",
+            "deploy" if w.kind == "Deployment" else "sts",
             self._label(w.namespace, w.name, multi),
             Text(f"{w.ready}/{w.desired if w.desired is not None else '?'}", style=ready_style),
             str(w.updated),
@@ -347,7 +349,7 @@ class ClusterPane(Vertical):
                                   style="yellow" if e.warning else "dim"))
         if isinstance(obj, WorkloadView):
             lines.append(Text(f"{obj.ref}: rollout {obj.rollout} — {obj.rollout_detail}; image {obj.image or DASH}"))
-            problem = self.workload_problem(snap, obj)
+            problem = self.workload_problem(snap, obj, with_pod=True)
             if problem:
                 lines.append(Text(f"why: {problem}", style="bold red"))
             hpa = snap.hpa_for(obj)

@@ -26,7 +26,7 @@ from textual.widgets.data_table import ColumnKey, RowKey
 
 from ...domain.gpu import FAILED, UNAVAILABLE, GpuStats, classify
 from ...domain.source import SourceHealth
-from ...format import DASH, age_human, bytes_human, pct_human
+from ...format import DASH, age_human, pct_human
 from ...sources.nvml import NO_BINDING, NO_DRIVER
 from ...state.history import HistoryStore
 from .lean import LeanLines
@@ -469,12 +469,15 @@ def gpu_status_parts(health: list[SourceHealth], now: float) -> list[str]:
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "", socket.gethostname().lower()}
 
 
-def engine_refs(endpoints: Iterable[Any]) -> list[tuple[str, int | None, int | None]]:
+def engine_refs(endpoints: Iterable[Any], pids: dict[str, int] | None = None
+                ) -> list[tuple[str, int | None, int | None]]:
     """``(name, root_pid, port)`` for engines on this host, for GPU process → engine mapping.
 
-    Endpoints may carry a ``pid`` (engines infertop started); otherwise the
-    port of a local URL is matched against ``--port`` on the process command line.
+    ``pids`` are the root PIDs of engines infertop started (by name); other
+    local engines are matched by their URL's port against ``--port`` on the
+    GPU process's command line (or an ancestor's). Remote engines are skipped.
     """
+    pids = pids or {}
     out = []
     for e in endpoints:
         try:
@@ -482,7 +485,7 @@ def engine_refs(endpoints: Iterable[Any]) -> list[tuple[str, int | None, int | N
             host, port = (parts.hostname or "").lower(), parts.port
         except ValueError:
             continue
-        pid = getattr(e, "pid", None)
+        pid = pids.get(e.name)
         if host not in _LOCAL_HOSTS and pid is None:
             continue
         if port is None:
