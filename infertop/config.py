@@ -84,6 +84,7 @@ class KubeConfig:
     rollout_timeout_s: float = 900.0
     stuck_after_s: float = 30.0  # a rollout blocked this long (ImagePullBackOff, no GPU…) is reported stuck
     eviction_retry_s: float = 5.0  # wait after a 429 from a PodDisruptionBudget
+    follow_poll_s: float = 0.5  # how often a running action re-reads what it follows (2 API calls)
 
     @property
     def configured(self) -> bool:
@@ -96,7 +97,7 @@ class KubeConfig:
         if self.drain_then not in ("delete", "scale-down"):
             errs.append(("drain_then", "must be delete or scale-down"))
         for name in ("timeout_s", "refresh_s", "drain_timeout_s", "node_drain_timeout_s", "rollout_timeout_s",
-                     "eviction_retry_s"):
+                     "eviction_retry_s", "follow_poll_s"):
             if getattr(self, name) <= 0:
                 errs.append((name, "must be > 0"))
         if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:

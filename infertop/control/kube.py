@@ -628,12 +628,12 @@ class KubeControl:
     """Reads, dry-runs, executes and follows :class:`Plan` s against one session."""
 
     def __init__(self, session: KubeSession, audit: AuditLog | None = None, cfg: KubeConfig | None = None, *,
-                 poll_s: float = 0.5, clock: Callable[[], float] = time.monotonic,
+                 poll_s: float | None = None, clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time) -> None:
         self.session = session
         self.audit = audit
         self.cfg = cfg or KubeConfig()
-        self.poll_s = poll_s
+        self.poll_s = self.cfg.follow_poll_s if poll_s is None else poll_s
         self.clock = clock
         self.wall = wall
 

@@ -225,12 +225,6 @@ class KubeSession:
         except ValueError:
             raise KubeError("the API server answered something that is not JSON") from None
 
-    def with_namespaces(self, namespaces: Iterable[str]) -> "KubeSession":
-        s = KubeSession(self.api_client, self.context, self.user, list(namespaces), timeout_s=self.timeout_s,
-                        kubeconfig=self.kubeconfig)
-        s._calls = self._calls
-        return s
-
     def close(self) -> None:
         try:
             self.api_client.close()

@@ -72,6 +72,7 @@ class KubeActions:
     _kube_poll_at = 0.0
     _kube_refreshing = False
     _kube_loads_running = False
+    _kube_scrape_skip = 0
 
     # ----- setup -----------------------------------------------------------------
     def _main_screen(self) -> Any:
@@ -171,7 +172,9 @@ class KubeActions:
         else:
             self._kube_refreshing = True
             self.run_worker(self._kube_refresh_work(), group="kube-refresh", exit_on_error=False)  # type: ignore[attr-defined]
-        if not self._kube_loads_running:
+        if self._kube_scrape_skip > 0:
+            self._kube_scrape_skip -= 1
+        elif not self._kube_loads_running:
             self._kube_loads_running = True
             self.run_worker(self._kube_loads_work(), group="kube-loads", exit_on_error=False)  # type: ignore[attr-defined]
 
@@ -215,7 +218,10 @@ class KubeActions:
             return
         urls = {p.key: p.engine_url for p in snap.pods if p.engine_url and p.phase == "Running" and not p.terminating}
         urls = dict(list(urls.items())[:MAX_SCRAPED_PODS])
-        self.kube_loads = await fetch_pod_loads(urls, timeout_s=1.5)
+        loads = await fetch_pod_loads(urls, timeout_s=1.5)
+        self.kube_loads = loads
+        # pod IPs are often unreachable from where infertop runs: then try again only every 5th refresh
+        self._kube_scrape_skip = 4 if urls and all(v.error for v in loads.values()) else 0
 
     async def kube_refresh_now(self) -> None:
         """Rebuild the view and scrape the pods now (tests, Ctrl+R)."""

@@ -1,0 +1,468 @@
+"""The Cluster pane and every Kubernetes action through the keyboard (Pilot).
+
+The app reads a kubeconfig in ``tmp_path`` that points at the API emulator
+(real ``kubernetes`` client, nothing patched). Waits are bounded polls of
+app state (``until``), never fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infertop.config import Config, KubeConfig
+from infertop.sim import SimCluster
+from infertop.sim.model import SimRequest
+from infertop.sources.vllm import EngineEndpoint
+from infertop.ui.actions import ACTIONS
+from infertop.ui.app import InfertopApp, Settings
+from infertop.ui.kube_actions import KUBE_MUTATING
+from infertop.ui.screens.confirm import ConfirmScreen
+from infertop.ui.screens.help import HelpScreen
+from infertop.ui.screens.kube_dialogs import ChoiceDialog, FormDialog
+from infertop.ui.widgets.cluster import ClusterPane
+
+try:
+    from kube_emulator import KubeEmulator
+except ImportError:  # tests/ importable as a package
+    from tests.kube_emulator import KubeEmulator
+
+TOKEN = "kube-ui-token"
+NS = "default"
+
+
+@pytest.fixture
+def emu():
+    # reconciles on every write; the 0.2 s wake-up only drives time-based transitions. (A busier loop keeps
+    # the process from looking idle, and every Pilot key press then waits up to 1 s for idleness.)
+    e = KubeEmulator(token=TOKEN, reconcile_interval=0.2).start()
+    e.add_node("gpu-a", gpus=8)
+    e.add_node("gpu-b", gpus=8)
+    yield e
+    e.stop()
+    assert e.errors == []
+
+
+def make_app(tmp_path, kubeconfig=None, *, read_only: bool = False, endpoints=(), **kube) -> InfertopApp:
+    opts = {"stuck_after_s": 0.0, "refresh_s": 0.3, "eviction_retry_s": 0.1, "follow_poll_s": 0.05} | kube
+    cfg = Config(audit_log=str(tmp_path / "audit.jsonl"), read_only=read_only,
+                 kube=KubeConfig(kubeconfig=str(kubeconfig) if kubeconfig else None, **opts))
+    return InfertopApp(Settings(config=cfg, endpoints=list(endpoints), read_only=read_only,
+                                state_dir=str(tmp_path / "state")), poll=False)
+
+
+def audit(tmp_path) -> list[dict]:
+    path = tmp_path / "audit.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+async def until(pilot, predicate, tries: int = 500, message: str = ""):
+    """Bounded wait on app state (≤ tries × 20 ms of event-loop time)."""
+    for _ in range(tries):
+        value = predicate()
+        if value:
+            return value
+        await pilot.pause(0.02)
+    raise AssertionError(f"timed out waiting: {message or predicate}")
+
+
+def ready(emu: KubeEmulator, app: str, n: int) -> bool:
+    pods = [p for p in emu.list("pods", NS, f"app={app}") if not p["metadata"].get("deletionTimestamp")]
+    return len(pods) == n and all({c["type"]: c["status"] for c in p["status"].get("conditions") or []}.get("Ready")
+                                  == "True" for p in pods)
+
+
+async def connected(pilot, app: InfertopApp) -> ClusterPane:
+    await until(pilot, lambda: app.kube_session is not None and app.kube_snapshot is not None, message="connect")
+    await pilot.press("5")
+    await pilot.pause()
+    return app.query_one(ClusterPane)
+
+
+def rows(pane: ClusterPane, view: str) -> dict[str, list[str]]:
+    t = pane.table(view)
+    return {k.value: [str(getattr(c, "plain", c)) for c in t.get_row(k)] for k in t.rows}
+
+
+def text(widget) -> str:
+    r = widget.render()
+    return str(getattr(r, "plain", r))
+
+
+async def set_input(pilot, screen, field: str, value: str) -> None:
+    box = screen.query_one(f"#field-{field}")
+    box.value = value
+    box.focus()
+    await pilot.pause()
+
+
+async def confirm(pilot, app, change: str | None = None, *, press: bool = True) -> ConfirmScreen:
+    """Wait for the dry run in the confirmation, check the change, confirm and wait for the end."""
+    screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok is not None
+                         and app.screen, message="dry run")
+    assert screen.dry_run_ok, screen.dry_run_text
+    if change is not None:
+        assert screen.change == change
+    if press:
+        await pilot.press("y")
+        await until(pilot, lambda: screen.state == "done", message=f"action done: {screen.progress_text}")
+    return screen
+
+
+# ----------------------------------------------------------------- viewing
+
+async def test_without_kubernetes_the_pane_says_how_to_enable_it(tmp_path):
+    app = make_app(tmp_path, enabled=None)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("5")
+        await pilot.pause()
+        pane = app.query_one(ClusterPane)
+        assert "Kubernetes is not configured" in text(pane.query_one("#cluster-header"))
+        assert "--context" in text(pane.query_one("#cluster-header"))
+        assert all(app.check_action(a, ()) is None for a in KUBE_MUTATING)
+        assert app.check_action("kube_context", ()) is True  # K picks a context to enable it
+        await pilot.press("S")
+        await pilot.pause()
+        assert not isinstance(app.screen, (FormDialog, ConfirmScreen))
+
+
+async def test_the_pane_shows_workloads_pods_nodes_hpas_and_events(emu, tmp_path):
+    sim = SimCluster(1, seed=2, load="none", realtime=False).start()
+    try:
+        emu.set_pod_endpoint("vllm-*", "127.0.0.1", sim.engines[0].port)
+        emu.fail_args("--crash-me")
+        emu.add_deployment(NS, "vllm", replicas=1, args=["--max-num-seqs", "64"])
+        emu.add_deployment(NS, "crashy", replicas=1, args=["--crash-me"])
+        emu.add_deployment(NS, "huge", replicas=1, gpu_per_pod=16)
+        emu.add_hpa(NS, "vllm", "vllm", min_replicas=1, max_replicas=4, desired_replicas=6, conditions=[
+            {"type": "AbleToScale", "status": "True", "reason": "ReadyForNewScale", "message": "ok"},
+            {"type": "ScalingLimited", "status": "True", "reason": "TooManyReplicas", "message": "max is 4"}])
+        emu.wait_until(lambda: ready(emu, "vllm", 1))
+        with sim.engines[0].lock:
+            for _ in range(3):
+                sim.engines[0].core.submit(SimRequest(prompt_tokens=50, max_tokens=500))
+        sim.advance(0.2)
+        app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"),
+                       endpoints=[EngineEndpoint("llama-a", sim.engines[0].url)])
+        async with app.run_test(size=(120, 40)) as pilot:
+            pane = await connected(pilot, app)
+            await app.kube_refresh_now()
+            header = text(pane.query_one("#cluster-header"))
+            assert header.startswith("⎈ emu · ns default · tester · 3 workloads, 3 pods (2 not ready), 2 nodes/16 GPUs")
+            w = rows(pane, "workloads")
+            assert w["Deployment/default/vllm"][:6] == ["deploy", "vllm", "1/1", "1", "1", "complete"]
+            assert w["Deployment/default/vllm"][6] == "1-4 1→6" and w["Deployment/default/vllm"][7] == "--max-num-seqs 64"
+            assert w["Deployment/default/huge"][5] == "progressing: Pending: 2 Insufficient nvidia.com/gpu"
+            await pilot.press("v")
+            assert pane.view == "pods"
+            p = {r[0].split("-")[0]: r for r in rows(pane, "pods").values()}
+            assert p["vllm"][1:6] == ["Running", "1/1", "0", "3", "0"]  # Run/Wait from the pod's engine
+            assert p["vllm"][9] == "llama-a"  # the pod's IP:port is a configured engine
+            assert p["crashy"][1] == "CrashLoopBackOff" and p["crashy"][8] == "Error"
+            assert p["huge"][1] == "Pending"
+            crashy = next(k for k in rows(pane, "pods") if "crashy" in k)
+            assert pane.select("pods", crashy)
+            await pilot.pause()
+            assert "why: CrashLoopBackOff" in text(pane.query_one("#cluster-detail"))
+            await pilot.press("v")
+            n = rows(pane, "nodes")
+            assert n["gpu-a"][:4] == ["gpu-a", "1/8", "Ready", "ok"] and n["gpu-b"][1] == "1/8"  # huge is Pending
+            await pilot.press("v")
+            (hpa,) = rows(pane, "hpas").values()
+            assert hpa[:4] == ["vllm", "Deployment/vllm", "1-4", "1→6"] and hpa[5] == "A·L"
+            assert hpa[6] == "ScalingLimited TooManyReplicas: max is 4"
+            await pilot.press("v")
+            events = list(rows(pane, "events").values())
+            assert events[0][0] == "Warning" and {e[3] for e in events if e[0] == "Warning"} >= {"BackOff",
+                                                                                              "FailedScheduling"}
+            keys = text(pane.query_one("#cluster-keys"))
+            assert keys.startswith("S:scale H:hpa A:args R:restart D:drain ^D:delete C:cordon N:node-drain M:cm")
+    finally:
+        sim.stop()
+
+
+# ----------------------------------------------------------------- actions
+
+async def test_scale_args_restart_and_hpa_from_the_keyboard(emu, tmp_path):
+    emu.add_deployment(NS, "vllm", replicas=2, args=["--max-num-seqs", "64"])
+    emu.add_hpa(NS, "vllm", "vllm", min_replicas=1, max_replicas=8)
+    emu.wait_until(lambda: ready(emu, "vllm", 2))
+    app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = await connected(pilot, app)
+        assert pane.selected()[1].name == "vllm"
+        # scale 2 → 4
+        await pilot.press("S")
+        form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen)
+        await set_input(pilot, form, "replicas", "4")
+        await pilot.press("enter")
+        screen = await confirm(pilot, app, "replicas 2 → 4")
+        assert "+  replicas: 4" in screen._diff and screen.result == "ok"
+        assert screen.result_text == "replicas 2 → 4: 4/4 ready"
+        assert ready(emu, "vllm", 4)
+        await pilot.press("escape")
+        # patch the args: the rolling update is followed to the end
+        await pilot.press("A")
+        form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen)
+        await set_input(pilot, form, "changes", "--max-num-seqs 32")
+        await pilot.press("enter")
+        screen = await confirm(pilot, app, "vllm args: --max-num-seqs 64 → --max-num-seqs 32")
+        assert screen.result == "ok" and "rollout complete" in screen.result_text
+        assert all(p["spec"]["containers"][0]["args"] == ["--max-num-seqs", "32"] for p in emu.list("pods", NS))
+        await pilot.press("escape")
+        # rollout restart
+        await pilot.press("R")
+        screen = await confirm(pilot, app)
+        assert screen.change.startswith("pod template annotation kubectl.kubernetes.io/restartedAt: (none) → ")
+        assert screen.result == "ok"
+        await pilot.press("escape")
+        # HPA bounds, from the workload row
+        await pilot.press("H")
+        form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen)
+        await set_input(pilot, form, "min", "2")
+        await set_input(pilot, form, "max", "6")
+        await pilot.press("enter")
+        screen = await confirm(pilot, app, "min 1 → 2, max 8 → 6")
+        assert screen.result == "ok"
+        await pilot.press("escape")
+        spec = emu.get("horizontalpodautoscalers", "vllm", NS)["spec"]
+        assert (spec["minReplicas"], spec["maxReplicas"]) == (2, 6)
+        await pilot.press("3")  # the Log pane (RichLog renders once it has a size)
+        await pilot.pause()
+        log = "\n".join(line.text for line in app.query_one("#log-view").lines)
+        assert "Scale: deployment default/vllm: ok — replicas 2 → 4: 4/4 ready" in log
+    entries = audit(tmp_path)
+    assert [(e["action"], e["result"]) for e in entries] == [
+        ("kube.scale", "ok"), ("kube.args", "ok"), ("kube.restart", "ok"), ("kube.hpa", "ok")]
+    assert all(e["diff"] and e["kube_user"] == "tester" and e["context"] == "emu" for e in entries)
+
+
+async def test_drain_and_delete_a_pod_from_the_keyboard(emu, tmp_path):
+    sim = SimCluster(1, seed=4, load="none", realtime=False).start()
+    try:
+        emu.set_pod_endpoint("vllm-*", "127.0.0.1", sim.engines[0].port)
+        emu.add_deployment(NS, "vllm", replicas=2)
+        emu.add_service(NS, "vllm", {"app": "vllm"})
+        emu.wait_until(lambda: ready(emu, "vllm", 2))
+        with sim.engines[0].lock:
+            for _ in range(4):
+                sim.engines[0].core.submit(SimRequest(prompt_tokens=80, max_tokens=50))
+        sim.advance(0.2)
+        app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
+        async with app.run_test(size=(120, 40)) as pilot:
+            pane = await connected(pilot, app)
+            await pilot.press("v")  # pods
+            first, second = list(rows(pane, "pods"))
+            assert pane.select("pods", first)
+            await pilot.press("D")
+            choice = await until(pilot, lambda: isinstance(app.screen, ChoiceDialog) and app.screen)
+            assert choice.current == "delete"
+            await pilot.press("enter")  # the default follow-up: delete
+            screen = await confirm(pilot, app, press=False)
+            assert screen.change.startswith(f"take pod {first.split('/')[1]} out of vllm")
+            await pilot.press("y")
+            await until(pilot, lambda: screen.progress_text.startswith("in flight: 4"), message="draining")
+            assert "app" not in emu.get("pods", first.split("/")[1], NS)["metadata"]["labels"]
+            assert screen.state == "running" and not emu.get("pods", first.split("/")[1], NS)["metadata"].get(
+                "deletionTimestamp")
+            sim.advance(30.0)  # the in-flight requests finish
+            await until(pilot, lambda: screen.state == "done", message=screen.progress_text)
+            assert screen.result == "ok" and "drained (0 in flight) and deleted" in screen.result_text
+            await pilot.press("escape")
+            await until(pilot, lambda: first not in rows(pane, "pods"))
+            # delete the other pod
+            assert pane.select("pods", second)
+            await pilot.press("ctrl+d")
+            screen = await confirm(pilot, app, f"delete pod {second.split('/')[1]} (deployment vllm creates a "
+                                               "replacement)")
+            assert screen.result == "ok"
+            await pilot.press("escape")
+        emu.wait_until(lambda: ready(emu, "vllm", 2))
+        assert [(e["action"], e["result"]) for e in audit(tmp_path)] == [("kube.drain_pod", "ok"),
+                                                                          ("kube.delete_pod", "ok")]
+    finally:
+        sim.stop()
+
+
+async def test_cordon_and_drain_a_node_with_a_blocking_pdb(emu, tmp_path):
+    emu.add_deployment(NS, "vllm", replicas=2)
+    emu.add_pdb(NS, "vllm", {"app": "vllm"}, min_available=2)
+    emu.wait_until(lambda: ready(emu, "vllm", 2))
+    app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = await connected(pilot, app)
+        pane.set_view("nodes")
+        assert pane.select("nodes", "gpu-b")
+        await pilot.press("C")
+        screen = await confirm(pilot, app, "node gpu-b: schedulable → cordoned (no new pods)")
+        assert screen.result == "ok" and emu.get("nodes", "gpu-b")["spec"]["unschedulable"] is True
+        await pilot.press("escape")
+        await until(pilot, lambda: rows(pane, "nodes")["gpu-b"][2] == "Ready,SchedulingDisabled")
+        await pilot.press("C")
+        screen = await confirm(pilot, app, "node gpu-b: cordoned → schedulable")
+        await pilot.press("escape")
+        assert pane.select("nodes", "gpu-a")
+        await pilot.press("N")
+        screen = await confirm(pilot, app, "drain node gpu-a: cordon, evict 1 pod(s)", press=False)
+        assert any("blocked now" in n for n in screen.notes)  # the dry run saw the PDB
+        await pilot.press("y")
+        await until(pilot, lambda: "blocked by a disruption budget" in screen.progress_text, message="429 countdown")
+        assert "retry" in screen.progress_text and screen.state == "running"
+        emu.patch("deployments", "vllm", {"spec": {"replicas": 3}}, NS)  # now the PDB allows one disruption
+        await until(pilot, lambda: screen.state == "done", message=screen.progress_text)
+        assert screen.result == "ok" and "1 pod(s) evicted after" in screen.result_text
+        await pilot.press("escape")
+    assert [(e["action"], e["result"]) for e in audit(tmp_path)] == [
+        ("kube.cordon", "ok"), ("kube.uncordon", "ok"), ("kube.drain_node", "ok")]
+
+
+async def test_configmap_key_and_a_failing_dry_run_that_changes_nothing(emu, tmp_path):
+    emu.add_configmap(NS, "gateway", {"weights": "realtime=4,batch=2"})
+    emu.add_deployment(NS, "vllm", replicas=1)
+    app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"), configmap="gateway")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await connected(pilot, app)
+        await pilot.press("M")
+        form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen)
+        assert form.query_one("#field-name").value == "gateway"
+        await set_input(pilot, form, "key", "bad key!")
+        await set_input(pilot, form, "value", "x")
+        await pilot.press("enter")
+        screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok is False
+                             and app.screen)
+        assert "dry run failed — nothing was changed: 422 Invalid" in screen.dry_run_text
+        assert screen.query_one("#confirm-yes").display is False
+        await pilot.press("y")  # nothing to confirm
+        await pilot.pause()
+        assert emu.get("configmaps", "gateway", NS)["data"] == {"weights": "realtime=4,batch=2"}
+        await pilot.press("escape")
+        await pilot.press("M")
+        form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen)
+        await set_input(pilot, form, "key", "weights")
+        await set_input(pilot, form, "value", "realtime=8,batch=1")
+        await pilot.press("enter")
+        screen = await confirm(pilot, app, "data.weights: realtime=4,batch=2 → realtime=8,batch=1")
+        assert screen.result == "ok"
+    assert emu.get("configmaps", "gateway", NS)["data"] == {"weights": "realtime=8,batch=1"}
+    entries = audit(tmp_path)
+    assert [(e["action"], e["result"], e.get("dry_run", False)) for e in entries] == [
+        ("kube.configmap", "failed", True), ("kube.configmap", "ok", False)]
+
+
+# ----------------------------------------------------------------- safety
+
+async def test_forbidden_actions_are_hidden_and_a_403_hides_one(emu, tmp_path):
+    emu.add_deployment(NS, "vllm", replicas=1)
+    emu.set_rules([(["get", "list", "watch"], "*", "*"), ("create", "authorization.k8s.io", "*"),
+                   ("patch", "apps", "deployments")])  # no scale, no pod/node/configmap writes
+    app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = await connected(pilot, app)
+        assert app.check_action("kube_scale", ()) is None
+        assert app.check_action("kube_args", ()) is True and app.check_action("kube_restart", ()) is True
+        for action in ("kube_hpa", "kube_delete_pod", "kube_drain_pod", "kube_cordon", "kube_drain_node",
+                       "kube_configmap"):
+            assert app.check_action(action, ()) is None, action
+        assert text(pane.query_one("#cluster-keys")) == "A:args R:restart K:ctx ^N:ns"
+        await pilot.press("S")
+        await pilot.pause()
+        assert not isinstance(app.screen, (FormDialog, ConfirmScreen))
+        # the rules change under our feet: the dry run answers 403, the action disappears
+        emu.set_rules([(["get", "list", "watch"], "*", "*")])
+        await pilot.press("R")
+        screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok is False
+                             and app.screen)
+        assert "403 Forbidden" in screen.dry_run_text
+        await pilot.press("escape")
+        assert app.check_action("kube_restart", ()) is None and app.check_action("kube_args", ()) is None
+        assert text(pane.query_one("#cluster-keys")) == "K:ctx ^N:ns"
+    assert emu.get("deployments", "vllm", NS)["metadata"]["generation"] == 1
+
+
+async def test_a_409_is_read_again_and_confirmed_again(emu, tmp_path):
+    emu.add_deployment(NS, "vllm", replicas=2)
+    emu.wait_until(lambda: ready(emu, "vllm", 2))
+    app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await connected(pilot, app)
+        await pilot.press("S")
+        form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen)
+        await set_input(pilot, form, "replicas", "3")
+        await pilot.press("enter")
+        screen = await confirm(pilot, app, "replicas 2 → 3", press=False)
+        emu.patch("deployments", "vllm", {"spec": {"replicas": 1}}, NS)  # someone else scaled meanwhile
+        await pilot.press("y")
+        await until(pilot, lambda: screen.state == "review" and "409 Conflict" in text(
+            screen.query_one("#confirm-status")) and screen.dry_run_ok, message="re-confirmation")
+        assert screen.change == "replicas 1 → 3"  # the re-read object
+        assert emu.get("deployments", "vllm", NS)["spec"]["replicas"] == 1  # nothing retried blindly
+        await pilot.press("y")
+        await until(pilot, lambda: screen.state == "done")
+        assert screen.result == "ok"
+    assert emu.get("deployments", "vllm", NS)["spec"]["replicas"] == 3
+    assert [(e["action"], e["result"], e["old"], e["new"]) for e in audit(tmp_path)] == [
+        ("kube.scale", "conflict", 2, 3), ("kube.scale", "ok", 1, 3)]
+
+
+async def test_read_only_offers_nothing(emu, tmp_path):
+    emu.add_deployment(NS, "vllm", replicas=1)
+    emu.add_configmap(NS, "gateway", {"w": "1"})
+    emu.wait_until(lambda: ready(emu, "vllm", 1))
+    app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"), read_only=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = await connected(pilot, app)
+        for action in KUBE_MUTATING:
+            assert app.check_action(action, ()) is None, action
+        for view, keys in (("workloads", ("S", "H", "A", "R", "M")), ("pods", ("D", "ctrl+d")), ("nodes", ("C", "N"))):
+            pane.set_view(view)
+            await pilot.pause()
+            assert pane.selected()[1] is not None  # a target is selected: only read-only stands in the way
+            await pilot.press(*keys)  # a dialog would stay open
+            assert len(app.screen_stack) == 1, view
+        assert text(pane.query_one("#cluster-keys")) == "K:ctx ^N:ns"
+        assert "read-only" in text(pane.query_one("#cluster-header"))
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        table = app.screen.query_one("#help-keys")
+        titles = {str(table.get_row_at(i)[1]) for i in range(table.row_count)}
+        kube_titles = {a.title for a in ACTIONS if a.action in KUBE_MUTATING}
+        assert len(kube_titles) == 9 and not titles & kube_titles
+        assert "Switch the Kubernetes context" in titles
+    assert audit(tmp_path) == []
+    assert emu.count_requests(predicate=lambda r: r.method in ("PATCH", "PUT", "DELETE")) == 0
+
+
+async def test_switching_context_and_namespace(emu, tmp_path):
+    emu.add_namespace("team-b")
+    emu.add_deployment(NS, "vllm", replicas=1)
+    emu.add_deployment("team-b", "mistral", replicas=1)
+    doc = emu.kubeconfig(context="lab", namespace=NS)
+    doc["contexts"].append({"name": "lab-b", "context": {"cluster": "lab", "user": "tester", "namespace": "team-b"}})
+    path = tmp_path / "kc"
+    path.write_text(json.dumps(doc))
+    app = make_app(tmp_path, path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = await connected(pilot, app)
+        assert app.kube_session.context == "lab" and list(rows(pane, "workloads")) == ["Deployment/default/vllm"]
+        await pilot.press("K")
+        dialog = await until(pilot, lambda: isinstance(app.screen, ChoiceDialog) and app.screen)
+        assert [oid for oid, _ in dialog.options] == ["lab", "lab-b"]
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: app.kube_session.context == "lab-b", message="context switch")
+        assert app.kube_session.namespaces == ["team-b"]
+        await until(pilot, lambda: list(rows(pane, "workloads")) == ["Deployment/team-b/mistral"])
+        await pilot.press("ctrl+n")
+        dialog = await until(pilot, lambda: isinstance(app.screen, ChoiceDialog) and app.screen)
+        names = [oid for oid, _ in dialog.options]
+        assert {"default", "team-b", "kube-system"} <= set(names)
+        dialog.query_one("#choices").highlighted = names.index("default")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.kube_session.namespaces == ["default"], message="namespace switch")
+        await until(pilot, lambda: list(rows(pane, "workloads")) == ["Deployment/default/vllm"])
+        assert app.kube_session.context == "lab-b"
+        await pilot.press("3")
+        await pilot.pause()
+        assert "context lab-b, namespace default: 1 workloads" in "\n".join(
+            line.text for line in app.query_one("#log-view").lines)
