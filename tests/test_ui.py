@@ -121,3 +121,14 @@ def test_snapshot_engines_pane(snap_compare, scripted):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(100, 20), run_before=run_before)
+
+
+async def test_palette_offers_only_runnable_actions(two_engines):
+    from infertop.ui.commands import InfertopCommands
+
+    app = make_app(two_engines, read_only=True)
+    async with app.run_test(size=(120, 40)):
+        provider = InfertopCommands(app.screen)
+        titles = {a.title for a in provider._actions()}
+        assert "Quit infertop" in titles and "Show the Engines pane" in titles
+        assert not any(a.mutating and a.title in titles for a in ACTIONS)

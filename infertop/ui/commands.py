@@ -13,8 +13,22 @@ class InfertopCommands(Provider):
     """infertop's actions in Textual's command palette (Ctrl+P)."""
 
     def _actions(self):
-        read_only = getattr(self.app, "settings", None) and self.app.settings.read_only
-        return [a for a in visible_actions(bool(read_only)) if a.action not in ("command_palette",)]
+        """What can run right now: the same gate as the key bindings (read-only
+        mode, RBAC, whether the selection is a local engine...)."""
+        app = self.app
+        read_only = getattr(app, "settings", None) and app.settings.read_only
+        out = []
+        for a in visible_actions(bool(read_only)):
+            name = a.action.split("(")[0]
+            if name == "command_palette":
+                continue
+            try:
+                allowed = app.check_action(name, ())
+            except Exception:  # noqa: BLE001 — a gate that cannot decide hides nothing
+                allowed = True
+            if allowed:
+                out.append(a)
+        return out
 
     async def discover(self) -> Hits:
         for a in self._actions():

@@ -6,12 +6,10 @@ import time
 from collections.abc import Callable
 
 from rich.text import Text
-from textual.coordinate import Coordinate
-from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey, RowKey
+
 
 from ...domain.engine import DEGRADED, DOWN, UP, EngineStats
-from .lean import LeanLines
+from .lean import LeanTable
 from ...format import count_human, pct_human, rate_human, ratio_human, seconds_human
 
 Cell = Callable[[EngineStats], str]
@@ -72,7 +70,7 @@ def _raw(s: EngineStats, key: str) -> float | None:
     return getattr(s, _RAW[key])
 
 
-class EnginesTable(LeanLines, DataTable):
+class EnginesTable(LeanTable):
     """DataTable of engines. ``update_rows`` touches only cells whose text changed."""
 
     DEFAULT_CSS = """
@@ -174,32 +172,7 @@ class EnginesTable(LeanLines, DataTable):
                 shown[key] = text
                 changed[key] = self._style(key, s, text)
             if changed:
-                self._set_cells(s.name, changed)
-
-    def _set_cells(self, row: str, values: dict) -> None:
-        """Update cells of one row and repaint just that row's changed span.
-
-        ``update_cell`` repaints the whole table, and Textual writes every dirty
-        span from the line start, so one span per row is the cheapest on a slow
-        SSH link. A value wider than its column falls back to a full relayout.
-        """
-        row_key = RowKey(row)
-        data = self._data[row_key]
-        cols = []
-        for column, value in values.items():
-            col_key = ColumnKey(column)
-            width = self.columns[col_key].content_width
-            if len(str(getattr(value, "plain", value))) > width:
-                for c, v in values.items():
-                    self.update_cell(row, c, v, update_width=True)
-                return
-            data[col_key] = value
-            cols.append(self._column_locations.get(col_key))
-        self._update_count += 1  # invalidates DataTable's row render cache
-        y = self._row_locations.get(row_key)
-        first = self._get_cell_region(Coordinate(y, min(cols)))
-        last = self._get_cell_region(Coordinate(y, max(cols)))
-        self._refresh_region(first.union(last))
+                self.set_cells(s.name, changed)
 
     def _selected_name(self) -> str | None:
         if not self._order or self.cursor_row is None or self.cursor_row >= len(self._order):

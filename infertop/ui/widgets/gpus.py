@@ -19,17 +19,15 @@ from rich.markup import escape
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey, RowKey
 
 from ...domain.gpu import FAILED, UNAVAILABLE, GpuStats, classify
 from ...domain.source import SourceHealth
 from ...format import DASH, age_human, pct_human
 from ...sources.nvml import NO_BINDING, NO_DRIVER
 from ...state.history import HistoryStore
-from .lean import LeanLines
+from .lean import LeanTable
 from .panels import QuietStatic, Trend
 
 GiB = 1024**3
@@ -310,7 +308,7 @@ def _plain(c: Cell) -> str:
     return c.text + c.bar
 
 
-class GpusTable(LeanLines, DataTable):
+class GpusTable(LeanTable):
     """DataTable of GPUs. ``update_rows`` touches only cells whose text changed."""
 
     DEFAULT_CSS = """
@@ -363,28 +361,7 @@ class GpusTable(LeanLines, DataTable):
                 shown[key] = new
                 changed[key] = new
             if changed:
-                self._set_cells(r.gid, {k: render_cell(c) for k, c in changed.items()})
-
-    def _set_cells(self, row: str, values: dict[str, Text | str]) -> None:
-        """Update cells of one row and repaint just that row's changed span
-        (as :meth:`EnginesTable._set_cells`); a wider value relayouts."""
-        row_key = RowKey(row)
-        data = self._data[row_key]
-        cols = []
-        for column, value in values.items():
-            col_key = ColumnKey(column)
-            width = self.columns[col_key].content_width
-            if len(str(getattr(value, "plain", value))) > width:
-                for c, v in values.items():
-                    self.update_cell(row, c, v, update_width=True)
-                return
-            data[col_key] = value
-            cols.append(self._column_locations.get(col_key))
-        self._update_count += 1  # invalidates DataTable's row render cache
-        y = self._row_locations.get(row_key)
-        first = self._get_cell_region(Coordinate(y, min(cols)))
-        last = self._get_cell_region(Coordinate(y, max(cols)))
-        self._refresh_region(first.union(last))
+                self.set_cells(r.gid, {k: render_cell(c) for k, c in changed.items()})
 
 
 # -- sources ------------------------------------------------------------------------

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from rich.segment import Segment
 from rich.style import Style
+from textual.coordinate import Coordinate
 from textual.strip import Strip
+from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey, RowKey
 
 
 def merge_segments(strip: Strip) -> Strip:
@@ -54,3 +57,32 @@ class LeanLines:
         if self.app.is_headless:  # type: ignore[attr-defined]
             return strip
         return merge_segments(strip)
+
+
+class LeanTable(LeanLines, DataTable):
+    """A DataTable that repaints only the changed span of a row.
+
+    ``update_cell`` repaints the whole table, and Textual writes every dirty
+    span from the line start, so one span per changed row is the cheapest
+    update on a slow SSH link.
+    """
+
+    def set_cells(self, row: str, values: dict) -> None:
+        """Update cells of one row; a value wider than its column relayouts."""
+        row_key = RowKey(row)
+        data = self._data[row_key]
+        cols = []
+        for column, value in values.items():
+            col_key = ColumnKey(column)
+            width = self.columns[col_key].content_width
+            if len(str(getattr(value, "plain", value))) > width:
+                for c, v in values.items():
+                    self.update_cell(row, c, v, update_width=True)
+                return
+            data[col_key] = value
+            cols.append(self._column_locations.get(col_key))
+        self._update_count += 1  # invalidates DataTable's row render cache
+        y = self._row_locations.get(row_key)
+        first = self._get_cell_region(Coordinate(y, min(cols)))
+        last = self._get_cell_region(Coordinate(y, max(cols)))
+        self._refresh_region(first.union(last))
