@@ -39,10 +39,29 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-from bisect import bisect_left
 from collections import OrderedDict, deque
-from dataclasses import dataclass, fields, replace
-from typing import Any, Callable
+from dataclasses import fields, replace
+from typing import Any
+
+# The engine's parts live in sibling modules; the names below are re-exported
+# here because callers import them from ``infertop.sim.model``.
+from .engine_config import EngineConfig
+from .histograms import (
+    ITERATION_BUCKETS_V0,
+    ITERATION_BUCKETS_V1,
+    ITL_BUCKETS_V0,
+    ITL_BUCKETS_V1,
+    LATENCY_BUCKETS_V0,
+    LATENCY_BUCKETS_V1,
+    PARAMS_N_BUCKETS,
+    PREEMPTION_BUCKETS,
+    TTFT_BUCKETS_V0,
+    TTFT_BUCKETS_V1,
+    Histogram,
+    build_1_2_5_buckets,
+)
+from .kv_cache import KvCacheMixin
+from .requests import FINISHED, FINISHED_REASONS, PENDING, RUNNING, WAITING, SimRequest, _PrefixEntry
 
 __all__ = [
     "DEFAULT_EPOCH_S",
@@ -58,210 +77,8 @@ __all__ = [
 #: ``_created`` samples deterministic in tests).
 DEFAULT_EPOCH_S = 1_795_937_400.0
 
-FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 
-# ---------------------------------------------------------------------------
-# Histogram buckets (vllm-metrics.md section 4)
-
-TTFT_BUCKETS_V1 = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                   20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-TTFT_BUCKETS_V0 = TTFT_BUCKETS_V1[:16]
-ITL_BUCKETS_V1 = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                  40.0, 80.0)
-ITL_BUCKETS_V0 = ITL_BUCKETS_V1[:13]
-LATENCY_BUCKETS_V1 = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-                      240.0, 480.0, 960.0, 1920.0, 7680.0)
-LATENCY_BUCKETS_V0 = LATENCY_BUCKETS_V1[:15]
-ITERATION_BUCKETS_V1 = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-ITERATION_BUCKETS_V0 = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8096)
-PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
-PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
-
-
-def build_1_2_5_buckets(max_value: int) -> tuple[float, ...]:
-    """1, 2, 5, 10, 20, 50, ... up to ``max_value`` (vLLM's ``build_1_2_5_buckets``)."""
-    out: list[float] = []
-    exponent = 0
-    while True:
-        for m in (1, 2, 5):
-            v = m * 10**exponent
-            if v > max_value:
-                return tuple(float(x) for x in out)
-            out.append(v)
-        exponent += 1
-
-
-class Histogram:
-    """Prometheus-style histogram; ``counts`` is per bucket (not cumulative), +Inf last."""
-
-    __slots__ = ("bounds", "counts", "sum")
-
-    def __init__(self, bounds) -> None:
-        self.bounds = tuple(float(b) for b in bounds)
-        self.counts = [0.0] * (len(self.bounds) + 1)
-        self.sum = 0.0
-
-    def observe(self, value: float, n: float = 1.0) -> None:
-        self.counts[bisect_left(self.bounds, value)] += n
-        self.sum += value * n
-
-    @property
-    def count(self) -> float:
-        return sum(self.counts)
-
-    def cumulative(self) -> list[float]:
-        return list(itertools.accumulate(self.counts))
-
-    def reset(self) -> None:
-        self.counts = [0.0] * (len(self.bounds) + 1)
-        self.sum = 0.0
-
-
-# ---------------------------------------------------------------------------
-
-
-@dataclass
-class EngineConfig:
-    """Engine arguments (``vllm serve`` flags) and the timing model."""
-
-    model_name: str = "meta-llama/Llama-3.1-8B-Instruct"
-    #: Value of the V1 ``engine`` label (the data-parallel rank; "0" for a plain server).
-    engine_label: str = "0"
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
-    max_model_len: int = 8192
-    block_size: int = 16
-    num_gpu_blocks: int = 8192
-    gpu_memory_utilization: float = 0.9
-    enable_prefix_caching: bool = True
-    scheduling_policy: str = "fcfs"  # or "priority"
-    #: ``--max-num-queued-requests``-style admission limit (None: unlimited).
-    max_num_queued_reqs: int | None = None
-    metrics_version: str = "v1"  # "v1" (vLLM 0.32 names) or "v0" (legacy names)
-    # Timing model (seconds); defaults are roughly an 8B model on one H100.
-    step_base_s: float = 0.006
-    step_per_seq_s: float = 0.00005
-    step_per_ctx_token_s: float = 4e-8
-    prefill_per_token_s: float = 5.5e-5
-    step_jitter: float = 0.03
-    #: Host-side time per step (scheduling, detokenisation) when the GPU idles.
-    step_overhead_s: float = 0.0012
-    #: KV bytes per token (for ``cache_config_info`` only).
-    kv_bytes_per_token: int = 131072
-
-    def __post_init__(self) -> None:
-        if self.scheduling_policy not in ("fcfs", "priority"):
-            raise ValueError(f"scheduling_policy must be 'fcfs' or 'priority', not {self.scheduling_policy!r}")
-        if self.metrics_version not in ("v0", "v1"):
-            raise ValueError(f"metrics_version must be 'v0' or 'v1', not {self.metrics_version!r}")
-        if self.max_num_seqs < 1 or self.block_size < 1 or self.max_model_len < 2:
-            raise ValueError("max_num_seqs, block_size and max_model_len must be positive")
-        if self.num_gpu_blocks * self.block_size < self.max_model_len:
-            raise ValueError("num_gpu_blocks * block_size must hold at least max_model_len tokens")
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
-
-
-# Request states
-PENDING, WAITING, RUNNING, FINISHED = "pending", "waiting", "running", "finished"
-
-_req_ids = itertools.count()
-
-
-class SimRequest:
-    """One request. Create it, then :meth:`EngineModel.submit` it.
-
-    ``on_token(req, num_output_tokens, t)`` is called (from whichever thread
-    steps the model) after every new output token; ``on_finish(req)`` once at
-    the end (``req.finished_reason`` is then set: stop, length or abort).
-    A restart of the engine finishes in-flight requests with reason "abort".
-    """
-
-    __slots__ = (
-        "request_id", "prompt_tokens", "max_tokens", "stop_at", "prefix_id", "prefix_tokens", "priority", "n",
-        "arrival_t", "on_token", "on_finish", "user_data",
-        # state
-        "state", "target", "out", "computed", "prefill_target", "blocks", "entry", "o0", "g0", "phase",
-        "decoding", "epoch", "seq", "first_scheduled_t", "first_token_t", "last_token_t", "finish_t",
-        "num_preemptions", "first_hit", "finished_reason", "counted_prompt",
-    )
-
-    def __init__(
-        self,
-        prompt_tokens: int,
-        max_tokens: int,
-        *,
-        request_id: str | None = None,
-        stop_at: int | None = None,
-        prefix_id: str | None = None,
-        prefix_tokens: int = 0,
-        priority: int = 0,
-        n: int = 1,
-        arrival_t: float | None = None,
-        on_token: Callable[[SimRequest, int, float], Any] | None = None,
-        on_finish: Callable[[SimRequest], Any] | None = None,
-        user_data: Any = None,
-    ) -> None:
-        if prompt_tokens < 1:
-            raise ValueError("prompt_tokens must be >= 1")
-        if max_tokens < 1:
-            raise ValueError("max_tokens must be >= 1")
-        self.request_id = request_id if request_id is not None else f"sim-{next(_req_ids)}"
-        self.prompt_tokens = int(prompt_tokens)
-        self.max_tokens = int(max_tokens)
-        #: Natural end of the answer (EOS): finishing there counts as "stop".
-        self.stop_at = stop_at
-        self.prefix_id = prefix_id
-        self.prefix_tokens = int(prefix_tokens)
-        self.priority = int(priority)
-        self.n = int(n)
-        self.arrival_t = arrival_t
-        self.on_token = on_token
-        self.on_finish = on_finish
-        self.user_data = user_data
-        self.state = PENDING
-        self.target = self.max_tokens
-        self.out = 0
-        self.computed = 0
-        self.prefill_target = 0
-        self.blocks = 0
-        self.entry: _PrefixEntry | None = None
-        self.o0 = 0
-        self.g0 = 0
-        self.phase = 0
-        self.decoding = False
-        self.epoch = 0
-        self.seq = 0
-        self.first_scheduled_t: float | None = None
-        self.first_token_t: float | None = None
-        self.last_token_t: float | None = None
-        self.finish_t: float | None = None
-        self.num_preemptions = 0
-        self.first_hit = 0
-        self.finished_reason: str | None = None
-        self.counted_prompt = False
-
-    @property
-    def output_tokens(self) -> int:
-        """Output tokens so far (exact between steps)."""
-        return self.out
-
-    def __repr__(self) -> str:
-        return (f"SimRequest({self.request_id!r}, prompt={self.prompt_tokens}, max_tokens={self.max_tokens}, "
-                f"state={self.state}, out={self.out})")
-
-
-class _PrefixEntry:
-    __slots__ = ("prefix_id", "tokens", "blocks", "ref")
-
-    def __init__(self, prefix_id: str, tokens: int, blocks: int) -> None:
-        self.prefix_id = prefix_id
-        self.tokens = tokens
-        self.blocks = blocks
-        self.ref = 0
-
-
-class EngineModel:
+class EngineModel(KvCacheMixin):
     """One simulated vLLM engine. Not thread-safe: callers serialise access."""
 
     def __init__(self, config: EngineConfig | None = None, *, seed: int = 0, epoch_s: float = DEFAULT_EPOCH_S,
@@ -533,122 +350,8 @@ class EngineModel:
             req.state = WAITING
             self._push_waiting(req, front=False)
 
-    # waiting queue ----------------------------------------------------------
-
-    def _push_waiting(self, req: SimRequest, front: bool) -> None:
-        if self.config.scheduling_policy == "priority":
-            heapq.heappush(self._waiting_heap, (req.priority, req.arrival_t, req.seq, req))
-        elif front:
-            self._waiting_fifo.appendleft(req)
-        else:
-            self._waiting_fifo.append(req)
-        self.num_waiting += 1
-
-    def _peek_waiting(self) -> SimRequest | None:
-        if self.config.scheduling_policy == "priority":
-            heap = self._waiting_heap
-            while heap and heap[0][3].state != WAITING:
-                heapq.heappop(heap)
-            return heap[0][3] if heap else None
-        fifo = self._waiting_fifo
-        while fifo and fifo[0].state != WAITING:
-            fifo.popleft()
-        return fifo[0] if fifo else None
-
-    def _pop_waiting(self) -> None:
-        if self.config.scheduling_policy == "priority":
-            heapq.heappop(self._waiting_heap)
-        else:
-            self._waiting_fifo.popleft()
-        self.num_waiting -= 1
-
-    def _remove_waiting(self, req: SimRequest) -> None:
-        # Lazy: the entry is skipped when it reaches the head (state check).
-        req.state = FINISHED
-        self.num_waiting -= 1
-
-    def _waiting_list(self) -> list[SimRequest]:
-        if self.config.scheduling_policy == "priority":
-            return [e[3] for e in sorted(self._waiting_heap) if e[3].state == WAITING]
-        return [r for r in self._waiting_fifo if r.state == WAITING]
-
-    # blocks ------------------------------------------------------------------
-
-    def _truly_free(self) -> int:
-        return self.config.num_gpu_blocks - self._own_blocks - self._prefix_ref_blocks - self._prefix_unref_blocks
-
-    def _ensure_free(self, n: int) -> bool:
-        if n <= 0:
-            return True
-        free = self._truly_free()
-        if free >= n:
-            return True
-        prefixes = self._prefixes
-        if self._prefix_unref_blocks:
-            for pid in [pid for pid, e in prefixes.items() if e.ref == 0]:
-                e = prefixes.pop(pid)
-                self._prefix_unref_blocks -= e.blocks
-                free += e.blocks
-                if free >= n:
-                    break
-        return free >= n
-
-    def _dec_own_blocks(self, req: SimRequest, out: int) -> int:
-        bs = self.config.block_size
-        shared = req.entry.blocks if req.entry is not None else 0
-        return -(-(req.prompt_tokens + out - 1) // bs) - shared
-
-    def _unref_entry(self, req: SimRequest) -> None:
-        e = req.entry
-        if e is None:
-            return
-        req.entry = None
-        e.ref -= 1
-        if e.ref == 0:
-            self._prefix_ref_blocks -= e.blocks
-            if self._prefixes.get(e.prefix_id) is e:
-                self._prefix_unref_blocks += e.blocks
-            # An evicted-while-referenced entry cannot happen (only ref 0 evicts).
-
-    def _release_running(self, req: SimRequest) -> int:
-        """Take a running request out of the batch; returns its output count."""
-        if req.decoding:
-            out = req.o0 + (self.g - req.g0)
-            own = self._dec_own_blocks(req, out)
-            if self._dec_alloc and req.phase == (1 - self.g) % self.config.block_size:
-                own += 1  # the block allocated for this step's token
-            if self._it_active:
-                self._it_n_dec -= 1  # leaves the step in flight: no token from it
-            self._own_blocks -= own
-            self._buckets[req.phase].discard(req)
-            self._ctx_dec -= req.prompt_tokens + out
-            self._n_dec -= 1
-            req.decoding = False
-            req.epoch += 1
-            req.out = out
-        else:
-            out = req.out
-            self._own_blocks -= req.blocks
-            req.blocks = 0
-        self._unref_entry(req)
-        self.running.remove(req)
-        return out
-
-    def _pick_victim(self) -> SimRequest:
-        if self.config.scheduling_policy == "priority":
-            return max(self.running, key=lambda r: (r.priority, r.arrival_t, r.seq))
-        return self.running[-1]
-
-    def _preempt(self, victim: SimRequest) -> None:
-        if not victim.decoding and victim in self._prefilling:
-            self._prefilling.remove(victim)
-        self._release_running(victim)
-        victim.computed = 0
-        victim.last_token_t = self._prev_end if victim.out else None
-        victim.num_preemptions += 1
-        self.num_preemptions_total += 1
-        victim.state = WAITING
-        self._push_waiting(victim, front=True)
+    # Waiting queue, KV blocks, prefix cache, preemption and check_invariants:
+    # see KvCacheMixin (infertop.sim.kv_cache).
 
     # iterations --------------------------------------------------------------
 
@@ -839,24 +542,6 @@ class EngineModel:
         self._prev_end = t
         self._it_prefills = []
 
-    def _register_prefix(self, req: SimRequest) -> None:
-        if not self.config.enable_prefix_caching or req.prefix_id is None or req.entry is not None:
-            return
-        bs = self.config.block_size
-        tokens = (min(req.prefix_tokens, req.prompt_tokens - 1) // bs) * bs
-        if tokens <= 0 or req.prefix_id in self._prefixes:
-            return
-        blocks = tokens // bs
-        if req.blocks < blocks:
-            return
-        e = _PrefixEntry(req.prefix_id, tokens, blocks)
-        e.ref = 1
-        self._prefixes[req.prefix_id] = e
-        req.entry = e
-        req.blocks -= blocks
-        self._own_blocks -= blocks
-        self._prefix_ref_blocks += blocks
-
     def _finish(self, req: SimRequest, t: float) -> None:
         out = self._release_running(req)
         if req in self._prefilling:
@@ -886,50 +571,6 @@ class EngineModel:
         self.h_prefill_kv_computed.observe(req.prompt_tokens - req.first_hit)
         if req.on_finish is not None:
             req.on_finish(req)
-
-    def check_invariants(self) -> None:
-        """Recompute the incremental bookkeeping from scratch; raise AssertionError if it drifted."""
-        c = self.config
-        bs = c.block_size
-        own = 0
-        n_dec = 0
-        ctx = 0
-        for r in self.running:
-            assert r.state == RUNNING, r
-            if r.decoding:
-                n_dec += 1
-                out = r.o0 + (self.g - r.g0)
-                own += self._dec_own_blocks(r, out)
-                if self._dec_alloc and r.phase == (1 - self.g) % bs:
-                    own += 1
-                ctx += r.prompt_tokens + out
-                assert r in self._buckets[r.phase]
-                assert out < r.target, (r, out)
-            else:
-                assert r in self._prefilling
-                shared = r.entry.blocks if r.entry is not None else 0
-                assert r.blocks + shared >= -(-r.computed // bs), r
-                own += r.blocks
-        assert own == self._own_blocks, (own, self._own_blocks)
-        assert n_dec == self._n_dec, (n_dec, self._n_dec)
-        assert ctx == self._ctx_dec, (ctx, self._ctx_dec)
-        assert sum(len(b) for b in self._buckets) == n_dec
-        refs: dict[str, int] = {}
-        for r in self.running:
-            if r.entry is not None:
-                refs[r.entry.prefix_id] = refs.get(r.entry.prefix_id, 0) + 1
-        ref_blocks = unref_blocks = 0
-        for pid, e in self._prefixes.items():
-            assert e.ref == refs.get(pid, 0), (pid, e.ref, refs.get(pid))
-            if e.ref:
-                ref_blocks += e.blocks
-            else:
-                unref_blocks += e.blocks
-        assert ref_blocks == self._prefix_ref_blocks and unref_blocks == self._prefix_unref_blocks
-        assert self._truly_free() >= 0, self._truly_free()
-        assert len(self.running) <= c.max_num_seqs
-        assert len(self._waiting_list()) == self.num_waiting, (len(self._waiting_list()), self.num_waiting)
-        assert len(self._prefilling) == len(self.running) - n_dec
 
     # --------------------------------------------------------------- summary
 

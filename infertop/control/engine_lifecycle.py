@@ -1,0 +1,368 @@
+"""Spawning and stopping engine processes: the start/stop internals of :class:`EngineManager`.
+
+Part of :mod:`infertop.control.engines`.  No UI imports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..config import ProfileConfig
+from .engine_command import _shell_quote, build_command, child_env, connect_host, effective_args
+from .engine_errors import EngineError, EngineStartError, EngineStopError, NotOurProcessError, PortInUseError
+from .engine_progress import _Emitter, _InFlightWatcher
+from .engine_state import (
+    _ENGINE_STOPPED,
+    ENGINE_ID_ENV,
+    LOG_ROTATE_BYTES,
+    LOG_TAIL_ON_FAILURE,
+    STATE_VERSION,
+    EngineRecord,
+    StopResult,
+    _LogFollower,
+    _rc_text,
+    classify_failure,
+    clean_line,
+    last_error_line,
+)
+from .engine_store import _StoreMixin
+from .procfs import _cmd_summary, _send_verified, port_is_free, port_listeners, read_cmdline, read_stat
+
+
+class _LifecycleMixin(_StoreMixin):
+    """Start and stop internals of :class:`~infertop.control.engines.EngineManager`."""
+
+    # -- internals: start
+
+    def _do_start(self, name: str, profile: ProfileConfig, overrides: dict[str, Any], profile_name: str,
+                  emit: _Emitter, timeout_s: float | None, *, restarts: int) -> EngineRecord:
+        args = effective_args(profile, overrides)
+        host, port = str(args.get("host") or "127.0.0.1"), int(args["port"])
+        existing = self._read_state(name)
+        if existing is not None:
+            kind, why = self._identity(existing)
+            if kind == "alive" or (kind == "gone" and self._live_group(existing)):
+                raise EngineError(f"engine {name!r} is already running (pid {existing['pid']}); "
+                                  "stop or restart it")
+            self._drop_state(name)
+        for other in self._all_states():
+            if other.get("name") != name and int(other.get("port", -1)) == port:
+                if self._identity(other)[0] == "alive":
+                    raise PortInUseError(f"port {port} in use by engine {other['name']!r} (pid {other['pid']})")
+        if not port_is_free(host, port):
+            raise PortInUseError(f"port {port} in use by {self._describe_port_owner(port)}")
+
+        cmd = build_command(profile, overrides, module=self.module)
+        engine_id = uuid.uuid4().hex
+        env = child_env(profile.env)
+        env[ENGINE_ID_ENV] = engine_id
+        self.engines_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_path(name)
+        self._rotate_log(log_path)
+        with open(log_path, "ab") as logf:
+            logf.write(f"==== infertop {time.strftime('%Y-%m-%d %H:%M:%S')}: starting engine {name}: "
+                       f"{' '.join(_shell_quote(a) for a in cmd)}\n".encode())
+            logf.flush()
+            offset = logf.tell()
+            try:
+                proc = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,  # own session and process group: pgid == pid
+                    close_fds=True,
+                )
+            except OSError as e:
+                raise EngineStartError(f"cannot run {cmd[0]}: {e.strerror or e}", log_path=str(log_path)) from None
+        t_spawn = time.monotonic()
+        pst = read_stat(proc.pid)
+        st = {
+            "version": STATE_VERSION,
+            "name": name,
+            "profile_name": profile_name,
+            "profile": asdict(profile),
+            "overrides": overrides,
+            "args": args,
+            "pid": proc.pid,
+            "pgid": pst.pgrp if pst else proc.pid,
+            "sid": pst.session if pst else proc.pid,
+            "starttime": pst.starttime if pst else None,
+            "boot_id": self._boot_id,
+            "engine_id": engine_id,
+            "cmdline": cmd,
+            "host": host,
+            "port": port,
+            "url": f"http://{connect_host(host)}:{port}",
+            "log_path": str(log_path),
+            "started_at": time.time(),
+            "healthy_at": None,
+            "startup_s": None,
+            "phase": "starting",
+            "restarts": restarts,
+            "infertop_pid": os.getpid(),
+        }
+        self._watch_child(proc)
+        self._write_state(name, st)
+        with self._lock:
+            self._exited.pop(name, None)
+            self._adopted.discard(name)
+        emit("spawned", f"spawned pid {proc.pid}: {_cmd_summary(cmd, 120)}", pid=proc.pid, force=True)
+
+        timeout = float(timeout_s if timeout_s is not None else profile.start_timeout_s)
+        follower = _LogFollower(log_path, offset)
+        try:
+            reason = self._wait_healthy(proc, st, follower, emit, timeout, t_spawn)
+        except BaseException:  # interrupted (Ctrl-C, worker cancelled): leave nothing running
+            self._kill_now(st, self.failure_grace_s)
+            self._drop_state(name)
+            raise
+        if reason is not None:
+            emit("failed", reason, pid=proc.pid, force=True)
+            self._kill_now(st, self.failure_grace_s)
+            follower.poll()
+            tail = [clean_line(x, 500) for x in follower.all_lines()[-LOG_TAIL_ON_FAILURE:]]
+            self._drop_state(name)
+            raise EngineStartError(reason, log_tail=tail, log_path=str(log_path), pid=proc.pid,
+                                   elapsed_s=time.monotonic() - t_spawn)
+        startup = time.monotonic() - t_spawn
+        st.update(phase="running", healthy_at=time.time(), startup_s=startup)
+        self._write_state(name, st)
+        emit("healthy", f"healthy after {startup:.1f} s (pid {proc.pid}, port {port})", pid=proc.pid, force=True)
+        return self._record(st)
+
+    def _wait_healthy(self, proc: subprocess.Popen, st: dict, follower: _LogFollower, emit: _Emitter,
+                      timeout: float, t_spawn: float) -> str | None:
+        """Poll until /health is 200 (None) or a failure reason."""
+        health_url = st["url"] + "/health"
+        last_err = "no answer yet"
+        problem_since: float | None = None
+        reason: str | None = None
+        with httpx.Client(timeout=httpx.Timeout(2.0, connect=1.0), trust_env=False) as client:
+            while True:
+                follower.poll()
+                lines = follower.all_lines()
+                rc = proc.returncode
+                if rc is None:
+                    rc = self._child_rc(proc)
+                if rc is not None:
+                    follower.poll()
+                    lines = follower.all_lines()
+                    why = classify_failure(lines) or last_error_line(lines) or "no output"
+                    reason = f"engine exited with status {_rc_text(rc)} before /health answered: {why}"
+                    reason += _hint(lines)
+                    break
+                problem = classify_failure(lines)
+                if problem is not None:
+                    # vLLM usually exits right after; give it a moment to do so.
+                    problem_since = problem_since or time.monotonic()
+                    if time.monotonic() - problem_since > 3.0:
+                        reason = problem
+                        break
+                try:
+                    resp = client.get(health_url)
+                    if resp.status_code == 200:
+                        break
+                    last_err = f"HTTP {resp.status_code}"
+                except httpx.HTTPError as e:
+                    last_err = _http_error(e)
+                elapsed = time.monotonic() - t_spawn
+                if elapsed >= timeout:
+                    reason = f"not healthy after {timeout:g} s (/health: {last_err})"
+                    break
+                emit("waiting", f"waiting for /health ({elapsed:.0f} s of {timeout:g} s)",
+                     log_line=follower.last_line(), pid=proc.pid)
+                time.sleep(self.poll_interval_s)
+        return reason
+
+    def _describe_port_owner(self, port: int) -> str:
+        pids = port_listeners(port)
+        if not pids:
+            return "another process (not visible to this user)"
+        pid = pids[0]
+        for other in self._all_states():
+            if other.get("pgid") and (st := read_stat(pid)) and st.pgrp == other["pgid"]:
+                return f"engine {other['name']!r} (pid {pid})"
+        return f"pid {pid} ({_cmd_summary(read_cmdline(pid), 60)})"
+
+    def _rotate_log(self, path: Path) -> None:
+        with contextlib.suppress(OSError):
+            if path.stat().st_size > LOG_ROTATE_BYTES:
+                os.replace(path, path.with_suffix(".log.1"))
+
+    def _watch_child(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._children[proc.pid] = proc
+
+        def reap() -> None:
+            proc.wait()
+
+        threading.Thread(target=reap, daemon=True, name=f"infertop-reap-{proc.pid}").start()
+
+    def _child_rc(self, proc: subprocess.Popen) -> int | None:
+        """Exit status of our child even while the reaper thread holds its lock."""
+        if proc.returncode is not None:
+            return proc.returncode
+        st = read_stat(proc.pid)
+        if st is None or st.state in ("Z", "X"):
+            # Exited; the reaper is collecting it — wait briefly for the status.
+            for _ in range(50):
+                if proc.returncode is not None:
+                    return proc.returncode
+                time.sleep(0.02)
+            return proc.returncode if proc.returncode is not None else -1
+        return None
+
+    # -- internals: stop
+
+    def _default_grace(self, st: Mapping[str, Any]) -> float:
+        prof = st.get("profile") or {}
+        grace = float(prof.get("stop_grace_s", 30.0))
+        drain = (st.get("args") or {}).get("shutdown_timeout")
+        if drain:
+            grace = max(grace, float(drain) + 10.0)
+        return grace
+
+    def _do_stop(self, st: dict, grace_s: float | None, emit: _Emitter) -> StopResult:
+        name, pid = st["name"], int(st["pid"])
+        kind, why = self._identity(st)
+        if kind == "mismatch":
+            emit("failed", self._refusal(st, why), force=True)
+            raise NotOurProcessError(self._refusal(st, why))
+        grace = float(grace_s) if grace_s is not None else self._default_grace(st)
+        t0 = time.monotonic()
+        if kind == "gone" and not self._live_group(st):
+            self._drop_state(name)
+            rc = self._owned_rc(pid)
+            reason = f"had already exited ({why})"
+            emit("stopped", reason, pid=pid, force=True)
+            return StopResult(name, pid, 0.0, False, rc, reason, None, already_exited=True)
+        st["phase"] = "stopping"
+        self._write_state(name, st)
+        watcher = _InFlightWatcher(self._endpoint(st), self.metrics_interval_s) \
+            if kind == "alive" else None
+        sigkill = False
+        kill_why = f"SIGKILL after {grace:g} s grace"
+        log_path = Path(st.get("log_path") or self.log_path(name))
+        try:
+            follower = _LogFollower(log_path, log_path.stat().st_size)
+        except OSError:
+            follower = None
+        engine_stopped_at: float | None = None
+        try:
+            self._signal(st, signal.SIGTERM)
+            emit("draining", f"SIGTERM sent to process group {st['pgid']}; draining "
+                 f"(SIGKILL after {grace:g} s)", pid=pid, force=True)
+            while self._live_group(st):
+                now = time.monotonic()
+                elapsed = now - t0
+                if engine_stopped_at is None and follower is not None \
+                        and any(_ENGINE_STOPPED.search(x) for x in follower.poll()):
+                    engine_stopped_at = now
+                waited_http = engine_stopped_at is not None and now - engine_stopped_at >= self.http_close_s
+                if elapsed >= grace or waited_http:
+                    sigkill = True
+                    if waited_http and elapsed < grace:
+                        kill_why = (f"engine drained and stopped, but its HTTP server still waited for client "
+                                    f"connections after {self.http_close_s:g} s: SIGKILL")
+                    emit("killing", f"{kill_why} (process group {st['pgid']})", pid=pid, force=True)
+                    self._signal(st, signal.SIGKILL)
+                    deadline = time.monotonic() + self.kill_wait_s
+                    while self._live_group(st) and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    break
+                if engine_stopped_at is not None:
+                    emit("draining", "engine stopped; waiting for the HTTP server to close its connections",
+                         pid=pid)
+                else:
+                    n = watcher.value if watcher is not None else None
+                    msg = f"draining ({n} in flight)" if n is not None else "draining"
+                    emit("draining", f"{msg}, {elapsed:.0f} s of {grace:g} s grace", in_flight=n, pid=pid)
+                time.sleep(min(self.poll_interval_s, 0.2))
+        finally:
+            if watcher is not None:
+                watcher.close()
+        left = self._live_group(st)
+        if left:
+            desc = ", ".join(f"{m.pid} ({m.state})" for m in left)
+            st["phase"] = "stopping"
+            self._write_state(name, st)
+            raise EngineStopError(f"processes of engine {name!r} left after SIGKILL: {desc}")
+        seconds = time.monotonic() - t0
+        rc = self._owned_rc(pid)
+        if sigkill:
+            reason = kill_why
+        else:
+            reason = f"exited {seconds:.1f} s after SIGTERM"
+            if watcher is not None and watcher.max_seen:
+                reason += f" (drained up to {watcher.max_seen} in flight)"
+        self._drop_state(name)
+        emit("stopped", reason, pid=pid, force=True)
+        return StopResult(name, pid, seconds, sigkill, rc, reason,
+                          watcher.max_seen if watcher is not None else None)
+
+    def _kill_now(self, st: dict, grace: float) -> None:
+        """Failure cleanup: SIGTERM, short grace, SIGKILL; wait until the group is gone."""
+        with contextlib.suppress(EngineError):
+            self._signal(st, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while self._live_group(st) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self._live_group(st):
+                self._signal(st, signal.SIGKILL)
+                deadline = time.monotonic() + self.kill_wait_s
+                while self._live_group(st) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+
+    def _owned_rc(self, pid: int) -> int | None:
+        with self._lock:
+            proc = self._children.get(pid)
+        if proc is None:
+            return None
+        for _ in range(50):
+            if proc.returncode is not None:
+                return proc.returncode
+            time.sleep(0.02)
+        return proc.returncode
+
+    def _signal(self, st: Mapping[str, Any], sig: int) -> None:
+        """Signal the engine's group — only after checking it is still ours."""
+        kind, why = self._identity(st)
+        if kind == "mismatch":
+            raise NotOurProcessError(self._refusal(st, why))
+        if kind == "alive":
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(st["pgid"]), sig)
+            return
+        # The leader is gone: signal the group members that are verifiably its own.
+        for m in self._live_group(st):
+            _send_verified(m.pid, m.starttime, sig)
+
+
+def _http_error(e: httpx.HTTPError) -> str:
+    if isinstance(e, httpx.ConnectError):
+        return "connection refused" if "refused" in str(e).lower() else "cannot connect"
+    if isinstance(e, httpx.TimeoutException):
+        return "timeout"
+    return type(e).__name__
+
+
+def _hint(lines: list[str]) -> str:
+    text = "\n".join(lines[-50:])
+    if "No module named 'vllm'" in text or 'No module named "vllm"' in text:
+        return (" — the profile's python has no vLLM; set `python:` to the vLLM virtualenv's "
+                "python (`python -m infertop.control.vllm_env --check` prints it)")
+    return ""

@@ -1,0 +1,142 @@
+"""Progress events of long engine actions, and /metrics observation while they run.
+
+Part of :mod:`infertop.control.engines`.  No UI imports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..domain.engine import EngineStats
+from ..sources.vllm import EngineEndpoint, FleetCollector
+
+Progress = Callable[["EngineProgress"], None]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineProgress:
+    """One progress event of a long action."""
+
+    name: str
+    action: str  # start | stop | restart | set
+    phase: str  # spawned | waiting | healthy | draining | killing | stopped | verifying | rollback | failed | done
+    elapsed_s: float  # since the action began
+    message: str
+    log_line: str | None = None  # the engine's latest log line (start)
+    in_flight: int | None = None  # running + waiting from /metrics (stop), None when unknown
+    pid: int | None = None
+
+    def line(self) -> str:
+        """One printable line, as the headless CLI shows it."""
+        text = f"[{self.elapsed_s:6.1f}s] {self.name}: {self.message}"
+        if self.log_line:
+            text += f"  | {self.log_line}"
+        return text
+
+
+class _Emitter:
+    """Calls a progress callback: phase changes at once, otherwise ≤ 4/s, ≥ 1/s."""
+
+    def __init__(self, cb: Progress | None, name: str, action: str) -> None:
+        self.cb, self.name, self.action = cb, name, action
+        self.t0 = time.monotonic()
+        self._last: tuple | None = None
+        self._last_t = 0.0
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def __call__(self, phase: str, message: str, *, log_line: str | None = None,
+                 in_flight: int | None = None, pid: int | None = None, force: bool = False) -> None:
+        if self.cb is None:
+            return
+        now = time.monotonic()
+        key = (phase, message, log_line, in_flight)
+        phase_changed = self._last is None or self._last[0] != phase
+        if not (force or phase_changed or now - self._last_t >= 1.0
+                or (key != self._last and now - self._last_t >= 0.25)):
+            return
+        self._last, self._last_t = key, now
+        event = EngineProgress(self.name, self.action, phase, now - self.t0, message, log_line, in_flight, pid)
+        try:
+            self.cb(event)
+        except Exception:  # noqa: BLE001 — a broken callback never breaks an action
+            pass
+
+
+def _in_thread(fn: Callable[[], Any], timeout: float) -> Any:
+    """Run ``fn`` in a fresh thread (own event loop possible) and wait for it."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["v"] = fn()
+        except Exception as e:  # noqa: BLE001
+            box["e"] = e
+
+    t = threading.Thread(target=run, daemon=True, name="infertop-engine-observe")
+    t.start()
+    t.join(timeout)
+    return box.get("v")
+
+
+def observe_once(endpoint: EngineEndpoint) -> EngineStats | None:
+    """One scrape of an engine's /metrics through :class:`FleetCollector`; None on failure."""
+
+    def run() -> EngineStats | None:
+        loop = asyncio.new_event_loop()
+        col = FleetCollector([endpoint], interval_s=1.0, window_s=60.0)
+        try:
+            snap = loop.run_until_complete(col.poll_once())
+        finally:
+            loop.run_until_complete(col.aclose())
+            loop.close()
+        s = snap.engines[0] if snap.engines else None
+        return s if s is not None and s.running is not None else None
+
+    return _in_thread(run, endpoint.timeout_s + 5.0)
+
+
+class _InFlightWatcher:
+    """Polls an engine's running + waiting in a background thread while it drains."""
+
+    def __init__(self, endpoint: EngineEndpoint, interval_s: float = 1.0) -> None:
+        self.endpoint = endpoint
+        self.interval_s = interval_s
+        self.value: int | None = None
+        self.max_seen: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"infertop-drain-{endpoint.name}")
+        self._thread.start()
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        col = FleetCollector([self.endpoint], interval_s=self.interval_s, window_s=60.0)
+        try:
+            while not self._stop.is_set():
+                try:
+                    snap = loop.run_until_complete(col.poll_once())
+                    s = snap.engines[0] if snap.engines else None
+                except Exception:  # noqa: BLE001
+                    s = None
+                if s is not None and s.running is not None:
+                    n = int(round(s.running + (s.waiting or 0)))
+                    self.value = n
+                    self.max_seen = n if self.max_seen is None else max(self.max_seen, n)
+                else:
+                    self.value = None
+                self._stop.wait(self.interval_s)
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(col.aclose())
+            loop.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=0.5)  # a scrape in flight finishes on its own (daemon thread)

@@ -1,0 +1,156 @@
+"""Reading ``/proc``: process stat, start time, command line, process groups, ports.
+
+Part of :mod:`infertop.control.engines`.  No UI imports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from .engine_errors import PortInUseError
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    pid: int
+    state: str
+    ppid: int
+    pgrp: int
+    session: int
+    starttime: int  # field 22, clock ticks since boot
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return None
+    rest = data[data.rfind(")") + 2:].split()
+    try:
+        return ProcStat(pid, rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]))
+    except (IndexError, ValueError):
+        return None
+
+
+def read_cmdline(pid: int) -> list[str] | None:
+    try:
+        data = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    parts = data.split(b"\0")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    return [p.decode("utf-8", "surrogateescape") for p in parts]
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def group_members(pgid: int) -> list[ProcStat]:
+    """Live (not zombie) processes whose process group is ``pgid``."""
+    out = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        st = read_stat(int(entry))
+        if st is not None and st.pgrp == pgid and st.state not in ("Z", "X"):
+            out.append(st)
+    return out
+
+
+def _cmd_summary(cmd: list[str] | None, width: int = 80) -> str:
+    text = " ".join(cmd or []) or "?"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f[9])
+    return inodes
+
+
+def port_listeners(port: int) -> list[int]:
+    """PIDs with a socket listening on TCP ``port`` (those this user can see)."""
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return []
+    wanted = {f"socket:[{i}]" for i in inodes}
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fd_dir = f"/proc/{entry}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"{fd_dir}/{fd}") in wanted:
+                    pids.append(int(entry))
+                    break
+            except OSError:
+                continue
+    return sorted(pids)
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when a server could bind ``host:port`` now (SO_REUSEADDR, like uvicorn)."""
+    bind_host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((bind_host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return False
+            if e.errno == errno.EADDRNOTAVAIL:
+                raise PortInUseError(f"cannot bind {bind_host}:{port}: not an address of this host") from None
+            if e.errno == errno.EACCES:
+                raise PortInUseError(f"cannot bind port {port}: permission denied") from None
+            raise PortInUseError(f"cannot bind {bind_host}:{port}: {e.strerror}") from None
+    return True
+
+
+def _send_verified(pid: int, starttime: int, sig: int) -> None:
+    """Signal ``pid`` only if it still has ``starttime`` (pidfd: no reuse race)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except (OSError, AttributeError):
+        st = read_stat(pid)
+        if st is not None and st.starttime == starttime:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        return
+    try:
+        st = read_stat(pid)
+        if st is not None and st.starttime == starttime:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(fd, sig)
+    finally:
+        os.close(fd)

@@ -1,0 +1,256 @@
+"""Kubernetes reads, the connection: a kubeconfig context, its API client, one-line errors.
+
+:class:`KubeSession` makes every request (``raw``: JSON dicts, counted) and
+:func:`list_all` pages through a list. Every failure becomes a
+:class:`KubeError` whose text is one line (:func:`describe_api_error`).
+Blocking, like the official client. This module never imports textual or rich.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import kubernetes
+import urllib3
+from kubernetes.client.rest import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from ..config import KubeConfig
+
+__all__ = [
+    "NAMESPACED_KINDS",
+    "KubeError",
+    "KubeSession",
+    "as_kube_error",
+    "describe_api_error",
+    "kube_contexts",
+    "list_all",
+    "session_for",
+]
+
+NAMESPACED_KINDS = ("deployments", "statefulsets", "pods", "hpas", "events")
+
+
+class KubeError(Exception):
+    """A Kubernetes problem, printable as one line; ``status`` is the HTTP code (0: no answer)."""
+
+    def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+# ----------------------------------------------------------------- errors
+
+def _status_message(exc: ApiException) -> tuple[str, str, dict]:
+    """(message, reason, details) from a Status body, when there is one."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str) and body.strip().startswith("{"):
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict):
+            return str(doc.get("message") or ""), str(doc.get("reason") or ""), doc.get("details") or {}
+    return str(getattr(exc, "reason", "") or ""), "", {}
+
+
+def _one_line(text: str, limit: int = 240) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe_api_error(exc: BaseException, timeout_s: float | None = None) -> str:
+    """One short line for any failure of a Kubernetes call."""
+    if isinstance(exc, KubeError):
+        return str(exc)
+    if isinstance(exc, ApiException):
+        status = exc.status or 0
+        message, reason, details = _status_message(exc)
+        causes = [c.get("message") or c.get("reason") for c in (details.get("causes") or []) if isinstance(c, dict)]
+        if status == 401:
+            return _one_line("401 Unauthorized: the cluster rejected the credentials (expired token?)")
+        if status == 403:
+            return _one_line(f"403 Forbidden: {message or 'not allowed'}")
+        if status == 404:
+            return _one_line(f"404 Not found: {message or 'no such object'}")
+        if status == 409:
+            return _one_line(f"409 Conflict: {message or 'the object was modified'}")
+        if status == 410:
+            return _one_line(f"410 Gone: {message or 'resource version too old'}")
+        if status == 422:
+            return _one_line(f"422 Invalid: {message or 'rejected by validation'}")
+        if status == 429:
+            extra = f" ({causes[0]})" if causes and causes[0] and causes[0] not in message else ""
+            return _one_line(f"429 Too many requests: {message or 'try again later'}{extra}")
+        if status >= 500:
+            return _one_line(f"{status} server error: {message or reason or 'internal error'}")
+        if status == 0:
+            return _one_line(f"no answer from the API server: {message or reason or exc}")
+        return _one_line(f"{status} {reason or 'error'}: {message}")
+    if isinstance(exc, urllib3.exceptions.MaxRetryError):
+        exc = exc.reason or exc
+    if isinstance(exc, (urllib3.exceptions.TimeoutError, TimeoutError, socket.timeout)) and not isinstance(
+            exc, urllib3.exceptions.NewConnectionError):  # (a NewConnectionError is a ConnectTimeoutError)
+        return f"timeout after {timeout_s:g} s" if timeout_s else "timeout"
+    if isinstance(exc, (urllib3.exceptions.NewConnectionError, urllib3.exceptions.NameResolutionError)):
+        inner = exc
+        text = str(inner).lower()
+        if "refused" in text:
+            return "cannot reach the API server: connection refused"
+        if "name or service" in text or "nodename" in text or "resolve" in text:
+            return "cannot reach the API server: unknown host"
+        return _one_line(f"cannot reach the API server: {inner}")
+    if isinstance(exc, (urllib3.exceptions.ProtocolError, ConnectionError, OSError)):
+        return _one_line(f"connection to the API server failed: {exc}")
+    if isinstance(exc, ConfigException):
+        return _one_line(f"kubeconfig: {exc}")
+    return _one_line(f"{type(exc).__name__}: {exc}")
+
+
+def as_kube_error(exc: BaseException, timeout_s: float | None = None) -> KubeError:
+    if isinstance(exc, KubeError):
+        return exc
+    status = exc.status if isinstance(exc, ApiException) else 0
+    reason = _status_message(exc)[1] if isinstance(exc, ApiException) else ""
+    return KubeError(describe_api_error(exc, timeout_s), status or 0, reason)
+
+
+# ---------------------------------------------------------------- session
+
+def kube_contexts(kubeconfig: str | None = None) -> tuple[list[str], str | None]:
+    """Context names in the kubeconfig and the current one."""
+    try:
+        contexts, active = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)
+    except (ConfigException, OSError) as e:
+        raise KubeError(describe_api_error(e)) from None
+    return [c["name"] for c in contexts or []], (active or {}).get("name")
+
+
+class KubeSession:
+    """One kubeconfig context: an API client, who we are, which namespaces."""
+
+    def __init__(self, api_client: Any, context: str, user: str, namespaces: list[str], *,
+                 timeout_s: float = 10.0, kubeconfig: str | None = None) -> None:
+        self.api_client = api_client
+        self.context = context
+        self.user = user
+        self.namespaces = list(namespaces)
+        self.timeout_s = timeout_s
+        self.kubeconfig = kubeconfig
+        self.server = str(api_client.configuration.host)
+        self.core = kubernetes.client.CoreV1Api(api_client)
+        self.apps = kubernetes.client.AppsV1Api(api_client)
+        self.autoscaling = kubernetes.client.AutoscalingV2Api(api_client)
+        self.authz = kubernetes.client.AuthorizationV1Api(api_client)
+        self.policy = kubernetes.client.PolicyV1Api(api_client)
+        self._calls = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None = None, context: str | None = None,
+                namespaces: Iterable[str] = (), *, timeout_s: float = 10.0) -> "KubeSession":
+        """Load the kubeconfig (no request is made); raises KubeError."""
+        try:
+            contexts, active = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)
+        except (ConfigException, OSError) as e:
+            where = kubeconfig or kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION
+            raise KubeError(f"no usable kubeconfig at {where}: {_one_line(str(e), 160)}") from None
+        by_name = {c["name"]: c for c in contexts or []}
+        name = context or (active or {}).get("name")
+        if name not in by_name:
+            known = ", ".join(sorted(by_name)) or "none"
+            raise KubeError(f"context {name!r} is not in the kubeconfig (contexts: {known})")
+        ctx = by_name[name].get("context") or {}
+        try:
+            conf = kubernetes.client.Configuration()
+            kubernetes.config.load_kube_config(config_file=kubeconfig, context=name, client_configuration=conf,
+                                               persist_config=False)
+        except (ConfigException, OSError, ValueError) as e:
+            raise KubeError(describe_api_error(e)) from None
+        conf.retries = 0  # no silent triple wait: informers retry themselves, actions show the error
+        api_client = kubernetes.client.ApiClient(configuration=conf)
+        ns = [n for n in namespaces if n] or [ctx.get("namespace") or "default"]
+        return cls(api_client, name, str(ctx.get("user") or ""), ns, timeout_s=timeout_s, kubeconfig=kubeconfig)
+
+    @property
+    def calls(self) -> int:
+        """API requests made through this session (lists, gets, watches, writes)."""
+        return self._calls
+
+    def count(self, n: int = 1) -> None:
+        with self._lock:
+            self._calls += n
+
+    def raw(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None, **kw: Any) -> Any:
+        """Call a client method and return the JSON body as plain data; raises KubeError."""
+        t = timeout_s or self.timeout_s
+        self.count()
+        try:
+            resp = fn(*args, _preload_content=False, _request_timeout=t, **kw)
+            try:
+                data = resp.data
+            finally:
+                resp.release_conn()
+        except Exception as e:  # noqa: BLE001 — every failure becomes one line
+            raise as_kube_error(e, t) from None
+        if not data:
+            return {}
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise KubeError("the API server answered something that is not JSON") from None
+
+    def close(self) -> None:
+        try:
+            self.api_client.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    # the list functions per resource, each (callable, namespaced?, uses the label selector?)
+    def list_fn(self, kind: str) -> tuple[Callable[..., Any], bool, bool]:
+        return {
+            "deployments": (self.apps.list_namespaced_deployment, True, True),
+            "statefulsets": (self.apps.list_namespaced_stateful_set, True, True),
+            "pods": (self.core.list_namespaced_pod, True, True),
+            "hpas": (self.autoscaling.list_namespaced_horizontal_pod_autoscaler, True, False),
+            "events": (self.core.list_namespaced_event, True, False),
+            "nodes": (self.core.list_node, False, False),
+        }[kind]
+
+
+def session_for(cfg: KubeConfig, context: str | None = None, namespaces: Iterable[str] | None = None
+                ) -> KubeSession:
+    return KubeSession.connect(cfg.kubeconfig, context or cfg.context,
+                               cfg.namespaces if namespaces is None else namespaces, timeout_s=cfg.timeout_s)
+
+
+# -------------------------------------------------------------- paged list
+
+def list_all(session: KubeSession, kind: str, namespace: str | None, selector: str = "",
+             page: int = 500) -> tuple[list[dict], str]:
+    """Every object of ``kind`` (paged), and the list's resourceVersion."""
+    fn, namespaced, selective = session.list_fn(kind)
+    args = (namespace,) if namespaced else ()
+    kw: dict[str, Any] = {"limit": page}
+    if selective and selector:
+        kw["label_selector"] = selector
+    out: list[dict] = []
+    rv = ""
+    cont = None
+    while True:
+        if cont:
+            kw["_continue"] = cont
+        body = session.raw(fn, *args, **kw)
+        out.extend(body.get("items") or [])
+        meta = body.get("metadata") or {}
+        rv = str(meta.get("resourceVersion") or rv)
+        cont = meta.get("continue")
+        if not cont:
+            return out, rv
