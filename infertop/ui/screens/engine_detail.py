@@ -56,7 +56,7 @@ class EngineDetailScreen(Screen[None]):
     BINDINGS = [Binding("escape,q", "app.pop_screen", "Back")]
     DEFAULT_CSS = """
     EngineDetailScreen #detail-title { background: $panel; padding: 0 1; text-style: bold; }
-    EngineDetailScreen #detail-body { padding: 0 1; height: auto; }
+    EngineDetailScreen #detail-body, EngineDetailScreen #detail-local { padding: 0 1; height: auto; }
     EngineDetailScreen .trends { height: 3; }
     """
 
