@@ -17,6 +17,7 @@ from dataclasses import asdict
 
 from . import __version__
 from .config import Config, ConfigError, default_config_path, engine_name_from_url, load_config, DEFAULT_LOCAL_URL
+from .demo import DemoError
 from .sources.vllm import EngineEndpoint
 
 EXIT_CONFIG = 2
@@ -96,6 +97,17 @@ def endpoints_for(cfg: Config, extra_urls: list[str], *, default_local: bool) ->
     return eps
 
 
+def start_engines(args: argparse.Namespace, cfg: Config):
+    """(demo or None, endpoints): the simulator's engines with --demo, plus
+    the config's and --engine ones (127.0.0.1:8000 when there are none)."""
+    if not args.demo:
+        return None, endpoints_for(cfg, args.engine, default_local=True)
+    from .demo import start_demo
+
+    demo = start_demo(args.demo_engines)
+    return demo, demo.endpoints + endpoints_for(cfg, args.engine, default_local=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "sim":
@@ -120,23 +132,21 @@ def main(argv: list[str] | None = None) -> int:
 
     demo = None
     try:
-        if args.demo:
-            from .demo import start_demo
-
-            demo = start_demo(args.demo_engines)
-            endpoints = demo.endpoints + endpoints_for(cfg, args.engine, default_local=False)
+        demo, endpoints = start_engines(args, cfg)
+        if demo is not None:
             notes.append(f"Demo: {len(demo.endpoints)} simulated vLLM engines with bursty load (infertop sim).")
             if cfg.source is None:
                 # The simulated requests are long (hundreds of tokens): judge end-to-end
                 # latency by a long-form budget so alerts point at the bursts.
                 cfg.slo.e2e_p99_s = 20.0
                 notes.append("Demo SLO: E2E p99 ≤ 20 s (long outputs); other targets are the chat defaults.")
-        else:
-            endpoints = endpoints_for(cfg, args.engine, default_local=True)
         dcgm_urls = ([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm)
         settings = Settings(config=cfg, endpoints=endpoints, read_only=cfg.read_only,
                             mode="demo" if args.demo else "local", notes=notes, dcgm_urls=dcgm_urls)
         InfertopApp(settings).run()
+    except DemoError as e:
+        print(f"infertop: demo: {e}", file=sys.stderr)
+        return 1
     finally:
         if demo is not None:
             demo.stop()
@@ -152,15 +162,12 @@ def snapshot_main(argv: list[str]) -> int:
         return EXIT_CONFIG
     demo = None
     try:
-        if args.demo:
-            from .demo import start_demo
-
-            demo = start_demo(args.demo_engines)
-            endpoints = demo.endpoints + endpoints_for(cfg, args.engine, default_local=False)
-        else:
-            endpoints = endpoints_for(cfg, args.engine, default_local=True)
+        demo, endpoints = start_engines(args, cfg)
         dcgm_urls = ([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm)
         doc = asyncio.run(collect_snapshot(endpoints, cfg, args.window, dcgm_urls=dcgm_urls))
+    except DemoError as e:
+        print(f"infertop: demo: {e}", file=sys.stderr)
+        return 1
     finally:
         if demo is not None:
             demo.stop()

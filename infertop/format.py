@@ -81,3 +81,17 @@ def bytes_human(v: float | None) -> str:
             return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
         v /= 1024
     return DASH
+
+
+def age_short(seconds: float | None) -> str:
+    """Compact age for tables, kubectl style: 45s, 12m, 5h, 3d."""
+    if _missing(seconds):
+        return DASH
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"

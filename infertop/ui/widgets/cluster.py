@@ -18,7 +18,7 @@ from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable
 
 from ...domain.kube import ClusterSnapshot, EventView, HpaView, NodeView, PodView, WorkloadView
-from ...format import DASH, count_human
+from ...format import DASH, count_human, age_short
 from .lean import LeanLines
 from .panels import QuietStatic
 
@@ -41,17 +41,7 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
-def short_age(seconds: float | None) -> str:
-    if seconds is None:
-        return DASH
-    s = max(0, int(seconds))
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    if s < 172800:
-        return f"{s // 3600}h"
-    return f"{s // 86400}d"
+short_age = age_short  # kubectl-style ages in the tables
 
 
 def clip(text: str, n: int) -> str:
