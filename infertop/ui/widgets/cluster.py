@@ -41,7 +41,6 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
-short_age = age_short  # kubectl-style ages in the tables
 
 
 def clip(text: str, n: int) -> str:
@@ -247,7 +246,7 @@ class ClusterPane(Vertical):
             run,
             Text(wait, style="yellow" if load is not None and (load.waiting or 0) > 0 else ""),
             p.node or DASH,
-            short_age(now - p.created_ts if p.created_ts else None),
+            age_short(now - p.created_ts if p.created_ts else None),
             Text(last, style="bold red" if last == "OOMKilled" else ""),
             engine,
         ]
@@ -286,7 +285,7 @@ class ClusterPane(Vertical):
     def _event_cells(self, e: EventView, now: float) -> list:
         return [
             Text("Warning" if e.warning else "Normal", style="bold yellow" if e.warning else "dim"),
-            short_age(now - e.last_seen_ts if e.last_seen_ts else None),
+            age_short(now - e.last_seen_ts if e.last_seen_ts else None),
             f"{e.kind}/{e.name}",
             e.reason,
             str(e.count),
