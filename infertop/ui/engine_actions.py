@@ -20,6 +20,23 @@ from .screens.engine_dialogs import ArgsDialog, ConfirmDialog, OperationScreen, 
 ENGINE_ACTIONS = {"engine_new", "engine_stop", "engine_restart", "engine_set_seqs"}
 
 
+def follow(progress):
+    """An EngineProgress callback for an OperationScreen: a log line when the
+    phase or the engine's last log line changes, the live status otherwise."""
+    last = {"phase": None, "log": None}
+
+    def cb(ev) -> None:
+        if ev.phase != last["phase"]:
+            last["phase"] = ev.phase
+            progress.line(f"[{ev.elapsed_s:5.1f}s] {ev.message}")
+        if ev.log_line and ev.log_line != last["log"]:
+            last["log"] = ev.log_line
+            progress.line(f"         {ev.log_line}")
+        progress.status(f"{ev.message}  ({ev.elapsed_s:.0f} s)")
+
+    return cb
+
+
 def describe_result(result: object) -> str:
     if isinstance(result, EngineError):
         tail = "\n".join(getattr(result, "log_tail", None) or [])
@@ -110,7 +127,7 @@ class EngineActions:
         mgr = self.engine_manager
 
         def run(progress):
-            return mgr.start(name, profile, progress=lambda ev: progress(ev.line()), profile_name=name)
+            return mgr.start(name, profile, progress=follow(progress), profile_name=name)
 
         self._operation(f"Starting {name}", run)
 
@@ -136,7 +153,7 @@ class EngineActions:
         mgr = self.engine_manager
 
         def run(progress):
-            cb = lambda ev: progress(ev.line())  # noqa: E731
+            cb = follow(progress)
             return mgr.stop(name, progress=cb) if what == "stop" else mgr.restart(name, progress=cb)
 
         self._operation(f"{what.capitalize()} {name}", run)
@@ -163,13 +180,16 @@ class EngineActions:
         latest = self._latest_stats
 
         def run(progress):
-            return mgr.set_args(name, changes, progress=lambda ev: progress(ev.line()), stats=lambda rec: latest(rec.name))
+            return mgr.set_args(name, changes, progress=follow(progress), stats=lambda rec: latest(rec.name))
 
         self._operation(f"Change {name}", run)
 
     def _latest_stats(self, name: str):
+        """The collector's view when it is current; None makes the manager scrape
+        the engine itself (right after a restart the snapshot still says down)."""
         snap = self.snapshot  # type: ignore[attr-defined]
-        return None if snap is None else snap.by_name().get(name)
+        s = None if snap is None else snap.by_name().get(name)
+        return s if s is not None and s.state == "up" and s.running is not None else None
 
     def _operation(self, title: str, run) -> None:
         def done(result: object) -> None:

@@ -121,12 +121,21 @@ class ArgsDialog(ModalScreen[dict | None]):
             self.dismiss({self.key: n})
 
 
+class Feedback:
+    """Thread-safe progress channel of an :class:`OperationScreen`."""
+
+    def __init__(self, line: Callable[[str], None], status: Callable[[str], None]) -> None:
+        self.line = line
+        self.status = status
+
+
 class OperationScreen(ModalScreen[object]):
     """Runs a blocking engine operation in a thread worker and shows its progress.
 
-    ``run(progress)`` is called in a thread; ``progress(line)`` may be called
-    from that thread. The screen dismisses with the operation's result (or the
-    exception) when the operator closes it after it finished.
+    ``run(progress)`` is called in a thread with a :class:`Feedback`:
+    ``progress.line(text)`` appends to the log, ``progress.status(text)``
+    replaces the live status line. The result (or the exception) goes to
+    ``on_done`` when the operation finishes; Esc closes the screen then.
     """
 
     BINDINGS = [Binding("escape", "close", "Close")]
@@ -156,11 +165,14 @@ class OperationScreen(ModalScreen[object]):
     def _line(self, text: str) -> None:
         self.query_one("#op-log", RichLog).write(text)
 
+    def _status(self, text: str) -> None:
+        if not self.done:
+            self.query_one("#op-status", Static).update(text)
+
     @work(thread=True, exclusive=True, group="engine-op", exit_on_error=False)
     def _work(self) -> None:
-        def progress(line: str) -> None:
-            self.app.call_from_thread(self._line, line)
-
+        progress = Feedback(lambda t: self.app.call_from_thread(self._line, t),
+                            lambda t: self.app.call_from_thread(self._status, t))
         try:
             result = self.run_op(progress)
         except Exception as e:  # noqa: BLE001 — shown in place, never a traceback
@@ -176,7 +188,7 @@ class OperationScreen(ModalScreen[object]):
         self._line(summary)
         status = self.query_one("#op-status", Static)
         status.update(Text.from_markup(("[green]done[/green]: " if ok else "[red]failed[/red]: ")
-                                       + Text(summary).markup + "   [dim](Esc closes)[/dim]"))
+                                       + Text(summary.splitlines()[0]).markup + "   [dim](Esc closes)[/dim]"))
 
     def action_close(self) -> None:
         if self.done:
