@@ -250,7 +250,9 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         screen.show(self.snapshot.by_name().get(name) if self.snapshot else None)
         rec = self.managed(name)
         mgr = self.engine_manager
-        screen.show_local(rec, mgr.history(name, 5) if rec else [], mgr.tail_log(name, 10) if rec else [])
+        gpus = [f"{g.label} ({g.name})" for g in self.gpu_rows
+                if g.engine == name or any(p.engine == name for p in (g.processes or ()))]
+        screen.show_local(rec, mgr.history(name, 5) if rec else [], mgr.tail_log(name, 10) if rec else [], gpus)
 
     def _render_trends(self, tot, ttft99) -> None:
         hist = self.collector.history

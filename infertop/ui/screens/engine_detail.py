@@ -76,10 +76,14 @@ class EngineDetailScreen(Screen[None]):
                         yield Trend(title, id=f"trend-{key}")
         yield Footer()
 
-    def show_local(self, rec, history: list[dict], log_tail: list[str]) -> None:
-        """Launch arguments, process, restart history and log tail of an engine infertop manages."""
+    def show_local(self, rec, history: list[dict], log_tail: list[str], gpus: list[str] | None = None) -> None:
+        """Launch arguments, process, GPUs, restart history and log tail of an engine infertop manages."""
         box = self.query_one("#detail-local", QuietStatic)
+        gpu_line = f"[b]GPUs[/b] {', '.join(gpus) if gpus else 'none mapped to this engine'}"
         if rec is None:
+            if gpus:
+                box.show(gpu_line)
+                return
             box.show("[dim]Not started by infertop: no launch arguments or log here "
                      "(local engines started with n can be stopped, restarted and re-configured).[/dim]")
             return
@@ -88,6 +92,7 @@ class EngineDetailScreen(Screen[None]):
             "[b]Local engine[/b] (started by infertop" + (", re-adopted" if rec.adopted else "") + ")",
             f"[b]PID[/b] {rec.pid}  [b]uptime[/b] {seconds_human(rec.uptime_s)}  [b]restarts[/b] {rec.restarts}"
             f"  [b]startup[/b] {seconds_human(rec.startup_s)}  [b]profile[/b] {rec.profile_name}",
+            gpu_line,
             f"[b]Arguments[/b] {args}",
             f"[b]Command[/b] {rec.command()}",
             f"[b]Log[/b] {rec.log_path}",
