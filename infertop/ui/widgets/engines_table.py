@@ -183,6 +183,13 @@ class EnginesTable(LeanTable):
     def selected_engine(self) -> str | None:
         return self._selected_name()
 
+    def set_limit(self, limit: int | None) -> None:
+        """Show at most ``limit`` rows; the next update rebuilds when it changed."""
+        if limit != self.limit:
+            self.limit = limit
+            self._order = []
+            self._sorted_at = -1e9
+
     def cycle_sort(self) -> str:
         i = SORTABLE.index(self.sort_key)
         self.sort_key = SORTABLE[(i + 1) % len(SORTABLE)]

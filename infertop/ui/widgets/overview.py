@@ -85,7 +85,7 @@ class Overview(Vertical):
     Overview #tiles { grid-size: 6; grid-gutter: 0 0; height: auto; grid-rows: 2; }
     Overview #overview-trends { height: 3; }
     Overview #hot-title, Overview #alerts-title, Overview .alert-line { padding: 0 1; }
-    Overview #hot { height: auto; max-height: 9; }
+    Overview #hot { height: auto; max-height: 17; }
     Overview .alert-line { height: 1; }
     """
 
@@ -110,6 +110,10 @@ class Overview(Vertical):
         yield QuietStatic(id="alerts-title")
         for _ in range(ALERT_LINES):
             yield QuietStatic(classes="alert-line")
+
+    def on_resize(self) -> None:
+        """More rows under pressure on a tall terminal (5 at 24 lines, up to 15)."""
+        self.query_one("#hot", EnginesTable).set_limit(max(5, min(15, self.app.size.height - 30)))
 
     def show(self, engines, tot: FleetTotals, q: dict[str, float | None]) -> None:
         slo = self.slo
