@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                 notes.append("Demo SLO: E2E p99 ≤ 20 s (long outputs); other targets are the chat defaults.")
         dcgm_urls = ([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm)
         settings = Settings(config=cfg, endpoints=endpoints, read_only=cfg.read_only,
-                            mode="demo" if args.demo else "local", notes=notes, dcgm_urls=dcgm_urls)
+                            mode="demo" if args.demo else "local", notes=notes, dcgm_urls=dcgm_urls,
+                            engine_pods=demo.engine_pods if demo is not None else {})
         InfertopApp(settings).run()
     except DemoError as e:
         print(f"infertop: demo: {e}", file=sys.stderr)

@@ -28,6 +28,7 @@ class Demo:
     proc: subprocess.Popen
     endpoints: list[EngineEndpoint] = field(default_factory=list)
     dcgm_url: str | None = None
+    engine_pods: dict[str, str] = field(default_factory=dict)  # pod → engine, as Kubernetes would tell
 
     def stop(self) -> None:
         """Stop the simulator and everything it started."""
@@ -46,7 +47,7 @@ class Demo:
 def start_demo(n_engines: int = 6, seed: int = 7, load: str = "bursty", timeout_s: float = 30.0) -> Demo:
     """Start ``infertop sim`` and return its engines once they all listen."""
     cmd = [sys.executable, "-m", "infertop", "sim", "--engines", str(n_engines), "--seed", str(seed),
-           "--load", load, "--warmup", "30"]
+           "--load", load, "--warmup", "30", "--kubernetes-labels"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                             text=True, start_new_session=True)
     demo = Demo(proc)
@@ -73,8 +74,11 @@ def start_demo(n_engines: int = 6, seed: int = 7, load: str = "bursty", timeout_
             if parts[:1] == ["engine"] and len(parts) >= 3:
                 opts = dict(p.split("=", 1) for p in parts[3:] if "=" in p)
                 seqs = opts.get("max_num_seqs")
-                demo.endpoints.append(EngineEndpoint(f"vllm-{parts[1]}", parts[2],
+                name = f"vllm-{parts[1]}"
+                demo.endpoints.append(EngineEndpoint(name, parts[2],
                                                      max_num_seqs=int(seqs) if seqs and seqs.isdigit() else None))
+                if opts.get("pod"):
+                    demo.engine_pods[opts["pod"]] = name
             elif parts[:1] == ["dcgm"] and len(parts) >= 2:
                 demo.dcgm_url = parts[1]
     except BaseException:

@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load", choices=("steady", "bursty", "none"), default="bursty", help="load pattern")
     p.add_argument("--max-num-seqs", type=int, default=64, metavar="N", help="max_num_seqs of every engine")
     p.add_argument("--v0", action="store_true", help="expose legacy (V0) metric names")
+    p.add_argument("--kubernetes-labels", action="store_true",
+                   help="GPU metrics carry pod/namespace/container labels, as dcgm-exporter -k does")
     p.add_argument("--print-urls", action="store_true", help="print bare URLs only (engines, then dcgm)")
     p.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall-clock second")
     p.add_argument("--warmup", type=float, default=0.0, metavar="S",
@@ -61,6 +63,7 @@ def main(argv: list[str]) -> int:
         try:
             cluster = SimCluster(args.engines, seed=args.seed, base_port=args.base_port,
                                  max_num_seqs=args.max_num_seqs, metrics_version="v0" if args.v0 else "v1",
+                                 kubernetes_labels=args.kubernetes_labels,
                                  load=args.load, speed=args.speed, warmup_s=args.warmup)
             cluster.start()
         except OSError as e:
@@ -72,7 +75,8 @@ def main(argv: list[str]) -> int:
                 if args.print_urls:
                     out.write(e.url + "\n")
                 else:
-                    out.write(f"engine {e.index} {e.url} model={e.model} max_num_seqs={e.max_num_seqs}\n")
+                    pod = f" pod={e.gpu.pod}" if getattr(e.gpu, "pod", None) else ""
+                    out.write(f"engine {e.index} {e.url} model={e.model} max_num_seqs={e.max_num_seqs}{pod}\n")
             if cluster.dcgm_url:
                 out.write((cluster.dcgm_url if args.print_urls else f"dcgm {cluster.dcgm_url}") + "\n")
             out.write("ready\n")

@@ -182,3 +182,21 @@ class GpuCollector:
     def close(self) -> None:
         """Synchronous close (after :meth:`collect`)."""
         self.close_blocking()
+
+
+def assign_pod_engines(rows: list, pod_engines: dict[str, str], engine_names: set[str] = frozenset()) -> list:
+    """GPU → pod → engine: rows whose ``pod`` label (dcgm-exporter ``-k``) is a known
+    engine's pod, or is itself an engine's name, get that engine. Rows already
+    mapped (NVML process ownership) keep theirs; MIG children are mapped too."""
+    from dataclasses import replace as _replace
+
+    def one(r):
+        kids = tuple(one(m) for m in (r.mig_devices or ()))
+        engine = r.engine
+        if engine is None and r.pod:
+            engine = pod_engines.get(r.pod) or (r.pod if r.pod in engine_names else None)
+        if engine is r.engine and kids == tuple(r.mig_devices or ()):
+            return r
+        return _replace(r, engine=engine, mig_devices=kids) if r.mig_devices else _replace(r, engine=engine)
+
+    return [one(r) for r in rows]

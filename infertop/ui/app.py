@@ -18,7 +18,7 @@ from ..config import Config
 from ..domain.engine import FleetSnapshot
 from ..domain.gpu import classify
 from ..format import age_human, count_human, seconds_human
-from ..sources.gpu import GpuCollector
+from ..sources.gpu import GpuCollector, assign_pod_engines
 from ..sources.vllm import EngineEndpoint, FleetCollector
 from .actions import ACTIONS, bindings
 from .engine_actions import ENGINE_ACTIONS, EngineActions
@@ -53,6 +53,7 @@ class Settings:
     dcgm_urls: list[str] = field(default_factory=list)  # dcgm-exporter URLs besides config gpu.dcgm (--dcgm, --demo)
     state_dir: str | None = None  # local engines' state, logs and audit log (default: XDG state dir)
     engine_module: str | None = None  # what `python -m` runs for a local engine (tests use a fake)
+    engine_pods: dict[str, str] = field(default_factory=dict)  # pod name → engine name (GPU → pod → engine)
 
 
 class InfertopApp(EngineActions, KubeActions, App[None]):
@@ -163,6 +164,8 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         except Exception as e:  # noqa: BLE001 — a GPU source must never stop the app
             self.log_event(f"[red]GPU collection failed:[/red] {type(e).__name__}: {e}")
             return
+        names = {c.endpoint.name for c in self.collector.collectors}
+        rows = assign_pod_engines(rows, self.settings.engine_pods, names)
         self.gpu_rows, self.gpu_health = rows, health
         record_history(self.collector.history, flatten(rows))
         self._gpu_version += 1
