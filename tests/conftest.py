@@ -28,3 +28,24 @@ def scripted():
 
 def capture_text(name: str) -> str:
     return (FIXTURES / name).read_text()
+
+
+@pytest.fixture
+def kube_emulator():
+    """Factory: a started Kubernetes API emulator with two 8-GPU nodes; stopped
+    at teardown, which also asserts the emulator hit no internal error."""
+    from kube_emulator import KubeEmulator
+
+    started = []
+
+    def make(token: str, **kw) -> KubeEmulator:
+        emu = KubeEmulator(token=token, **kw).start()
+        emu.add_node("gpu-a", gpus=8)
+        emu.add_node("gpu-b", gpus=8)
+        started.append(emu)
+        return emu
+
+    yield make
+    for emu in started:
+        emu.stop()
+        assert emu.errors == []

@@ -47,13 +47,8 @@ NS = "default"
 
 
 @pytest.fixture
-def emu():
-    e = KubeEmulator(token=TOKEN, reconcile_interval=0.02).start()
-    e.add_node("gpu-a", gpus=8)
-    e.add_node("gpu-b", gpus=8)
-    yield e
-    e.stop()
-    assert e.errors == []
+def emu(kube_emulator):
+    return kube_emulator(TOKEN, reconcile_interval=0.02)
 
 
 class Harness:
@@ -258,6 +253,8 @@ def test_a_stuck_rollout_says_why(emu, h, case):
     elif case == "ImagePullBackOff":
         emu.fail_image("*:does-not-exist")
         emu.add_deployment(NS, "vllm", replicas=1, image="vllm/vllm-openai:does-not-exist")
+        # the first pod must exist (and be failing) before the restart, whatever the load
+        emu.wait_until(lambda: "ImagePullBackOff" in str(h.pods("vllm")))
         plan = h.ctl.prepare("restart", "Deployment", NS, "vllm")
     else:
         emu.add_deployment(NS, "vllm", replicas=2, gpu_per_pod=4)

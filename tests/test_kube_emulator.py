@@ -45,29 +45,16 @@ class FakeClock:
         self.t += seconds
 
 
-def _start(**kw) -> KubeEmulator:
-    emu = KubeEmulator(token=TOKEN, **kw).start()
-    emu.add_node("gpu-a", gpus=8)
-    emu.add_node("gpu-b", gpus=8)
-    return emu
-
-
 @pytest.fixture
-def emu():
+def emu(kube_emulator):
     """Controllers run only when the test calls ``emu.reconcile()``."""
-    e = _start(reconcile_interval=None)
-    yield e
-    e.stop()
-    assert e.errors == []
+    return kube_emulator(TOKEN, reconcile_interval=None)
 
 
 @pytest.fixture
-def live_emu():
+def live_emu(kube_emulator):
     """Controllers react to every write in a background thread."""
-    e = _start(reconcile_interval=0.02)
-    yield e
-    e.stop()
-    assert e.errors == []
+    return kube_emulator(TOKEN, reconcile_interval=0.02)
 
 
 def make_client(emu: KubeEmulator, tmp_path, **kw) -> client.ApiClient:

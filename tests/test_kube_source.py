@@ -43,27 +43,14 @@ TOKEN = "kube-source-token"
 NS = "default"
 
 
-def start_emulator(**kw) -> KubeEmulator:
-    emu = KubeEmulator(token=TOKEN, **kw).start()
-    emu.add_node("gpu-a", gpus=8)
-    emu.add_node("gpu-b", gpus=8)
-    return emu
+@pytest.fixture
+def emu(kube_emulator):
+    return kube_emulator(TOKEN, reconcile_interval=None)
 
 
 @pytest.fixture
-def emu():
-    e = start_emulator(reconcile_interval=None)
-    yield e
-    e.stop()
-    assert e.errors == []
-
-
-@pytest.fixture
-def live_emu():
-    e = start_emulator(reconcile_interval=0.02)
-    yield e
-    e.stop()
-    assert e.errors == []
+def live_emu(kube_emulator):
+    return kube_emulator(TOKEN, reconcile_interval=0.02)
 
 
 def connect(emu: KubeEmulator, tmp_path, **kw) -> KubeSession:

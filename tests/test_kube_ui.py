@@ -33,15 +33,10 @@ NS = "default"
 
 
 @pytest.fixture
-def emu():
+def emu(kube_emulator):
     # reconciles on every write; the 0.2 s wake-up only drives time-based transitions. (A busier loop keeps
     # the process from looking idle, and every Pilot key press then waits up to 1 s for idleness.)
-    e = KubeEmulator(token=TOKEN, reconcile_interval=0.2).start()
-    e.add_node("gpu-a", gpus=8)
-    e.add_node("gpu-b", gpus=8)
-    yield e
-    e.stop()
-    assert e.errors == []
+    return kube_emulator(TOKEN, reconcile_interval=0.2)
 
 
 def make_app(tmp_path, kubeconfig=None, *, read_only: bool = False, endpoints=(), **kube) -> InfertopApp:
