@@ -47,7 +47,7 @@ class Demo:
 def start_demo(n_engines: int = 6, seed: int = 7, load: str = "bursty", timeout_s: float = 30.0) -> Demo:
     """Start ``infertop sim`` and return its engines once they all listen."""
     cmd = [sys.executable, "-m", "infertop", "sim", "--engines", str(n_engines), "--seed", str(seed),
-           "--load", load, "--warmup", "30", "--kubernetes-labels"]
+           "--load", load, "--warmup", "30", "--kubernetes-labels", "--exit-with-parent"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                             text=True, start_new_session=True)
     demo = Demo(proc)

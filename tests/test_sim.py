@@ -873,3 +873,44 @@ def test_sim_does_not_import_textual_or_rich():
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(REPO)},
                    timeout=30)
+
+
+def test_sim_cli_exits_when_its_parent_dies():
+    """--exit-with-parent: a demo whose infertop was killed (SSH dropped) leaves no simulator."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-m', 'infertop', 'sim', '--engines', '1', '--load', 'none',"
+        " '--exit-with-parent'], stdout=subprocess.PIPE, text=True)\n"
+        "for line in p.stdout:\n"
+        "    if line.startswith('ready'):\n"
+        "        print(p.pid, flush=True)\n"
+        "        break\n"
+        "import time; time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        # a zombie is gone for our purposes; it has no parent to reap it until init does
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                if f.read().split(")")[-1].split()[0] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the simulator outlived its parent")

@@ -16,6 +16,7 @@ URL last), then ``ready``.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -32,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load", choices=("steady", "bursty", "none"), default="bursty", help="load pattern")
     p.add_argument("--max-num-seqs", type=int, default=64, metavar="N", help="max_num_seqs of every engine")
     p.add_argument("--v0", action="store_true", help="expose legacy (V0) metric names")
+    p.add_argument("--exit-with-parent", action="store_true",
+                   help="stop when the process that started it dies (used by --demo: a closed SSH "
+                        "session must not leave a simulator behind)")
     p.add_argument("--kubernetes-labels", action="store_true",
                    help="GPU metrics carry pod/namespace/container labels, as dcgm-exporter -k does")
     p.add_argument("--print-urls", action="store_true", help="print bare URLs only (engines, then dcgm)")
@@ -81,8 +85,10 @@ def main(argv: list[str]) -> int:
                 out.write((cluster.dcgm_url if args.print_urls else f"dcgm {cluster.dcgm_url}") + "\n")
             out.write("ready\n")
             out.flush()
+            parent = os.getppid()
             while not stop.wait(0.5):
-                pass
+                if args.exit_with_parent and os.getppid() != parent:
+                    break  # re-parented: infertop died without stopping us
         finally:
             cluster.stop()
     finally:
