@@ -1,8 +1,11 @@
 """Append-only audit log of every action, as JSON lines.
 
-One line per attempt: time, user, action, target, old/new (or a diff),
-result and, for failures, the reason. Secrets never go in here: callers
-pass values, not tokens.
+An action writes an *intent* line before anything is sent (who, what, the
+diff, the dry-run result) and an *outcome* line, with the same ``op`` id,
+once the result is known. An intent with no outcome (infertop died or was
+quit mid-action) is reported by :meth:`AuditLog.unfinished` as ``unknown``.
+One-shot entries (:meth:`AuditLog.record`) remain for events that have no
+separate intent. Secrets never go in here: callers pass values, not tokens.
 """
 
 from __future__ import annotations
@@ -12,12 +15,17 @@ import json
 import os
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from ..config import default_state_dir
 
 _lock = threading.Lock()
+
+
+class AuditUnavailable(OSError):
+    """The audit log cannot be written; the action must be refused (unless run unaudited)."""
 
 
 def default_audit_path() -> Path:
@@ -69,15 +77,74 @@ class AuditLog:
         if dry_run:
             entry["dry_run"] = True
         entry.update(extra)
+        self._append(entry)
+        return entry
+
+    def _append(self, entry: dict) -> None:
         line = json.dumps(entry, default=str, sort_keys=False) + "\n"
-        with _lock:
+        try:
+            with _lock:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                try:
+                    os.write(fd, line.encode())
+                finally:
+                    os.close(fd)
+        except OSError as e:
+            raise AuditUnavailable(f"audit log {self.path} cannot be written: {e.strerror or e}") from None
+
+    def check_writable(self) -> None:
+        """Raise :class:`AuditUnavailable` when an entry could not be appended now."""
+        try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
+            os.close(fd)
+        except OSError as e:
+            raise AuditUnavailable(f"audit log {self.path} cannot be written: {e.strerror or e}") from None
+
+    def intent(self, action: str, target: str, **details: Any) -> str:
+        """Write the intent of an action before it is executed; returns its ``op`` id."""
+        op = uuid.uuid4().hex[:12]
+        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "ts": time.time(), "user": self.user,
+                 "pid": os.getpid(), "phase": "intent", "op": op, "action": action, "target": target}
+        entry.update(details)
+        self._append(entry)
+        return op
+
+    def outcome(self, op: str, action: str, target: str, result: str, **details: Any) -> dict:
+        """Write the outcome (ok, failed, aborted, cancelled …) of the intent ``op``."""
+        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "ts": time.time(), "user": self.user,
+                 "phase": "outcome", "op": op, "action": action, "target": target, "result": result}
+        entry.update(details)
+        self._append(entry)
         return entry
+
+    def unfinished(self, *, alive: Any = None) -> list[dict]:
+        """Intents with no outcome, oldest first, each with ``result: "unknown"``.
+
+        ``alive(pid) -> bool`` excludes intents of an infertop still running
+        (its action may still be in flight); by default only this process is excluded.
+        """
+        done = set()
+        intents: dict[str, dict] = {}
+        for e in self.entries():
+            op = e.get("op")
+            if not op:
+                continue
+            if e.get("phase") == "intent":
+                intents[op] = e
+            elif e.get("phase") == "outcome":
+                done.add(op)
+        me = os.getpid()
+        out = []
+        for op, e in intents.items():
+            if op in done:
+                continue
+            pid = e.get("pid")
+            if pid == me or (alive is not None and pid is not None and alive(pid)):
+                continue
+            out.append(dict(e, result="unknown"))
+        return out
 
     def entries(self) -> list[dict]:
         """Every entry, oldest first (for the Log pane and tests)."""
