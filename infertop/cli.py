@@ -135,11 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         demo, endpoints = start_engines(args, cfg)
         if demo is not None:
             notes.append(f"Demo: {len(demo.endpoints)} simulated vLLM engines with bursty load (infertop sim).")
-            if cfg.source is None:
-                # The simulated requests are long (hundreds of tokens): judge end-to-end
-                # latency by a long-form budget so alerts point at the bursts.
-                cfg.slo.e2e_p99_s = 20.0
-                notes.append("Demo SLO: E2E p99 ≤ 20 s (long outputs); other targets are the chat defaults.")
+            from .snapshot import apply_demo_defaults
+
+            apply_demo_defaults(cfg, notes)
         dcgm_urls = ([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm)
         settings = Settings(config=cfg, endpoints=endpoints, read_only=cfg.read_only,
                             mode="demo" if args.demo else "local", notes=notes, dcgm_urls=dcgm_urls,
@@ -155,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def snapshot_main(argv: list[str]) -> int:
+    """Collect for one window and print the fleet state; the exit code says whether all is well
+    (see :mod:`infertop.snapshot`)."""
+    from .snapshot import apply_demo_defaults, collect_state, exit_code, print_table, write_json
+
     args = build_snapshot_parser().parse_args(argv)
     try:
         cfg, _ = resolve_config(args)
@@ -164,8 +166,12 @@ def snapshot_main(argv: list[str]) -> int:
     demo = None
     try:
         demo, endpoints = start_engines(args, cfg)
+        if demo is not None:
+            apply_demo_defaults(cfg)
         dcgm_urls = ([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm)
-        doc = asyncio.run(collect_snapshot(endpoints, cfg, args.window, dcgm_urls=dcgm_urls))
+        state = asyncio.run(collect_state(endpoints, cfg, args.window, dcgm_urls=dcgm_urls,
+                                          engine_pods=demo.engine_pods if demo is not None else None,
+                                          mode="demo" if demo is not None else "live"))
     except DemoError as e:
         print(f"infertop: demo: {e}", file=sys.stderr)
         return 1
@@ -173,120 +179,15 @@ def snapshot_main(argv: list[str]) -> int:
         if demo is not None:
             demo.stop()
     if args.json:
-        json.dump(doc, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
+        write_json(state, sys.stdout)
     else:
-        print_table(doc)
-    return 0
+        print_table(state)
+        for src in state.failing_sources():
+            print(f"{src.name}: {src.error}", file=sys.stderr)
+    return exit_code(state)
 
 
-async def collect_snapshot(endpoints: list[EngineEndpoint], cfg: Config, window_s: float, *,
-                           dcgm_urls: list[str] | None = None) -> dict:
-    """Poll for ``window_s`` seconds and return the derived stats as plain data
-    (GPUs from NVML / ``cfg.gpu.dcgm`` + ``dcgm_urls`` / Prometheus at the end of the window)."""
-    from .gpu_snapshot import gpu_snapshot_async
-    from .analysis.alerts import engine_alerts
-    from .analysis.fleet import fleet_quantile, totals
-    from .sources.vllm import FleetCollector
-
-    collector = FleetCollector(endpoints, interval_s=cfg.refresh_s, window_s=max(window_s, cfg.refresh_s))
-    started = time.monotonic()
-    try:
-        while True:
-            tick = time.monotonic()
-            await collector.poll_once()
-            if tick - started >= window_s:
-                break
-            await asyncio.sleep(max(0.0, cfg.refresh_s - (time.monotonic() - tick)))
-    finally:
-        await collector.aclose()
-    snap = collector.snapshot()
-    gpu_doc = await gpu_snapshot_async(cfg, list(dcgm_urls or []))
-    cluster_doc = None
-    if cfg.kube.configured:  # the Kubernetes view, when a context is configured
-        from .sources.kube import cluster_document
-
-        cluster_doc = await asyncio.to_thread(cluster_document, cfg.kube)
-    windows = [w for c in collector.collectors for w in c.windows.values()]
-    now = time.monotonic()
-    return {
-        "taken_at": snap.taken_at,
-        "window_s": window_s,
-        "engines": [asdict(e) | {"running_ratio": e.running_ratio} for e in snap.engines],
-        "fleet": asdict(totals(snap.engines)) | {
-            "ttft_p50_s": fleet_quantile(windows, "ttft", 0.5),
-            "ttft_p99_s": fleet_quantile(windows, "ttft", 0.99),
-            "itl_p95_s": fleet_quantile(windows, "itl", 0.95),
-            "e2e_p99_s": fleet_quantile(windows, "e2e", 0.99),
-        },
-        "alerts": [asdict(a) for a in engine_alerts(snap.engines, cfg.slo)],
-        "sources": [
-            {"name": h.name, "kind": h.kind, "ok": h.ok, "error": h.last_error,
-             "age_s": h.age_s(now), "latency_s": h.latency_s}
-            for h in collector.health()
-        ] + gpu_doc["sources"],  # GPU sources: kind nvml / dcgm / prometheus ("gpu" when none is configured)
-        "gpus": gpu_doc["gpus"],
-        **({"cluster": cluster_doc} if cluster_doc is not None else {}),
-    }
-
-
-def print_table(doc: dict) -> None:
-    from .format import count_human, pct_human, rate_human, seconds_human
-
-    cols = ("engine", "state", "run", "wait", "kv", "gen t/s", "ttft p99", "itl p95", "e2e p99")
-    rows = [cols]
-    for e in doc["engines"]:
-        rows.append((e["name"], e["state"], count_human(e["running"]), count_human(e["waiting"]),
-                     pct_human(e["kv_cache_pct"]), rate_human(e["generation_tokens_per_s"]),
-                     seconds_human(e["ttft_p99_s"]), seconds_human(e["itl_p95_s"]), seconds_human(e["e2e_p99_s"])))
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(cols))]
-    for r in rows:
-        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())
-    print_gpu_table(doc.get("gpus"))
-    for s in doc["sources"]:
-        if not s["ok"]:
-            print(f"{s['name']}: {s['error']}", file=sys.stderr)
-
-
-def print_gpu_table(gpus: list[dict] | None) -> None:
-    """The GPU section of the plain snapshot: one line per GPU, MIG devices under their parent."""
-    if gpus is None:
-        return
-    print()
-    if not gpus:
-        print("gpus: none (the GPU sources below say why; add --dcgm URL or gpu.dcgm in the config)")
-        return
-    from .format import DASH, pct_human
-
-    def num(v, unit: str = "") -> str:
-        return DASH if v is None else f"{v:.0f}{unit}"
-
-    def mem(g: dict) -> str:
-        u, t = g.get("mem_used_bytes"), g.get("mem_total_bytes")
-        return DASH if u is None or not t else f"{u / 2**30:.1f}/{t / 2**30:.0f}G"
-
-    multi_host = len({g.get("host") for g in gpus}) > 1
-    cols = ("gpu", "status", "util", "memory", "temp", "power", "sm clock", "throttle", "ecc", "xid", "engine", "name")
-    rows = [cols]
-
-    def add(g: dict, prefix: str = "") -> None:
-        label = prefix + (f"{g['host']}:{g['label']}" if multi_host and not prefix and g.get("host") else g["label"])
-        status = g["status"] + (f" ({g['error']})" if g.get("error") else "")
-        power = (f"{num(g.get('power_w'))}/{num(g.get('power_limit_w'))}W" if g.get("power_limit_w")
-                 else num(g.get("power_w"), "W"))
-        clock = num(g.get("sm_clock_mhz")) + (f"/{num(g.get('sm_clock_max_mhz'))}" if g.get("sm_clock_max_mhz") else "")
-        ecc = DASH if g.get("ecc_uncorrected") is None else f"{num(g.get('ecc_corrected'))}/{g['ecc_uncorrected']}"
-        engine = g.get("engine") or g.get("pod") or DASH
-        rows.append((label, status, pct_human(g.get("util_pct")), mem(g), num(g.get("temp_c"), "°C"), power, clock,
-                     g.get("throttle") or DASH, ecc, num(g.get("last_xid")), engine, g.get("mig_profile") or g.get("name") or DASH))
-        for m in g.get("mig_devices") or []:
-            add(m, "└ ")
-
-    for g in gpus:
-        add(g)
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(cols))]
-    for r in rows:
-        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())
+from .snapshot import collect_snapshot  # noqa: E402 — re-exported for scripts and tests
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,259 @@
+"""``infertop snapshot``: collect for one window, build the one fleet state,
+print it as a table or JSON, and say with the exit code whether all is well.
+
+Exit codes: 0 every source fresh; 1 some source down or stale (the output
+still carries everything known, with ages); 2 usage or config error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any, TextIO
+
+from .config import Config
+from .sources.vllm import EngineEndpoint, FleetCollector
+from .state.fleet import FRESH, FleetJoiner, FleetState
+
+EXIT_OK, EXIT_DEGRADED = 0, 1
+
+
+def apply_demo_defaults(cfg: Config, notes: list[str] | None = None) -> None:
+    """The demo's SLO targets, the same for the TUI and ``snapshot``: the simulated
+    requests are long (hundreds of tokens), so end-to-end latency is judged by a
+    long-form budget and alerts point at the bursts."""
+    if cfg.source is None:
+        cfg.slo.e2e_p99_s = 20.0
+        if notes is not None:
+            notes.append("Demo SLO: E2E p99 ≤ 20 s (long outputs); other targets are the chat defaults.")
+
+
+async def poll_window(collector: FleetCollector, window_s: float, on_poll=None) -> None:
+    """Run every engine's own poll loop for ``window_s`` seconds, then until each
+    engine has answered or failed at least once. One slow engine never delays another."""
+    done: set[str] = set()
+    everyone = asyncio.Event()
+    names = {c.endpoint.name for c in collector.collectors}
+    previous = collector.on_update
+
+    def polled(snap) -> None:
+        if previous is not None:
+            previous(snap)
+        if on_poll is not None:
+            on_poll()
+        for c in collector.collectors:
+            if c.health.ok or c.health.consecutive_failures:
+                done.add(c.endpoint.name)
+        if done >= names:
+            everyone.set()
+
+    collector.on_update = polled
+    if not names:
+        everyone.set()
+    task = asyncio.create_task(collector.run())
+    try:
+        await asyncio.sleep(max(0.0, window_s))
+        longest = max((c.endpoint.timeout_s for c in collector.collectors), default=0.0)
+        try:
+            await asyncio.wait_for(everyone.wait(), timeout=longest + 2.0)
+        except TimeoutError:
+            pass
+    finally:
+        if collector._stopped is not None:
+            collector._stopped.set()
+        else:
+            task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        collector.on_update = previous
+
+
+async def collect_state(endpoints: list[EngineEndpoint], cfg: Config, window_s: float, *,
+                        dcgm_urls: list[str] | None = None, engine_pods: dict[str, str] | None = None,
+                        mode: str = "live") -> FleetState:
+    """Poll for ``window_s`` seconds and join everything into one :class:`FleetState`."""
+    from .gpu_snapshot import _collector
+
+    collector = FleetCollector(endpoints, interval_s=cfg.refresh_s, window_s=max(window_s, cfg.refresh_s))
+    joiner = FleetJoiner(collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=collector.collectors[0].window_s
+                         if collector.collectors else window_s, mode=mode, engine_pods=engine_pods)
+    gpu = _collector(cfg, list(dcgm_urls or []))
+    try:
+        await poll_window(collector, window_s, on_poll=joiner.observe)
+        rows, health = await gpu.poll()
+        joiner.set_gpus(rows, health)
+    finally:
+        await gpu.aclose()
+        await collector.aclose()
+    if cfg.kube.configured:
+        snap, error, source, calls = await asyncio.to_thread(_read_cluster, cfg)
+        joiner.set_cluster(snap, error=error, source=source, api_calls=calls)
+    return joiner.build()
+
+
+def _read_cluster(cfg: Config) -> tuple[Any, str | None, str, int | None]:
+    """(cluster snapshot, error, context, API calls) of one read."""
+    from .sources.kube import KubeError, read_cluster, session_for
+
+    try:
+        session = session_for(cfg.kube)
+    except KubeError as e:
+        return None, str(e), cfg.kube.context or "kubernetes", None
+    try:
+        snap = read_cluster(session, cfg.kube)
+        return snap, None, session.context, session.calls
+    except KubeError as e:
+        return None, str(e), session.context, session.calls
+    finally:
+        session.close()
+
+
+async def collect_snapshot(endpoints: list[EngineEndpoint], cfg: Config, window_s: float, *,
+                           dcgm_urls: list[str] | None = None) -> dict:
+    """The fleet state of one window as plain data (``snapshot --json``)."""
+    return (await collect_state(endpoints, cfg, window_s, dcgm_urls=dcgm_urls)).to_doc()
+
+
+def exit_code(state: FleetState) -> int:
+    return EXIT_OK if state.all_fresh else EXIT_DEGRADED
+
+
+def write_json(state: FleetState, out: TextIO) -> None:
+    json.dump(state.to_doc(), out, indent=2, allow_nan=False)
+    out.write("\n")
+
+
+# -- the plain table ----------------------------------------------------------------------------
+
+def _clock(ts: float | None) -> str:
+    return "—" if ts is None else time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def _grid(rows: list[tuple], out: TextIO) -> None:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip(), file=out)
+
+
+def print_table(state: FleetState, out: TextIO = sys.stdout) -> None:
+    """Everything JSON carries, as text: fleet line, engines, alerts, sources, GPUs, cluster."""
+    from .format import age_human, count_human, pct_human, rate_human, seconds_human
+    from .text import plain
+
+    f = state.fleet
+    print(f"infertop snapshot at {_clock(state.taken_at)} · window {state.window_s:g} s · "
+          f"SLO TTFT p99 ≤{seconds_human(state.slo.ttft_p99_s)} ITL p95 ≤{seconds_human(state.slo.itl_p95_s)} "
+          f"E2E p99 ≤{seconds_human(state.slo.e2e_p99_s)} queue p99 ≤{seconds_human(state.slo.queue_p99_s)} "
+          f"KV ≤{pct_human(state.slo.kv_cache_pct)}", file=out)
+    print(f"fleet: engines up {f.engines_up}/{f.engines} · running {count_human(f.running)} · "
+          f"waiting {count_human(f.waiting)} · req/s {rate_human(f.requests_per_s)} · "
+          f"gen tok/s {rate_human(f.generation_tokens_per_s)} · TTFT p50 {seconds_human(f.ttft_p50_s)} "
+          f"p99 {seconds_human(f.ttft_p99_s)} · ITL p95 {seconds_human(f.itl_p95_s)} · "
+          f"E2E p99 {seconds_human(f.e2e_p99_s)} · KV {pct_human(f.kv_cache_pct_mean)}/"
+          f"{pct_human(f.kv_cache_pct_max)}", file=out)
+    print(file=out)
+    cols = ("engine", "state", "age", "run", "wait", "kv", "req/s", "gen t/s", "ttft p99", "itl p95", "e2e p99",
+            "gpus", "model")
+    rows: list[tuple] = [cols]
+    for e in state.engines:
+        s, fr = e.stats, e.freshness
+        age = "—" if fr.age_s is None else ("now" if fr.status == FRESH else age_human(fr.age_s) + " ago")
+        rows.append((plain(s.name), s.state, age, count_human(s.running), count_human(s.waiting),
+                     pct_human(s.kv_cache_pct), rate_human(s.requests_per_s), rate_human(s.generation_tokens_per_s),
+                     seconds_human(s.ttft_p99_s), seconds_human(s.itl_p95_s), seconds_human(s.e2e_p99_s),
+                     ",".join(plain(g) for g in e.gpus) or "—", plain(s.model or "—")))
+    if state.engines:
+        _grid(rows, out)
+    else:
+        print("engines: none configured (add --engine URL or an 'engines:' list in the config)", file=out)
+    print(file=out)
+    if state.alerts:
+        print(f"alerts ({len(state.alerts)}):", file=out)
+        for a in state.alerts:
+            print(f"  {a.severity:<8} {plain(a.target)}: {plain(a.text)}", file=out)
+    else:
+        print("alerts: none — every engine within its SLO targets", file=out)
+    print(file=out)
+    print("sources:", file=out)
+    for src in state.sources:
+        if src.ok:
+            word = "stale" if src.stale else "ok"
+            detail = f"last read {age_human(src.age_s)} ago" if src.age_s is not None else ""
+        else:
+            word = "down"
+            detail = f"since {_clock(src.since)}: {plain(src.error or '')}"
+        print(f"  {src.kind:<10} {plain(src.name):<28} {word:<5} {detail}".rstrip(), file=out)
+    _print_gpus(state, out)
+    _print_cluster(state, out)
+
+
+def _print_gpus(state: FleetState, out: TextIO) -> None:
+    from .format import DASH, pct_human
+    from .domain.gpu import classify
+    from .text import plain
+
+    print(file=out)
+    if not state.gpus:
+        print("gpus: none (the GPU sources above say why; add --dcgm URL or gpu.dcgm in the config)", file=out)
+        return
+
+    def num(v, unit: str = "") -> str:
+        return DASH if v is None else f"{v:.0f}{unit}"
+
+    multi_host = len({g.host for g in state.gpus}) > 1
+    rows: list[tuple] = [("gpu", "status", "util", "memory", "temp", "power", "sm clock", "throttle", "ecc", "xid",
+                          "engine", "name")]
+
+    def add(g, prefix: str = "") -> None:
+        label = prefix + (f"{g.host}:{g.label}" if multi_host and not prefix and g.host else g.label)
+        status = classify(g) + (f" ({g.error})" if g.error else "")
+        mem = (DASH if g.mem_used_bytes is None or not g.mem_total_bytes
+               else f"{g.mem_used_bytes / 2**30:.1f}/{g.mem_total_bytes / 2**30:.0f}G")
+        power = (f"{num(g.power_w)}/{num(g.power_limit_w)}W" if g.power_limit_w else num(g.power_w, "W"))
+        clock = num(g.sm_clock_mhz) + (f"/{num(g.sm_clock_max_mhz)}" if g.sm_clock_max_mhz else "")
+        ecc = DASH if g.ecc_uncorrected is None else f"{num(g.ecc_corrected)}/{g.ecc_uncorrected}"
+        engines = sorted({g.engine} if g.engine else {p.engine for p in g.processes or () if p.engine})
+        rows.append((plain(label), plain(status), pct_human(g.util_pct), mem, num(g.temp_c, "°C"), power, clock,
+                     g.throttle_words or DASH, ecc, num(g.last_xid), plain(",".join(engines) or g.pod or DASH),
+                     plain(g.mig_profile or g.name or DASH)))
+        for m in g.mig_devices or ():
+            add(m, "└ ")
+
+    for g in state.gpus:
+        add(g)
+    _grid(rows, out)
+
+
+def _print_cluster(state: FleetState, out: TextIO) -> None:
+    from .format import age_human
+    from .text import plain
+
+    c = state.cluster
+    if c is None:
+        return
+    print(file=out)
+    fr = c.freshness
+    snap = c.snapshot
+    head = f"cluster: {plain(fr.source or (snap.context if snap else ''))}"
+    if fr.status == FRESH:
+        head += " · fresh"
+    elif fr.status == "stale":
+        head += f" · STALE since {_clock(fr.since)} ({plain(fr.reason or '')}), last good read {age_human(fr.age_s)} ago"
+    else:
+        head += f" · unavailable: {plain(fr.reason or '')}"
+    print(head, file=out)
+    if snap is None:
+        return
+    for w in snap.workloads:
+        hpa = snap.hpa_for(w)
+        extra = f" · HPA {hpa.min_replicas}..{hpa.max_replicas}: {plain(hpa.why_not_scaling or '')}" if hpa else ""
+        print(f"  {w.kind} {plain(w.namespace)}/{plain(w.name)}: {w.ready}/{w.desired} ready, "
+              f"rollout {w.rollout}{extra}", file=out)
+    bad = [p for p in snap.pods if p.problem]
+    print(f"  pods: {len(snap.pods)} ({len(bad)} with problems) · nodes: {len(snap.nodes)} · "
+          f"warnings: {len(snap.warnings)}", file=out)
+    for p in bad[:5]:
+        print(f"    {plain(p.namespace)}/{plain(p.name)}: {plain(p.problem)}", file=out)
+    for err in snap.errors:
+        print(f"  cannot read {plain(err)}", file=out)

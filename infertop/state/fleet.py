@@ -1,0 +1,513 @@
+"""The one fleet state: every source joined into one immutable, time-stamped
+:class:`FleetState` per tick.
+
+The TUI panes, ``infertop snapshot`` (table and JSON) and the flight recorder
+all render this same object, so one metric has one value everywhere at a
+given moment. Every engine, GPU source and the cluster carry a
+:class:`Freshness`: where the values came from, when they were sampled, and
+whether they are fresh, stale (since when, why) or missing (why).
+
+:class:`FleetJoiner` builds the states; it keeps what must survive a failed
+poll (an engine's last good values and since when it is down). Replay turns
+recorded documents back into states with :meth:`FleetState.from_doc`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from ..analysis.alerts import CRITICAL, Alert, engine_alerts
+from ..analysis.fleet import fleet_quantile
+from ..domain.engine import DEGRADED, DOWN, UNKNOWN, UP, EngineStats
+from ..domain.gpu import GpuStats, classify
+from ..domain.kube import ClusterSnapshot
+from ..domain.source import SourceHealth
+from ..sources.nvml import NO_BINDING, NO_DRIVER
+from .codec import from_doc, to_doc
+
+QUIET_NVML = (NO_DRIVER, NO_BINDING)
+
+DOC_VERSION = 1
+FRESH, STALE, MISSING = "fresh", "stale", "missing"
+STALE_AFTER_POLLS = 3  # a value older than this many poll intervals is stale
+
+
+@dataclass(frozen=True, slots=True)
+class Freshness:
+    """How current a group of values is."""
+
+    status: str = MISSING  # fresh, stale, missing
+    source: str = ""  # URL, "nvml", a dcgm URL, a Kubernetes context
+    sampled_at: float | None = None  # wall clock of the values shown
+    age_s: float | None = None  # seconds between sampled_at and the tick
+    since: float | None = None  # wall clock: stale or missing since
+    reason: str | None = None  # why stale or missing
+
+    @property
+    def fresh(self) -> bool:
+        return self.status == FRESH
+
+
+@dataclass(frozen=True, slots=True)
+class EngineState:
+    """One engine as shown at one tick: its values (the last good ones when
+    the engine is not answering) and how fresh they are."""
+
+    stats: EngineStats
+    freshness: Freshness = field(default_factory=Freshness)
+    missing: dict[str, str] = field(default_factory=dict)  # field → why it has no value
+    gpus: tuple[str, ...] = ()  # labels of the GPUs mapped to this engine
+    local: dict[str, Any] | None = None  # a local engine infertop manages: pid, profile, owner …
+
+    @property
+    def name(self) -> str:
+        return self.stats.name
+
+    @property
+    def fresh(self) -> bool:
+        return self.freshness.status == FRESH
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    """The fleet line: totals over the engines that are up at this tick.
+
+    ``None`` — never 0 — when no engine is up or none exports the value."""
+
+    engines: int = 0
+    engines_up: int = 0
+    running: float | None = None
+    waiting: float | None = None
+    prompt_tokens_per_s: float | None = None
+    generation_tokens_per_s: float | None = None
+    requests_per_s: float | None = None
+    preemptions_per_s: float | None = None
+    kv_cache_pct_mean: float | None = None
+    kv_cache_pct_max: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p99_s: float | None = None
+    itl_p95_s: float | None = None
+    e2e_p99_s: float | None = None
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceState:
+    """One data source (an engine endpoint, NVML, a dcgm exporter, Kubernetes)."""
+
+    name: str
+    kind: str
+    ok: bool
+    error: str | None = None
+    since: float | None = None  # wall clock: failing since (when not ok)
+    last_ok_at: float | None = None  # wall clock of the last good read
+    age_s: float | None = None  # since the last good read
+    latency_s: float | None = None
+    stale: bool = False  # ok, but no good read for more than STALE_AFTER_POLLS intervals
+    absent: bool = False  # not available on this host by design (no NVIDIA driver): not a failure
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterState:
+    snapshot: ClusterSnapshot | None = None
+    freshness: Freshness = field(default_factory=Freshness)
+    api_calls: int | None = None  # requests the last read cost (one-shot reads)
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    ttft_p99_s: float
+    itl_p95_s: float
+    e2e_p99_s: float
+    queue_p99_s: float
+    kv_cache_pct: float
+
+
+@dataclass(frozen=True, slots=True)
+class FleetState:
+    """Everything infertop knows at one tick."""
+
+    tick: int
+    taken_at: float  # wall clock of the tick
+    refresh_s: float
+    window_s: float
+    slo: Slo
+    engines: tuple[EngineState, ...] = ()
+    fleet: FleetView = field(default_factory=FleetView)
+    alerts: tuple[Alert, ...] = ()
+    sources: tuple[SourceState, ...] = ()
+    gpus: tuple[GpuStats, ...] = ()
+    gpus_configured: bool = False  # at least one GPU source is configured
+    cluster: ClusterState | None = None  # None: Kubernetes is not configured
+    queues: tuple[dict, ...] = ()  # room for the Queue pane
+    autoscalers: tuple[dict, ...] = ()  # room for the Autoscaler pane
+    mode: str = "live"  # live, demo, replay
+
+    # -- lookups ----------------------------------------------------------
+    def engine(self, name: str | None) -> EngineState | None:
+        return next((e for e in self.engines if e.name == name), None) if name is not None else None
+
+    @property
+    def engine_stats(self) -> list[EngineStats]:
+        return [e.stats for e in self.engines]
+
+    def failing_sources(self) -> list[SourceState]:
+        return [s for s in self.sources if not s.ok and not s.absent]
+
+    @property
+    def all_fresh(self) -> bool:
+        """Every source answered lately and nothing shown is stale."""
+        if any((not s.ok and not s.absent) or s.stale for s in self.sources):
+            return False
+        if any(e.freshness.status != FRESH for e in self.engines):
+            return False
+        return self.cluster is None or self.cluster.freshness.status == FRESH
+
+    # -- documents --------------------------------------------------------
+    def to_doc(self) -> dict[str, Any]:
+        """Plain JSON-able data (no NaN/Infinity): ``snapshot --json`` and the recorder.
+
+        An engine is its statistics, flat, plus ``freshness``, ``missing``
+        (field → why it is null), ``gpus`` and ``local``; the cluster is its
+        object lists plus ``freshness`` and ``error``."""
+        doc = {
+            "version": DOC_VERSION, "tick": self.tick, "taken_at": self.taken_at, "mode": self.mode,
+            "refresh_s": self.refresh_s, "window_s": self.window_s, "slo": to_doc(self.slo),
+            "fleet": to_doc(self.fleet), "engines": [_engine_doc(e) for e in self.engines],
+            "alerts": to_doc(self.alerts), "sources": to_doc(self.sources),
+            "gpus": [_gpu_doc(g) for g in self.gpus], "gpus_configured": self.gpus_configured,
+            "queues": to_doc(self.queues), "autoscalers": to_doc(self.autoscalers),
+            "all_fresh": self.all_fresh,
+        }
+        if self.cluster is not None:
+            c = self.cluster
+            cdoc = c.snapshot.to_dict() if c.snapshot is not None else {}
+            cdoc["freshness"] = to_doc(c.freshness)
+            cdoc["error"] = c.freshness.reason if c.freshness.status != FRESH else None
+            if c.api_calls is not None:
+                cdoc["api_calls"] = c.api_calls
+            doc["cluster"] = cdoc
+        return doc
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> "FleetState":
+        """The state a document was made from (replay)."""
+        engines = tuple(
+            EngineState(stats=from_doc(EngineStats, d), freshness=from_doc(Freshness, d.get("freshness") or {}),
+                        missing=dict(d.get("missing") or {}), gpus=tuple(d.get("gpus") or ()), local=d.get("local"))
+            for d in doc.get("engines") or ()
+        )
+        cluster = None
+        cdoc = doc.get("cluster")
+        if cdoc is not None:
+            snap = from_doc(ClusterSnapshot, cdoc) if "context" in cdoc else None
+            cluster = ClusterState(snap, from_doc(Freshness, cdoc.get("freshness") or {}))
+        return cls(
+            tick=int(doc.get("tick") or 0), taken_at=float(doc.get("taken_at") or 0.0),
+            refresh_s=float(doc.get("refresh_s") or 1.0), window_s=float(doc.get("window_s") or 60.0),
+            slo=from_doc(Slo, doc["slo"]), engines=engines, fleet=from_doc(FleetView, doc.get("fleet") or {}),
+            alerts=from_doc(tuple[Alert, ...], doc.get("alerts") or []),
+            sources=from_doc(tuple[SourceState, ...], doc.get("sources") or []),
+            gpus=from_doc(tuple[GpuStats, ...], doc.get("gpus") or []),
+            gpus_configured=bool(doc.get("gpus_configured")), cluster=cluster,
+            queues=tuple(doc.get("queues") or ()), autoscalers=tuple(doc.get("autoscalers") or ()),
+            mode=str(doc.get("mode") or "replay"),
+        )
+
+
+def _engine_doc(e: EngineState) -> dict[str, Any]:
+    d = to_doc(e.stats)
+    d["running_ratio"] = to_doc(e.stats.running_ratio)
+    d["freshness"] = to_doc(e.freshness)
+    d["missing"] = dict(e.missing)
+    d["gpus"] = list(e.gpus)
+    d["local"] = to_doc(e.local)
+    return d
+
+
+def _gpu_doc(g: GpuStats) -> dict[str, Any]:
+    d = to_doc(g)
+    _gpu_extras(g, d)
+    return d
+
+
+def _gpu_extras(g: GpuStats, d: dict) -> None:
+    """Derived GPU fields for documents (status word, percentages)."""
+    d["label"] = g.label
+    d["status"] = classify(g)
+    d["mem_pct"] = to_doc(g.mem_pct)
+    d["power_pct"] = to_doc(g.power_pct)
+    d["throttle"] = g.throttle_words or None
+    for m, md in zip(g.mig_devices, d.get("mig_devices") or []):
+        _gpu_extras(m, md)
+
+
+# -- building states ---------------------------------------------------------------------------
+
+_VALUE_FIELDS = tuple(
+    f.name for f in fields(EngineStats)
+    if f.name not in ("name", "url", "state", "error", "model", "engine_label", "metrics_version", "vllm_version",
+                      "scraped_at", "window_s", "extra", "max_num_seqs")
+)
+_QUANTILE_FIELDS = {"ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p95_s", "e2e_p95_s", "e2e_p99_s", "queue_p99_s"}
+_RATE_FIELDS = {"prompt_tokens_per_s", "generation_tokens_per_s", "requests_per_s", "preemptions_per_s",
+                "prefix_cache_hit_pct"}
+
+
+def _clean(v: float | None) -> float | None:
+    return v if v is None or math.isfinite(v) else None
+
+
+def missing_reasons(s: EngineStats, fresh: Freshness) -> dict[str, str]:
+    """Why each value of ``s`` that is ``None`` has no value."""
+    out: dict[str, str] = {}
+    for name in _VALUE_FIELDS:
+        if getattr(s, name) is not None:
+            continue
+        if fresh.status == MISSING:
+            out[name] = fresh.reason or "no data yet"
+        elif fresh.status == STALE and s.scraped_at is None:
+            out[name] = fresh.reason or "stale"
+        elif name in _QUANTILE_FIELDS:
+            out[name] = "not enough history yet" if not s.window_s else "no requests finished in the window"
+        elif name in _RATE_FIELDS:
+            out[name] = "not enough history yet" if not s.window_s else "not exported or no traffic"
+        else:
+            out[name] = "not exported by this engine"
+    if s.max_num_seqs is None:
+        out["max_num_seqs"] = "unknown: set engines[].max_num_seqs in the config"
+    return out
+
+
+class FleetJoiner:
+    """Builds one :class:`FleetState` per tick from the live sources.
+
+    ``collector`` is a :class:`~infertop.sources.vllm.FleetCollector` (its
+    collectors' ``stats``, ``health`` and ``windows``); GPUs, local engine
+    records and the cluster are handed in by whoever polls them.
+    """
+
+    def __init__(self, collector: Any, *, slo: Any, refresh_s: float, window_s: float, mode: str = "live",
+                 engine_pods: Mapping[str, str] | None = None,
+                 wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic) -> None:
+        self.collector = collector
+        self.slo = slo
+        self.refresh_s = refresh_s
+        self.window_s = window_s
+        self.mode = mode
+        self.engine_pods = dict(engine_pods or {})
+        self.wall, self.mono = wall, mono
+        self.tick = 0
+        self._last_good: dict[str, EngineStats] = {}
+        self._down_since: dict[str, float] = {}
+        self._source_down_since: dict[str, float] = {}
+        # inputs handed in by other pollers
+        self.gpu_rows: list[GpuStats] = []
+        self.gpu_health: list[SourceHealth] = []
+        self.gpus_configured = False
+        self.local: dict[str, dict[str, Any]] = {}
+        self.cluster: ClusterSnapshot | None = None
+        self.cluster_error: str | None = None
+        self.cluster_error_since: float | None = None
+        self.cluster_ok_at: float | None = None
+        self.cluster_source = ""
+        self.cluster_api_calls: int | None = None
+        self.kube_configured = False
+        self.extra_sources: list[SourceState] = []
+
+    @property
+    def stale_after_s(self) -> float:
+        return STALE_AFTER_POLLS * self.refresh_s
+
+    # -- inputs -------------------------------------------------------------
+    def set_gpus(self, rows: Iterable[GpuStats], health: Iterable[SourceHealth], configured: bool | None = None) -> None:
+        self.gpu_rows, self.gpu_health = list(rows), list(health)
+        self.gpus_configured = bool(self.gpu_health) if configured is None else configured
+
+    def set_cluster(self, snap: ClusterSnapshot | None, *, error: str | None = None, source: str = "",
+                    api_calls: int | None = None) -> None:
+        """The latest cluster read; with ``error`` the previous objects are kept and marked stale."""
+        now = self.wall()
+        self.cluster_api_calls = api_calls
+        self.kube_configured = True
+        self.cluster_source = source or self.cluster_source
+        if error:
+            if self.cluster_error is None:
+                self.cluster_error_since = now
+            self.cluster_error = error
+            if snap is not None and self.cluster is None:
+                self.cluster = snap
+            return
+        self.cluster, self.cluster_error, self.cluster_error_since = snap, None, None
+        if snap is not None:
+            self.cluster_ok_at = snap.taken_at or now
+
+    # -- the state ------------------------------------------------------------
+    def build(self) -> FleetState:
+        """Join everything into the state of this tick."""
+        self.tick += 1
+        self.observe()
+        now, mono = self.wall(), self.mono()
+        engines: list[EngineState] = []
+        windows = []
+        sources: list[SourceState] = []
+        for c in self.collector.collectors:
+            h: SourceHealth = c.health
+            sources.append(self._source(h, now, mono))
+            fresh_poll = h.ok
+            if fresh_poll:
+                windows.extend(c.windows.values())
+            for s in c.stats:
+                engines.append(self._engine(s, h, fresh_poll, now, mono))
+        gpus = self._gpus(engines)
+        by_engine: dict[str, list[str]] = {}
+        for g in gpus:
+            for name in _gpu_engines(g):
+                by_engine.setdefault(name, []).append(g.label if not g.host else f"{g.host}:{g.label}")
+        engines = [replace(e, gpus=tuple(by_engine.get(e.name, ())), local=self.local.get(e.name))
+                   for e in engines]
+        for h in self.gpu_health:
+            sources.append(self._source(h, now, mono))
+        cluster = self._cluster(now)
+        if cluster is not None:
+            f = cluster.freshness
+            sources.append(SourceState(name=self.cluster_source or "kubernetes", kind="kube", ok=f.status == FRESH,
+                                       error=f.reason, since=f.since, last_ok_at=f.sampled_at, age_s=f.age_s))
+        sources.extend(self.extra_sources)
+        fleet = self._fleet(engines, windows)
+        alerts = self._alerts(engines)
+        return FleetState(
+            tick=self.tick, taken_at=now, refresh_s=self.refresh_s, window_s=self.window_s,
+            slo=Slo(self.slo.ttft_p99_s, self.slo.itl_p95_s, self.slo.e2e_p99_s, self.slo.queue_p99_s,
+                    self.slo.kv_cache_pct),
+            engines=tuple(engines), fleet=fleet, alerts=tuple(alerts), sources=tuple(sources),
+            gpus=tuple(gpus), gpus_configured=self.gpus_configured, cluster=cluster, mode=self.mode,
+        )
+
+    def _source(self, h: SourceHealth, now: float, mono: float) -> SourceState:
+        def wall(t: float | None) -> float | None:
+            return None if t is None else now - max(0.0, mono - t)
+
+        key = f"{h.kind}:{h.name}"
+        if h.ok:
+            self._source_down_since.pop(key, None)
+            since = None
+        else:
+            since = self._source_down_since.setdefault(key, wall(h.last_error_at) or now)
+        age = h.age_s(mono)
+        absent = (h.kind == "nvml" and h.last_error in QUIET_NVML) or (h.kind == "gpu" and not h.ok)
+        return SourceState(absent=absent, name=h.name, kind=h.kind, ok=h.ok, error=None if h.ok else (h.last_error or "no data yet"),
+                           since=since, last_ok_at=wall(h.last_ok_at), age_s=age, latency_s=h.latency_s,
+                           stale=bool(h.ok and age is not None and age > self.stale_after_s))
+
+    def observe(self) -> None:
+        """Remember each engine's last good values (call after every poll, so a
+        good sample followed by a failure before the next tick is not lost)."""
+        now, mono = self.wall(), self.mono()
+        for c in self.collector.collectors:
+            h: SourceHealth = c.health
+            for s in c.stats:
+                if h.ok and s.state in (UP, DEGRADED):
+                    self._last_good[s.name] = replace(s, **{f: _clean(getattr(s, f)) for f in _VALUE_FIELDS})
+                    self._down_since.pop(s.name, None)
+                elif s.state != UNKNOWN or h.last_error_at is not None:
+                    self._down_since.setdefault(s.name, now if h.last_error_at is None
+                                                else now - max(0.0, mono - h.last_error_at))
+
+    def _engine(self, s: EngineStats, h: SourceHealth, fresh_poll: bool, now: float, mono: float) -> EngineState:
+        name = s.name
+        if fresh_poll and s.state in (UP, DEGRADED):
+            s = self._last_good[name]
+            age = max(0.0, now - s.scraped_at) if s.scraped_at else 0.0
+            status = FRESH if age <= self.stale_after_s else STALE
+            fresh = Freshness(status, s.url, s.scraped_at, age, None if status == FRESH else s.scraped_at,
+                              None if status == FRESH else f"no new sample for {age:.0f} s")
+            return EngineState(s, fresh, missing_reasons(s, fresh))
+        since = self._down_since.get(name)
+        reason = s.error or h.last_error or ("not polled yet" if s.state == UNKNOWN else "no data")
+        last = self._last_good.get(name)
+        if last is None:
+            fresh = Freshness(MISSING, s.url, None, None, since, reason)
+            return EngineState(s, fresh, missing_reasons(s, fresh))
+        shown = replace(last, state=s.state if s.state != UNKNOWN else DOWN, error=reason)
+        age = max(0.0, now - last.scraped_at) if last.scraped_at else None
+        fresh = Freshness(STALE, s.url, last.scraped_at, age, since, reason)
+        return EngineState(shown, fresh, missing_reasons(shown, fresh))
+
+    def _gpus(self, engines: list[EngineState]) -> list[GpuStats]:
+        rows = self.gpu_rows
+        if self.engine_pods:
+            names = {e.name for e in engines}
+            from ..sources.gpu import assign_pod_engines
+
+            rows = assign_pod_engines(rows, self.engine_pods, names)
+        return list(rows)
+
+    def _cluster(self, now: float) -> ClusterState | None:
+        if not self.kube_configured:
+            return None
+        if self.cluster_error:
+            status = STALE if self.cluster is not None else MISSING
+            age = None if self.cluster_ok_at is None else max(0.0, now - self.cluster_ok_at)
+            return ClusterState(self.cluster, Freshness(status, self.cluster_source, self.cluster_ok_at, age,
+                                                        self.cluster_error_since, self.cluster_error),
+                                self.cluster_api_calls)
+        if self.cluster is None:
+            return ClusterState(None, Freshness(MISSING, self.cluster_source, None, None, None, "connecting"))
+        age = None if self.cluster_ok_at is None else max(0.0, now - self.cluster_ok_at)
+        return ClusterState(self.cluster, Freshness(FRESH, self.cluster_source, self.cluster_ok_at, age),
+                            self.cluster_api_calls)
+
+    def _fleet(self, engines: list[EngineState], windows: list) -> FleetView:
+        up = [e.stats for e in engines if e.fresh and e.stats.state == UP]
+        if not up:
+            why = "no engine is up" if engines else "no engines configured"
+            names = [f.name for f in fields(FleetView) if f.name not in ("engines", "engines_up", "missing")]
+            return FleetView(engines=len(engines), engines_up=0, missing={n: why for n in names})
+
+        def total(attr: str) -> float | None:
+            vals = [getattr(s, attr) for s in up if getattr(s, attr) is not None]
+            return sum(vals) if vals else None
+
+        kv = [s.kv_cache_pct for s in up if s.kv_cache_pct is not None]
+        view = FleetView(
+            engines=len(engines), engines_up=len(up),
+            running=total("running"), waiting=total("waiting"),
+            prompt_tokens_per_s=total("prompt_tokens_per_s"),
+            generation_tokens_per_s=total("generation_tokens_per_s"),
+            requests_per_s=total("requests_per_s"), preemptions_per_s=total("preemptions_per_s"),
+            kv_cache_pct_mean=sum(kv) / len(kv) if kv else None, kv_cache_pct_max=max(kv) if kv else None,
+            ttft_p50_s=_clean(fleet_quantile(windows, "ttft", 0.5)),
+            ttft_p99_s=_clean(fleet_quantile(windows, "ttft", 0.99)),
+            itl_p95_s=_clean(fleet_quantile(windows, "itl", 0.95)),
+            e2e_p99_s=_clean(fleet_quantile(windows, "e2e", 0.99)),
+        )
+        missing = {f.name: "no engine up exports it, or no requests finished in the window"
+                   for f in fields(FleetView) if f.name not in ("missing",) and getattr(view, f.name) is None}
+        return replace(view, missing=missing)
+
+    def _alerts(self, engines: list[EngineState]) -> list[Alert]:
+        current = [e.stats for e in engines if e.fresh]
+        alerts = engine_alerts(current, self.slo)
+        for e in engines:
+            if e.fresh:
+                continue
+            f = e.freshness
+            since = time.strftime("%H:%M:%S", time.localtime(f.since)) if f.since else None
+            word = e.stats.state if e.stats.state in (DOWN, DEGRADED) else "no data"
+            text = f"{word} since {since}: {f.reason}" if since else f"{word}: {f.reason}"
+            alerts.append(Alert(CRITICAL, e.name, text))
+        alerts.sort(key=lambda a: (a.severity != CRITICAL, a.target))
+        return alerts
+
+
+def _gpu_engines(g: GpuStats) -> set[str]:
+    names = {g.engine} if g.engine else set()
+    names.update(p.engine for p in g.processes or () if p.engine)
+    for m in g.mig_devices or ():
+        names.update(_gpu_engines(m))
+    return names
