@@ -50,8 +50,9 @@ async def test_overview_and_engines_show_live_values(two_engines):
         assert text_of(app, "#tile-waiting .tile-value") == "3"
         # the engines under most pressure: the dead one first, then the queued one
         assert list(table_rows(app, "#hot")) == ["gone", "alpha", "beta"]
-        assert "gone  down: connection refused" in text_of(app, ".alert-line")
-        assert "✗ gone down: connection refused" in text_of(app, "#statusbar")
+        assert text_of(app, ".alert-line").startswith("● gone — down since ")
+        assert text_of(app, ".alert-line").endswith(": connection refused")
+        assert "✗ gone down: connection refused, since " in text_of(app, "#statusbar")
         await pilot.press("2")
         assert app.query_one("#panes").active == "engines"
         rows = table_rows(app)
@@ -113,7 +114,8 @@ async def test_bad_data_keeps_app_running(scripted):
 
 def test_snapshot_engines_pane(snap_compare, scripted):
     srv = scripted().serve_engine(v1_doc(engines={"0": {"running": 4, "waiting": 1, "kv": 0.25}}))
-    app = make_app([EngineEndpoint("alpha", srv.url, max_num_seqs=8)])
+    # a long timeout: this screen must show the engine up even on a loaded machine
+    app = make_app([EngineEndpoint("alpha", srv.url, max_num_seqs=8, timeout_s=30)], wall_clock=lambda: 1796025600.0)
 
     async def run_before(pilot):
         await app.poll_now()

@@ -109,6 +109,7 @@ class SourceState:
     latency_s: float | None = None
     stale: bool = False  # ok, but no good read for more than STALE_AFTER_POLLS intervals
     absent: bool = False  # not available on this host by design (no NVIDIA driver): not a failure
+    warning: str | None = None  # answers, but part of it fails ("gpu2: NVML: GPU is lost", "/health failing")
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +304,7 @@ class FleetJoiner:
         self.wall, self.mono = wall, mono
         self.tick = 0
         self._last_good: dict[str, EngineStats] = {}
+        self._last_good_at: dict[str, float] = {}  # monotonic time of each engine's last good sample
         self._down_since: dict[str, float] = {}
         self._source_down_since: dict[str, float] = {}
         # inputs handed in by other pollers
@@ -400,7 +402,7 @@ class FleetJoiner:
             since = self._source_down_since.setdefault(key, wall(h.last_error_at) or now)
         age = h.age_s(mono)
         absent = (h.kind == "nvml" and h.last_error in QUIET_NVML) or (h.kind == "gpu" and not h.ok)
-        return SourceState(absent=absent, name=h.name, kind=h.kind, ok=h.ok, error=None if h.ok else (h.last_error or "no data yet"),
+        return SourceState(absent=absent, warning=h.last_error if h.ok else None, name=h.name, kind=h.kind, ok=h.ok, error=None if h.ok else (h.last_error or "no data yet"),
                            since=since, last_ok_at=wall(h.last_ok_at), age_s=age, latency_s=h.latency_s,
                            stale=bool(h.ok and age is not None and age > self.stale_after_s))
 
@@ -413,6 +415,7 @@ class FleetJoiner:
             for s in c.stats:
                 if h.ok and s.state in (UP, DEGRADED):
                     self._last_good[s.name] = replace(s, **{f: _clean(getattr(s, f)) for f in _VALUE_FIELDS})
+                    self._last_good_at[s.name] = h.last_ok_at if h.last_ok_at is not None else mono
                     self._down_since.pop(s.name, None)
                 elif s.state != UNKNOWN or h.last_error_at is not None:
                     self._down_since.setdefault(s.name, now if h.last_error_at is None
@@ -420,22 +423,21 @@ class FleetJoiner:
 
     def _engine(self, s: EngineStats, h: SourceHealth, fresh_poll: bool, now: float, mono: float) -> EngineState:
         name = s.name
-        if fresh_poll and s.state in (UP, DEGRADED):
-            s = self._last_good[name]
-            age = max(0.0, now - s.scraped_at) if s.scraped_at else 0.0
+        last = self._last_good.get(name)
+        age = None if last is None else max(0.0, mono - self._last_good_at[name])
+        sampled_at = None if age is None else now - age
+        if fresh_poll and s.state in (UP, DEGRADED) and last is not None:
             status = FRESH if age <= self.stale_after_s else STALE
-            fresh = Freshness(status, s.url, s.scraped_at, age, None if status == FRESH else s.scraped_at,
+            fresh = Freshness(status, s.url, sampled_at, age, None if status == FRESH else sampled_at,
                               None if status == FRESH else f"no new sample for {age:.0f} s")
-            return EngineState(s, fresh, missing_reasons(s, fresh))
+            return EngineState(last, fresh, missing_reasons(last, fresh))
         since = self._down_since.get(name)
         reason = s.error or h.last_error or ("not polled yet" if s.state == UNKNOWN else "no data")
-        last = self._last_good.get(name)
         if last is None:
             fresh = Freshness(MISSING, s.url, None, None, since, reason)
             return EngineState(s, fresh, missing_reasons(s, fresh))
         shown = replace(last, state=s.state if s.state != UNKNOWN else DOWN, error=reason)
-        age = max(0.0, now - last.scraped_at) if last.scraped_at else None
-        fresh = Freshness(STALE, s.url, last.scraped_at, age, since, reason)
+        fresh = Freshness(STALE, s.url, sampled_at, age, since, reason)
         return EngineState(shown, fresh, missing_reasons(shown, fresh))
 
     def _gpus(self, engines: list[EngineState]) -> list[GpuStats]:

@@ -1,9 +1,10 @@
-"""The infertop Textual app: panes over the latest fleet snapshot."""
+"""The infertop Textual app: every pane paints the one fleet state of the current tick."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rich.text import Text
@@ -12,14 +13,17 @@ from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Input, RichLog, TabbedContent, TabPane
 
-from ..analysis.alerts import engine_alerts
-from ..analysis.fleet import fleet_quantile, totals
 from ..config import Config
 from ..domain.engine import FleetSnapshot
 from ..domain.gpu import classify
-from ..format import age_human, count_human, seconds_human
-from ..sources.gpu import GpuCollector, assign_pod_engines
+from ..domain.source import SourceHealth
+from ..format import count_human, seconds_human
+from ..sources.gpu import GpuCollector
 from ..sources.vllm import EngineEndpoint, FleetCollector
+from ..state.fleet import FleetJoiner, FleetState
+from ..state.fleet_history import FLEET, record_state
+from ..state.history import HistoryStore
+from .status import alert_changes, status_line
 from .actions import ACTIONS, bindings
 from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
@@ -31,12 +35,12 @@ from .themes import load_themes
 from .widgets.cluster import ClusterPane
 from .widgets.engines_table import EnginesTable
 from .widgets.gpus import GpusPane, GpusTable, engine_refs, gpu_status_parts, record_history, flatten, summarize
-from .widgets.overview import FLEET, Overview
+from .widgets.overview import Overview
 from .widgets.panels import QuietStatic, Trend
 
 PANES = ("overview", "engines", "log", "gpus", "cluster")
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
-SPARK_EVERY_S = 5.0  # sparklines repaint every 5 s: a scrolling chart costs bytes on SSH
+GPU_KINDS = ("nvml", "dcgm", "prometheus", "gpu")
 GPU_REFRESH_MIN_S = 2.0  # GPUs are polled on their own schedule, at most this often
 GPU_THROTTLE_LOG_EVERY_S = 60.0
 
@@ -54,6 +58,7 @@ class Settings:
     state_dir: str | None = None  # local engines' state, logs and audit log (default: XDG state dir)
     engine_module: str | None = None  # what `python -m` runs for a local engine (tests use a fake)
     engine_pods: dict[str, str] = field(default_factory=dict)  # pod name → engine name (GPU → pod → engine)
+    wall_clock: Callable[[], float] = time.time  # the clock of the ticks (snapshot tests pin it)
 
 
 class InfertopApp(EngineActions, KubeActions, App[None]):
@@ -80,24 +85,19 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
             settings.endpoints,
             interval_s=cfg.refresh_s,
             window_s=cfg.window_s,
-            history_capacity=max(2, int(cfg.history_s / cfg.refresh_s)),
+            history_capacity=2,  # sparklines are recorded from the fleet state, one sample per tick
         )
+        self.history = HistoryStore(max(2, int(cfg.history_s / cfg.refresh_s)))
         self.poll = poll
-        self.snapshot: FleetSnapshot | None = None
-        self._last_spark = 0.0
-        self._rendered_version = -1
-        self._version = 0
-        self._states: dict[str, str] = {}
+        self.joiner = FleetJoiner(self.collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s,
+                                  mode=settings.mode, engine_pods=settings.engine_pods, wall=settings.wall_clock)
+        self.state: FleetState | None = None  # the state on screen
         self.collector.on_update = self._on_collected
         # GPUs: NVML (in a thread inside poll), dcgm-exporter URLs, Prometheus. Tests pass their own.
         self.gpu_collector = gpu_collector or GpuCollector(cfg.gpu, cfg.prometheus, dcgm_urls=settings.dcgm_urls)
-        self.gpu_rows: list = []
-        self.gpu_health: list = []
-        self._gpu_version = 0
-        self._gpu_rendered_version = -1
-        self._last_gpu_spark = 0.0
         self._gpu_states: dict[str, str] = {}
         self._gpu_logged_at: dict[str, float] = {}
+        self._states: dict[str, str] = {}
 
     # ----- layout -------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -115,7 +115,7 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
             with TabPane("3 Log", id="log"):
                 yield RichLog(id="log-view", max_lines=2000, markup=True, wrap=True)
             with TabPane("4 GPUs", id="gpus"):
-                yield GpusPane(self.collector.history, id="gpus-pane")
+                yield GpusPane(self.history, id="gpus-pane")
             with TabPane("5 Cluster", id="cluster"):
                 yield ClusterPane(id="cluster-pane")
         yield QuietStatic(id="statusbar")
@@ -133,7 +133,8 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         for note in self.settings.notes:
             self.log_event(note)
         self._render_top()
-        self.set_interval(self.settings.config.refresh_s, self.render_snapshot)
+        if self.poll:  # tests drive ticks themselves (poll_now), so their screens are deterministic
+            self.set_interval(self.settings.config.refresh_s, self.tick)
         self._init_engines()
         self.kube_setup()
         if self.poll:
@@ -155,20 +156,18 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
             await asyncio.sleep(max(0.2, interval - (time.monotonic() - started)))
 
     async def poll_gpus(self) -> None:
-        """Read every GPU source once (NVML runs in a thread) and keep the rows."""
+        """Read every GPU source once (NVML runs in a thread) and hand the rows to the fleet state."""
         try:
             if self.gpu_collector.nvml is not None:  # only NVML lists processes to map to engines
                 endpoints = [c.endpoint for c in self.collector.collectors]
                 self.gpu_collector.set_engines(await asyncio.to_thread(self._gpu_engine_refs, endpoints))
             rows, health = await self.gpu_collector.poll()
         except Exception as e:  # noqa: BLE001 — a GPU source must never stop the app
-            self.log_event(f"[red]GPU collection failed:[/red] {type(e).__name__}: {e}")
+            self.joiner.set_gpus(self.joiner.gpu_rows, [SourceHealth("gpu", "gpu", False, last_error=
+                                                                     f"GPU collection failed: {type(e).__name__}: {e}",
+                                                                     last_error_at=time.monotonic())])
             return
-        names = {c.endpoint.name for c in self.collector.collectors}
-        rows = assign_pod_engines(rows, self.settings.engine_pods, names)
-        self.gpu_rows, self.gpu_health = rows, health
-        record_history(self.collector.history, flatten(rows))
-        self._gpu_version += 1
+        self.joiner.set_gpus(rows, health)
 
     def _gpu_engine_refs(self, endpoints: list) -> list:
         """(name, root PID, port) of the engines on this host (a thread: reads engine state files)."""
@@ -177,10 +176,9 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         return engine_refs(endpoints, pids)
 
     async def poll_gpus_now(self) -> None:
-        """Poll the GPU sources once and render (tests and Ctrl+R)."""
+        """Poll the GPU sources once and render a new tick (tests and Ctrl+R)."""
         await self.poll_gpus()
-        self._render_gpus(force=True)
-        self._render_status()
+        self.tick()
 
     @work(thread=True, exclusive=True, group="engines-init", exit_on_error=False)
     def _init_engines(self) -> None:
@@ -205,90 +203,96 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         return self.main.query_one("#engines-table", EnginesTable).selected_engine
 
     async def poll_now(self) -> None:
-        """Poll every engine once and render (tests and Ctrl+R)."""
+        """Poll every engine once and render a new tick (tests and Ctrl+R)."""
         await self.collector.poll_once()
-        self.render_snapshot(force=True)
+        self.tick()
 
-    def _on_collected(self, snap: FleetSnapshot) -> None:
-        self.snapshot = snap
-        self._version += 1
+    @property
+    def snapshot(self) -> FleetSnapshot | None:
+        """The fresh engines of the state on screen (what actions act on)."""
+        st = self.state
+        if st is None:
+            return None
+        return FleetSnapshot(taken_at=st.taken_at, engines=tuple(e.stats for e in st.engines if e.fresh))
+
+    def _on_collected(self, snap) -> None:
+        self.joiner.observe()
 
     # ----- rendering ----------------------------------------------------
-    def render_snapshot(self, force: bool = False) -> None:
-        """Repaint from the latest snapshot, at most once per refresh."""
+    def tick(self) -> None:
+        """Build this tick's fleet state and show it everywhere."""
         if not self.is_running:  # the interval can still tick while the app tears its widgets down
             return
-        self._render_status()
-        self._render_gpus(force)
-        if self.snapshot is None or (self._version == self._rendered_version and not force):
-            return
-        self._rendered_version = self._version
-        snap = self.snapshot
-        engines = list(snap.engines)
-        self._note_state_changes(engines)
-        tot = totals(engines)
-        windows = [w for c in self.collector.collectors for w in c.windows.values()]
-        ttft50 = fleet_quantile(windows, "ttft", 0.5)
-        ttft99 = fleet_quantile(windows, "ttft", 0.99)
-        itl95 = fleet_quantile(windows, "itl", 0.95)
-        e2e99 = fleet_quantile(windows, "e2e", 0.99)
-        hist = self.collector.history
-        hist.record(FLEET, "generation_tokens_per_s", tot.generation_tokens_per_s)
-        hist.record(FLEET, "running", tot.running)
-        hist.record(FLEET, "waiting", tot.waiting)
-        hist.record(FLEET, "ttft_p99_s", ttft99)
-        overview = self.main.query_one(Overview)
-        overview.show(engines, tot, {"ttft50": ttft50, "ttft99": ttft99, "itl95": itl95, "e2e99": e2e99})
-        overview.show_alerts(engine_alerts(engines, self.settings.config.slo))
-        self.main.query_one("#engines-table", EnginesTable).update_rows(engines)
-        now = time.monotonic()
-        if force or now - self._last_spark >= SPARK_EVERY_S:
-            self._last_spark = now
-            self._render_trends(tot, ttft99)
+        self.show_state(self.joiner.build())
+
+    def render_snapshot(self, force: bool = False) -> None:
+        """Repaint the state on screen (a filter or sort changed); no new tick."""
+        if self.state is not None and self.is_running:
+            self._paint(self.state)
+
+    def show_state(self, state: FleetState) -> None:
+        """Record ``state`` in the sparkline history and paint every pane from it.
+        Every number on screen then comes from this one tick."""
+        previous, self.state = self.state, state
+        record_state(self.history, state)
+        record_history(self.history, flatten(state.gpus))
+        self._note_changes(previous, state)
+        self._paint(state)
+
+    def _paint(self, state: FleetState) -> None:
+        main = self.main
+        self._render_top()
+        gpu_health = [_health(src, state.taken_at) for src in state.sources if src.kind in GPU_KINDS]
+        main.query_one("#statusbar", QuietStatic).show(status_line(state, gpu_status_parts(gpu_health, state.taken_at)))
+        overview = main.query_one(Overview)
+        overview.show_state(state, self.history)
+        main.query_one("#engines-table", EnginesTable).update_state(state)
+        self._render_engine_trends(state)
+        self._render_gpus(state)
         if isinstance(self.screen, EngineDetailScreen):
             self._show_detail(self.screen)
 
     def _show_detail(self, screen: EngineDetailScreen) -> None:
         name = screen.engine_name
-        screen.show(self.snapshot.by_name().get(name) if self.snapshot else None)
+        e = self.state.engine(name) if self.state is not None else None
+        screen.show(e.stats if e is not None else None, e.freshness if e is not None else None)
         rec = self.managed(name)
         mgr = self.engine_manager
-        gpus = [f"{g.label} ({g.name})" for g in self.gpu_rows
-                if g.engine == name or any(p.engine == name for p in (g.processes or ()))]
+        gpus = list(e.gpus) if e is not None else []
         screen.show_local(rec, mgr.history(name, 5) if rec else [], mgr.tail_log(name, 10) if rec else [], gpus)
 
-    def _render_trends(self, tot, ttft99) -> None:
-        hist = self.collector.history
+    def _render_engine_trends(self, state: FleetState) -> None:
+        hist = self.history
         n = 120
-        self.main.query_one(Overview).show_trends(hist, tot, ttft99, n)
         name = self.main.query_one("#engines-table", EnginesTable).selected_engine
-        if name and self.snapshot is not None:
-            s = self.snapshot.by_name().get(name)
-            if s is not None:
-                self.main.query_one("#e-running", Trend).show(hist.series(name, "running", n), f"{name}: {count_human(s.running)}")
-                self.main.query_one("#e-ttft", Trend).show(hist.series(name, "ttft_p99_s", n), seconds_human(s.ttft_p99_s))
+        e = state.engine(name)
+        if e is not None:
+            s = e.stats
+            self.main.query_one("#e-running", Trend).show(hist.series(name, "running", n),
+                                                          f"{name}: {count_human(s.running)}")
+            self.main.query_one("#e-ttft", Trend).show(hist.series(name, "ttft_p99_s", n), seconds_human(s.ttft_p99_s))
 
-    def _render_gpus(self, force: bool = False) -> None:
-        """GPU pane, Overview GPU tiles and an open GPU detail, when a new GPU poll arrived."""
-        if self._gpu_version == self._gpu_rendered_version and not force:
-            return
-        self._gpu_rendered_version = self._gpu_version
-        rows = self.gpu_rows
-        now = time.monotonic()
-        trends = force or now - self._last_gpu_spark >= SPARK_EVERY_S
-        if trends:
-            self._last_gpu_spark = now
+    def _render_gpus(self, state: FleetState) -> None:
+        """GPU pane, Overview GPU tiles and an open GPU detail, from the state's GPUs."""
+        rows = list(state.gpus)
+        health = [_health(src, state.taken_at) for src in state.sources if src.kind in GPU_KINDS]
         pane = self.main.query_one(GpusPane)
-        pane.show(rows, self.gpu_health, trends=trends)
-        self.main.query_one(Overview).show_gpus(summarize(rows), configured=bool(self.gpu_health))
-        self._note_gpu_changes(pane)
+        pane.show(rows, health, trends=True)
+        self.main.query_one(Overview).show_gpus(summarize(rows), configured=state.gpus_configured)
         if isinstance(self.screen, GpuDetailScreen):
             r = pane.gpu(self.screen.gpu_id)
             self.screen.show(r.gpu if r is not None else None)
 
-    def _note_gpu_changes(self, pane: GpusPane) -> None:
+    def _note_changes(self, previous: FleetState | None, state: FleetState) -> None:
+        """Log engine state changes, SLO alerts firing and clearing, and GPU state changes, once each."""
+        self._note_state_changes(state.engines)
+        for line in alert_changes(previous, state):
+            self.log_event(line)
+        self._note_gpu_changes(flatten(state.gpus))
+
+    def _note_gpu_changes(self, flat) -> None:
         """Log a GPU that fails, throttles or reports an error (and when it recovers)."""
-        for r in pane.flat:
+        for r in flat:
             status = classify(r.gpu)
             word = status.split(" ")[0]
             prev = self._gpu_states.get(r.gid)
@@ -301,50 +305,36 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
                     continue  # a GPU hovering at its thermal limit flips often: log that at most once a minute
                 self._gpu_logged_at[r.gid] = now
                 why = f": {r.gpu.error}" if r.gpu.error else ""
-                self.log_event(f"GPU {r.gpu.host or ''}:{r.gpu.label} {prev} → {status}{why}")
+                self.log_event(Text(f"GPU {r.gpu.host or ''}:{r.gpu.label} {prev} → {status}{why}"))
 
     def _render_top(self) -> None:
         s = self.settings
         mode = s.mode + (" · read-only" if s.read_only else "")
         src = s.config.source or "no config file"
-        self.main.query_one("#topbar", QuietStatic).show(
-            Text.from_markup(f"[b]infertop[/b] · {mode} · {len(s.endpoints)} engine{'s' if len(s.endpoints) != 1 else ''} · {src}")
-        )
-
-    def _render_status(self) -> None:
-        now = time.monotonic()
-        health = self.collector.health()
-        bad = [h for h in health if not h.ok and h.last_error]
-        stale_after = 3 * self.settings.config.refresh_s + 2
-        stale = [h for h in health if h.ok and (h.age_s(now) or 0) > stale_after]
-        ok = sum(1 for h in health if h.ok)
-        parts = []
-        if not health:
-            parts.append("[yellow]no engines configured[/] — add one with --engine URL or in the config file")
-        else:
-            parts.append(f"[green]✓[/] {ok}/{len(health)} sources ok")
-        for h in bad[:3]:
-            age = age_human(now - h.last_error_at) if h.last_error_at is not None else ""
-            parts.append(f"[red]✗ {h.name}[/] down: {h.last_error}, {age} ago")
-        if len(bad) > 3:
-            parts.append(f"[red]+{len(bad) - 3} more down[/]")
-        for h in stale[:2]:
-            parts.append(f"[yellow]{h.name}[/] stale {age_human(h.age_s(now))}")
-        parts.extend(gpu_status_parts(self.gpu_health, now))
-        self.main.query_one("#statusbar", QuietStatic).show(Text.from_markup("  ".join(parts)))
+        n = len(self.collector.collectors)
+        text = Text()
+        text.append("infertop", style="bold")
+        text.append(f" · {mode} · {n} engine{'s' if n != 1 else ''} · {src}")
+        if self.state is not None:
+            text.append(f" · {time.strftime('%H:%M:%S', time.localtime(self.state.taken_at))}", style="bold")
+        self.main.query_one("#topbar", QuietStatic).show(text)
 
     def _note_state_changes(self, engines) -> None:
         for e in engines:
-            prev = self._states.get(e.name)
-            if prev != e.state:
-                self._states[e.name] = e.state
-                if prev is not None or e.state != "up":
-                    why = f": {e.error}" if e.error else ""
-                    self.log_event(f"{e.name} {prev or 'new'} → {e.state}{why}")
+            s = e.stats
+            prev = self._states.get(s.name)
+            if prev != s.state:
+                self._states[s.name] = s.state
+                if prev is not None or s.state != "up":
+                    why = f": {s.error}" if s.error else ""
+                    self.log_event(Text(f"{s.name} {prev or 'new'} → {s.state}{why}"))
 
-    def log_event(self, text: str) -> None:
-        stamp = time.strftime("%H:%M:%S")
-        self.main.query_one("#log-view", RichLog).write(f"[dim]{stamp}[/dim] {text}")
+    def log_event(self, text: str | Text) -> None:
+        """A line in the Log pane. A ``str`` is infertop's own markup; anything that
+        comes from outside (names, labels, errors) must be passed as a ``Text``."""
+        line = Text(time.strftime("%H:%M:%S") + " ", style="dim")
+        line.append(text if isinstance(text, Text) else Text.from_markup(text))
+        self.main.query_one("#log-view", RichLog).write(line)
 
     # ----- actions (named in ui/actions.py) -------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -413,9 +403,9 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         name = self.main.query_one("#engines-table", EnginesTable).selected_engine
         if name is None:
             return
-        screen = EngineDetailScreen(name, self.collector.history)
+        screen = EngineDetailScreen(name, self.history)
         self.push_screen(screen)
-        if self.snapshot is not None:
+        if self.state is not None:
             self.call_after_refresh(self._show_detail, screen)
 
     @on(EnginesTable.RowSelected)
@@ -437,7 +427,7 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         if r is None:
             return
         label = f"{r.gpu.host}:{r.gpu.label}" if r.gpu.host else r.gpu.label
-        screen = GpuDetailScreen(gid, label, self.collector.history)
+        screen = GpuDetailScreen(gid, label, self.history)
         self.push_screen(screen)
         self.call_after_refresh(screen.show, r.gpu)
 
@@ -446,11 +436,24 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         await self.gpu_collector.aclose()
 
     async def action_refresh_now(self) -> None:
-        await self.poll_now()
-        await self.poll_gpus_now()
+        self.notify("polling every source now…", timeout=2)
+        await self.collector.poll_once()
+        await self.poll_gpus()
+        self.tick()
+        n = len(self.state.failing_sources()) if self.state is not None else 0
+        self.notify("refreshed: every source answered" if not n else f"refreshed: {n} source{'s' if n != 1 else ''} failing",
+                    severity="information" if not n else "warning", timeout=3)
 
     def action_toggle_dark(self) -> None:
         self.theme = "infertop-light" if self.current_theme.dark else "infertop-dark"
+        self.notify(f"theme: {self.theme}", timeout=2)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.settings.read_only))
+
+
+def _health(src, now_wall: float) -> SourceHealth:
+    """A GPU source of the fleet state as the GPUs pane reads it (times on the wall clock)."""
+    return SourceHealth(name=src.name, kind=src.kind, ok=src.ok, last_ok_at=src.last_ok_at,
+                        last_error=src.error if not src.ok else src.warning, last_error_at=src.since,
+                        latency_s=src.latency_s)

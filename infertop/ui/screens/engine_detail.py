@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.markup import escape
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -12,6 +13,7 @@ from textual.widgets import Footer, Static
 from ...domain.engine import EngineStats
 from ...format import DASH, count_human, pct_human, rate_human, ratio_human, seconds_human
 from ...state.history import HistoryStore
+from ...text import plain
 from ..widgets.panels import QuietStatic, Trend
 
 TRENDS = (
@@ -24,14 +26,18 @@ TRENDS = (
 )
 
 
-def describe(s: EngineStats) -> str:
-    """Multi-line text of everything known about ``s``."""
+def describe(s: EngineStats, freshness=None) -> str:
+    """Multi-line markup of everything known about ``s`` (outside text escaped)."""
+    fresh = ""
+    if freshness is not None and freshness.status != "fresh":
+        age = f", last good values {seconds_human(freshness.age_s)} old" if freshness.age_s is not None else ""
+        fresh = f"  [dim]({freshness.status}{age})[/dim]"
     rows = [
-        ("URL", s.url),
-        ("State", s.state + (f" — {s.error}" if s.error else "")),
-        ("Model", s.model or DASH),
-        ("vLLM", f"{s.vllm_version or DASH} (metrics {s.metrics_version or DASH}"
-                 + (f", engine {s.engine_label}" if s.engine_label else "") + ")"),
+        ("URL", escape(plain(s.url))),
+        ("State", s.state + (f" — {escape(plain(s.error))}" if s.error else "") + fresh),
+        ("Model", escape(plain(s.model or DASH))),
+        ("vLLM", f"{escape(plain(s.vllm_version or DASH))} (metrics {s.metrics_version or DASH}"
+                 + (f", engine {escape(plain(s.engine_label))}" if s.engine_label else "") + ")"),
         ("max_num_seqs", str(s.max_num_seqs) if s.max_num_seqs else "unknown (set it in the config)"),
         ("Running / waiting", f"{count_human(s.running)} / {count_human(s.waiting)}   "
                               f"({ratio_human(s.running, s.max_num_seqs)} of max)"),
@@ -47,7 +53,7 @@ def describe(s: EngineStats) -> str:
         ("Window", f"{s.window_s:.0f} s of history" if s.window_s else "collecting…"),
     ]
     for k, v in sorted(s.extra.items()):
-        rows.append((k, v))
+        rows.append((escape(plain(k)), escape(plain(v))))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"[b]{k.ljust(width)}[/b]  {v}" for k, v in rows)
 
@@ -66,7 +72,7 @@ class EngineDetailScreen(Screen[None]):
         self.history = history
 
     def compose(self) -> ComposeResult:
-        yield Static(f"Engine {self.engine_name}   (Esc: back)", id="detail-title")
+        yield Static(Text(f"Engine {plain(self.engine_name)}   (Esc: back)"), id="detail-title")
         with VerticalScroll():
             yield QuietStatic(id="detail-body")
             yield QuietStatic(id="detail-local")
@@ -79,7 +85,7 @@ class EngineDetailScreen(Screen[None]):
     def show_local(self, rec, history: list[dict], log_tail: list[str], gpus: list[str] | None = None) -> None:
         """Launch arguments, process, GPUs, restart history and log tail of an engine infertop manages."""
         box = self.query_one("#detail-local", QuietStatic)
-        gpu_line = f"[b]GPUs[/b] {', '.join(gpus) if gpus else 'none mapped to this engine'}"
+        gpu_line = f"[b]GPUs[/b] {escape(', '.join(plain(g) for g in gpus)) if gpus else 'none mapped to this engine'}"
         if rec is None:
             if gpus:
                 box.show(gpu_line)
@@ -106,11 +112,11 @@ class EngineDetailScreen(Screen[None]):
         lines.extend("  " + escape(line) for line in log_tail)
         box.show("\n".join(lines))
 
-    def show(self, s: EngineStats | None) -> None:
+    def show(self, s: EngineStats | None, freshness=None) -> None:
         body = self.query_one("#detail-body", QuietStatic)
         if s is None:
-            body.show(f"{self.engine_name} is no longer configured.")
+            body.show(Text(f"{plain(self.engine_name)} is no longer configured."))
             return
-        body.show(describe(s))
+        body.show(describe(s, freshness))
         for key, _, fmt in TRENDS:
             self.query_one(f"#trend-{key}", Trend).show(self.history.series(s.name, key, 120), fmt(getattr(s, key)))

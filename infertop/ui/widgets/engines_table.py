@@ -9,15 +9,17 @@ from rich.text import Text
 
 
 from ...domain.engine import DEGRADED, DOWN, UP, EngineStats
+from ...format import age_short, count_human, pct_human, rate_human, ratio_human, seconds_human
+from ...state.fleet import FRESH, FleetState, Freshness
+from ...text import plain
 from .lean import LeanTable
-from ...format import count_human, pct_human, rate_human, ratio_human, seconds_human
 
 Cell = Callable[[EngineStats], str]
 
 # (key, header, formatter, sort key). Most important first: at 80 columns the
 # table scrolls horizontally and the left columns stay visible.
 COLUMNS: tuple[tuple[str, str, Cell, Callable[[EngineStats], float | str]], ...] = (
-    ("name", "Engine", lambda s: s.name, lambda s: s.name),
+    ("name", "Engine", lambda s: plain(s.name, 60), lambda s: s.name),
     ("state", "State", lambda s: s.state, lambda s: s.state),
     ("run", "Run", lambda s: count_human(s.running), lambda s: s.running or 0),
     ("wait", "Wait", lambda s: count_human(s.waiting), lambda s: s.waiting or 0),
@@ -35,22 +37,9 @@ COLUMNS: tuple[tuple[str, str, Cell, Callable[[EngineStats], float | str]], ...]
     ("e2e95", "E2E95", lambda s: seconds_human(s.e2e_p95_s), lambda s: s.e2e_p95_s or 0),
     ("prefix", "Prefix%", lambda s: pct_human(s.prefix_cache_hit_pct), lambda s: s.prefix_cache_hit_pct or 0),
     ("preempt", "Preempt/s", lambda s: rate_human(s.preemptions_per_s), lambda s: s.preemptions_per_s or 0),
-    ("model", "Model", lambda s: s.model or "—", lambda s: s.model or ""),
+    ("model", "Model", lambda s: plain(s.model or "—", 80), lambda s: s.model or ""),
 )
 SORTABLE = [c[0] for c in COLUMNS]
-# Window-derived rates and percentiles jitter by a percent or two between polls;
-# a new value is shown once it moved by more than DEADBAND (or lost/gained data).
-# Counts and states are always exact.
-DEADBAND = 0.03
-SMOOTH = {"kv", "ttft99", "itl95", "gen", "prompt", "rps", "e2e99", "queue99", "ttft50", "itl50", "e2e95", "prefix"}
-
-
-def moved(old: float | None, new: float | None) -> bool:
-    if old is None or new is None:
-        return old is not new
-    if old == new:
-        return False
-    return abs(new - old) > DEADBAND * max(abs(old), abs(new))
 
 
 def pressure(s: EngineStats) -> tuple:
@@ -59,15 +48,6 @@ def pressure(s: EngineStats) -> tuple:
 _STATE_STYLE = {UP: "green", DOWN: "bold red", DEGRADED: "yellow"}
 
 
-_RAW = {
-    "kv": "kv_cache_pct", "ttft99": "ttft_p99_s", "itl95": "itl_p95_s", "gen": "generation_tokens_per_s",
-    "prompt": "prompt_tokens_per_s", "rps": "requests_per_s", "e2e99": "e2e_p99_s", "queue99": "queue_p99_s",
-    "ttft50": "ttft_p50_s", "itl50": "itl_p50_s", "e2e95": "e2e_p95_s", "prefix": "prefix_cache_hit_pct",
-}
-
-
-def _raw(s: EngineStats, key: str) -> float | None:
-    return getattr(s, _RAW[key])
 
 
 class EnginesTable(LeanTable):
@@ -84,7 +64,7 @@ class EnginesTable(LeanTable):
         self.cols = [c for c in COLUMNS if columns is None or c[0] in columns]
         self.limit = limit
         self._shown: dict[str, dict[str, str]] = {}
-        self._shown_raw: dict[str, dict[str, float | None]] = {}
+        self._fresh: dict[str, Freshness] = {}
         self.filter_text = ""
         self.sort_key = sort_key
         self._order: list[str] = []
@@ -97,9 +77,18 @@ class EnginesTable(LeanTable):
         for key, header, _, _ in self.cols:
             self.add_column(header, key=key)
 
+    def _text(self, key: str, fmt: Cell, s: EngineStats) -> str:
+        f = self._fresh.get(s.name)
+        if key == "state" and f is not None and f.status != FRESH and f.age_s is not None:
+            return f"{s.state} {age_short(f.age_s)}"  # stale values: how old they are
+        return fmt(s)
+
     def _style(self, key: str, s: EngineStats, text: str) -> Text | str:
         if key == "state":
             return Text(text, style=_STATE_STYLE.get(s.state, "dim"))
+        f = self._fresh.get(s.name)
+        if f is not None and f.status != FRESH:
+            return Text(text, style="dim")  # the last good value, not a current one
         slo = self.slo
         if slo is not None:
             limits = {"ttft99": (s.ttft_p99_s, slo.ttft_p99_s), "itl95": (s.itl_p95_s, slo.itl_p95_s),
@@ -116,6 +105,11 @@ class EnginesTable(LeanTable):
     def matches(self, s: EngineStats) -> bool:
         f = self.filter_text.lower()
         return not f or f in s.name.lower() or f in (s.model or "").lower()
+
+    def update_state(self, state: FleetState) -> None:
+        """Rows of the state's engines; values that are not fresh are dimmed, with their age."""
+        self._fresh = {e.name: e.freshness for e in state.engines}
+        self.update_rows(list(state.engine_stats))
 
     def update_rows(self, stats: list[EngineStats]) -> None:
         """Bring the table in line with ``stats`` with as few cell writes as possible."""
@@ -146,33 +140,31 @@ class EnginesTable(LeanTable):
             selected = self._selected_name()
             self.clear()
             self._shown.clear()
-            self._shown_raw.clear()
             for s in wanted:
-                texts = {key: fmt(s) for key, _, fmt, _ in self.cols}
+                texts = {key: self._text(key, fmt, s) for key, _, fmt, _ in self.cols}
                 self.add_row(*(self._style(k, s, texts[k]) for k, _, _, _ in self.cols), key=s.name)
-                self._shown[s.name] = texts
-                self._shown_raw[s.name] = {key: _raw(s, key) for key, _, _, _ in self.cols if key in SMOOTH}
+                self._shown[s.name] = texts | {"__fresh": self._fresh_key(s.name)}
             self._order = order
             if selected in order:
                 self.move_cursor(row=order.index(selected))
             return
         for s in wanted:
             shown = self._shown[s.name]
-            raw = self._shown_raw[s.name]
+            restyle = shown.get("__fresh") != self._fresh_key(s.name)
+            shown["__fresh"] = self._fresh_key(s.name)
             changed = {}
             for key, _, fmt, _ in self.cols:
-                text = fmt(s)
-                if shown.get(key) == text:
+                text = self._text(key, fmt, s)
+                if shown.get(key) == text and not restyle:
                     continue
-                if key in SMOOTH:
-                    value = _raw(s, key)
-                    if not moved(raw.get(key), value):
-                        continue
-                    raw[key] = value
                 shown[key] = text
                 changed[key] = self._style(key, s, text)
             if changed:
                 self.set_cells(s.name, changed)
+
+    def _fresh_key(self, name: str) -> str:
+        f = self._fresh.get(name)
+        return FRESH if f is None else f.status
 
     def _selected_name(self) -> str | None:
         if not self._order or self.cursor_row is None or self.cursor_row >= len(self._order):

@@ -6,22 +6,20 @@ slow SSH link the pane costs bytes only for the numbers that moved.
 
 from __future__ import annotations
 
-import time
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Grid, Horizontal, Vertical
 from textual.widgets import Static
 
 from ...analysis.alerts import CRITICAL, Alert
-from ...analysis.fleet import FleetTotals
 from ...format import count_human, pct_human, rate_human, seconds_human
+from ...state.fleet import FleetState
+from ...state.fleet_history import FLEET
 from ...state.history import HistoryStore
-from .engines_table import EnginesTable, moved
+from ...text import plain
+from .engines_table import EnginesTable
 from .panels import QuietStatic, Trend
 
-FLEET = "__fleet__"
-ALERTS_EVERY_S = 30.0  # alert values are re-rendered at most this often (membership changes at once)
 ALERT_LINES = 6
 HOT_COLUMNS = ("name", "state", "run", "wait", "runmax", "kv", "ttft99", "itl95", "gen", "e2e99")
 
@@ -46,11 +44,7 @@ class Tile(Vertical):
         yield QuietStatic(classes="tile-value")
 
     def set_value(self, value: str, bad: bool = False, note: str = "", raw: float | None = None) -> None:
-        """Show ``value``; with ``raw``, changes under the dead-band are not repainted."""
-        key = (bad, note, raw is None)
-        if raw is not None and key == self._key and not moved(self._raw, raw):
-            return
-        self._raw, self._key = raw, key
+        """Show ``value`` (the value line repaints only when its text changes)."""
         text = Text(value, style="bold red" if bad else "bold")
         if note:
             text.append(f" {note}", style="dim")
@@ -92,8 +86,6 @@ class Overview(Vertical):
     def __init__(self, slo, **kwargs) -> None:
         super().__init__(**kwargs)
         self.slo = slo
-        self._alert_keys: tuple = ()
-        self._alerts_at = 0.0
 
     def compose(self) -> ComposeResult:
         with Grid(id="tiles"):
@@ -105,7 +97,7 @@ class Overview(Vertical):
             yield Trend("Waiting", id="t-waiting")
             yield Trend("TTFT p99", id="t-ttft")
         yield QuietStatic("[b]Under most pressure[/b]", id="hot-title")
-        yield EnginesTable(slo=self.slo, columns=HOT_COLUMNS, limit=5, sort_key="pressure", resort_every_s=10.0,
+        yield EnginesTable(slo=self.slo, columns=HOT_COLUMNS, limit=5, sort_key="pressure", resort_every_s=5.0,
                            id="hot")
         yield QuietStatic(id="alerts-title")
         for _ in range(ALERT_LINES):
@@ -115,33 +107,38 @@ class Overview(Vertical):
         """More rows under pressure on a tall terminal (5 at 24 lines, up to 15)."""
         self.query_one("#hot", EnginesTable).set_limit(max(5, min(15, self.app.size.height - 30)))
 
-    def show(self, engines, tot: FleetTotals, q: dict[str, float | None]) -> None:
-        slo = self.slo
+    def show_state(self, state: FleetState, history: HistoryStore) -> None:
+        """Tiles, trends, the engines under most pressure and the alerts — all from one tick."""
+        slo, f = state.slo, state.fleet
 
-        def tile(key: str, value: str, bad: bool = False, note: str = "", raw: float | None = None) -> None:
-            self.query_one(f"#tile-{key}", Tile).set_value(value, bad, note, raw)
+        def tile(key: str, value: str, bad: bool = False, note: str = "") -> None:
+            self.query_one(f"#tile-{key}", Tile).set_value(value, bad, note)
 
         def over(v, target) -> bool:
             return v is not None and v > target
 
-        down = tot.engines - tot.engines_up
-        tile("engines", f"{tot.engines_up}/{tot.engines}", bad=down > 0)
-        tile("running", count_human(tot.running))
-        tile("waiting", count_human(tot.waiting), bad=tot.waiting > 0)
-        tile("rps", rate_human(tot.requests_per_s), raw=tot.requests_per_s)
-        tile("gen", rate_human(tot.generation_tokens_per_s), raw=tot.generation_tokens_per_s)
-        tile("prompt", rate_human(tot.prompt_tokens_per_s), raw=tot.prompt_tokens_per_s)
-        tile("ttft50", seconds_human(q["ttft50"]), raw=q["ttft50"])
-        tile("ttft99", seconds_human(q["ttft99"]), over(q["ttft99"], slo.ttft_p99_s), f"≤{seconds_human(slo.ttft_p99_s)}",
-             raw=q["ttft99"])
-        tile("itl95", seconds_human(q["itl95"]), over(q["itl95"], slo.itl_p95_s), f"≤{seconds_human(slo.itl_p95_s)}",
-             raw=q["itl95"])
-        tile("e2e99", seconds_human(q["e2e99"]), over(q["e2e99"], slo.e2e_p99_s), f"≤{seconds_human(slo.e2e_p99_s)}",
-             raw=q["e2e99"])
-        tile("kv", f"{pct_human(tot.kv_cache_pct_mean)} / {pct_human(tot.kv_cache_pct_max)}",
-             over(tot.kv_cache_pct_max, slo.kv_cache_pct), raw=tot.kv_cache_pct_max)
-        tile("preempt", rate_human(tot.preemptions_per_s), bad=tot.preemptions_per_s > 0, raw=tot.preemptions_per_s)
-        self.query_one("#hot", EnginesTable).update_rows(engines)
+        down = f.engines - f.engines_up
+        tile("engines", f"{f.engines_up}/{f.engines}", bad=down > 0)
+        tile("running", count_human(f.running))
+        tile("waiting", count_human(f.waiting), bad=bool(f.waiting))
+        tile("rps", rate_human(f.requests_per_s))
+        tile("gen", rate_human(f.generation_tokens_per_s))
+        tile("prompt", rate_human(f.prompt_tokens_per_s))
+        tile("ttft50", seconds_human(f.ttft_p50_s))
+        tile("ttft99", seconds_human(f.ttft_p99_s), over(f.ttft_p99_s, slo.ttft_p99_s), f"≤{seconds_human(slo.ttft_p99_s)}")
+        tile("itl95", seconds_human(f.itl_p95_s), over(f.itl_p95_s, slo.itl_p95_s), f"≤{seconds_human(slo.itl_p95_s)}")
+        tile("e2e99", seconds_human(f.e2e_p99_s), over(f.e2e_p99_s, slo.e2e_p99_s), f"≤{seconds_human(slo.e2e_p99_s)}")
+        tile("kv", f"{pct_human(f.kv_cache_pct_mean)}/{pct_human(f.kv_cache_pct_max)}",
+             over(f.kv_cache_pct_max, slo.kv_cache_pct))
+        tile("preempt", rate_human(f.preemptions_per_s), bad=bool(f.preemptions_per_s))
+        n = 120
+        self.query_one("#t-gen", Trend).show(history.series(FLEET, "generation_tokens_per_s", n),
+                                             rate_human(f.generation_tokens_per_s))
+        self.query_one("#t-running", Trend).show(history.series(FLEET, "running", n), count_human(f.running))
+        self.query_one("#t-waiting", Trend).show(history.series(FLEET, "waiting", n), count_human(f.waiting))
+        self.query_one("#t-ttft", Trend).show(history.series(FLEET, "ttft_p99_s", n), seconds_human(f.ttft_p99_s))
+        self.query_one("#hot", EnginesTable).update_state(state)
+        self.show_alerts(list(state.alerts))
 
     def show_gpus(self, g, configured: bool = True) -> None:
         """GPU tiles from a :class:`~infertop.ui.widgets.gpus.GpuSummary` (live values with a dead-band)."""
@@ -164,34 +161,33 @@ class Overview(Vertical):
         tile("gpu_power", power, raw=g.power_w)
         tile("gpu_errors", g.errors or "none", bad=g.errors is not None)
 
-    def show_trends(self, history: HistoryStore, tot: FleetTotals, ttft99: float | None, n: int = 120) -> None:
-        self.query_one("#t-gen", Trend).show(history.series(FLEET, "generation_tokens_per_s", n), rate_human(tot.generation_tokens_per_s))
-        self.query_one("#t-running", Trend).show(history.series(FLEET, "running", n), count_human(tot.running))
-        self.query_one("#t-waiting", Trend).show(history.series(FLEET, "waiting", n), count_human(tot.waiting))
-        self.query_one("#t-ttft", Trend).show(history.series(FLEET, "ttft_p99_s", n), seconds_human(ttft99))
-
-    def show_alerts(self, alerts: list[Alert], now: float | None = None) -> None:
-        """One line per engine with problems, worst first. A line repaints when
-        that engine's kinds of problem change, its values at most every 30 s."""
-        now = time.monotonic() if now is None else now
+    def show_alerts(self, alerts: list[Alert]) -> None:
+        """One line per engine with problems, worst first; "… N more" when they do not fit."""
         by_target: dict[str, list[Alert]] = {}
         for a in alerts:
             by_target.setdefault(a.target, []).append(a)
         groups = sorted(by_target.items(), key=lambda kv: (all(a.severity != CRITICAL for a in kv[1]), kv[0]))
-        keys = tuple((t, tuple(a.text.split(" ")[0] for a in g)) for t, g in groups)
-        if keys == self._alert_keys and now - self._alerts_at < ALERTS_EVERY_S:
-            return
-        self._alert_keys, self._alerts_at = keys, now
-        title = (f"[b]Alerts[/b] ({len(alerts)} on {len(groups)} engine{'s' if len(groups) != 1 else ''})"
-                 if alerts else "[b]Alerts[/b] [green]none[/green] — every engine within its SLO targets")
-        self.query_one("#alerts-title", QuietStatic).show(Text.from_markup(title))
-        lines = self.query(".alert-line").results(QuietStatic)
+        title = Text("Alerts", style="bold")
+        if alerts:
+            title.append(f" ({len(alerts)} on {len(groups)} engine{'s' if len(groups) != 1 else ''})")
+        else:
+            title.append(" none", style="green")
+            title.append(" — every engine within its SLO targets")
+        self.query_one("#alerts-title", QuietStatic).show(title)
+        lines = list(self.query(".alert-line").results(QuietStatic))
+        fits = len(groups) <= len(lines)
         for i, line in enumerate(lines):
-            if i < len(groups) and (i < ALERT_LINES - 1 or len(groups) == ALERT_LINES):
+            if i < len(groups) and (fits or i < len(lines) - 1):
                 target, group = groups[i]
                 color = "red" if any(a.severity == CRITICAL for a in group) else "yellow"
-                line.show(Text.from_markup(f"[{color}]●[/] [b]{target}[/b]  " + " · ".join(a.text for a in group)))
-            elif i == ALERT_LINES - 1 and len(groups) > ALERT_LINES:
-                line.show(Text.from_markup(f"[dim]… {len(groups) - i} more engines with alerts[/dim]"))
+                text = Text("● ", style=color)
+                text.append(plain(target, 40), style="bold")
+                text.append(" — " + " · ".join(plain(a.text, 120) for a in group))
+                line.show(text)
+            elif i == len(lines) - 1 and not fits:
+                more = len(groups) - i
+                n_alerts = sum(len(g) for _, g in groups[i:])
+                line.show(Text(f"… {more} more engine{'s' if more != 1 else ''} with {n_alerts} alert"
+                               f"{'s' if n_alerts != 1 else ''}", style="dim"))
             else:
                 line.show("")

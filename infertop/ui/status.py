@@ -1,0 +1,90 @@
+"""Text of the status bar and of the Log pane's alert lines, from the fleet state."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from rich.text import Text
+
+from ..format import age_human
+from ..state.fleet import FleetState
+from ..text import plain
+
+MAX_NAMED = 2  # failing sources named one by one; the rest are counted
+
+
+def _clock(ts: float | None) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts)) if ts else "?"
+
+
+def status_line(state: FleetState, gpu_parts: list[str] | None = None) -> Text:
+    """One line: ✓ when every engine answers, else ✗ with the failures, compactly
+    (``✗ 6/6 engines down: timeout, since 10:42:07``); then the GPU sources
+    (``gpu_parts``, markup from the GPUs pane), the cluster and stale sources."""
+    out = Text()
+
+    def sep() -> None:
+        if out:
+            out.append("  ")
+
+    engines = [s for s in state.sources if s.kind == "vllm"]
+    down = [s for s in engines if not s.ok]
+    if not engines:
+        out.append("no engines configured", style="yellow")
+        out.append(" — add one with --engine URL or in the config file")
+    elif not down:
+        out.append("✓", style="green")
+        out.append(f" {len(engines)}/{len(engines)} engines ok")
+    elif len(down) > MAX_NAMED or len(down) == len(engines):
+        reasons = Counter(plain(s.error or "no data", 60) for s in down)
+        reason = reasons.most_common(1)[0][0] if len(reasons) == 1 else f"{len(reasons)} kinds of failure"
+        out.append("✗", style="bold red")
+        out.append(f" {len(down)}/{len(engines)} engines down: {reason}", style="red")
+        since = min((s.since for s in down if s.since), default=None)
+        out.append(f", since {_clock(since)}")
+    else:
+        for s in down:
+            sep()
+            out.append(f"✗ {plain(s.name, 30)}", style="bold red")
+            out.append(f" down: {plain(s.error or 'no data', 60)}, since {_clock(s.since)}")
+    for part in gpu_parts or ():
+        sep()
+        out.append(Text.from_markup(part))
+    c = state.cluster
+    if c is not None and c.freshness.status != "fresh":
+        sep()
+        f = c.freshness
+        out.append(f"✗ kube {plain(f.source, 30)}", style="bold red" if f.status == "missing" else "yellow")
+        out.append(f": {plain(f.reason or 'unavailable', 60)}")
+        if f.since:
+            out.append(f", since {_clock(f.since)}")
+    for s in [s for s in state.sources if s.ok and s.stale][:MAX_NAMED]:
+        sep()
+        out.append(f"{plain(s.name, 30)} stale", style="yellow")
+        out.append(f" {age_human(s.age_s)}")
+    return out
+
+
+def alert_changes(previous: FleetState | None, state: FleetState) -> list[Text]:
+    """Log lines for alerts that fired or cleared between two ticks (by engine and kind)."""
+    def kinds(st: FleetState | None) -> dict[tuple[str, str], str]:
+        if st is None:
+            return {}
+        # engine down/degraded is logged as a state change; here the SLO and pressure alerts
+        return {(a.target, a.text.split(" ")[0] if not a.text.startswith(("TTFT", "ITL", "E2E", "queue", "KV"))
+                 else " ".join(a.text.split(" ")[:2])): a.text for a in st.alerts if a.severity != "critical"}
+
+    before, now = kinds(previous), kinds(state)
+    lines: list[Text] = []
+    for key, text in now.items():
+        if key not in before:
+            line = Text("alert ", style="bold yellow")
+            line.append(f"{plain(key[0])}: {plain(text)}")
+            lines.append(line)
+    for key, text in before.items():
+        if key not in now:
+            line = Text("cleared ", style="green")
+            line.append(f"{plain(key[0])}: {plain(key[1])} (was {plain(text)})")
+            lines.append(line)
+    return lines
