@@ -223,7 +223,18 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         """Build this tick's fleet state and show it everywhere."""
         if not self.is_running:  # the interval can still tick while the app tears its widgets down
             return
+        self._join_cluster()
         self.show_state(self.joiner.build())
+
+    def _join_cluster(self) -> None:
+        """Hand the Cluster pane's latest read (or its error) to the fleet state."""
+        if not self.kube_cfg.configured:
+            return
+        session = self.kube_session
+        source = session.context if session is not None else (self.kube_cfg.context or "kubernetes")
+        error = self.kube_error or getattr(self, "kube_stale_error", None)
+        if error or self.kube_snapshot is not None:
+            self.joiner.set_cluster(self.kube_snapshot, error=error, source=source)
 
     def render_snapshot(self, force: bool = False) -> None:
         """Repaint the state on screen (a filter or sort changed); no new tick."""
