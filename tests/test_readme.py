@@ -6,7 +6,8 @@ from infertop.ui.actions import ACTIONS
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 SPELLING = {"tab": "Tab", "shift+tab": "Shift+Tab", "slash": "/", "escape": "Esc", "enter": "Enter",
-            "question_mark": "?"}
+            "question_mark": "?", "space": "Space", "right_square_bracket": "]", "left_square_bracket": "[",
+            "plus": "+", "minus": "-"}
 
 
 def spelled(key: str) -> str:

@@ -112,13 +112,31 @@ async def test_bad_data_keeps_app_running(scripted):
         assert app.is_running
 
 
-def test_snapshot_engines_pane(snap_compare, scripted):
-    srv = scripted().serve_engine(v1_doc(engines={"0": {"running": 4, "waiting": 1, "kv": 0.25}}))
-    # a long timeout: this screen must show the engine up even on a loaded machine
-    app = make_app([EngineEndpoint("alpha", srv.url, max_num_seqs=8, timeout_s=30)], wall_clock=lambda: 1796025600.0)
+def test_snapshot_engines_pane(snap_compare):
+    # The screen is painted from one fleet state built from fixed values and fixed clocks
+    # (no HTTP, no timing): the picture cannot depend on how loaded the machine is.
+    from infertop.domain.engine import EngineStats
+    from infertop.domain.source import SourceHealth
+    from infertop.state.fleet import FleetJoiner
+
+    ep = EngineEndpoint("alpha", "http://127.0.0.1:8000", max_num_seqs=8)
+
+    class One:
+        endpoint = ep
+        stats = [EngineStats(name="alpha", url=ep.url, state="up", running=4, waiting=1, kv_cache_pct=25.0,
+                             max_num_seqs=8, scraped_at=1796025600.0)]
+        health = SourceHealth("alpha", "vllm", True, last_ok_at=100.0)
+        windows: dict = {}
+
+    class Fleet:
+        collectors = [One()]
+
+    joiner = FleetJoiner(Fleet(), slo=Config().slo, refresh_s=1.0, window_s=60.0,
+                         wall=lambda: 1796025600.0, mono=lambda: 100.5)
+    app = make_app([ep])
 
     async def run_before(pilot):
-        await app.poll_now()
+        app.show_state(joiner.build())
         await pilot.press("2")
         await pilot.pause()
 

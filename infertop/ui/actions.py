@@ -24,7 +24,8 @@ class Action:
     @property
     def display_keys(self) -> str:
         names = {"question_mark": "?", "slash": "/", "escape": "Esc", "enter": "Enter", "tab": "Tab",
-                 "shift+tab": "S-Tab", "ctrl+p": "^P", "ctrl+r": "^R"}
+                 "shift+tab": "S-Tab", "ctrl+p": "^P", "ctrl+r": "^R", "space": "Space",
+                 "right_square_bracket": "]", "left_square_bracket": "[", "plus": "+", "minus": "-"}
         return " ".join(names.get(k, k) for k in self.keys.split(","))
 
 
@@ -76,6 +77,15 @@ ACTIONS: tuple[Action, ...] = (
            mutating=True, show_in_footer=False),
     Action("kube_context", "K", "Switch the Kubernetes context", "Kubernetes", show_in_footer=False),
     Action("kube_namespace", "ctrl+n", "Switch the Kubernetes namespace", "Kubernetes", show_in_footer=False),
+    Action("save_bundle", "B", "Save an incident bundle: the last 15 minutes of state, the log, the audit lines "
+           "and the config (secrets redacted), replayable", "General", show_in_footer=False),
+    Action("replay_toggle", "space", "Replay: pause / resume", "Replay", footer_label="Pause"),
+    Action("replay_step(1)", "right_square_bracket", "Replay: step one tick forward", "Replay",
+           footer_label="Step"),
+    Action("replay_step(-1)", "left_square_bracket", "Replay: step one tick back", "Replay", show_in_footer=False),
+    Action("replay_speed(True)", "plus", "Replay: faster", "Replay", footer_label="Faster", show_in_footer=False),
+    Action("replay_speed(False)", "minus", "Replay: slower", "Replay", show_in_footer=False),
+    Action("replay_seek", "g", "Replay: seek to a time", "Replay", footer_label="Seek"),
     Action("command_palette", "ctrl+p", "Open the command palette", "General", show_in_footer=False),
     Action("help", "question_mark", "Show every key binding", "General", footer_label="Help"),
     Action("quit", "q", "Quit infertop", "General", footer_label="Quit", priority=True),

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from rich.text import Text
 from textual import on, work
@@ -23,6 +26,7 @@ from ..sources.vllm import EngineEndpoint, FleetCollector
 from ..state.fleet import FleetJoiner, FleetState
 from ..state.fleet_history import FLEET, record_state
 from ..state.history import HistoryStore
+from ..state.recording import StateLog
 from .status import alert_changes, status_line
 from .actions import ACTIONS, bindings
 from .engine_actions import ENGINE_ACTIONS, EngineActions
@@ -40,6 +44,7 @@ from .widgets.panels import QuietStatic, Trend
 
 PANES = ("overview", "engines", "log", "gpus", "cluster")
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
+REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_speed", "replay_seek"}
 GPU_KINDS = ("nvml", "dcgm", "prometheus", "gpu")
 GPU_REFRESH_MIN_S = 2.0  # GPUs are polled on their own schedule, at most this often
 GPU_THROTTLE_LOG_EVERY_S = 60.0
@@ -59,6 +64,9 @@ class Settings:
     engine_module: str | None = None  # what `python -m` runs for a local engine (tests use a fake)
     engine_pods: dict[str, str] = field(default_factory=dict)  # pod name → engine name (GPU → pod → engine)
     wall_clock: Callable[[], float] = time.time  # the clock of the ticks (snapshot tests pin it)
+    record_path: str | None = None  # --record FILE: append every tick to a flight recording
+    replay: Any = None  # a state.replay.Player: the panes show a recording instead of live sources
+    replay_path: str | None = None
 
 
 class InfertopApp(EngineActions, KubeActions, App[None]):
@@ -98,6 +106,12 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         self._gpu_states: dict[str, str] = {}
         self._gpu_logged_at: dict[str, float] = {}
         self._states: dict[str, str] = {}
+        self.player = settings.replay
+        if self.player is not None:
+            self.poll = False
+        # the last minutes of state (incident bundles) and, with --record, every tick on disk
+        self.state_log = StateLog(settings.record_path, refresh_s=cfg.refresh_s)
+        self.log_lines: deque[str] = deque(maxlen=2000)
 
     # ----- layout -------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -133,10 +147,14 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         for note in self.settings.notes:
             self.log_event(note)
         self._render_top()
-        if self.poll:  # tests drive ticks themselves (poll_now), so their screens are deterministic
+        if self.player is not None:
+            self.set_interval(0.25, self.replay_tick)
+            self.call_after_refresh(self.replay_tick)
+        elif self.poll:  # tests drive ticks themselves (poll_now), so their screens are deterministic
             self.set_interval(self.settings.config.refresh_s, self.tick)
-        self._init_engines()
-        self.kube_setup()
+        if self.player is None:
+            self._init_engines()
+            self.kube_setup()
         if self.poll:
             self.start_collection()
             self.start_gpu_collection()
@@ -245,6 +263,8 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         """Record ``state`` in the sparkline history and paint every pane from it.
         Every number on screen then comes from this one tick."""
         previous, self.state = self.state, state
+        if self.player is None:
+            self.state_log.add(state.taken_at, state.to_doc())
         record_state(self.history, state)
         record_history(self.history, flatten(state.gpus))
         self._note_changes(previous, state)
@@ -260,8 +280,24 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         main.query_one("#engines-table", EnginesTable).update_state(state)
         self._render_engine_trends(state)
         self._render_gpus(state)
+        if self.player is not None:
+            self._render_recorded_cluster(state)
         if isinstance(self.screen, EngineDetailScreen):
             self._show_detail(self.screen)
+
+    def _render_recorded_cluster(self, state: FleetState) -> None:
+        """In replay the Cluster pane shows the recorded cluster read."""
+        pane = self.main.query_one(ClusterPane)
+        c = state.cluster
+        if c is None or c.snapshot is None:
+            pane.show_message("Kubernetes: not part of this recording" if c is None
+                              else f"Kubernetes: {c.freshness.reason or 'no data'} (recorded)")
+            return
+        f = c.freshness
+        header = Text(f"recorded · context {c.snapshot.context}")
+        if f.status != "fresh":
+            header.append(f" · stale: {f.reason}", style="yellow")
+        pane.show(c.snapshot, header)
 
     def _show_detail(self, screen: EngineDetailScreen) -> None:
         name = screen.engine_name
@@ -326,8 +362,20 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         text = Text()
         text.append("infertop", style="bold")
         text.append(f" · {mode} · {n} engine{'s' if n != 1 else ''} · {src}")
-        if self.state is not None:
+        if self.player is not None:
+            p = self.player
+            text = Text()
+            text.append("infertop replay", style="bold")
+            text.append(f" · {Path(s.replay_path or '').name} · ")
+            text.append("paused" if p.paused else f"×{p.speed:g}", style="bold yellow")
+            if self.state is not None:
+                text.append(f" · {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.state.taken_at))}",
+                            style="bold")
+            text.append("  (space pause · [ ] step · + - speed · g seek)", style="dim")
+        elif self.state is not None:
             text.append(f" · {time.strftime('%H:%M:%S', time.localtime(self.state.taken_at))}", style="bold")
+            if s.record_path:
+                text.append(" · ● rec", style="red" if self.state_log.error is None else "yellow")
         self.main.query_one("#topbar", QuietStatic).show(text)
 
     def _note_state_changes(self, engines) -> None:
@@ -345,13 +393,18 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         comes from outside (names, labels, errors) must be passed as a ``Text``."""
         line = Text(time.strftime("%H:%M:%S") + " ", style="dim")
         line.append(text if isinstance(text, Text) else Text.from_markup(text))
+        self.log_lines.append(line.plain)
         self.main.query_one("#log-view", RichLog).write(line)
 
     # ----- actions (named in ui/actions.py) -------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Hide actions that would change something when running read-only."""
+        """Hide actions that would change something when running read-only (or replaying)."""
+        if self.player is not None and (action in MUTATING or action == "save_bundle"):
+            return False  # a replay changes nothing
         if self.settings.read_only and action in MUTATING:
             return None
+        if action in REPLAY_ACTIONS:
+            return self.player is not None  # hidden outside a replay
         if action in ENGINE_ACTIONS:
             return self.engine_action_state(action)
         if action in KUBE_ACTIONS:
@@ -445,6 +498,113 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
     async def on_unmount(self) -> None:
         self.kube_shutdown()
         await self.gpu_collector.aclose()
+        await asyncio.to_thread(self.state_log.close)
+
+    # ----- replay and incident bundles -------------------------------------
+    def replay_tick(self) -> None:
+        """Show the recorded ticks that became due (the last one is the state on screen)."""
+        if not self.is_running or self.player is None:
+            return
+        ticks = self.player.due()
+        for _, doc in ticks[:-1]:
+            record_state(self.history, FleetState.from_doc(doc))  # sparklines keep every tick
+        if ticks:
+            self.show_state(FleetState.from_doc(ticks[-1][1]))
+        else:
+            self._render_top()
+
+    def _replay_jump(self) -> None:
+        """After a seek or a step: rebuild the sparklines from the ticks before the new position."""
+        p = self.player
+        pos = p.position()
+        if pos is None:
+            return
+        clear = getattr(self.history, "clear", None)
+        if clear is not None:
+            clear()
+        span = 120 * self.settings.config.refresh_s
+        for _, doc in list(p.replay.iter(pos - span, pos))[:-1]:
+            record_state(self.history, FleetState.from_doc(doc))
+        self.replay_tick()
+
+    def action_replay_toggle(self) -> None:
+        paused = self.player.toggle()
+        self.notify("replay paused" if paused else f"replay playing at ×{self.player.speed:g}", timeout=2)
+        self._render_top()
+
+    def action_replay_step(self, ticks: int) -> None:
+        self.player.step(ticks)
+        self._replay_jump()
+
+    def action_replay_speed(self, faster: bool) -> None:
+        speed = self.player.faster() if faster else self.player.slower()
+        self.notify(f"replay speed ×{speed:g}", timeout=2)
+        self._render_top()
+
+    def action_replay_seek(self) -> None:
+        from .screens.seek import SeekScreen
+
+        def done(text: str | None) -> None:
+            if not text:
+                return
+            from ..flight_cli import parse_at
+
+            try:
+                ts = parse_at(text, self.player.replay.span())
+            except ValueError as e:
+                self.notify(str(e), severity="warning")
+                return
+            self.player.seek(ts)
+            self._replay_jump()
+
+        self.push_screen(SeekScreen(), done)
+
+    def action_save_bundle(self) -> None:
+        """Write the last minutes of state, the Log pane, the audit lines and the redacted config to one file."""
+        from ..config import default_state_dir
+        from ..state.recording import BUNDLE_S
+
+        states = self.state_log.window(BUNDLE_S)
+        if not states:
+            self.notify("nothing to save yet: no tick recorded", severity="warning")
+            return
+        s = self.settings
+        state_dir = Path(s.state_dir or default_state_dir())
+        path = state_dir / f"incident-{time.strftime('%Y%m%d-%H%M%S')}.infertop"
+        audit_path = s.config.audit_log or (state_dir / "audit.jsonl")
+        config_path = s.config.source
+        log_lines = list(self.log_lines)
+        start = states[0][0]
+        self.notify(f"saving an incident bundle ({len(states)} ticks)…", timeout=2)
+
+        def work() -> str:
+            from ..control.audit import AuditLog
+            from ..state.recording import save_bundle
+
+            audit = [e for e in AuditLog(audit_path).entries() if (e.get("ts") or 0) >= start]
+            try:
+                config_text = Path(config_path).read_text(encoding="utf-8") if config_path else ""
+            except OSError:
+                config_text = ""
+            state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            return save_bundle(str(path), states, log_lines, audit, config_text)
+
+        def finished(result: object) -> None:
+            if isinstance(result, BaseException):
+                self.notify(f"incident bundle not saved: {result}", severity="error")
+                self.log_event(Text(f"incident bundle not saved: {result}"))
+            else:
+                self.notify(f"incident bundle saved: {result} (infertop replay FILE)", timeout=8)
+                self.log_event(Text(f"incident bundle saved: {result} — {len(states)} ticks; infertop replay {result}"))
+
+        async def run() -> None:
+            try:
+                result: object = await asyncio.to_thread(work)
+            except Exception as e:  # noqa: BLE001 — one line, never a traceback
+                result = e
+            finished(result)
+
+        self.run_worker(run(), group="bundle", exit_on_error=False)
 
     async def action_refresh_now(self) -> None:
         self.notify("polling every source now…", timeout=2)

@@ -1,0 +1,160 @@
+"""``infertop record FILE`` (headless flight recorder) and ``infertop replay FILE``.
+
+``record`` runs the same sources and the same fleet-state joiner as the TUI
+and appends one state per tick to FILE until it is stopped (SIGINT/SIGTERM)
+or ``--duration`` is over — for a cron job or a systemd unit. ``replay``
+opens the TUI on a recording or an incident bundle: the same panes, fed by
+the recorded states.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _duration(text: str) -> float:
+    """Seconds from "90", "90s", "15m", "24h", "7d"."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    t = text.strip().lower()
+    mult = units.get(t[-1:], None)
+    try:
+        v = float(t[:-1] if mult else t) * (mult or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 15m, 24h, 7d)") from None
+    if not (v > 0 and v < 10 * 365 * 86400):
+        raise argparse.ArgumentTypeError(f"duration out of range: {text!r}")
+    return v
+
+
+def add_record_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="recording to append to (created when missing)")
+    p.add_argument("--retention", type=_duration, default=7 * 86400, metavar="DUR",
+                   help="drop recorded ticks older than this (default 7d)")
+    p.add_argument("--duration", type=_duration, default=None, metavar="DUR",
+                   help="stop after this long (default: until SIGINT/SIGTERM)")
+
+
+def add_replay_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="a recording or an incident bundle")
+    p.add_argument("--speed", type=float, default=1.0, help="playback speed, 0.5 to 60 (default 1)")
+    p.add_argument("--at", metavar="TIME", default=None,
+                   help="start at this time of the recording: HH:MM[:SS] (local time) or an offset like +5m")
+
+
+async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration_s: float | None,
+                      dcgm_urls=None, engine_pods=None, mode: str = "live", stop: asyncio.Event | None = None) -> int:
+    """Poll like the TUI, append one fleet state per tick; returns the number of ticks recorded."""
+    from .gpu_snapshot import _collector
+    from .sources.vllm import FleetCollector
+    from .state.fleet import FleetJoiner
+    from .state.recording import StateLog
+
+    collector = FleetCollector(endpoints, interval_s=cfg.refresh_s, window_s=cfg.window_s, history_capacity=2)
+    joiner = FleetJoiner(collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s, mode=mode,
+                         engine_pods=engine_pods)
+    collector.on_update = lambda _snap: joiner.observe()
+    gpu = _collector(cfg, list(dcgm_urls or []))
+    log = StateLog(path, refresh_s=cfg.refresh_s, keep_s=0, retention_s=retention_s)
+    stop = stop or asyncio.Event()
+    polling = asyncio.create_task(collector.run())
+
+    async def gpus() -> None:
+        while not stop.is_set():
+            rows, health = await gpu.poll()
+            joiner.set_gpus(rows, health)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=max(2.0, cfg.refresh_s))
+            except TimeoutError:
+                pass
+
+    gpu_task = asyncio.create_task(gpus())
+    started = time.monotonic()
+    try:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=cfg.refresh_s)
+            except TimeoutError:
+                pass
+            state = joiner.build()
+            log.add(state.taken_at, state.to_doc())
+            if log.error:
+                print(f"infertop record: {log.error}", file=sys.stderr)
+                break
+            if duration_s is not None and time.monotonic() - started >= duration_s:
+                break
+    finally:
+        stop.set()
+        if collector._stopped is not None:
+            collector._stopped.set()
+        await asyncio.gather(polling, gpu_task, return_exceptions=True)
+        await gpu.aclose()
+        await asyncio.to_thread(log.close)
+    return log.ticks
+
+
+def record_main(args: argparse.Namespace, cfg, endpoints, *, dcgm_urls, engine_pods, mode: str) -> int:
+    """Run the recorder until stopped; one line at the end says how many ticks."""
+    async def run() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):
+                pass
+        return await record_loop(endpoints, cfg, args.file, retention_s=args.retention, duration_s=args.duration,
+                                 dcgm_urls=dcgm_urls, engine_pods=engine_pods, mode=mode, stop=stop)
+
+    try:
+        n = asyncio.run(run())
+    except Exception as e:  # noqa: BLE001 — one line, not a traceback (e.g. the file is not a recording)
+        print(f"infertop record: {args.file}: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"infertop record: {n} ticks appended to {args.file}", file=sys.stderr)
+    return EXIT_OK
+
+
+def parse_at(text: str | None, span: tuple[float, float]) -> float | None:
+    """A start time in the recording: "+5m" from its start, "-5m" from its end, or HH:MM[:SS] local time."""
+    if not text:
+        return None
+    t0, t1 = span
+    if text[0] in "+-":
+        off = _duration(text[1:])
+        return t0 + off if text[0] == "+" else t1 - off
+    parts = text.split(":")
+    try:
+        h, m, s = (int(parts[0]), int(parts[1]), int(parts[2]) if len(parts) > 2 else 0)
+    except (ValueError, IndexError):
+        raise ValueError(f"not a time: {text!r} (HH:MM[:SS], +5m or -5m)") from None
+    base = time.localtime(t0)
+    ts = time.mktime((base.tm_year, base.tm_mon, base.tm_mday, h, m, s, 0, 0, -1))
+    while ts < t0 - 1:
+        ts += 86400
+    return ts
+
+
+def open_replay(path: str):
+    """(Replay, span) or raises ValueError with one line for the operator."""
+    import os
+
+    from .state.recorder import RecordingError
+    from .state.replay import Replay
+
+    if not os.path.exists(path):
+        raise ValueError(f"{path}: no such file")
+    try:
+        replay = Replay(path)
+        span = replay.span()
+    except (RecordingError, OSError, Exception) as e:  # noqa: BLE001 — sqlite errors too
+        raise ValueError(f"{path}: not an infertop recording ({e})") from None
+    if span is None:
+        replay.close()
+        raise ValueError(f"{path}: the recording is empty")
+    return replay, span
