@@ -185,6 +185,8 @@ def compose(data: bytes, path: str, limits: Limits = DEFAULT_LIMITS):
 
 def scalar_value(node: ScalarNode, loader, path: str, field_path: str):
     """The Python value of a scalar node (int, float, str, bool, None…), or ConfigError."""
+    if node.tag == "tag:yaml.org,2002:str":  # most of a config; what SafeConstructor returns for it
+        return node.value
     try:
         return loader.construct_object(node, deep=True)
     except yaml.YAMLError as e:
