@@ -137,7 +137,15 @@ def alias_bomb(levels: int, width: int, *, as_key: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def anchored_key_bomb() -> str:
+    """The issue's shape: every level anchored inside one key (str() of that key never returned)."""
+    levels = ["&a [" + ",".join(["lol"] * 9) + "]"]
+    levels += [f"&{chr(97 + i)} [" + ",".join([f"*{chr(96 + i)}"] * 9) + "]" for i in range(1, 9)]
+    return "? [" + ", ".join(levels) + "]\n: 1\n"
+
+
 HOSTILE = [
+    ("anchored key bomb", anchored_key_bomb(), "expands to more than"),
     ("alias bomb as a key", alias_bomb(9, 9, as_key=True), "expands to more than"),
     ("alias bomb as a value", alias_bomb(9, 9, as_key=False), "expands to more than"),
     ("bigger alias bomb", alias_bomb(10, 12, as_key=True), "expands to more than"),
@@ -168,6 +176,7 @@ def test_hostile_files_give_one_line(name, text, msg):
 
 def test_alias_bombs_are_small_files():
     assert len(alias_bomb(9, 9, as_key=True).encode()) < 400  # the issue's were 308 and 394 bytes
+    assert len(anchored_key_bomb().encode()) < 400
 
 
 def test_reading_stops_at_the_size_limit(tmp_path):
@@ -230,7 +239,7 @@ def test_yaml_like_text_only_raises_config_error(text):
 
 @pytest.mark.parametrize("case", ["bomb", "deep", "nul", "int", "inf"])
 def test_cli_hostile_config_exits_2_with_one_line(tmp_path, case):
-    text = {"bomb": alias_bomb(9, 9, as_key=True), "deep": "a:\n" + "[" * 5000 + "\n", "nul": "refresh_s: 1\0\n",
+    text = {"bomb": anchored_key_bomb(), "deep": "a:\n" + "[" * 5000 + "\n", "nul": "refresh_s: 1\0\n",
             "int": "refresh_s: " + "7" * 5000 + "\n", "inf": "refresh_s: .inf\n"}[case]
     f = tmp_path / "config.yaml"
     f.write_text(text)
