@@ -294,3 +294,15 @@ def test_a_crashing_subcommand_is_logged(tmp_path, monkeypatch, capsys):
     line = one_line(err)
     assert line.startswith("infertop: crashed: ZeroDivisionError: in a subcommand; traceback in ")
     assert Path(line.rsplit(" ", 1)[1]).parent == tmp_path / "xdg-state" / "infertop"
+
+
+def test_kubernetes_flags_before_snapshot_reach_it(kube_emulator, tmp_path, capsys):
+    emu = kube_emulator("t0ken")
+    kubeconfig = emu.write_kubeconfig(tmp_path / "kubeconfig", context="lab")
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("gpu:\n  nvml: false\n")
+    rc, out, _ = run_main(["--kubeconfig", str(kubeconfig), "--context", "lab", "snapshot", "--json",
+                           "--window", "0", "--config", str(cfg)], capsys)
+    assert rc == 0
+    cluster = json.loads(out)["cluster"]
+    assert cluster["context"] == "lab" and {"gpu-a", "gpu-b"} <= {n["name"] for n in cluster["nodes"]}
