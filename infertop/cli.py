@@ -8,8 +8,9 @@
 
 Global flags go before or after the command (``infertop --config X snapshot``
 is ``infertop snapshot --config X``): those before it are handed to the
-command's own parser, which rejects the ones it has no use for.  Every usage
-error is one line and exit code 2.
+command's own parser.  A command that takes only some of them (``engine``:
+``--config``; ``sim``: none) refuses the others by name.  Every usage error is
+one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .config import (
     DEFAULT_LOCAL_URL,
     check_value,
     cross_checks,
+    range_error,
     default_config_path,
     engine_name_from_url,
     load_config,
@@ -47,15 +49,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_CONFIG, f"{self.prog}: {message}\n")
 
 
-def _bounded(cls: type, name: str, *, integer: bool = False) -> Callable[[str], float]:
-    """An argparse type: a number allowed for config field ``cls.name`` (the file's own check)."""
+def _flag_number(check: Callable[[float], str | None], *, integer: bool = False) -> Callable[[str], float]:
+    """An argparse type: a number that ``check`` finds nothing wrong with."""
 
     def parse(text: str):
         try:
             value = int(text) if integer else float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {'an integer' if integer else 'a number'}, got {text!r}")
-        why = check_value(cls, name, value)
+        why = check(value)
         if why:
             raise argparse.ArgumentTypeError(why)
         return value
@@ -63,21 +65,13 @@ def _bounded(cls: type, name: str, *, integer: bool = False) -> Callable[[str], 
     return parse
 
 
+def _bounded(cls: type, name: str) -> Callable[[str], float]:
+    """A flag that sets config field ``cls.name``: the file's own bounds."""
+    return _flag_number(lambda v: check_value(cls, name, v))
+
+
 def _number(lo: float, hi: float, *, integer: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite number in [lo, hi]."""
-
-    def parse(text: str):
-        try:
-            value = int(text) if integer else float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if integer else 'a number'}, got {text!r}")
-        if value != value or value in (float("inf"), float("-inf")):
-            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-        if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"must be >= {lo:g} and <= {hi:g}, got {text}")
-        return value
-
-    return parse
+    return _flag_number(lambda v: range_error(v, lo, hi), integer=integer)
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ import os
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
+import functools
 import math
 from pathlib import Path
 
@@ -26,6 +27,23 @@ def bounded(default, lo: float, hi: float, *, lo_open: bool = False, **kw):
     return field(default=default, metadata={"range": (lo, hi, lo_open)}, **kw)
 
 
+def bounds_errors(obj) -> list[tuple[str, str]]:
+    """(field, why) for every bounded field of dataclass ``obj`` whose value is out of bounds."""
+    errs = []
+    for name, bounds in _bounded_fields(type(obj)):
+        value = getattr(obj, name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            why = range_error(value, *bounds)
+            if why:
+                errs.append((name, why))
+    return errs
+
+
+@functools.cache
+def _bounded_fields(cls: type) -> tuple[tuple[str, tuple], ...]:
+    return tuple((f.name, f.metadata["range"]) for f in fields(cls) if "range" in f.metadata)
+
+
 @dataclass
 class EngineConfig:
     """A vLLM engine to watch."""
@@ -36,7 +54,7 @@ class EngineConfig:
     timeout_s: float = bounded(2.0, 0.05, 600)
 
     def validate(self) -> list[tuple[str, str]]:
-        errs = []
+        errs = bounds_errors(self)
         if not self.url.startswith(("http://", "https://")):
             errs.append(("url", f"must start with http:// or https://, got {self.url!r}"))
         return errs
@@ -52,12 +70,18 @@ class SloConfig:
     queue_p99_s: float = bounded(1.0, 0, 3600, lo_open=True)
     kv_cache_pct: float = bounded(90.0, 0, 100, lo_open=True)
 
+    def validate(self) -> list[tuple[str, str]]:
+        return bounds_errors(self)
+
 
 @dataclass
 class PrometheusConfig:
     url: str | None = None
     timeout_s: float = bounded(5.0, 0.05, 600)
     token_file: str | None = None
+
+    def validate(self) -> list[tuple[str, str]]:
+        return bounds_errors(self)
 
 
 @dataclass
@@ -90,7 +114,7 @@ class KubeConfig:
         return bool(self.kubeconfig or self.context or self.namespaces)
 
     def validate(self) -> list[tuple[str, str]]:
-        errs = []
+        errs = bounds_errors(self)
         if self.drain_then not in ("delete", "scale-down"):
             errs.append(("drain_then", "must be delete or scale-down"))
         return errs
@@ -132,7 +156,7 @@ class ProfileConfig:
     stop_grace_s: float = bounded(30.0, 0, 86400)
 
     def validate(self) -> list[tuple[str, str]]:
-        errs = []
+        errs = bounds_errors(self)
         if self.scheduling_policy not in (None, "fcfs", "priority"):
             errs.append(("scheduling_policy", "must be fcfs or priority"))
         return errs
@@ -159,7 +183,7 @@ class Config:
     source: str | None = field(default=None, metadata={"internal": True})
 
     def validate(self) -> list[tuple[str, str]]:
-        errs = cross_checks(self.refresh_s, self.window_s, self.history_s)
+        errs = bounds_errors(self) + cross_checks(self.refresh_s, self.window_s, self.history_s)
         seen: dict[str, int] = {}  # engine name -> index; linear, 150 000 engines are fine
         for i, e in enumerate(self.engines):
             name = e.name or engine_name_from_url(e.url)
@@ -187,19 +211,22 @@ def field_range(cls: type, name: str) -> tuple[float, float, bool] | None:
     return f.metadata.get("range")
 
 
+def range_error(value: float, lo: float, hi: float, lo_open: bool = False) -> str | None:
+    """Why ``value`` is not a finite number in [lo, hi] ((lo, hi] with ``lo_open``); None when it is."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    if (value <= lo if lo_open else value < lo) or value > hi:
+        return f"must be {'>' if lo_open else '>='} {lo:g} and <= {hi:g}, got {value:g}"
+    return None
+
+
 def check_value(cls: type, name: str, value: float) -> str | None:
     """Why ``value`` is not allowed for field ``name`` of ``cls`` (None when it is).
     Used for the file and for command-line flags alike."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"must be a finite number, got {value}"
     bounds = field_range(cls, name)
-    if bounds is None or value is None:
-        return None
-    lo, hi, lo_open = bounds
-    if (value <= lo if lo_open else value < lo) or value > hi:
-        low = f"> {lo:g}" if lo_open else f">= {lo:g}"
-        return f"must be {low} and <= {hi:g}, got {value:g}"
-    return None
+    if bounds is None:
+        return range_error(value, -math.inf, math.inf)  # still finite
+    return range_error(value, *bounds)
 
 
 DEFAULT_LOCAL_URL = "http://127.0.0.1:8000"
