@@ -265,9 +265,10 @@ def load_config(path: str | os.PathLike | None = None, *, required: bool = False
     return cfg
 
 
-def parse_config(text: str | bytes, path: str = "<config>") -> Config:
-    """Parse YAML text into a :class:`Config`; raises ConfigError and nothing else."""
-    node, loader = compose(to_bytes(text, path), path)
+def parse_config(text: str | bytes, path: str = "<config>", *, pure_python: bool = False) -> Config:
+    """Parse YAML text into a :class:`Config`; raises ConfigError and nothing else.
+    ``pure_python``: PyYAML's own parser even where libyaml is available (tests)."""
+    node, loader = compose(to_bytes(text, path), path, pure_python=pure_python)
     if node is None:
         return Config()
     try:

@@ -159,19 +159,24 @@ def to_bytes(text: str | bytes, path: str) -> bytes:
         raise ConfigError(path, text.count("\n", 0, e.start) + 1, "", "not UTF-8 text") from None
 
 
-def compose(data: bytes, path: str, limits: Limits = DEFAULT_LIMITS):
+def compose(data: bytes, path: str, limits: Limits = DEFAULT_LIMITS, *, pure_python: bool = False):
     """Compose ``data`` into a node graph (None for an empty document) and a
     loader whose constructor turns scalar nodes into values; ConfigError otherwise."""
     if len(data) > limits.max_bytes:
         raise ConfigError(path, None, "", f"larger than {limits.max_bytes // 2**20} MiB")
-    loader = _Loader(data, limits)
+    cls = _PyLoader if pure_python else _Loader
     try:
+        loader = cls(data, limits)  # PyYAML's reader checks the characters here
         return loader.get_single_node(), loader
     except _LimitExceeded as e:
         raise ConfigError(path, e.line, "", e.message) from None
     except yaml.reader.ReaderError as e:
         # libyaml counts bytes; PyYAML's reader characters of the decoded text.
-        line = _line_at(data, e.position) if _Loader is not _PyLoader else None
+        if cls is _PyLoader:
+            text = data.decode("utf-8", "replace")
+            line = text.count("\n", 0, max(0, e.position)) + 1
+        else:
+            line = _line_at(data, e.position)
         raise ConfigError(path, line, "", f"invalid YAML: {e.reason}") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
