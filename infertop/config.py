@@ -5,6 +5,10 @@ The schema is the dataclasses below; the loader walks PyYAML's node tree
 wrong type or a bad value is reported as one line::
 
     /home/me/.config/infertop/config.yaml:7: engines[1].url: expected a string, got 8000
+
+The YAML itself is read with limits (config_load.py); numbers must be finite,
+and a field declared with :func:`bounded` must lie in its range — the same
+check the command-line flags use (:func:`check_value`).
 """
 
 from __future__ import annotations
