@@ -197,6 +197,7 @@ def scalar_value(node: ScalarNode, loader, path: str, field_path: str):
     except yaml.YAMLError as e:
         problem = getattr(e, "problem", None) or str(e)
         raise ConfigError(path, node.start_mark.line + 1, field_path, f"invalid value: {problem}") from None
-    except (ValueError, OverflowError, TypeError) as e:  # e.g. a 5000-digit integer
-        why = "a number too large" if node.tag.endswith((":int", ":float")) else str(e)
+    except Exception as e:  # noqa: BLE001 — constructors fail their own ways: a 5000-digit int, `!!int ''`
+        kind = node.tag.rsplit(":", 1)[-1]
+        why = "a number too large" if "digits" in str(e) else f"not a valid {kind}: {node.value!r}"
         raise ConfigError(path, node.start_mark.line + 1, field_path, f"invalid value: {why}") from None

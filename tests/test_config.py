@@ -38,6 +38,8 @@ BAD = [
     ("profiles:\n  p:\n    model: m\n    gpu_memory_utilization: 1.5\n", 4,
      "profiles.p.gpu_memory_utilization", "must be > 0 and <= 1"),
     ("refresh_s: " + "9" * 5000 + "\n", 1, "refresh_s", "a number too large"),
+    ("refresh_s: !!int\n", 1, "refresh_s", "invalid value: not a valid int: ''"),  # found by Hypothesis
+    ("refresh_s: !!timestamp 2024-13-45\n", 1, "refresh_s", "invalid value: not a valid timestamp"),
     # duplicate names, given or derived from the url, found in one pass
     ("engines:\n - {url: 'http://a:1', name: x}\n - {url: 'http://b:1', name: x}\n", 3, "engines[1]",
      "duplicate engine name 'x', as engines[0]"),
