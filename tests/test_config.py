@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -258,3 +259,28 @@ def test_cli_hostile_config_exits_2_with_one_line(tmp_path, case):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"infertop: {f}:"), r.stderr
+
+
+KEYS = ["engines", "refresh_s", "window_s", "history_s", "theme", "read_only", "slo", "gpu", "kube", "profiles",
+        "url", "name", "max_num_seqs", "timeout_s", "ttft_p99_s", "kv_cache_pct", "dcgm", "namespaces", "metrics_port",
+        "drain_then", "model", "port", "env", "extra_args", "gpu_memory_utilization", "tiny"]
+leaves = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20),
+                   st.sampled_from(["http://a:1", "fcfs", "delete"]))
+documents = st.dictionaries(st.sampled_from(KEYS), st.recursive(
+    leaves, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(KEYS), inner, max_size=5)),
+    max_leaves=30), max_size=8)
+
+
+@quick
+@given(documents)
+def test_schema_shaped_documents_load_finite_or_raise_config_error(doc):
+    import yaml
+
+    try:
+        cfg = parse_config(yaml.safe_dump(doc), "cfg.yaml")
+    except ConfigError as e:
+        assert "\n" not in str(e)
+        return
+    numbers = [cfg.refresh_s, cfg.window_s, cfg.history_s, cfg.slo.ttft_p99_s, cfg.slo.kv_cache_pct]
+    numbers += [e.timeout_s for e in cfg.engines] + [p.port for p in cfg.profiles.values()]
+    assert all(math.isfinite(v) for v in numbers) and 0.1 <= cfg.refresh_s <= 600
