@@ -61,6 +61,12 @@ def test_help_lists_every_subcommand_with_one_line(capsys):
     assert "70 crash" in out
 
 
+@pytest.mark.parametrize("name", ["snapshot", "engine", "sim"])
+def test_help_after_a_subcommand_is_its_help(name, capsys):
+    rc, out, _ = run_main([name, "--help"], capsys)
+    assert rc == 0 and out.startswith(f"usage: infertop {name} ")
+
+
 # --- flags: the config's bounds, one line, exit 2 ------------------------------------------------------
 
 BAD_FLAGS = [
