@@ -1,9 +1,16 @@
 """Command line: argv -> Settings -> the TUI, or a headless subcommand.
 
+    infertop [GLOBAL FLAGS] [COMMAND [FLAGS]]
     infertop [--config F] [--engine URL]... [--dcgm URL]... [--demo] [--read-only]
     infertop snapshot [--json] [--window S] [--engine URL]... [--dcgm URL]... [--demo]
     infertop sim [--engines N] ...
     infertop engine start|stop|restart|status|logs NAME; infertop engine set NAME max_num_seqs=N
+
+Global flags go before or after the command (``infertop --config X snapshot``
+is ``infertop snapshot --config X``): those before it are handed to the
+command's own parser.  A command that takes only some of them (``engine``:
+``--config``; ``sim``: none) refuses the others by name.  Every usage error is
+one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -14,13 +21,57 @@ import json
 import sys
 import time
 from dataclasses import asdict
+from typing import Callable, NamedTuple
 
 from . import __version__
-from .config import Config, ConfigError, default_config_path, engine_name_from_url, load_config, DEFAULT_LOCAL_URL
+from .config import (
+    Config,
+    ConfigError,
+    DEFAULT_LOCAL_URL,
+    check_value,
+    cross_checks,
+    range_error,
+    default_config_path,
+    engine_name_from_url,
+    load_config,
+)
 from .demo import DemoError
 from .sources.vllm import EngineEndpoint
 
-EXIT_CONFIG = 2
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_REFUSED = 0, 1, 2, 3  # EXIT_CRASH (70) lives in crash.py
+MAX_DEMO_ENGINES = 256
+
+
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line (no usage dump) and exit code 2."""
+
+    def error(self, message: str):  # noqa: ANN201 — argparse's signature
+        self.exit(EXIT_CONFIG, f"{self.prog}: {message}\n")
+
+
+def _flag_number(check: Callable[[float], str | None], *, integer: bool = False) -> Callable[[str], float]:
+    """An argparse type: a number that ``check`` finds nothing wrong with."""
+
+    def parse(text: str):
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if integer else 'a number'}, got {text!r}")
+        why = check(value)
+        if why:
+            raise argparse.ArgumentTypeError(why)
+        return value
+
+    return parse
+
+
+def _bounded(cls: type, name: str) -> Callable[[str], float]:
+    """A flag that sets config field ``cls.name``: the file's own bounds."""
+    return _flag_number(lambda v: check_value(cls, name, v))
+
+
+def _number(lo: float, hi: float, *, integer: bool = False) -> Callable[[str], float]:
+    return _flag_number(lambda v: range_error(v, lo, hi), integer=integer)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -31,8 +82,10 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="read GPUs from the dcgm-exporter at URL, e.g. http://node:9400/metrics "
                         "(repeatable; adds to the config's gpu.dcgm)")
     p.add_argument("--demo", action="store_true", help="start the bundled simulator and watch it")
-    p.add_argument("--demo-engines", type=int, default=6, metavar="N", help="engines in --demo (default 6)")
-    p.add_argument("--refresh", type=float, metavar="S", help="poll interval in seconds (default 1)")
+    p.add_argument("--demo-engines", type=_number(1, MAX_DEMO_ENGINES, integer=True), default=6, metavar="N",
+                   help=f"engines in --demo (1..{MAX_DEMO_ENGINES}, default 6)")
+    p.add_argument("--refresh", type=_bounded(Config, "refresh_s"), metavar="S",
+                   help="poll interval in seconds (0.1..600, default 1)")
     p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for the Cluster pane (default: $KUBECONFIG or "
                                                         "~/.kube/config; sets kube.kubeconfig)")
     p.add_argument("--context", metavar="NAME", help="Kubernetes context to show and act on (sets kube.context)")
@@ -40,31 +93,92 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="Kubernetes namespace(s), repeatable or comma-separated (sets kube.namespaces)")
 
 
+class Command(NamedTuple):
+    help: str  # one line in `infertop --help`
+    run: Callable[[list[str]], int]
+    globals: frozenset[str] | None = None  # the global flags it takes (dest names); None: all of _common's
+
+
+def _sim(argv: list[str]) -> int:
+    from .sim.cli import main as sim_main
+
+    return sim_main(argv)
+
+
+def _engine(argv: list[str]) -> int:
+    from .control.engine_cli import main as engine_main
+
+    return engine_main(argv)
+
+
+def _snapshot(argv: list[str]) -> int:
+    return snapshot_main(argv)
+
+
+# The subcommands, in `infertop --help` order. A new one (record, replay) is one line here.
+COMMANDS: dict[str, Command] = {
+    "snapshot": Command("collect for a window, print a table or --json (for scripts)", _snapshot),
+    "engine": Command("start, stop, restart, re-configure local vLLM engines (see: engine --help)", _engine,
+                      frozenset({"config"})),
+    "sim": Command("run simulated vLLM engines, GPUs and load (what --demo starts)", _sim, frozenset()),
+}
+_FLAG_NAMES = {"window_s": "--window"}  # dest -> flag where they differ
+
+
+def _foreign_global(args: argparse.Namespace, cmd: Command) -> str | None:
+    """The first global flag given before ``cmd`` that it does not take (the check is here,
+    not in the command's parser, so the message names the flag instead of misreading its value)."""
+    if cmd.globals is None:
+        return None
+    defaults = vars(build_parser().parse_args([]))
+    for dest, value in vars(args).items():
+        if dest not in ("command", "command_args") and dest not in cmd.globals and value != defaults.get(dest):
+            return _FLAG_NAMES.get(dest, "--" + dest.replace("_", "-"))
+    return None
+
+
+def _epilog() -> str:
+    width = max(len(n) for n in COMMANDS)
+    lines = ["commands (without one: the live TUI):"]
+    lines += [f"  {name.ljust(width)}  {cmd.help}" for name, cmd in COMMANDS.items()]
+    lines += ["", "Global flags go before or after the command; `infertop COMMAND --help` lists its flags.",
+              "exit codes: 0 ok, 1 runtime failure, 2 usage or config error, 3 refused, 70 crash (see the log named)"]
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="infertop", description="Terminal control plane for LLM inference.")
+    p = _Parser(prog="infertop", usage="%(prog)s [FLAGS] [COMMAND [FLAGS]]",
+                description="Terminal control plane for LLM inference.", epilog=_epilog(),
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"infertop {__version__}")
     _common(p)
     p.add_argument("--read-only", action="store_true", help="disable every action that changes anything")
     p.add_argument("--theme", help="theme name (infertop-dark, infertop-light, or any Textual theme)")
-    p.add_argument("--window", type=float, metavar="S", help="sliding window for rates and percentiles (default 60)")
+    p.add_argument("--window", dest="window_s", type=_bounded(Config, "window_s"), metavar="S",
+                   help="sliding window for rates and percentiles (default 60; at least twice --refresh)")
+    p.add_argument("command", nargs="?", choices=list(COMMANDS), metavar="COMMAND", help=argparse.SUPPRESS)
+    p.add_argument("command_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p
 
 
 def build_snapshot_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="infertop snapshot", description="Collect for one window and print the stats.")
+    p = _Parser(prog="infertop snapshot", description="Collect for one window and print the stats.")
     _common(p)
     p.add_argument("--json", action="store_true", help="print JSON (default: a plain table)")
-    p.add_argument("--window", type=float, default=5.0, metavar="S",
+    p.add_argument("--window", type=_number(0, 86400), default=5.0, metavar="S",
                    help="how long to collect before printing (default 5 s)")
     return p
 
 
 def resolve_config(args: argparse.Namespace) -> tuple[Config, list[str]]:
-    """Load the config and apply command-line overrides; returns (config, notes)."""
+    """Load the config and apply command-line overrides; returns (config, notes).
+    Raises ConfigError for the file and for flags that do not fit it (``--window`` below 2 × refresh)."""
     notes: list[str] = []
     cfg = load_config(args.config)
-    if getattr(args, "refresh", None):
+    if getattr(args, "refresh", None) is not None:
         cfg.refresh_s = args.refresh
+    if getattr(args, "window_s", None) is not None:  # the TUI's --window (snapshot's is a duration)
+        cfg.window_s = args.window_s
     if getattr(args, "theme", None):
         cfg.theme = args.theme
     if getattr(args, "read_only", False):
@@ -75,6 +189,13 @@ def resolve_config(args: argparse.Namespace) -> tuple[Config, list[str]]:
         cfg.kube.context = args.context
     if getattr(args, "namespace", None):
         cfg.kube.namespaces = [n.strip() for v in args.namespace for n in v.split(",") if n.strip()]
+    # The TUI's window must hold two polls; snapshot (no window_s flag) collects for its own --window.
+    checks = cross_checks(cfg.refresh_s, cfg.window_s, cfg.history_s) if hasattr(args, "window_s") else []
+    for name, why in checks:
+        flags = " / ".join(f for f, given in (("--refresh", getattr(args, "refresh", None)),
+                                               ("--window", getattr(args, "window_s", None))) if given is not None)
+        raise ConfigError("command line" if flags else cfg.source or "defaults", None,
+                          f"{name} (with {flags})" if flags else name, why)
     if cfg.source is None:
         notes.append(f"No config file at {default_config_path()}: running on defaults. "
                      "Add engines with --engine URL or an 'engines:' list in that file (see README).")
@@ -110,24 +231,36 @@ def start_engines(args: argparse.Namespace, cfg: Config):
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "sim":
-        from .sim.cli import main as sim_main
-
-        return sim_main(argv[1:])
-    if argv and argv[0] == "snapshot":
-        return snapshot_main(argv[1:])
-    if argv and argv[0] == "engine":
-        from .control.engine_cli import main as engine_main
-
-        return engine_main(argv[1:])
     args = build_parser().parse_args(argv)
+    from .crash import report_crash
+
+    try:
+        if args.command is not None:
+            # Global flags given before the command go to the command's parser, as if after it.
+            cmd = COMMANDS[args.command]
+            foreign = _foreign_global(args, cmd)
+            if foreign:
+                takes = ", ".join(f"--{g}" for g in sorted(cmd.globals or ())) or "none"
+                print(f"infertop: {foreign} does not apply to '{args.command}' (global flags it takes: {takes})",
+                      file=sys.stderr)
+                return EXIT_CONFIG
+            before = argv[: len(argv) - len(args.command_args) - 1]
+            return cmd.run(before + args.command_args)
+        return tui_main(args)
+    except KeyboardInterrupt:
+        print("infertop: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 — never a traceback: a log file and one line
+        return report_crash(e)
+
+
+def tui_main(args: argparse.Namespace) -> int:
     try:
         cfg, notes = resolve_config(args)
-        if args.window:
-            cfg.window_s = args.window
     except ConfigError as e:
         print(f"infertop: {e}", file=sys.stderr)
         return EXIT_CONFIG
+    from .crash import run_tui
     from .ui.app import InfertopApp, Settings  # textual only for the TUI
 
     demo = None
@@ -142,14 +275,13 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings(config=cfg, endpoints=endpoints, read_only=cfg.read_only,
                             mode="demo" if args.demo else "local", notes=notes, dcgm_urls=dcgm_urls,
                             engine_pods=demo.engine_pods if demo is not None else {})
-        InfertopApp(settings).run()
+        return run_tui(InfertopApp(settings))
     except DemoError as e:
         print(f"infertop: demo: {e}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     finally:
         if demo is not None:
             demo.stop()
-    return 0
 
 
 def snapshot_main(argv: list[str]) -> int:

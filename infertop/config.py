@@ -5,6 +5,10 @@ The schema is the dataclasses below; the loader walks PyYAML's node tree
 wrong type or a bad value is reported as one line::
 
     /home/me/.config/infertop/config.yaml:7: engines[1].url: expected a string, got 8000
+
+The YAML itself is read with limits (config_load.py); numbers must be finite,
+and a field declared with :func:`bounded` must lie in its range — the same
+check the command-line flags use (:func:`check_value`).
 """
 
 from __future__ import annotations
@@ -13,18 +17,35 @@ import os
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
+import functools
+import math
 from pathlib import Path
 
 import yaml
 
+from .config_load import DEFAULT_LIMITS, ConfigError, compose, one_line, scalar_value, to_bytes
 
-class ConfigError(Exception):
-    """A configuration problem, printable as one line."""
 
-    def __init__(self, path: str, line: int | None, field_path: str, message: str) -> None:
-        self.path, self.line, self.field_path, self.message = path, line, field_path, message
-        where = f"{path}:{line}" if line else path
-        super().__init__(f"{where}: {field_path + ': ' if field_path else ''}{message}")
+def bounded(default, lo: float, hi: float, *, lo_open: bool = False, **kw):
+    """A numeric field whose value must lie in [lo, hi] ((lo, hi] with ``lo_open``)."""
+    return field(default=default, metadata={"range": (lo, hi, lo_open)}, **kw)
+
+
+def bounds_errors(obj) -> list[tuple[str, str]]:
+    """(field, why) for every bounded field of dataclass ``obj`` whose value is out of bounds."""
+    errs = []
+    for name, bounds in _bounded_fields(type(obj)):
+        value = getattr(obj, name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            why = range_error(value, *bounds)
+            if why:
+                errs.append((name, why))
+    return errs
+
+
+@functools.cache
+def _bounded_fields(cls: type) -> tuple[tuple[str, tuple], ...]:
+    return tuple((f.name, f.metadata["range"]) for f in fields(cls) if "range" in f.metadata)
 
 
 @dataclass
@@ -33,17 +54,13 @@ class EngineConfig:
 
     url: str
     name: str = ""
-    max_num_seqs: int | None = None  # enables running ÷ max_num_seqs
-    timeout_s: float = 2.0
+    max_num_seqs: int | None = bounded(None, 1, 1_000_000)  # enables running ÷ max_num_seqs
+    timeout_s: float = bounded(2.0, 0.05, 600)
 
     def validate(self) -> list[tuple[str, str]]:
-        errs = []
+        errs = bounds_errors(self)
         if not self.url.startswith(("http://", "https://")):
             errs.append(("url", f"must start with http:// or https://, got {self.url!r}"))
-        if self.timeout_s <= 0:
-            errs.append(("timeout_s", "must be > 0"))
-        if self.max_num_seqs is not None and self.max_num_seqs < 1:
-            errs.append(("max_num_seqs", "must be >= 1"))
         return errs
 
 
@@ -51,18 +68,24 @@ class EngineConfig:
 class SloConfig:
     """Latency targets (seconds); interactive-chat budgets by default."""
 
-    ttft_p99_s: float = 2.0
-    itl_p95_s: float = 0.040
-    e2e_p99_s: float = 5.0
-    queue_p99_s: float = 1.0
-    kv_cache_pct: float = 90.0
+    ttft_p99_s: float = bounded(2.0, 0, 3600, lo_open=True)
+    itl_p95_s: float = bounded(0.040, 0, 60, lo_open=True)
+    e2e_p99_s: float = bounded(5.0, 0, 86400, lo_open=True)
+    queue_p99_s: float = bounded(1.0, 0, 3600, lo_open=True)
+    kv_cache_pct: float = bounded(90.0, 0, 100, lo_open=True)
+
+    def validate(self) -> list[tuple[str, str]]:
+        return bounds_errors(self)
 
 
 @dataclass
 class PrometheusConfig:
     url: str | None = None
-    timeout_s: float = 5.0
+    timeout_s: float = bounded(5.0, 0.05, 600)
     token_file: str | None = None
+
+    def validate(self) -> list[tuple[str, str]]:
+        return bounds_errors(self)
 
 
 @dataclass
@@ -73,18 +96,20 @@ class KubeConfig:
     selector: str = ""
     vllm_container: str = ""
     enabled: bool | None = None  # None: on when kubeconfig, context or namespaces is set
-    metrics_port: int | None = None  # the engines' /metrics port on each pod (default: first containerPort)
-    timeout_s: float = 10.0  # per API request
+    # the engines' /metrics port on each pod (default: first containerPort)
+    metrics_port: int | None = bounded(None, 1, 65535)
+    timeout_s: float = bounded(10.0, 0.05, 600)  # per API request
     watch: bool = True  # informers (list + watch); false: list everything every refresh_s
-    refresh_s: float = 2.0  # how often the Cluster pane repaints (and polls, without watch)
+    refresh_s: float = bounded(2.0, 0.1, 3600)  # how often the Cluster pane repaints (and polls, without watch)
     configmap: str = ""  # the ConfigMap `M` offers first (e.g. the gateway's priority weights)
     drain_then: str = "delete"  # after an inference-aware pod drain: delete or scale-down
-    drain_timeout_s: float = 600.0
-    node_drain_timeout_s: float = 900.0
-    rollout_timeout_s: float = 900.0
-    stuck_after_s: float = 30.0  # a rollout blocked this long (ImagePullBackOff, no GPU…) is reported stuck
-    eviction_retry_s: float = 5.0  # wait after a 429 from a PodDisruptionBudget
-    follow_poll_s: float = 0.5  # how often a running action re-reads what it follows (2 API calls)
+    drain_timeout_s: float = bounded(600.0, 1, 86400)
+    node_drain_timeout_s: float = bounded(900.0, 1, 86400)
+    rollout_timeout_s: float = bounded(900.0, 1, 86400)
+    # a rollout blocked this long (ImagePullBackOff, no GPU…) is reported stuck
+    stuck_after_s: float = bounded(30.0, 1, 86400)
+    eviction_retry_s: float = bounded(5.0, 0.1, 3600)  # wait after a 429 from a PodDisruptionBudget
+    follow_poll_s: float = bounded(0.5, 0.05, 60)  # how often a running action re-reads what it follows
 
     @property
     def configured(self) -> bool:
@@ -93,15 +118,9 @@ class KubeConfig:
         return bool(self.kubeconfig or self.context or self.namespaces)
 
     def validate(self) -> list[tuple[str, str]]:
-        errs = []
+        errs = bounds_errors(self)
         if self.drain_then not in ("delete", "scale-down"):
             errs.append(("drain_then", "must be delete or scale-down"))
-        for name in ("timeout_s", "refresh_s", "drain_timeout_s", "node_drain_timeout_s", "rollout_timeout_s",
-                     "eviction_retry_s", "follow_poll_s"):
-            if getattr(self, name) <= 0:
-                errs.append((name, "must be > 0"))
-        if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
-            errs.append(("metrics_port", "must be 1..65535"))
         return errs
 
 
@@ -124,30 +143,24 @@ class ProfileConfig:
     model: str
     served_model_name: str | None = None
     host: str = "127.0.0.1"
-    port: int = 8000
-    max_num_seqs: int | None = None
-    max_model_len: int | None = None
-    gpu_memory_utilization: float | None = None
+    port: int = bounded(8000, 1, 65535)
+    max_num_seqs: int | None = bounded(None, 1, 1_000_000)
+    max_model_len: int | None = bounded(None, 1, 2**31 - 1)
+    gpu_memory_utilization: float | None = bounded(None, 0, 1, lo_open=True)
     scheduling_policy: str | None = None
     enable_prefix_caching: bool | None = None
-    shutdown_timeout: float | None = None
-    tensor_parallel_size: int | None = None
+    shutdown_timeout: float | None = bounded(None, 0, 86400)
+    tensor_parallel_size: int | None = bounded(None, 1, 1024)
     dtype: str | None = None
     enforce_eager: bool | None = None
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     python: str = "python3"
-    start_timeout_s: float = 300.0
-    stop_grace_s: float = 30.0
+    start_timeout_s: float = bounded(300.0, 1, 86400)
+    stop_grace_s: float = bounded(30.0, 0, 86400)
 
     def validate(self) -> list[tuple[str, str]]:
-        errs = []
-        if not 1 <= self.port <= 65535:
-            errs.append(("port", "must be 1..65535"))
-        if self.max_num_seqs is not None and self.max_num_seqs < 1:
-            errs.append(("max_num_seqs", "must be >= 1"))
-        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
-            errs.append(("gpu_memory_utilization", "must be in (0, 1]"))
+        errs = bounds_errors(self)
         if self.scheduling_policy not in (None, "fcfs", "priority"):
             errs.append(("scheduling_policy", "must be fcfs or priority"))
         return errs
@@ -158,9 +171,9 @@ class Config:
     """The whole file. Every section is optional."""
 
     engines: list[EngineConfig] = field(default_factory=list)
-    refresh_s: float = 1.0
-    window_s: float = 60.0
-    history_s: float = 3600.0
+    refresh_s: float = bounded(1.0, 0.1, 600)
+    window_s: float = bounded(60.0, 0.2, 86400)
+    history_s: float = bounded(3600.0, 0.1, 86400)
     theme: str = "infertop-dark"
     read_only: bool = False
     audit_log: str | None = None
@@ -174,18 +187,50 @@ class Config:
     source: str | None = field(default=None, metadata={"internal": True})
 
     def validate(self) -> list[tuple[str, str]]:
-        errs = []
-        if self.refresh_s < 0.1:
-            errs.append(("refresh_s", "must be >= 0.1"))
-        if self.window_s < 2 * self.refresh_s:
-            errs.append(("window_s", "must be at least twice refresh_s"))
-        if self.history_s < self.refresh_s:
-            errs.append(("history_s", "must be >= refresh_s"))
-        names = [e.name for e in self.engines]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            errs.append(("engines", f"duplicate engine name {dupes[0]!r}"))
+        errs = bounds_errors(self) + cross_checks(self.refresh_s, self.window_s, self.history_s)
+        seen: dict[str, int] = {}  # engine name -> index; linear, 150 000 engines are fine
+        for i, e in enumerate(self.engines):
+            name = e.name or engine_name_from_url(e.url)
+            first = seen.setdefault(name, i)
+            if first != i:
+                how = "" if e.name else " (derived from its url; set name: on one of them)"
+                errs.append((f"engines[{i}]", f"duplicate engine name {name!r}, as engines[{first}]{how}"))
+                break
         return errs
+
+
+def cross_checks(refresh_s: float, window_s: float, history_s: float) -> list[tuple[str, str]]:
+    """Checks between fields (each field's own range is checked on its own)."""
+    errs = []
+    if window_s < 2 * refresh_s:
+        errs.append(("window_s", f"must be at least twice refresh_s ({refresh_s:g} s)"))
+    if history_s < refresh_s:
+        errs.append(("history_s", f"must be >= refresh_s ({refresh_s:g} s)"))
+    return errs
+
+
+def field_range(cls: type, name: str) -> tuple[float, float, bool] | None:
+    """(lo, hi, lo_open) of a bounded field, or None."""
+    f = cls.__dataclass_fields__[name]
+    return f.metadata.get("range")
+
+
+def range_error(value: float, lo: float, hi: float, lo_open: bool = False) -> str | None:
+    """Why ``value`` is not a finite number in [lo, hi] ((lo, hi] with ``lo_open``); None when it is."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    if (value <= lo if lo_open else value < lo) or value > hi:
+        return f"must be {'>' if lo_open else '>='} {lo:g} and <= {hi:g}, got {value:g}"
+    return None
+
+
+def check_value(cls: type, name: str, value: float) -> str | None:
+    """Why ``value`` is not allowed for field ``name`` of ``cls`` (None when it is).
+    Used for the file and for command-line flags alike."""
+    bounds = field_range(cls, name)
+    if bounds is None:
+        return range_error(value, -math.inf, math.inf)  # still finite
+    return range_error(value, *bounds)
 
 
 DEFAULT_LOCAL_URL = "http://127.0.0.1:8000"
@@ -209,35 +254,31 @@ def engine_name_from_url(url: str) -> str:
 def load_config(path: str | os.PathLike | None = None, *, required: bool = False) -> Config:
     """Load ``path`` (or the default location). Missing default file → defaults."""
     p = Path(path) if path is not None else default_config_path()
-    if not p.exists():
-        if required or path is not None:
-            raise ConfigError(str(p), None, "", "no such file")
-        return Config()
+    limit = DEFAULT_LIMITS.max_bytes
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(str(p), None, "", f"cannot read: {e}") from None
-    cfg = parse_config(text, str(p))
+        with open(p, "rb") as f:
+            data = f.read(limit + 1)  # never more than the limit (a config may be /dev/zero)
+    except FileNotFoundError:
+        if required or path is not None:
+            raise ConfigError(str(p), None, "", "no such file") from None
+        return Config()
+    except OSError as e:
+        raise ConfigError(str(p), None, "", f"cannot read: {e.strerror or e}") from None
+    cfg = parse_config(data, str(p))
     cfg.source = str(p)
     return cfg
 
 
-def parse_config(text: str, path: str = "<config>") -> Config:
-    """Parse YAML text into a :class:`Config`; raises ConfigError."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark else None
-        raise ConfigError(path, line, "", f"invalid YAML: {e.problem or e.context}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(path, None, "", f"invalid YAML: {e}") from None
-    finally:
-        loader.dispose()
+def parse_config(text: str | bytes, path: str = "<config>", *, pure_python: bool = False) -> Config:
+    """Parse YAML text into a :class:`Config`; raises ConfigError and nothing else.
+    ``pure_python``: PyYAML's own parser even where libyaml is available (tests)."""
+    node, loader = compose(to_bytes(text, path), path, pure_python=pure_python)
     if node is None:
         return Config()
-    cfg = _build(Config, node, "", path, loader)
+    try:
+        cfg = _build(Config, node, "", path, loader)
+    except RecursionError:  # unreachable with the depth limit; never a traceback
+        raise ConfigError(path, None, "", "too deeply nested") from None
     _fill_names(cfg)
     return cfg
 
@@ -257,14 +298,20 @@ def _describe(node: yaml.Node) -> str:
         return "a mapping"
     if isinstance(node, yaml.SequenceNode):
         return "a list"
-    return repr(node.value) if node.tag.endswith(":str") else str(node.value)
+    text = repr(node.value) if node.tag.endswith(":str") else str(node.value)
+    return one_line(text, 60)
 
 
-def _scalar(node: yaml.Node, loader: yaml.SafeLoader):
-    return loader.construct_object(node, deep=True)
+def _key(knode: yaml.Node, fpath: str, path: str, loader) -> str:
+    """A mapping key as text; only scalars are keys (a list as a key is an alias bomb's favourite)."""
+    if not isinstance(knode, yaml.ScalarNode):
+        raise ConfigError(path, _line(knode), fpath, f"a key must be a plain value, got {_describe(knode)}")
+    if knode.tag == "tag:yaml.org,2002:merge":
+        raise ConfigError(path, _line(knode), fpath, "merge keys (<<) are not supported: repeat the keys")
+    return str(scalar_value(knode, loader, path, fpath))
 
 
-def _build(tp, node: yaml.Node, fpath: str, path: str, loader: yaml.SafeLoader):
+def _build(tp, node: yaml.Node, fpath: str, path: str, loader):
     """Convert ``node`` to type ``tp`` or raise ConfigError naming ``fpath``."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -282,14 +329,19 @@ def _build(tp, node: yaml.Node, fpath: str, path: str, loader: yaml.SafeLoader):
             raise ConfigError(path, _line(node), fpath, f"expected a mapping, got {_describe(node)}")
         out = {}
         for knode, vnode in node.value:
-            key = str(_scalar(knode, loader))
-            out[key] = _build(args[1], vnode, f"{fpath}.{key}" if fpath else key, path, loader)
+            key = _key(knode, fpath, path, loader)
+            sub = f"{fpath}.{key}" if fpath else key
+            if key in out:
+                raise ConfigError(path, _line(knode), sub, "duplicate key")
+            out[key] = _build(args[1], vnode, sub, path, loader)
         return out
     if isinstance(tp, type) and hasattr(tp, "__dataclass_fields__"):
         return _build_dataclass(tp, node, fpath, path, loader)
     if not isinstance(node, yaml.ScalarNode):
         raise ConfigError(path, _line(node), fpath, f"expected {_type_name(tp)}, got {_describe(node)}")
-    value = _scalar(node, loader)
+    value = scalar_value(node, loader, path, fpath)
+    if tp in (int, float) and isinstance(value, str) and not node.style:  # plain, not quoted
+        value = _plain_number(node.value, tp)  # YAML 1.1 reads `1e-3` as a string
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -298,28 +350,56 @@ def _build(tp, node: yaml.Node, fpath: str, path: str, loader: yaml.SafeLoader):
             return value
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                value = float(value)
+            except OverflowError:
+                value = math.inf
+            if not math.isfinite(value):
+                raise ConfigError(path, _line(node), fpath, f"must be a finite number, got {_describe(node)}")
+            return value
     elif tp is str:
         if isinstance(value, str):
             return value
         if isinstance(value, (int, float)) and not isinstance(value, bool) and fpath.startswith("profiles"):
-            return str(value)
+            return node.value  # as written: `env: {X: 010}` stays "010"
     raise ConfigError(path, _line(node), fpath, f"expected {_type_name(tp)}, got {_describe(node)}")
+
+
+def _plain_number(text: str, tp):
+    """``text`` as a number when Python reads it as one (`1e-3`, `1E6`), else ``text``."""
+    if len(text) > 40:
+        return text
+    try:
+        return int(text) if tp is int else float(text)
+    except ValueError:
+        return text
 
 
 def _type_name(tp) -> str:
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(tp, str(tp))
 
 
-def _build_dataclass(cls, node: yaml.Node, fpath: str, path: str, loader: yaml.SafeLoader):
+_SCHEMA: dict[type, tuple[dict, dict]] = {}
+
+
+def _schema(cls) -> tuple[dict, dict]:
+    """(type hints, settable fields) of a dataclass, computed once (150 000 engines call this)."""
+    got = _SCHEMA.get(cls)
+    if got is None:
+        hints = typing.get_type_hints(cls)
+        known = {f.name: f for f in fields(cls) if not f.metadata.get("internal")}
+        got = _SCHEMA[cls] = (hints, known)
+    return got
+
+
+def _build_dataclass(cls, node: yaml.Node, fpath: str, path: str, loader):
     if not isinstance(node, yaml.MappingNode):
         raise ConfigError(path, _line(node), fpath, f"expected a mapping, got {_describe(node)}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name: f for f in fields(cls) if not f.metadata.get("internal")}
+    hints, known = _schema(cls)
     kwargs = {}
-    lines = {}
+    nodes: dict[str, yaml.Node] = {}
     for knode, vnode in node.value:
-        key = str(_scalar(knode, loader))
+        key = _key(knode, fpath, path, loader)
         sub = f"{fpath}.{key}" if fpath else key
         if key not in known:
             close = _closest(key, known)
@@ -327,8 +407,13 @@ def _build_dataclass(cls, node: yaml.Node, fpath: str, path: str, loader: yaml.S
             raise ConfigError(path, _line(knode), sub, f"unknown key{hint}")
         if key in kwargs:
             raise ConfigError(path, _line(knode), sub, "duplicate key")
-        kwargs[key] = _build(hints[key], vnode, sub, path, loader)
-        lines[key] = _line(vnode)
+        value = _build(hints[key], vnode, sub, path, loader)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            why = check_value(cls, key, value)
+            if why:
+                raise ConfigError(path, _line(vnode), sub, why)
+        kwargs[key] = value
+        nodes[key] = vnode
     for name, f in known.items():
         if name not in kwargs and f.default is MISSING and f.default_factory is MISSING:
             raise ConfigError(path, _line(node), f"{fpath}.{name}" if fpath else name, "required")
@@ -337,12 +422,24 @@ def _build_dataclass(cls, node: yaml.Node, fpath: str, path: str, loader: yaml.S
     if check is not None:
         for fname, msg in check():
             sub = f"{fpath}.{fname}" if fpath else fname
-            raise ConfigError(path, lines.get(fname, _line(node)), sub, msg)
+            raise ConfigError(path, _line(_locate(nodes, fname) or node), sub, msg)
     return obj
+
+
+def _locate(nodes: dict[str, yaml.Node], fname: str) -> yaml.Node | None:
+    """The node of ``key`` or ``key[i]`` (a list item), for the line of an error."""
+    key, _, index = fname.partition("[")
+    node = nodes.get(key)
+    if node is not None and index and isinstance(node, yaml.SequenceNode):
+        i = int(index.rstrip("]"))
+        node = node.value[i] if i < len(node.value) else node
+    return node
 
 
 def _closest(key: str, known) -> str | None:
     import difflib
 
+    if len(key) > 64:  # difflib is quadratic; nobody misspells a key that long
+        return None
     got = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
     return got[0] if got else None
