@@ -745,3 +745,202 @@ def test_cli_config_errors_and_read_only(env, capsys):
 
     rc = engine_cli.main(["frobnicate"])
     assert rc == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------- audit before execution
+
+
+def test_audit_intent_is_written_before_the_signal_and_the_spawn(env):
+    mgr = env.manager()
+    seen = env.tmp / "seen-by-engine.txt"
+    rec = mgr.start("e", env.profile(snapshot=f"{env.audit_path}>{seen}", running=2, drain_s=0.5))
+    res = mgr.set_args("e", {"max_num_seqs": 8})
+    mgr.stop("e")
+    # What the engine found in the audit log when it started and when SIGTERM arrived.
+    blocks = [b for b in seen.read_text().split("== ") if b]
+    events = [(b.split("\n", 1)[0], [json.loads(x) for x in b.split("\n", 1)[1].splitlines()]) for b in blocks]
+    assert [e for e, _ in events] == ["start", "SIGTERM", "start", "SIGTERM"]
+    for event, lines in events:
+        last = lines[-1]
+        assert last["phase"] == "intent", (event, last)  # intent written, outcome not yet
+    start_i, set_i, spawn_i, stop_i = (lines[-1] for _, lines in events)
+    assert start_i["action"] == "engine.start" and start_i["new"]["max_num_seqs"] == 4
+    assert start_i["cmdline"][0] == sys.executable and start_i["user"]
+    assert set_i["action"] == "engine.set" and set_i["old"] == {"max_num_seqs": 4}
+    assert set_i["new"] == {"max_num_seqs": 8} and set_i["diff"] == "max_num_seqs=4 → max_num_seqs=8"
+    assert set_i["check"]["in_flight"] == 2 and rec.pid in set_i["check"]["pids"]
+    assert spawn_i["op"] == set_i["op"]  # the restart belongs to the same action
+    assert stop_i["action"] == "engine.stop"
+    outcomes = {e["op"]: e for e in AuditLog(env.audit_path).entries() if e.get("phase") == "outcome"}
+    assert outcomes[set_i["op"]]["result"] == "ok" and outcomes[set_i["op"]]["in_flight_before"] == 2
+    assert res.stop.in_flight_before == 2
+    assert AuditLog(env.audit_path).unfinished() == []
+
+
+def test_unwritable_audit_log_refuses_unless_unaudited(env, capsys):
+    blocker = env.tmp / "not-a-dir"
+    blocker.write_text("")
+    audit = AuditLog(blocker / "audit.jsonl")  # its parent is a file: never writable
+    mgr = EngineManager(env.state_dir, audit, module=FAKE, poll_interval_s=0.1, profiles=env.profiles)
+    prof = env.profile()
+    with pytest.raises(engines.AuditRefusedError, match="audit log .* cannot be written.*--unaudited"):
+        mgr.start("e", prof)
+    assert mgr.list() == [] and not (env.state_dir / "engines" / "e.log").exists()  # nothing spawned
+    rec = mgr.start("e", prof, unaudited=True)
+    with pytest.raises(engines.AuditRefusedError):
+        mgr.stop("e")
+    assert alive(rec.pid) and mgr.status("e").phase == "running"  # nothing signalled
+    mgr.stop("e", unaudited=True)
+    assert not alive(rec.pid)
+
+    cfg = _config(env, web=(free_port(), {"running": 0}))
+    cfg.write_text(cfg.read_text().replace(f"audit_log: {env.audit_path}", f"audit_log: {blocker}/audit.jsonl"))
+    base = ["--config", str(cfg), "--state-dir", str(env.state_dir), "--module", FAKE]
+    rc = engine_cli.main(["start", *base, "web"])
+    err = capsys.readouterr().err
+    assert rc == 3 and "cannot be written" in err and len(err.strip().splitlines()) == 1
+    assert engine_cli.main(["start", *base, "web", "--unaudited"]) == 0
+    assert engine_cli.main(["stop", *base, "web", "--unaudited"]) == 0
+
+
+def test_an_action_cut_short_leaves_an_unknown_outcome(env):
+    """infertop killed while it drains an engine: the next start sees the intent as `unknown`."""
+    cfg = _config(env, e=(free_port(), {"running": 1, "drain_s": 30}))
+    base = ["--config", str(cfg), "--state-dir", str(env.state_dir), "--module", FAKE]
+    cli = [sys.executable, "-m", "infertop", "engine"]
+    pyenv = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    assert subprocess.run([*cli, "start", *base, "e"], env=pyenv, capture_output=True).returncode == 0
+    stopper = subprocess.Popen([*cli, "stop", *base, "e"], env=pyenv, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+    for line in stopper.stdout:  # wait for the drain to begin
+        if "SIGTERM sent" in line:
+            break
+    stopper.kill()
+    stopper.wait()
+    [unknown] = AuditLog(env.audit_path).unfinished()
+    assert unknown["action"] == "engine.stop" and unknown["target"] == "e" and unknown["result"] == "unknown"
+    env.manager().stop("e", grace_s=0.5)
+
+
+# ----------------------------------------------------------------- names, isolation, owner
+
+
+@pytest.mark.parametrize("name", ["local:28400", "my engine", "a/b", "../up", "x" * 300, "ünï"])
+def test_any_engine_name_works_and_is_encoded_only_for_files(env, name):
+    mgr = env.manager()
+    assert mgr.status(name) is None and mgr.managed(name) is None  # never raises
+    rec = mgr.start(name, env.profile())
+    assert rec.name == name and mgr.managed(name).pid == rec.pid
+    files = [p.name for p in (env.state_dir / "engines").iterdir()]
+    assert all("/" not in f and f not in (".", "..") for f in files)
+    assert all(p.parent == env.state_dir / "engines" for p in (env.state_dir / "engines").iterdir())
+    assert [r.name for r in env.manager().list()] == [name]  # a new infertop reads the name back
+    assert mgr.stop(name).pid == rec.pid
+    assert mgr.status(name) is None and list((env.state_dir / "engines").glob("*.lock")) == []
+
+
+def test_engines_record_their_owner(env):
+    mgr = env.manager()
+    rec = mgr.start("e", env.profile())
+    assert rec.owner["pid"] == os.getpid() and rec.owner["user"] and not rec.foreign
+    assert rec.owner_text.startswith("started by ") and f"infertop pid {os.getpid()}" in rec.owner_text
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        path = env.state_dir / "engines" / "e.json"
+        st = json.loads(path.read_text())
+        st["owner"] = {"pid": other.pid, "user": "alice", "tty": "pts/7", "starttime": read_stat(other.pid).starttime}
+        path.write_text(json.dumps(st))
+        got = mgr.status("e")
+        assert got.foreign and got.owner_text == f"started by alice on pts/7 (infertop pid {other.pid})"
+    finally:
+        other.kill()
+        other.wait()
+    assert not mgr.status("e").foreign  # its owner is gone: adopted, not foreign
+    mgr.stop("e")
+
+
+def test_demo_has_its_own_state_directory(tmp_path, monkeypatch):
+    from infertop.config import default_state_dir
+    from infertop.demo import demo_state_dir
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert demo_state_dir() == tmp_path / "infertop" / "demo" != default_state_dir()
+
+
+# ----------------------------------------------------------------- hygiene
+
+
+def test_state_is_private_and_holds_no_secret(env):
+    secret = "hf_" + "s3cr3t" * 6
+    mgr = env.manager()
+    prof = env.profile()
+    prof.env["HF_TOKEN"] = secret
+    (env.state_dir / "engines").mkdir(parents=True)
+    os.chmod(env.state_dir / "engines", 0o755)  # an older infertop made it world-readable
+    rec = mgr.start("e", prof)
+    engines_dir = env.state_dir / "engines"
+    assert engines_dir.stat().st_mode & 0o777 == 0o700
+    for p in engines_dir.iterdir():
+        assert p.stat().st_mode & 0o077 == 0, p
+    assert (engines_dir / "e.json").stat().st_mode & 0o777 == 0o600
+    state = json.loads((engines_dir / "e.json").read_text())
+    assert state["env_names"] == sorted(prof.env) and state["profile"]["env"] == {}
+    assert f"HF_TOKEN={secret}".encode() in Path(f"/proc/{rec.pid}/environ").read_bytes()
+    new = mgr.set_args("e", {"max_num_seqs": 6}).record  # env values come from the config again
+    assert f"HF_TOKEN={secret}".encode() in Path(f"/proc/{new.pid}/environ").read_bytes()
+    mgr.stop("e")
+    for p in [*env.state_dir.rglob("*"), env.audit_path]:
+        if p.is_file():
+            assert secret not in p.read_text(errors="replace"), p
+    # Without the profile in the config, a restart says why instead of starting without the token.
+    env.profiles.clear()
+    mgr.start("e", prof)
+    with pytest.raises(engines.EngineError, match="HF_TOKEN is not in the config"):
+        mgr.restart("e")
+    assert mgr.status("e").phase == "running"
+    mgr.stop("e")
+
+
+def test_filesystem_errors_are_one_line(env, capsys):
+    blocker = env.tmp / "file"
+    blocker.write_text("")
+    cfg = _config(env, web=(free_port(), {"running": 0}))
+    rc = engine_cli.main(["start", "--config", str(cfg), "--state-dir", str(blocker / "state"), "--module", FAKE,
+                          "web"])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and "Not a directory" in err
+
+
+def test_spawn_whose_state_cannot_be_written_is_stopped_again(env):
+    import threading
+
+    mgr = env.manager()
+    engines_dir = env.state_dir / "engines"
+    engines_dir.mkdir(parents=True)
+    # The state file's temporary name is taken by a directory: the write fails after the spawn.
+    (engines_dir / f".e.json.{os.getpid()}.{threading.get_ident()}.tmp").mkdir()
+    with pytest.raises(EngineStartError, match="state cannot be written.*stopped again") as ei:
+        mgr.start("e", env.profile(child=1))
+    assert wait_until(lambda: group_members(ei.value.pid) == [])
+    assert mgr.list() == []
+
+
+def test_shebang_interpreter_is_recognised_as_the_engine(env):
+    wrapper = env.tmp / "python-wrapper"  # exec: the interpreter replaces the shell
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    shell = env.tmp / "python-shell"  # no exec: the shell, run as `/bin/sh python-shell …`, stays the parent
+    shell.write_text(f'#!/bin/sh\n{sys.executable} "$@"\n')
+    for python in (wrapper, shell):
+        python.chmod(0o755)
+        prof = env.profile()
+        prof.python = str(python)
+        rec = env.manager().start("e", prof)
+        if python == shell:
+            assert read_cmdline(rec.pid)[:2] == ["/bin/sh", str(shell)]
+        again = env.manager()  # a new infertop: the state must not be dropped as stale
+        got = again.status("e")
+        assert got is not None and got.phase == "running" and got.pid == rec.pid, (python, got)
+        res = again.stop("e")
+        assert group_members(rec.pgid) == []
+        assert python == shell or not res.sigkill
