@@ -348,9 +348,30 @@ class _StoreMixin:
             exit_code = self._owned_rc(int(st["pid"])) if owned else None
             if exit_code is not None:
                 detail = f"exited with status {_rc_text(exit_code)}"
+        rec = self._build_record(st, phase, detail, exit_code,
+                                 tuple(m.pid for m in left) if phase != "exited" else ())
+        if phase == "exited":
+            # It ended on its own: forget the state file, remember it for display —
+            # under the operation lock, so an action that just stopped it is not
+            # mistaken for a crash.
+            try:
+                with _OperationLock(self, st["name"], attempts=1):
+                    cur = self._read_state(st["name"])
+                    if cur is None or cur.get("pid") != st["pid"] or cur.get("starttime") != st.get("starttime"):
+                        return self._record(cur) if cur is not None else None
+                    self._drop_state(st["name"])
+                    with self._lock:
+                        self._exited[st["name"]] = rec
+                    self._history(st["name"], "exited", "failed", reason=detail, pid=rec.pid)
+            except EngineBusyError:
+                return replace(rec, phase=st.get("phase", "running"), detail=None, exit_code=None)
+        return rec
+
+    def _build_record(self, st: Mapping[str, Any], phase: str, detail: str | None,
+                      exit_code: int | None = None, pids: tuple[int, ...] = ()) -> EngineRecord:
         with self._lock:
             adopted = st["name"] in self._adopted
-        rec = EngineRecord(
+        return EngineRecord(
             name=st["name"],
             profile_name=st.get("profile_name") or st["name"],
             phase=phase,
@@ -371,24 +392,8 @@ class _StoreMixin:
             detail=detail,
             exit_code=exit_code,
             owner=st.get("owner") if isinstance(st.get("owner"), dict) else None,
-            pids=tuple(m.pid for m in left) if phase != "exited" else (),
+            pids=pids,
         )
-        if phase == "exited":
-            # It ended on its own: forget the state file, remember it for display —
-            # under the operation lock, so an action that just stopped it is not
-            # mistaken for a crash.
-            try:
-                with _OperationLock(self, st["name"], attempts=1):
-                    cur = self._read_state(st["name"])
-                    if cur is None or cur.get("pid") != st["pid"] or cur.get("starttime") != st.get("starttime"):
-                        return self._record(cur) if cur is not None else None
-                    self._drop_state(st["name"])
-                    with self._lock:
-                        self._exited[st["name"]] = rec
-                    self._history(st["name"], "exited", "failed", reason=detail, pid=rec.pid)
-            except EngineBusyError:
-                return replace(rec, phase=st.get("phase", "running"), detail=None, exit_code=None)
-        return rec
 
     def _history(self, name: str, action: str, result: str, **data: Any) -> None:
         entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "ts": time.time(), "action": action,

@@ -251,7 +251,7 @@ class EngineManager(_LifecycleMixin):
         kill_wait_s: float = 10.0,
         failure_grace_s: float = 5.0,
         metrics_interval_s: float = 1.0,
-        http_close_s: float = 5.0,
+        http_close_s: float = 2.0,
         observe_timeout_s: float = 5.0,
         orphan_grace_s: float = 3.0,
         profiles: Mapping[str, ProfileConfig] | None = None,
@@ -349,7 +349,7 @@ class EngineManager(_LifecycleMixin):
             with self._lock:
                 stale = self._stale.get(name)
                 if stale is not None:
-                    return replace(self._record(stale[0]) or _never(), phase="stale", detail=stale[1])
+                    return self._build_record(stale[0], "stale", stale[1])
                 return self._exited.get(name)
         rec = self._record(st)
         if rec is None:
@@ -670,10 +670,6 @@ class EngineManager(_LifecycleMixin):
 
 def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 2)
-
-
-def _never() -> EngineRecord:
-    raise EngineNotFound("engine state vanished")
 
 
 class _Audit:
