@@ -274,7 +274,8 @@ def tui_main(args: argparse.Namespace) -> int:
         dcgm_urls = ([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm)
         settings = Settings(config=cfg, endpoints=endpoints, read_only=cfg.read_only,
                             mode="demo" if args.demo else "local", notes=notes, dcgm_urls=dcgm_urls,
-                            engine_pods=demo.engine_pods if demo is not None else {})
+                            engine_pods=demo.engine_pods if demo is not None else {},
+                            state_dir=demo.state_dir if demo is not None else None)
         return run_tui(InfertopApp(settings))
     except DemoError as e:
         print(f"infertop: demo: {e}", file=sys.stderr)

@@ -3,6 +3,10 @@
 The simulator runs in its own process so that its engine models never
 compete with the UI's event loop (or the GIL); infertop then talks to it
 over loopback HTTP exactly as to real engines.
+
+A demo keeps its local-engine state (and audit log) in its own directory,
+:func:`demo_state_dir`, so it never shows — or offers to stop — real
+engines another infertop started on this host.
 """
 
 from __future__ import annotations
@@ -15,8 +19,15 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from .config import default_state_dir
 from .sources.vllm import EngineEndpoint
+
+
+def demo_state_dir() -> Path:
+    """Where ``--demo`` keeps local-engine state: the state directory's ``demo/`` (never the real one)."""
+    return default_state_dir() / "demo"
 
 
 class DemoError(RuntimeError):
@@ -29,6 +40,7 @@ class Demo:
     endpoints: list[EngineEndpoint] = field(default_factory=list)
     dcgm_url: str | None = None
     engine_pods: dict[str, str] = field(default_factory=dict)  # pod → engine, as Kubernetes would tell
+    state_dir: str = field(default_factory=lambda: str(demo_state_dir()))  # for Settings.state_dir
 
     def stop(self) -> None:
         """Stop the simulator and everything it started."""

@@ -25,6 +25,10 @@ flags, e.g. ``--fake-start-delay 3``):
 ``FAKE_ENGINE_HANG_AFTER_STOP=1`` on SIGTERM log vLLM's "engine client stopped"
                                 line, then never exit (like vLLM 0.32's HTTP
                                 server waiting for clients' connections).
+``FAKE_ENGINE_SNAPSHOT=SRC>DST`` append a copy of file SRC to DST (after a
+                                ``== start`` / ``== SIGTERM`` line) when it
+                                starts and when SIGTERM arrives: what an audit
+                                log held at those moments.
 ``FAKE_ENGINE_CHILD=1``         start a child process in the same process
                                 group (like vLLM's EngineCore) that lives
                                 until the server exits or is killed;
@@ -53,6 +57,7 @@ FAKE_OPTIONS = {
     "waiting": ("FAKE_ENGINE_WAITING", int, 0),
     "child": ("FAKE_ENGINE_CHILD", int, 0),
     "hang_after_stop": ("FAKE_ENGINE_HANG_AFTER_STOP", int, 0),
+    "snapshot": ("FAKE_ENGINE_SNAPSHOT", str, ""),
 }
 
 
@@ -156,6 +161,19 @@ def make_handler(state: State):
     return Handler
 
 
+def snapshot(spec: str, event: str) -> None:
+    if not spec or ">" not in spec:
+        return
+    src, dst = spec.split(">", 1)
+    try:
+        with open(src, encoding="utf-8") as f:
+            data = f.read()
+    except OSError:
+        data = ""
+    with open(dst, "a", encoding="utf-8") as f:
+        f.write(f"== {event}\n{data}")
+
+
 def crash_oom() -> int:
     log("Loading weights took 0.01 seconds")
     print("Traceback (most recent call last):", flush=True)
@@ -182,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         return child_main(argv[1:2] == ["1"], argv[2:3] == ["orphan"])
     args = parse_args(argv)
     log(f"vLLM API server version 0.0.0-fake; args: {' '.join(argv)}")
+    snapshot(args.snapshot, "start")
     log(f"non-default args: max_num_seqs={args.max_num_seqs} model={args.model!r}")
     if args.crash or (args.oom_above and args.max_num_seqs > args.oom_above):
         time.sleep(0.2)
@@ -191,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     state = State(args)
 
     def on_term(signum, frame):
+        snapshot(args.snapshot, "SIGTERM")
         if args.ignore_term:
             log("SIGTERM received: ignoring it", "WARNING")
             return

@@ -21,6 +21,7 @@ import pytest
 from infertop.config import ProfileConfig
 from infertop.control import engine_cli, engines
 from infertop.control.audit import AuditLog
+from infertop.control.engine_command import flag_count
 from infertop.control.engines import (
     EngineBusyError,
     EngineManager,
@@ -33,6 +34,7 @@ from infertop.control.engines import (
     VerifyError,
     build_command,
     cmdline_value,
+    effective_args,
     group_members,
     normalize_overrides,
     parse_assignments,
@@ -61,18 +63,20 @@ class Env:
         self.state_dir = tmp / "state"
         self.audit_path = tmp / "audit.jsonl"
         self.managers: list[EngineManager] = []
+        self.profiles: dict[str, ProfileConfig] = {}  # "the config": where restart/set read env values
 
     def manager(self, **kw) -> EngineManager:
         kw.setdefault("poll_interval_s", 0.1)
         kw.setdefault("failure_grace_s", 2.0)
         kw.setdefault("kill_wait_s", 5.0)
         kw.setdefault("metrics_interval_s", 0.3)
-        m = EngineManager(self.state_dir, AuditLog(self.audit_path), module=FAKE, **kw)
+        kw.setdefault("orphan_grace_s", 1.0)
+        m = EngineManager(self.state_dir, AuditLog(self.audit_path), module=FAKE, profiles=self.profiles, **kw)
         self.managers.append(m)
         return m
 
-    def profile(self, port: int | None = None, max_num_seqs: int = 4, **fake) -> ProfileConfig:
-        return ProfileConfig(
+    def profile(self, port: int | None = None, max_num_seqs: int = 4, name: str = "e", **fake) -> ProfileConfig:
+        self.profiles[name] = prof = ProfileConfig(
             model="fake-model",
             served_model_name="fake",
             port=port or free_port(),
@@ -82,9 +86,14 @@ class Env:
             start_timeout_s=20.0,
             stop_grace_s=5.0,
         )
+        return prof
 
     def audit(self) -> list[dict]:
-        return AuditLog(self.audit_path).entries()
+        """Outcome and one-shot audit entries (those with a result); intents: :meth:`intents`."""
+        return [e for e in AuditLog(self.audit_path).entries() if "result" in e]
+
+    def intents(self) -> list[dict]:
+        return [e for e in AuditLog(self.audit_path).entries() if e.get("phase") == "intent"]
 
     def cleanup(self) -> None:
         """Kill whatever a failed test left behind (only groups recorded in state files)."""
@@ -123,24 +132,43 @@ def test_build_command_profile_flags_extras_and_overrides():
                       extra_args=["--max-num-seqs", "2", "--seed", "1"], python="/venv/bin/python")
     cmd = build_command(p)
     assert cmd[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    # extra_args win over the profile's fields: the profile's --max-num-seqs 4 is left out.
     assert cmd[3:] == [
         "--model", "/m", "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", "8001",
-        "--max-num-seqs", "4", "--max-model-len", "512", "--no-enable-prefix-caching",
+        "--max-model-len", "512", "--no-enable-prefix-caching",
         "--shutdown-timeout", "5", "--dtype", "float32", "--enforce-eager",
         "--max-num-seqs", "2", "--seed", "1",
     ]
-    # extra_args come after the profile's flags, so they win…
-    assert cmdline_value(cmd, "max_num_seqs") == "2"
-    # …and overrides come last, so they win over extra_args.
+    assert cmdline_value(cmd, "max_num_seqs") == "2" and flag_count(cmd, "max_num_seqs") == 1
+    assert effective_args(p)["max_num_seqs"] == 2  # what the engine really runs with
+    # …and overrides come last and replace every other occurrence.
     cmd = build_command(p, {"max_num_seqs": 8, "max_num_batched_tokens": 1024, "enforce_eager": False},
                         module="fake_engine")
     assert cmd[1:3] == ["-m", "fake_engine"]
     assert cmd[-5:] == ["--max-num-seqs", "8", "--max-num-batched-tokens", "1024", "--no-enforce-eager"]
-    assert cmd.count("--max-num-seqs") == 2  # the profile's 4 is replaced, extra_args' 2 is overridden
+    assert flag_count(cmd, "max_num_seqs") == 1 and flag_count(cmd, "enforce_eager") == 1
+    assert "--seed" in cmd and cmd[cmd.index("--seed") + 1] == "1"
     assert cmdline_value(cmd, "max_num_seqs") == "8"
     assert cmdline_value(cmd, "enforce_eager") == "false"
     assert cmdline_value(cmd, "scheduling_policy") is None
     assert build_command(p, module="/x/fake_engine.py")[1] == "/x/fake_engine.py"
+
+
+@pytest.mark.parametrize("spelling", [
+    ["--max-num-seqs", "64"], ["--max-num-seqs=64"], ["--max_num_seqs", "64"], ["--max_num_seqs=64"],
+])
+def test_args_patching_recognises_every_spelling_and_leaves_one(spelling):
+    p = ProfileConfig(model="m", python="py", extra_args=["--seed", "1", *spelling, "--max-num-seqs=32",
+                                                          *spelling, "--trust-remote-code"])
+    base = build_command(p)
+    assert cmdline_value(base, "max_num_seqs") == "64"  # the last occurrence, as argparse reads it
+    assert flag_count(base, "max_num_seqs") == 1
+    assert effective_args(p)["max_num_seqs"] == 64
+    cmd = build_command(p, {"max_num_seqs": 8})
+    assert flag_count(cmd, "max_num_seqs") == 1 and cmdline_value(cmd, "max_num_seqs") == "8"
+    assert not any("64" in tok or "32" in tok for tok in cmd)
+    assert cmd[cmd.index("--seed") + 1] == "1" and "--trust-remote-code" in cmd
+    assert parse_assignments(["--max_num_seqs=8"]) == parse_assignments(["max-num-seqs=8"]) == {"max_num_seqs": 8}
 
 
 def test_overrides_are_checked_and_coerced():
@@ -320,7 +348,7 @@ def test_sigterm_ignored_gets_sigkill_after_grace(env):
     assert len(members) == 2
     events = []
     res = mgr.stop("stubborn", grace_s=1.0, progress=events.append)
-    assert res.sigkill and res.reason == "SIGKILL after 1 s grace"
+    assert res.sigkill and res.reason.startswith("SIGKILL after 1 s grace")
     assert res.exit_code == -signal.SIGKILL
     assert [e.phase for e in events].count("killing") == 1
     assert group_members(rec.pgid) == [] and not any(alive(p) for p in members)
@@ -347,8 +375,10 @@ def test_drain_reports_in_flight_from_metrics(env):
     assert not res.sigkill and res.max_in_flight == 5
     draining = [e for e in events if e.phase == "draining" and e.in_flight is not None]
     assert draining and draining[0].in_flight == 5
-    assert "draining (5 in flight)" in draining[0].message
+    assert "(5 in flight)" in draining[0].message and "main process" in draining[0].message
     assert "drained up to 5 in flight" in res.reason
+    assert res.in_flight_before == 5 and res.in_flight_after is not None and res.in_flight_after < 5
+    assert res.signalled == f"main process {res.pid}"
 
 
 def test_default_grace_covers_shutdown_timeout(env):
@@ -375,23 +405,63 @@ def test_pid_reuse_is_refused_and_nothing_is_signalled(env):
     mgr = env.manager()
     rec = mgr.start("e", env.profile())
     orig = _tamper(env, "e", starttime=read_stat(rec.pid).starttime - 1)
-    refusal = f"PID {rec.pid} is no longer the engine infertop started"
-    with pytest.raises(NotOurProcessError, match=refusal):
+    refusal = f"recorded PID {rec.pid} now runs '.*fake_eng.*' — refusing to signal"
+    with pytest.raises(NotOurProcessError, match=refusal) as ei:
         mgr.stop("e", grace_s=0.5)
+    assert "kept aside as" in ei.value.reason
+    # Kept aside for a human, not deleted; the next actions are refused the same way.
+    [aside] = (env.state_dir / "engines").glob("e.stale-*.json")
+    assert json.loads(aside.read_text())["pid"] == rec.pid
+    assert not (env.state_dir / "engines" / "e.json").exists()
     with pytest.raises(NotOurProcessError, match=refusal):
         mgr.restart("e")
     with pytest.raises(NotOurProcessError, match=refusal):
         mgr.set_args("e", {"max_num_seqs": 8})
-    time.sleep(0.3)  # a stray SIGTERM would have ended the fake engine by now
     assert alive(rec.pid) and httpx.get(rec.url + "/health", timeout=2).status_code == 200
-    assert mgr.status("e").phase == "stale" and not mgr.health("e")
+    assert mgr.status("e").phase == "stale" and not mgr.health("e") and mgr.managed("e") is None
     refused = [a for a in env.audit() if a["result"] == "refused"]
     assert [a["action"] for a in refused] == ["engine.stop", "engine.restart", "engine.set"]
-    assert all(refusal in a["reason"] for a in refused)
+    assert all("refusing to signal" in a["reason"] for a in refused)
+    assert env.intents() == [e for e in env.intents() if e["action"] == "engine.start"]  # nothing intended
+    assert alive(rec.pid)  # nothing was signalled
 
     # The state file back as written: the same engine stops normally.
     (env.state_dir / "engines" / "e.json").write_text(json.dumps(orig))
     assert not mgr.stop("e").sigkill
+
+
+def test_cli_pid_mismatch_exits_3_keeps_the_state_aside_and_leaves_no_lock(env, capsys):
+    cfg = _config(env, e=(free_port(), {"running": 0}))
+    base = ["--config", str(cfg), "--state-dir", str(env.state_dir), "--module", FAKE]
+    assert engine_cli.main(["start", *base, "e"]) == 0, capsys.readouterr().err
+    rec = env.manager().status("e")
+    engine_cli.main(["stop", *base, "e"])
+    capsys.readouterr()
+    # Another program now runs under the PID the state file names.
+    other = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    try:
+        st = read_stat(other.pid)
+        (env.state_dir / "engines" / "e.json").write_text(json.dumps({
+            "name": "e", "pid": other.pid, "pgid": other.pid, "sid": other.pid,
+            "starttime": st.starttime - 1, "cmdline": list(rec.cmdline), "port": rec.port,
+            "url": rec.url, "args": rec.args, "profile": {"model": "m"}}))
+        rc = engine_cli.main(["stop", *base, "e"])
+        err = capsys.readouterr().err
+        assert rc == 3, err
+        assert f"recorded PID {other.pid} now runs 'sleep 1000' — refusing to signal" in err
+        assert len(err.strip().splitlines()) == 1
+        assert other.poll() is None
+        assert list((env.state_dir / "engines").glob("e.stale-*.json"))  # kept aside
+        rc = engine_cli.main(["stop", *base, "e"])
+        err = capsys.readouterr().err
+        assert rc == 1 and "stale state was kept aside" in err
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+    rc = engine_cli.main(["stop", *base, "nosuch"])
+    assert rc == 1 and "no engine named 'nosuch'" in capsys.readouterr().err
+    assert list((env.state_dir / "engines").glob("*.lock")) == []
 
 
 def test_foreign_process_with_recorded_pid_is_never_signalled(env):
@@ -401,27 +471,25 @@ def test_foreign_process_with_recorded_pid_is_never_signalled(env):
     # Another program now runs under a PID the state file names (its real start
     # time, but another command line): infertop must refuse to touch it.
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    state = {"name": "e", "pid": other.pid, "pgid": other.pid, "sid": other.pid,
+             "starttime": read_stat(other.pid).starttime, "cmdline": list(rec.cmdline), "port": rec.port,
+             "url": rec.url, "args": rec.args, "profile": {"model": "m"},
+             "procs": [{"pid": other.pid, "starttime": read_stat(other.pid).starttime}]}
     try:
-        st = read_stat(other.pid)
-        (env.state_dir / "engines" / "e.json").write_text(json.dumps({
-            "name": "e", "pid": other.pid, "pgid": other.pid, "sid": other.pid,
-            "starttime": st.starttime, "cmdline": list(rec.cmdline), "port": rec.port,
-            "url": rec.url, "args": rec.args, "profile": {"model": "m"}}))
-        with pytest.raises(NotOurProcessError, match=f"PID {other.pid} is no longer the engine infertop started"):
+        (env.state_dir / "engines" / "e.json").write_text(json.dumps(state))
+        with pytest.raises(NotOurProcessError, match=f"recorded PID {other.pid} now runs .*time.sleep"):
             mgr.stop("e", grace_s=0.5)
         assert other.poll() is None
         assert mgr.status("e").phase == "stale"
         assert mgr.forget("e") and mgr.status("e") is None  # drops the record, signals nothing
         assert other.poll() is None
-        (env.state_dir / "engines" / "e.json").write_text(json.dumps({
-            "name": "e", "pid": other.pid, "pgid": other.pid, "sid": other.pid,
-            "starttime": st.starttime, "cmdline": list(rec.cmdline), "port": rec.port,
-            "url": rec.url, "args": rec.args, "profile": {"model": "m"}}))
-        # A new infertop drops that stale state file rather than adopting it.
+        (env.state_dir / "engines" / "e.json").write_text(json.dumps(state))
+        # A new infertop keeps that state file aside rather than adopting or deleting it.
         mgr2 = env.manager()
-        assert mgr2.status("e") is None
+        assert mgr2.status("e").phase == "stale"
         assert not (env.state_dir / "engines" / "e.json").exists()
-        assert mgr2.history("e")[-1]["action"] == "dropped"
+        assert len(list((env.state_dir / "engines").glob("e.stale-*.json"))) == 2
+        assert mgr2.history("e")[-1]["action"] == "kept-aside"
         assert other.poll() is None
     finally:
         other.kill()
@@ -450,17 +518,41 @@ def test_readoption_after_infertop_restarts(env):
     assert group_members(rec.pgid) == []
 
 
-def test_orphans_of_a_dead_engine_are_cleaned_up(env):
+def test_orphans_of_a_dead_engine_are_found_and_cleaned_up(env):
     mgr = env.manager()
     rec = mgr.start("e", env.profile(child=2))
     [child] = [m.pid for m in group_members(rec.pgid) if m.pid != rec.pid]
+    recorded = json.loads((env.state_dir / "engines" / "e.json").read_text())["procs"]
+    assert {p["pid"] for p in recorded} == {rec.pid, child}  # tracked with their start times
     os.kill(rec.pid, signal.SIGKILL)  # the server dies; its "EngineCore" lives on
     assert wait_until(lambda: not alive(rec.pid))
     got = mgr.status("e")
-    assert got.phase == "running" and "1 process(es) of its group remain" in got.detail
-    assert EngineManager(env.state_dir, AuditLog(env.audit_path), module=FAKE).status("e") is not None  # adopted
-    res = mgr.stop("e", grace_s=5)
+    assert got.phase == "orphaned" and got.alive and got.pids == (child,)
+    assert got.detail.startswith(f"main process exited; 1 worker still alive: pids {child}")
+    other = EngineManager(env.state_dir, AuditLog(env.audit_path), module=FAKE)
+    assert other.status("e").phase == "orphaned"  # adopted by a new infertop, too
+    res = mgr.stop("e", grace_s=30)
     assert not res.already_exited and not alive(child) and group_members(rec.pgid) == []
+    assert res.seconds < 30  # the orphan got SIGTERM without waiting for the grace
+    assert mgr.status("e") is None
+
+
+def test_process_outside_the_engine_is_never_signalled(env):
+    """Same session, but neither recorded nor descended from the engine: left alone."""
+    mgr = env.manager()
+    rec = mgr.start("e", env.profile(child=2))
+    os.kill(rec.pid, signal.SIGKILL)
+    assert wait_until(lambda: not alive(rec.pid))
+    st = json.loads((env.state_dir / "engines" / "e.json").read_text())
+    [child] = [p["pid"] for p in st["procs"] if p["pid"] != rec.pid]
+    # The record says another start time for the survivor (as if its PID were reused).
+    for p in st["procs"]:
+        p["starttime"] -= 1
+    st["engine_id"] = "not-its-token"
+    (env.state_dir / "engines" / "e.json").write_text(json.dumps(st))
+    res = mgr.stop("e", grace_s=2)
+    assert res.already_exited and alive(child)
+    os.kill(child, signal.SIGKILL)
 
 
 def test_engine_that_dies_shows_as_exited(env):
@@ -653,3 +745,202 @@ def test_cli_config_errors_and_read_only(env, capsys):
 
     rc = engine_cli.main(["frobnicate"])
     assert rc == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------- audit before execution
+
+
+def test_audit_intent_is_written_before_the_signal_and_the_spawn(env):
+    mgr = env.manager()
+    seen = env.tmp / "seen-by-engine.txt"
+    rec = mgr.start("e", env.profile(snapshot=f"{env.audit_path}>{seen}", running=2, drain_s=0.5))
+    res = mgr.set_args("e", {"max_num_seqs": 8})
+    mgr.stop("e")
+    # What the engine found in the audit log when it started and when SIGTERM arrived.
+    blocks = [b for b in seen.read_text().split("== ") if b]
+    events = [(b.split("\n", 1)[0], [json.loads(x) for x in b.split("\n", 1)[1].splitlines()]) for b in blocks]
+    assert [e for e, _ in events] == ["start", "SIGTERM", "start", "SIGTERM"]
+    for event, lines in events:
+        last = lines[-1]
+        assert last["phase"] == "intent", (event, last)  # intent written, outcome not yet
+    start_i, set_i, spawn_i, stop_i = (lines[-1] for _, lines in events)
+    assert start_i["action"] == "engine.start" and start_i["new"]["max_num_seqs"] == 4
+    assert start_i["cmdline"][0] == sys.executable and start_i["user"]
+    assert set_i["action"] == "engine.set" and set_i["old"] == {"max_num_seqs": 4}
+    assert set_i["new"] == {"max_num_seqs": 8} and set_i["diff"] == "max_num_seqs=4 → max_num_seqs=8"
+    assert set_i["check"]["in_flight"] == 2 and rec.pid in set_i["check"]["pids"]
+    assert spawn_i["op"] == set_i["op"]  # the restart belongs to the same action
+    assert stop_i["action"] == "engine.stop"
+    outcomes = {e["op"]: e for e in AuditLog(env.audit_path).entries() if e.get("phase") == "outcome"}
+    assert outcomes[set_i["op"]]["result"] == "ok" and outcomes[set_i["op"]]["in_flight_before"] == 2
+    assert res.stop.in_flight_before == 2
+    assert AuditLog(env.audit_path).unfinished() == []
+
+
+def test_unwritable_audit_log_refuses_unless_unaudited(env, capsys):
+    blocker = env.tmp / "not-a-dir"
+    blocker.write_text("")
+    audit = AuditLog(blocker / "audit.jsonl")  # its parent is a file: never writable
+    mgr = EngineManager(env.state_dir, audit, module=FAKE, poll_interval_s=0.1, profiles=env.profiles)
+    prof = env.profile()
+    with pytest.raises(engines.AuditRefusedError, match="audit log .* cannot be written.*--unaudited"):
+        mgr.start("e", prof)
+    assert mgr.list() == [] and not (env.state_dir / "engines" / "e.log").exists()  # nothing spawned
+    rec = mgr.start("e", prof, unaudited=True)
+    with pytest.raises(engines.AuditRefusedError):
+        mgr.stop("e")
+    assert alive(rec.pid) and mgr.status("e").phase == "running"  # nothing signalled
+    mgr.stop("e", unaudited=True)
+    assert not alive(rec.pid)
+
+    cfg = _config(env, web=(free_port(), {"running": 0}))
+    cfg.write_text(cfg.read_text().replace(f"audit_log: {env.audit_path}", f"audit_log: {blocker}/audit.jsonl"))
+    base = ["--config", str(cfg), "--state-dir", str(env.state_dir), "--module", FAKE]
+    rc = engine_cli.main(["start", *base, "web"])
+    err = capsys.readouterr().err
+    assert rc == 3 and "cannot be written" in err and len(err.strip().splitlines()) == 1
+    assert engine_cli.main(["start", *base, "web", "--unaudited"]) == 0
+    assert engine_cli.main(["stop", *base, "web", "--unaudited"]) == 0
+
+
+def test_an_action_cut_short_leaves_an_unknown_outcome(env):
+    """infertop killed while it drains an engine: the next start sees the intent as `unknown`."""
+    cfg = _config(env, e=(free_port(), {"running": 1, "drain_s": 30}))
+    base = ["--config", str(cfg), "--state-dir", str(env.state_dir), "--module", FAKE]
+    cli = [sys.executable, "-m", "infertop", "engine"]
+    pyenv = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    assert subprocess.run([*cli, "start", *base, "e"], env=pyenv, capture_output=True).returncode == 0
+    stopper = subprocess.Popen([*cli, "stop", *base, "e"], env=pyenv, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+    for line in stopper.stdout:  # wait for the drain to begin
+        if "SIGTERM sent" in line:
+            break
+    stopper.kill()
+    stopper.wait()
+    [unknown] = AuditLog(env.audit_path).unfinished()
+    assert unknown["action"] == "engine.stop" and unknown["target"] == "e" and unknown["result"] == "unknown"
+    env.manager().stop("e", grace_s=0.5)
+
+
+# ----------------------------------------------------------------- names, isolation, owner
+
+
+@pytest.mark.parametrize("name", ["local:28400", "my engine", "a/b", "../up", "x" * 300, "ünï"])
+def test_any_engine_name_works_and_is_encoded_only_for_files(env, name):
+    mgr = env.manager()
+    assert mgr.status(name) is None and mgr.managed(name) is None  # never raises
+    rec = mgr.start(name, env.profile())
+    assert rec.name == name and mgr.managed(name).pid == rec.pid
+    files = [p.name for p in (env.state_dir / "engines").iterdir()]
+    assert all("/" not in f and f not in (".", "..") for f in files)
+    assert all(p.parent == env.state_dir / "engines" for p in (env.state_dir / "engines").iterdir())
+    assert [r.name for r in env.manager().list()] == [name]  # a new infertop reads the name back
+    assert mgr.stop(name).pid == rec.pid
+    assert mgr.status(name) is None and list((env.state_dir / "engines").glob("*.lock")) == []
+
+
+def test_engines_record_their_owner(env):
+    mgr = env.manager()
+    rec = mgr.start("e", env.profile())
+    assert rec.owner["pid"] == os.getpid() and rec.owner["user"] and not rec.foreign
+    assert rec.owner_text.startswith("started by ") and f"infertop pid {os.getpid()}" in rec.owner_text
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        path = env.state_dir / "engines" / "e.json"
+        st = json.loads(path.read_text())
+        st["owner"] = {"pid": other.pid, "user": "alice", "tty": "pts/7", "starttime": read_stat(other.pid).starttime}
+        path.write_text(json.dumps(st))
+        got = mgr.status("e")
+        assert got.foreign and got.owner_text == f"started by alice on pts/7 (infertop pid {other.pid})"
+    finally:
+        other.kill()
+        other.wait()
+    assert not mgr.status("e").foreign  # its owner is gone: adopted, not foreign
+    mgr.stop("e")
+
+
+def test_demo_has_its_own_state_directory(tmp_path, monkeypatch):
+    from infertop.config import default_state_dir
+    from infertop.demo import demo_state_dir
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert demo_state_dir() == tmp_path / "infertop" / "demo" != default_state_dir()
+
+
+# ----------------------------------------------------------------- hygiene
+
+
+def test_state_is_private_and_holds_no_secret(env):
+    secret = "hf_" + "s3cr3t" * 6
+    mgr = env.manager()
+    prof = env.profile()
+    prof.env["HF_TOKEN"] = secret
+    (env.state_dir / "engines").mkdir(parents=True)
+    os.chmod(env.state_dir / "engines", 0o755)  # an older infertop made it world-readable
+    rec = mgr.start("e", prof)
+    engines_dir = env.state_dir / "engines"
+    assert engines_dir.stat().st_mode & 0o777 == 0o700
+    for p in engines_dir.iterdir():
+        assert p.stat().st_mode & 0o077 == 0, p
+    assert (engines_dir / "e.json").stat().st_mode & 0o777 == 0o600
+    state = json.loads((engines_dir / "e.json").read_text())
+    assert state["env_names"] == sorted(prof.env) and state["profile"]["env"] == {}
+    assert f"HF_TOKEN={secret}".encode() in Path(f"/proc/{rec.pid}/environ").read_bytes()
+    new = mgr.set_args("e", {"max_num_seqs": 6}).record  # env values come from the config again
+    assert f"HF_TOKEN={secret}".encode() in Path(f"/proc/{new.pid}/environ").read_bytes()
+    mgr.stop("e")
+    for p in [*env.state_dir.rglob("*"), env.audit_path]:
+        if p.is_file():
+            assert secret not in p.read_text(errors="replace"), p
+    # Without the profile in the config, a restart says why instead of starting without the token.
+    env.profiles.clear()
+    mgr.start("e", prof)
+    with pytest.raises(engines.EngineError, match="HF_TOKEN is not in the config"):
+        mgr.restart("e")
+    assert mgr.status("e").phase == "running"
+    mgr.stop("e")
+
+
+def test_filesystem_errors_are_one_line(env, capsys):
+    blocker = env.tmp / "file"
+    blocker.write_text("")
+    cfg = _config(env, web=(free_port(), {"running": 0}))
+    rc = engine_cli.main(["start", "--config", str(cfg), "--state-dir", str(blocker / "state"), "--module", FAKE,
+                          "web"])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and "Not a directory" in err
+
+
+def test_spawn_whose_state_cannot_be_written_is_stopped_again(env):
+    import threading
+
+    mgr = env.manager()
+    engines_dir = env.state_dir / "engines"
+    engines_dir.mkdir(parents=True)
+    # The state file's temporary name is taken by a directory: the write fails after the spawn.
+    (engines_dir / f".e.json.{os.getpid()}.{threading.get_ident()}.tmp").mkdir()
+    with pytest.raises(EngineStartError, match="state cannot be written.*stopped again") as ei:
+        mgr.start("e", env.profile(child=1))
+    assert wait_until(lambda: group_members(ei.value.pid) == [])
+    assert mgr.list() == []
+
+
+def test_shebang_interpreter_is_recognised_as_the_engine(env):
+    wrapper = env.tmp / "python-wrapper"  # exec: the interpreter replaces the shell
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    shell = env.tmp / "python-shell"  # no exec: the shell, run as `/bin/sh python-shell …`, stays the parent
+    shell.write_text(f'#!/bin/sh\n{sys.executable} "$@"\n')
+    for python in (wrapper, shell):
+        python.chmod(0o755)
+        prof = env.profile()
+        prof.python = str(python)
+        rec = env.manager().start("e", prof)
+        if python == shell:
+            assert read_cmdline(rec.pid)[:2] == ["/bin/sh", str(shell)]
+        again = env.manager()  # a new infertop: the state must not be dropped as stale
+        got = again.status("e")
+        assert got is not None and got.phase == "running" and got.pid == rec.pid, (python, got)
+        res = again.stop("e")
+        assert group_members(rec.pgid) == []
+        assert python == shell or not res.sigkill

@@ -84,6 +84,7 @@ async def test_start_change_max_num_seqs_and_stop_from_the_keyboard(tmp_path):
         assert "fake" not in [c.endpoint.name for c in app.collector.collectors]
 
     audit = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
+    audit = [e for e in audit if "result" in e]  # outcomes (each action also writes an intent first)
     actions = [(e["action"], e["result"]) for e in audit]
     assert actions == [("engine.start", "ok"), ("engine.set", "ok"), ("engine.stop", "ok")]
     change = audit[1]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import socket
 import threading
 import time
 import uuid
@@ -37,6 +38,23 @@ def current_user() -> str:
         return getpass.getuser()
     except Exception:  # noqa: BLE001 — no passwd entry in some containers
         return str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+
+
+def owner_info() -> dict[str, Any]:
+    """Who is acting, for state files and audit lines: this process's pid, user, tty, start time, host."""
+    tty = None
+    for fd in (0, 1, 2):
+        try:
+            tty = os.ttyname(fd)
+            break
+        except OSError:
+            continue
+    try:
+        starttime = int(Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        starttime = None
+    return {"pid": os.getpid(), "user": current_user(), "tty": tty.removeprefix("/dev/") if tty else None,
+            "starttime": starttime, "host": socket.gethostname()}
 
 
 class AuditLog:
@@ -84,7 +102,7 @@ class AuditLog:
         line = json.dumps(entry, default=str, sort_keys=False) + "\n"
         try:
             with _lock:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
                 try:
                     os.write(fd, line.encode())
@@ -96,7 +114,7 @@ class AuditLog:
     def check_writable(self) -> None:
         """Raise :class:`AuditUnavailable` when an entry could not be appended now."""
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             os.close(fd)
         except OSError as e:

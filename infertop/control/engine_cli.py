@@ -12,10 +12,14 @@ NAME is a launch profile in the config (``profiles:``) for ``start``, and
 the engine's name (the profile it was started from) afterwards.  Common
 options, before or after the action: ``--config FILE``, ``--state-dir DIR``.
 
+``--unaudited`` (mutating actions): act even when the audit log cannot be
+written (otherwise such an action is refused).
+
 Exit status: 0 done; 1 the action failed (the reason is printed, with the
 engine's last log lines for a failed start); 2 configuration or usage
-error (one line); 3 refused (read-only mode, or the PID is no longer the
-engine infertop started).
+error (one line); 3 refused (read-only mode, the audit log cannot be
+written, or the recorded PID is no longer the engine infertop started —
+its state file is then kept aside as ``NAME.stale-<time>.json``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from ..config import ConfigError, default_config_path, default_state_dir, load_c
 from .audit import AuditLog, default_audit_path
 from .engines import (
     DEFAULT_MODULE,
+    AuditRefusedError,
     EngineError,
     EngineManager,
     EngineProgress,
@@ -59,6 +64,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", metavar="DIR", default=argparse.SUPPRESS,
                    help=f"where engine state and logs live (default: {default_state_dir()})")
     p.add_argument("--module", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # tests: a fake engine
+    p.add_argument("--unaudited", action="store_true", default=argparse.SUPPRESS,
+                   help="act even when the audit log cannot be written (otherwise refused)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,6 +144,8 @@ def _record_json(r: EngineRecord) -> dict[str, Any]:
     d = asdict(r)
     d["uptime_s"] = round(r.uptime_s, 1)
     d["cmdline"] = list(r.cmdline)
+    d["pids"] = list(r.pids)
+    d["foreign"] = r.foreign
     return d
 
 
@@ -159,6 +168,8 @@ def _print_status(records: list[EngineRecord], as_json: bool) -> None:
     for r in records:
         if r.detail:
             print(f"{r.name}: {r.detail}")
+        if r.foreign and r.owner_text:
+            print(f"{r.name}: {r.owner_text}, still running")
 
 
 def _fail(e: EngineError) -> int:
@@ -168,7 +179,7 @@ def _fail(e: EngineError) -> int:
         print(f"last log lines{f' ({where})' if where else ''}:", file=sys.stderr)
         for line in e.log_tail:
             print(f"  {line}", file=sys.stderr)
-    if isinstance(e, NotOurProcessError):
+    if isinstance(e, (NotOurProcessError, AuditRefusedError)):
         return EXIT_REFUSED
     return EXIT_FAILED
 
@@ -188,13 +199,20 @@ def main(argv: list[str]) -> int:
         print(f"refused: read-only mode (read_only: true in {cfg.source}); 'engine {args.action}' changes things",
               file=sys.stderr)
         return EXIT_REFUSED
-    audit = AuditLog(cfg.audit_log or default_audit_path())
     try:
-        mgr = EngineManager(getattr(args, "state_dir", None), audit,
-                            module=getattr(args, "module", DEFAULT_MODULE))
-    except OSError as e:
-        print(f"error: state directory: {e}", file=sys.stderr)
+        return _run(args, cfg)
+    except OSError as e:  # a filesystem error anywhere: one line, never a traceback
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        print(f"error: {e.strerror or e}{where}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def _run(args: argparse.Namespace, cfg) -> int:
+    state_dir = getattr(args, "state_dir", None)
+    audit = AuditLog(cfg.audit_log or ((state_dir and f"{state_dir}/audit.jsonl") or default_audit_path()))
+    unaudited = bool(getattr(args, "unaudited", False))
+    mgr = EngineManager(state_dir, audit, module=getattr(args, "module", DEFAULT_MODULE),
+                        profiles=cfg.profiles)
     progress = _printer()
     try:
         overrides = parse_assignments(getattr(args, "assignments", None) or [])
@@ -210,29 +228,34 @@ def main(argv: list[str]) -> int:
                 known = ", ".join(sorted(cfg.profiles)) or "none"
                 print(f"config error: no profile {args.name!r} in {where} (profiles: {known})", file=sys.stderr)
                 return EXIT_CONFIG
-            rec = mgr.start(args.name, profile, progress, overrides=overrides, timeout_s=args.timeout)
+            rec = mgr.start(args.name, profile, progress, overrides=overrides, timeout_s=args.timeout,
+                            unaudited=unaudited)
             print(f"{rec.name}: running, pid {rec.pid}, {rec.url}, healthy after {rec.startup_s:.1f} s")
             return EXIT_OK
         if args.action == "stop":
-            res = mgr.stop(args.name, args.grace, progress)
+            res = mgr.stop(args.name, args.grace, progress, unaudited=unaudited)
             print(f"{res.name}: stopped ({res.reason})")
             return EXIT_OK
         if args.action == "restart":
             cur = mgr.status(args.name)
             profile = cfg.profiles.get(cur.profile_name) if cur is not None else None
             rec = mgr.restart(args.name, overrides, profile=profile, progress=progress,
-                              grace_s=args.grace, timeout_s=args.timeout)
+                              grace_s=args.grace, timeout_s=args.timeout, unaudited=unaudited)
             print(f"{rec.name}: restarted, pid {rec.pid}, healthy after {rec.startup_s:.1f} s")
             return EXIT_OK
         if args.action == "set":
+            cur = mgr.status(args.name)
+            profile = cfg.profiles.get(cur.profile_name) if cur is not None else None
             res = mgr.set_args(args.name, overrides, progress, grace_s=args.grace, timeout_s=args.timeout,
-                               rollback=not args.no_rollback)
+                               rollback=not args.no_rollback, profile=profile, unaudited=unaudited)
             if not res.changed:
                 print(f"{res.name}: unchanged ({', '.join(f'{k}={v}' for k, v in res.new.items())})")
                 return EXIT_OK
             changes = ", ".join(f"{k}: {res.old.get(k)} → {v}" for k, v in res.new.items())
             print(f"{res.name}: {changes}; verified in /proc/{res.record.pid}/cmdline; "
                   f"{res.total_s:.1f} s end to end (healthy after {res.startup_s:.1f} s)")
+            if res.stop is not None:
+                print(f"{res.name}: drain: {res.stop.reason}")
             return EXIT_OK
         if args.action == "status":
             if args.name:

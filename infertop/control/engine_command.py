@@ -6,9 +6,11 @@ Part of :mod:`infertop.control.engines`.  No UI imports.
 from __future__ import annotations
 
 import contextlib
+import glob
 import math
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -74,11 +76,74 @@ def _fmt(key: str, value: Any) -> str:
     return str(value)
 
 
+def flag_key(tok: str) -> tuple[str, bool] | None:
+    """``--max-num-seqs``, ``--max_num_seqs=8`` → ("max_num_seqs", False); ``--no-enforce-eager`` →
+    ("enforce_eager", True); None for what is not a long option."""
+    if not tok.startswith("--") or len(tok) < 3:
+        return None
+    key = tok[2:].split("=", 1)[0].replace("-", "_")
+    if key.startswith("no_") and ARG_TYPES.get(key[3:]) is bool:
+        return key[3:], True
+    return key, False
+
+
+def _items(tokens: list[str] | tuple[str, ...]) -> list[tuple[str | None, list[str]]]:
+    """Split a command line into (key, tokens) items: ``--k v``, ``--k=v``, ``--flag``, or a lone token."""
+    out: list[tuple[str | None, list[str]]] = []
+    i = 0
+    while i < len(tokens):
+        tok = str(tokens[i])
+        fk = flag_key(tok)
+        if fk is None:
+            out.append((None, [tok]))
+            i += 1
+            continue
+        key, neg = fk
+        if "=" in tok or neg or ARG_TYPES.get(key) is bool:
+            out.append((key, [tok]))
+            i += 1
+            continue
+        nxt = str(tokens[i + 1]) if i + 1 < len(tokens) else None
+        if nxt is not None and not nxt.startswith("--"):
+            out.append((key, [tok, nxt]))
+            i += 2
+        else:
+            out.append((key, [tok]))
+            i += 1
+    return out
+
+
+def _item_value(tokens: list[str]) -> str:
+    tok = tokens[0]
+    if "=" in tok:
+        return tok.split("=", 1)[1]
+    fk = flag_key(tok)
+    if fk is not None and fk[1]:
+        return "false"
+    return tokens[1] if len(tokens) > 1 else "true"
+
+
+def extra_arg_values(extra: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """Known launch arguments that ``extra_args`` sets (the last occurrence of each), typed."""
+    out: dict[str, Any] = {}
+    for key, toks in _items(extra):
+        if key is not None and key in ARG_TYPES:
+            raw = _item_value(toks)
+            try:
+                out[key] = _coerce(key, parse_value(raw) if ARG_TYPES[key] is not str else raw)
+            except InvalidArgsError:
+                out[key] = raw
+    return out
+
+
 def effective_args(profile: ProfileConfig, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The launch arguments after overrides (``model``, flag fields, extra keys); unset ones left out."""
+    """The launch arguments after ``extra_args`` and overrides (``model``, flag fields, extra keys);
+    unset ones left out.  What the engine runs with: extra_args win over the profile's fields,
+    overrides over both."""
     args: dict[str, Any] = {"model": profile.model}
     for key in FLAG_FIELDS:
         args[key] = getattr(profile, key)
+    args.update(extra_arg_values(profile.extra_args))
     args.update(overrides or {})
     return {k: v for k, v in args.items() if v is not None}
 
@@ -94,8 +159,11 @@ def build_command(
     Profile fields set to ``None`` are left to vLLM's defaults; booleans
     become ``--flag`` / ``--no-flag``.  ``profile.extra_args`` follow the
     profile's flags; overridden keys (and override keys that are not
-    profile fields, e.g. ``max_num_batched_tokens``) come last, so they win
-    over anything in ``extra_args``.
+    profile fields, e.g. ``max_num_batched_tokens``) come last.  Every
+    argument appears once: a profile field that ``extra_args`` also sets is
+    left out (extra_args win), and an override removes every occurrence of
+    its flag in ``extra_args`` — in any spelling (``--max-num-seqs 8``,
+    ``--max-num-seqs=8``, ``--max_num_seqs 8``, ``--max_num_seqs=8``).
     """
     overrides = dict(overrides or {})
     args = effective_args(profile, overrides)
@@ -109,31 +177,39 @@ def build_command(
         else:
             cmd.extend((_flag(key), _fmt(key, value)))
 
+    extra = _items([str(a) for a in profile.extra_args])
+    in_extra = {k for k, _ in extra if k is not None}
     for key in ("model", *FLAG_FIELDS):
-        if key not in overrides:
+        if key not in overrides and key not in in_extra:
             add(key, args.get(key))
-    cmd.extend(str(a) for a in profile.extra_args)
+    last: dict[str, int] = {}
+    for i, (key, _) in enumerate(extra):
+        if key is not None and key in ARG_TYPES:
+            last[key] = i
+    for i, (key, toks) in enumerate(extra):
+        if key is not None and (key in overrides or (key in last and last[key] != i)):
+            continue  # overridden, or a known argument given again later
+        cmd.extend(toks)
     for key, value in overrides.items():
         add(key, value)
     return cmd
 
 
 def cmdline_value(cmd: list[str] | tuple[str, ...], key: str) -> str | None:
-    """The value the last ``--key`` on ``cmd`` sets (as argparse sees it).
+    """The value the last ``--key`` on ``cmd`` sets (as argparse sees it), in any spelling.
 
     Booleans read back as ``"true"``/``"false"``; ``None`` when absent.
     """
-    flag, neg = _flag(key), "--no-" + key.replace("_", "-")
     value = None
-    for i, tok in enumerate(cmd):
-        if tok == flag:
-            nxt = cmd[i + 1] if i + 1 < len(cmd) else None
-            value = nxt if nxt is not None and not nxt.startswith("--") else "true"
-        elif tok.startswith(flag + "="):
-            value = tok[len(flag) + 1:]
-        elif tok == neg:
-            value = "false"
+    for k, toks in _items(list(cmd)):
+        if k == key:
+            value = _item_value(toks)
     return value
+
+
+def flag_count(cmd: list[str] | tuple[str, ...], key: str) -> int:
+    """How many times ``cmd`` sets ``key`` (any spelling)."""
+    return sum(1 for k, _ in _items(list(cmd)) if k == key)
 
 
 def expected_value(key: str, value: Any) -> str | None:
@@ -245,6 +321,56 @@ def connect_host(host: str) -> str:
     if ":" in host and not host.startswith("["):
         return f"[{host}]"
     return host
+
+
+_SUPPORT_CACHE: dict[tuple[str, str], bool] = {}
+
+
+def supports_shutdown_timeout(python: str, module: str) -> bool:
+    """Whether the engine ``python`` would run for ``module`` accepts ``--shutdown-timeout``.
+
+    Read from its source files without running it (starting vLLM's python
+    takes seconds): a script module's own text, else ``vllm/engine/arg_utils.py``
+    in the site-packages next to ``python``.  Unknown → False (an older vLLM
+    would refuse the flag and not start).
+    """
+    key = (python, module)
+    if key in _SUPPORT_CACHE:
+        return _SUPPORT_CACHE[key]
+    files: list[str] = []
+    if module.endswith(".py") or "/" in module:
+        files.append(module)
+    elif module.split(".")[0] == "vllm":
+        exe = python if "/" in python else (shutil.which(python) or python)
+        venv = os.path.dirname(os.path.dirname(os.path.abspath(exe)))
+        files += glob.glob(os.path.join(glob.escape(venv), "lib", "python3*", "site-packages", "vllm",
+                                        "engine", "arg_utils.py"))
+    found = False
+    for f in files:
+        with contextlib.suppress(OSError), open(f, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(4 * 1024 * 1024)
+            if "--shutdown-timeout" in text or "shutdown_timeout" in text:
+                found = True
+                break
+    _SUPPORT_CACHE[key] = found
+    return found
+
+
+def drain_timeout_for(profile: ProfileConfig, overrides: Mapping[str, Any] | None, module: str) -> int | None:
+    """``--shutdown-timeout`` to add when the profile sets none: derived from ``stop_grace_s``.
+
+    vLLM's default (0) aborts every in-flight request on SIGTERM; draining
+    for the grace minus 10 s (for the engine's own teardown; at least 1 s)
+    lets them finish before infertop escalates.  None when the profile,
+    ``extra_args`` or the overrides set it, or the engine does not support it.
+    """
+    if profile.shutdown_timeout is not None or "shutdown_timeout" in (overrides or {}):
+        return None
+    if "shutdown_timeout" in extra_arg_values(profile.extra_args):
+        return None
+    if not supports_shutdown_timeout(profile.python, module):
+        return None
+    return max(1, int(profile.stop_grace_s) - 10)
 
 
 def _shell_quote(arg: str) -> str:

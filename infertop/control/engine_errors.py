@@ -32,6 +32,10 @@ class NotOurProcessError(EngineError):
     """The recorded PID now belongs to another process: refused, nothing signalled."""
 
 
+class AuditRefusedError(EngineError):
+    """The audit log cannot be written: the action was refused before anything was done."""
+
+
 class EngineStartError(EngineError):
     """The engine did not become healthy; nothing of it is left running."""
 

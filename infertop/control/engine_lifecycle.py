@@ -12,17 +12,25 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import asdict
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from ..config import ProfileConfig
-from .engine_command import _shell_quote, build_command, child_env, connect_host, effective_args
+from .audit import owner_info
+from .engine_command import (
+    _shell_quote,
+    build_command,
+    child_env,
+    connect_host,
+    drain_timeout_for,
+    effective_args,
+)
 from .engine_errors import EngineError, EngineStartError, EngineStopError, NotOurProcessError, PortInUseError
-from .engine_progress import _Emitter, _InFlightWatcher
+from .engine_progress import _Emitter, _InFlightWatcher, drain_counts
 from .engine_state import (
     _ENGINE_STOPPED,
     ENGINE_ID_ENV,
@@ -36,9 +44,19 @@ from .engine_state import (
     classify_failure,
     clean_line,
     last_error_line,
+    private_dir,
 )
 from .engine_store import _StoreMixin
-from .procfs import _cmd_summary, _send_verified, port_is_free, port_listeners, read_cmdline, read_stat
+from .procfs import (
+    _cmd_summary,
+    _send_verified,
+    kernel_argv,
+    port_is_free,
+    port_listeners,
+    read_cgroup,
+    read_cmdline,
+    read_stat,
+)
 
 
 class _LifecycleMixin(_StoreMixin):
@@ -47,8 +65,13 @@ class _LifecycleMixin(_StoreMixin):
     # -- internals: start
 
     def _do_start(self, name: str, profile: ProfileConfig, overrides: dict[str, Any], profile_name: str,
-                  emit: _Emitter, timeout_s: float | None, *, restarts: int) -> EngineRecord:
-        args = effective_args(profile, overrides)
+                  emit: _Emitter, timeout_s: float | None, *, restarts: int,
+                  before_spawn: Callable[[list[str]], None] | None = None) -> EngineRecord:
+        """Spawn and wait healthy.  ``before_spawn(cmd)`` runs after every check, right before
+        the spawn (the audit intent); an exception from it cancels the start."""
+        drain = drain_timeout_for(profile, overrides, self.module)
+        run_profile = replace(profile, shutdown_timeout=drain) if drain is not None else profile
+        args = effective_args(run_profile, overrides)
         host, port = str(args.get("host") or "127.0.0.1"), int(args["port"])
         existing = self._read_state(name)
         if existing is not None:
@@ -56,7 +79,12 @@ class _LifecycleMixin(_StoreMixin):
             if kind == "alive" or (kind == "gone" and self._live_group(existing)):
                 raise EngineError(f"engine {name!r} is already running (pid {existing['pid']}); "
                                   "stop or restart it")
-            self._drop_state(name)
+            if kind == "mismatch":
+                aside = self._keep_aside(name)
+                self._history(name, "kept-aside", "stale", reason=why, pid=existing.get("pid"),
+                              path=str(aside) if aside else None)
+            else:
+                self._drop_state(name)
         for other in self._all_states():
             if other.get("name") != name and int(other.get("port", -1)) == port:
                 if self._identity(other)[0] == "alive":
@@ -64,14 +92,17 @@ class _LifecycleMixin(_StoreMixin):
         if not port_is_free(host, port):
             raise PortInUseError(f"port {port} in use by {self._describe_port_owner(port)}")
 
-        cmd = build_command(profile, overrides, module=self.module)
+        cmd = build_command(run_profile, overrides, module=self.module)
         engine_id = uuid.uuid4().hex
         env = child_env(profile.env)
         env[ENGINE_ID_ENV] = engine_id
-        self.engines_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.engines_dir)
         log_path = self.log_path(name)
         self._rotate_log(log_path)
-        with open(log_path, "ab") as logf:
+        if before_spawn is not None:
+            before_spawn(cmd)
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "ab") as logf:
             logf.write(f"==== infertop {time.strftime('%Y-%m-%d %H:%M:%S')}: starting engine {name}: "
                        f"{' '.join(_shell_quote(a) for a in cmd)}\n".encode())
             logf.flush()
@@ -83,27 +114,33 @@ class _LifecycleMixin(_StoreMixin):
                     stdout=logf,
                     stderr=subprocess.STDOUT,
                     env=env,
-                    start_new_session=True,  # own session and process group: pgid == pid
+                    start_new_session=True,  # own session and process group: sid == pgid == pid
                     close_fds=True,
                 )
             except OSError as e:
                 raise EngineStartError(f"cannot run {cmd[0]}: {e.strerror or e}", log_path=str(log_path)) from None
         t_spawn = time.monotonic()
         pst = read_stat(proc.pid)
+        stored_profile = asdict(profile)
+        stored_profile["env"] = {}  # values may be secrets: only their names are kept (env_names)
         st = {
             "version": STATE_VERSION,
             "name": name,
             "profile_name": profile_name,
-            "profile": asdict(profile),
+            "profile": stored_profile,
+            "env_names": sorted(profile.env),
             "overrides": overrides,
             "args": args,
             "pid": proc.pid,
             "pgid": pst.pgrp if pst else proc.pid,
             "sid": pst.session if pst else proc.pid,
             "starttime": pst.starttime if pst else None,
+            "cgroup": read_cgroup(proc.pid),
+            "procs": [],
             "boot_id": self._boot_id,
             "engine_id": engine_id,
             "cmdline": cmd,
+            "kernel_cmdline": kernel_argv(cmd),
             "host": host,
             "port": port,
             "url": f"http://{connect_host(host)}:{port}",
@@ -114,9 +151,18 @@ class _LifecycleMixin(_StoreMixin):
             "phase": "starting",
             "restarts": restarts,
             "infertop_pid": os.getpid(),
+            "owner": owner_info(),
         }
         self._watch_child(proc)
-        self._write_state(name, st)
+        self._track(st)
+        try:
+            self._write_state(name, st)
+        except OSError as e:
+            # Untracked it would be an orphan nobody can stop: stop it again.
+            self._kill_now(st, self.failure_grace_s)
+            raise EngineStartError(f"engine state cannot be written ({self.state_path(name)}: "
+                                   f"{e.strerror or e}); the engine was stopped again",
+                                   log_path=str(log_path), pid=proc.pid) from None
         with self._lock:
             self._exited.pop(name, None)
             self._adopted.discard(name)
@@ -139,8 +185,15 @@ class _LifecycleMixin(_StoreMixin):
             raise EngineStartError(reason, log_tail=tail, log_path=str(log_path), pid=proc.pid,
                                    elapsed_s=time.monotonic() - t_spawn)
         startup = time.monotonic() - t_spawn
+        self._track(st)
         st.update(phase="running", healthy_at=time.time(), startup_s=startup)
-        self._write_state(name, st)
+        try:
+            self._write_state(name, st)
+        except OSError as e:
+            self._kill_now(st, self.failure_grace_s)
+            raise EngineStartError(f"engine state cannot be written ({self.state_path(name)}: "
+                                   f"{e.strerror or e}); the engine was stopped again",
+                                   log_path=str(log_path), pid=proc.pid) from None
         emit("healthy", f"healthy after {startup:.1f} s (pid {proc.pid}, port {port})", pid=proc.pid, force=True)
         return self._record(st)
 
@@ -149,6 +202,7 @@ class _LifecycleMixin(_StoreMixin):
         """Poll until /health is 200 (None) or a failure reason."""
         health_url = st["url"] + "/health"
         last_err = "no answer yet"
+        last_track = time.monotonic()
         problem_since: float | None = None
         reason: str | None = None
         with httpx.Client(timeout=httpx.Timeout(2.0, connect=1.0), trust_env=False) as client:
@@ -185,6 +239,11 @@ class _LifecycleMixin(_StoreMixin):
                     break
                 emit("waiting", f"waiting for /health ({elapsed:.0f} s of {timeout:g} s)",
                      log_line=follower.last_line(), pid=proc.pid)
+                if time.monotonic() - last_track >= 2.0:  # EngineCore, workers: record them as they appear
+                    last_track = time.monotonic()
+                    if self._track(st):
+                        with contextlib.suppress(OSError):
+                            self._write_state(st["name"], st)
                 time.sleep(self.poll_interval_s)
         return reason
 
@@ -236,24 +295,44 @@ class _LifecycleMixin(_StoreMixin):
             grace = max(grace, float(drain) + 10.0)
         return grace
 
-    def _do_stop(self, st: dict, grace_s: float | None, emit: _Emitter) -> StopResult:
+    def _do_stop(self, st: dict, grace_s: float | None, emit: _Emitter,
+                 before_signal: Callable[[dict], None] | None = None) -> StopResult:
+        """SIGTERM the main (API-server) process: vLLM drains its in-flight requests for
+        ``--shutdown-timeout`` and stops its EngineCore and workers itself.  Only after
+        ``grace_s`` does the whole engine get SIGKILL.  Processes left once the main one
+        has exited get SIGTERM after ``orphan_grace_s``, SIGKILL soon after.
+
+        ``before_signal(info)`` runs after every check, right before the first signal
+        (the audit intent: ``info`` holds the pids and the in-flight count); an
+        exception from it cancels the stop with nothing signalled.
+        """
         name, pid = st["name"], int(st["pid"])
         kind, why = self._identity(st)
         if kind == "mismatch":
-            emit("failed", self._refusal(st, why), force=True)
-            raise NotOurProcessError(self._refusal(st, why))
+            refusal = self._set_stale(st, why)
+            emit("failed", refusal, force=True)
+            raise NotOurProcessError(refusal)
         grace = float(grace_s) if grace_s is not None else self._default_grace(st)
-        t0 = time.monotonic()
-        if kind == "gone" and not self._live_group(st):
+        members = self._live_group(st)
+        if kind == "gone" and not members:
+            if before_signal is not None:
+                before_signal({"pids": [], "in_flight": None, "note": f"already exited ({why})"})
             self._drop_state(name)
             rc = self._owned_rc(pid)
             reason = f"had already exited ({why})"
             emit("stopped", reason, pid=pid, force=True)
             return StopResult(name, pid, 0.0, False, rc, reason, None, already_exited=True)
+        before_n = aborted0 = None
+        if kind == "alive":
+            before_n, aborted0 = drain_counts(st["url"], min(self.observe_timeout_s, 3.0))
+        if before_signal is not None:
+            before_signal({"pids": [m.pid for m in members], "in_flight": before_n,
+                           "main": "alive" if kind == "alive" else why})
+        self._track(st, members)
         st["phase"] = "stopping"
-        self._write_state(name, st)
-        watcher = _InFlightWatcher(self._endpoint(st), self.metrics_interval_s) \
-            if kind == "alive" else None
+        with contextlib.suppress(OSError):  # the signal matters more than the record of it
+            self._write_state(name, st)
+        watcher = _InFlightWatcher(self._endpoint(st), self.metrics_interval_s) if kind == "alive" else None
         sigkill = False
         kill_why = f"SIGKILL after {grace:g} s grace"
         log_path = Path(st.get("log_path") or self.log_path(name))
@@ -262,24 +341,52 @@ class _LifecycleMixin(_StoreMixin):
         except OSError:
             follower = None
         engine_stopped_at: float | None = None
+        main_gone_at: float | None = None
+        leftovers_termed = False
+        t0 = time.monotonic()
         try:
-            self._signal(st, signal.SIGTERM)
-            emit("draining", f"SIGTERM sent to process group {st['pgid']}; draining "
-                 f"(SIGKILL after {grace:g} s)", pid=pid, force=True)
-            while self._live_group(st):
+            if kind == "alive":
+                _send_verified(pid, int(st["starttime"]), signal.SIGTERM)
+                signalled = f"main process {pid}"
+                emit("draining", f"SIGTERM sent to the main process {pid}{_in_flight_text(before_n)}; "
+                     "vLLM drains in-flight requests "
+                     f"(SIGKILL after {grace:g} s)", pid=pid, in_flight=before_n, force=True)
+            else:
+                self._signal_members(st, signal.SIGTERM)
+                leftovers_termed = True
+                main_gone_at = t0
+                signalled = "processes " + ", ".join(str(m.pid) for m in members)
+                emit("draining", f"main process exited; SIGTERM sent to {len(members)} process(es) left: "
+                     f"{', '.join(str(m.pid) for m in members)}", pid=pid, force=True)
+            while left := self._live_group(st):
                 now = time.monotonic()
                 elapsed = now - t0
                 if engine_stopped_at is None and follower is not None \
                         and any(_ENGINE_STOPPED.search(x) for x in follower.poll()):
                     engine_stopped_at = now
+                main_alive = any(m.pid == pid for m in left)
+                if not main_alive and main_gone_at is None:
+                    main_gone_at = now
                 waited_http = engine_stopped_at is not None and now - engine_stopped_at >= self.http_close_s
-                if elapsed >= grace or waited_http:
+                waited_orphans = main_gone_at is not None and now - main_gone_at >= self.orphan_grace_s
+                if waited_orphans and not leftovers_termed:
+                    # e.g. the multiprocessing resource tracker: do not wait the whole grace for it.
+                    leftovers_termed = True
+                    main_gone_at = now
+                    emit("draining", f"main process exited; SIGTERM to {len(left)} process(es) left: "
+                         f"{', '.join(str(m.pid) for m in left)}", pid=pid, force=True)
+                    self._signal_members(st, signal.SIGTERM)
+                    continue
+                if elapsed >= grace or waited_http or (waited_orphans and leftovers_termed):
                     sigkill = True
                     if waited_http and elapsed < grace:
                         kill_why = (f"engine drained and stopped, but its HTTP server still waited for client "
                                     f"connections after {self.http_close_s:g} s: SIGKILL")
+                    elif waited_orphans and elapsed < grace:
+                        kill_why = (f"main process exited; SIGKILL to {len(left)} process(es) that outlived it: "
+                                    f"{', '.join(str(m.pid) for m in left)}")
                     emit("killing", f"{kill_why} (process group {st['pgid']})", pid=pid, force=True)
-                    self._signal(st, signal.SIGKILL)
+                    self._signal_members(st, signal.SIGKILL)
                     deadline = time.monotonic() + self.kill_wait_s
                     while self._live_group(st) and time.monotonic() < deadline:
                         time.sleep(0.05)
@@ -287,7 +394,7 @@ class _LifecycleMixin(_StoreMixin):
                 if engine_stopped_at is not None:
                     emit("draining", "engine stopped; waiting for the HTTP server to close its connections",
                          pid=pid)
-                else:
+                elif main_alive:
                     n = watcher.value if watcher is not None else None
                     msg = f"draining ({n} in flight)" if n is not None else "draining"
                     emit("draining", f"{msg}, {elapsed:.0f} s of {grace:g} s grace", in_flight=n, pid=pid)
@@ -299,33 +406,52 @@ class _LifecycleMixin(_StoreMixin):
         if left:
             desc = ", ".join(f"{m.pid} ({m.state})" for m in left)
             st["phase"] = "stopping"
-            self._write_state(name, st)
+            with contextlib.suppress(OSError):
+                self._write_state(name, st)
             raise EngineStopError(f"processes of engine {name!r} left after SIGKILL: {desc}")
         seconds = time.monotonic() - t0
         rc = self._owned_rc(pid)
+        after_n = watcher.last_value if watcher is not None else None
+        failed = None
+        if watcher is not None and aborted0 is not None and watcher.aborted is not None:
+            failed = max(0, int(round(watcher.aborted - aborted0)))
         if sigkill:
             reason = kill_why
         else:
             reason = f"exited {seconds:.1f} s after SIGTERM"
+        if before_n is not None:
+            reason += f"; in flight: {before_n} before SIGTERM"
+            if after_n is not None:
+                reason += f", {after_n} at the last scrape"
             if watcher is not None and watcher.max_seen:
                 reason += f" (drained up to {watcher.max_seen} in flight)"
+        if failed is not None:
+            reason += f"; {failed} request(s) aborted by the engine"
         self._drop_state(name)
         emit("stopped", reason, pid=pid, force=True)
         return StopResult(name, pid, seconds, sigkill, rc, reason,
-                          watcher.max_seen if watcher is not None else None)
+                          watcher.max_seen if watcher is not None else None,
+                          in_flight_before=before_n, in_flight_after=after_n, failed=failed,
+                          signalled=signalled)
+
+    def _signal_members(self, st: Mapping[str, Any], sig: int) -> None:
+        """``sig`` to the whole engine: its process group (leader verified) and every verified member."""
+        with contextlib.suppress(NotOurProcessError):
+            self._signal(st, sig)
+        for m in self._live_group(st):
+            _send_verified(m.pid, m.starttime, sig)
 
     def _kill_now(self, st: dict, grace: float) -> None:
-        """Failure cleanup: SIGTERM, short grace, SIGKILL; wait until the group is gone."""
-        with contextlib.suppress(EngineError):
-            self._signal(st, signal.SIGTERM)
-            deadline = time.monotonic() + grace
+        """Failure cleanup: SIGTERM, short grace, SIGKILL; wait until the engine is gone."""
+        self._signal_members(st, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while self._live_group(st) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self._live_group(st):
+            self._signal_members(st, signal.SIGKILL)
+            deadline = time.monotonic() + self.kill_wait_s
             while self._live_group(st) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if self._live_group(st):
-                self._signal(st, signal.SIGKILL)
-                deadline = time.monotonic() + self.kill_wait_s
-                while self._live_group(st) and time.monotonic() < deadline:
-                    time.sleep(0.05)
 
     def _owned_rc(self, pid: int) -> int | None:
         with self._lock:
@@ -366,3 +492,7 @@ def _hint(lines: list[str]) -> str:
         return (" — the profile's python has no vLLM; set `python:` to the vLLM virtualenv's "
                 "python (`python -m infertop.control.vllm_env --check` prints it)")
     return ""
+
+
+def _in_flight_text(n: int | None) -> str:
+    return f" ({n} in flight)" if n is not None else ""

@@ -6,14 +6,17 @@ Part of :mod:`infertop.control.engines`.  No UI imports.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from ..domain.engine import EngineStats
+from ..sources.expfmt import ParseError, Parser
 from ..sources.vllm import EngineEndpoint, FleetCollector
 
 Progress = Callable[["EngineProgress"], None]
@@ -103,39 +106,67 @@ def observe_once(endpoint: EngineEndpoint) -> EngineStats | None:
     return _in_thread(run, endpoint.timeout_s + 5.0)
 
 
+def drain_counts(url: str, timeout_s: float = 2.0, client: httpx.Client | None = None) -> tuple[int | None, float | None]:
+    """(running + waiting, requests finished as aborted so far) from an engine's /metrics.
+
+    Either is None when unknown (no answer, no such series).  The abort
+    count is vLLM's ``request_success_total{finished_reason="abort"}``
+    summed over its label sets: its growth during a stop is how many
+    requests the stop cut short.
+    """
+    try:
+        if client is not None:
+            resp = client.get(url + "/metrics", timeout=timeout_s)
+        else:
+            with httpx.Client(timeout=timeout_s, trust_env=False) as c:
+                resp = c.get(url + "/metrics")
+        if resp.status_code != 200 or len(resp.content) > _METRICS_MAX_BYTES:
+            return None, None
+        expo = Parser().parse(resp.text)
+    except (httpx.HTTPError, ParseError, ValueError, UnicodeDecodeError):
+        return None, None
+
+    def total(name: str, pred=lambda labels: True) -> float | None:
+        vals = [v for labels, v in expo.series(name) if pred(labels) and math.isfinite(v) and v >= 0]
+        return sum(vals) if vals else None
+
+    running = total("vllm:num_requests_running")
+    waiting = total("vllm:num_requests_waiting")
+    aborted = total("vllm:request_success_total", lambda labels: labels.get("finished_reason") == "abort")
+    if aborted is None and running is not None:
+        aborted = 0.0 if expo.series("vllm:request_success_total") else None
+    in_flight = None if running is None else int(round(running + (waiting or 0)))
+    return in_flight, aborted
+
+
+_METRICS_MAX_BYTES = 16 * 1024 * 1024
+
+
 class _InFlightWatcher:
-    """Polls an engine's running + waiting in a background thread while it drains."""
+    """Polls an engine's running + waiting (and its abort counter) in a background thread while it drains."""
 
     def __init__(self, endpoint: EngineEndpoint, interval_s: float = 1.0) -> None:
         self.endpoint = endpoint
         self.interval_s = interval_s
         self.value: int | None = None
         self.max_seen: int | None = None
+        self.last_value: int | None = None  # the last value read before the server went away
+        self.aborted: float | None = None  # the abort counter at the last scrape
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"infertop-drain-{endpoint.name}")
         self._thread.start()
 
     def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        col = FleetCollector([self.endpoint], interval_s=self.interval_s, window_s=60.0)
-        try:
+        with httpx.Client(timeout=self.endpoint.timeout_s, trust_env=False) as client:
             while not self._stop.is_set():
-                try:
-                    snap = loop.run_until_complete(col.poll_once())
-                    s = snap.engines[0] if snap.engines else None
-                except Exception:  # noqa: BLE001
-                    s = None
-                if s is not None and s.running is not None:
-                    n = int(round(s.running + (s.waiting or 0)))
-                    self.value = n
+                n, aborted = drain_counts(self.endpoint.url, self.endpoint.timeout_s, client)
+                self.value = n
+                if n is not None:
+                    self.last_value = n
                     self.max_seen = n if self.max_seen is None else max(self.max_seen, n)
-                else:
-                    self.value = None
+                if aborted is not None:
+                    self.aborted = aborted
                 self._stop.wait(self.interval_s)
-        finally:
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(col.aclose())
-            loop.close()
 
     def close(self) -> None:
         self._stop.set()

@@ -36,7 +36,7 @@ class EngineRecord:
 
     name: str
     profile_name: str
-    phase: str  # starting | running | stopping | exited | stale
+    phase: str  # starting | running | stopping | orphaned (main exited, workers left) | exited | stale
     pid: int
     pgid: int
     host: str
@@ -51,8 +51,32 @@ class EngineRecord:
     restarts: int
     log_path: str
     adopted: bool = False  # started by an earlier infertop process
-    detail: str | None = None  # why exited / stale
+    detail: str | None = None  # why exited / stale / orphaned
     exit_code: int | None = None
+    owner: dict[str, Any] | None = None  # the infertop that started it: pid, user, tty, starttime
+    pids: tuple[int, ...] = ()  # orphaned: the engine's processes still alive
+
+    @property
+    def foreign(self) -> bool:
+        """Started by another infertop process that still runs (on this host)."""
+        o = self.owner or {}
+        pid, t0 = o.get("pid"), o.get("starttime")
+        if not isinstance(pid, int) or pid == os.getpid():
+            return False
+        try:
+            rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return int(rest[19]) == t0
+        except (OSError, IndexError, ValueError):
+            return False
+
+    @property
+    def owner_text(self) -> str | None:
+        """"started by alice on pts/3 (infertop pid 4242)", or None when unknown."""
+        o = self.owner or {}
+        if not o.get("pid"):
+            return None
+        where = f" on {o['tty']}" if o.get("tty") else ""
+        return f"started by {o.get('user') or '?'}{where} (infertop pid {o['pid']})"
 
     @property
     def uptime_s(self) -> float:
@@ -65,7 +89,7 @@ class EngineRecord:
 
     @property
     def alive(self) -> bool:
-        return self.phase in ("starting", "running", "stopping")
+        return self.phase in ("starting", "running", "stopping", "orphaned")
 
     def endpoint(self, timeout_s: float = 2.0) -> EngineEndpoint:
         """For a :class:`FleetCollector` watching this engine."""
@@ -85,6 +109,10 @@ class StopResult:
     reason: str  # "drained and exited in 3.1 s", "SIGKILL after 30 s grace", ...
     max_in_flight: int | None = None  # most in-flight requests seen while draining
     already_exited: bool = False
+    in_flight_before: int | None = None  # running + waiting just before SIGTERM (None: unknown)
+    in_flight_after: int | None = None  # at the last scrape before the server went away
+    failed: int | None = None  # requests aborted during the stop (vLLM's abort counter), if known
+    signalled: str = ""  # what got SIGTERM first: "main process 1234"
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,12 +218,28 @@ class _LogFollower:
 # ----------------------------------------------------------------- state files
 
 
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) owner-only (0700); tighten it when it exists looser."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        if path.stat().st_mode & 0o077:
+            os.chmod(path, 0o700)
+    return path
+
+
 def _atomic_write_json(path: Path, data: dict) -> None:
+    """Write ``data`` as JSON, owner-only (0600), replacing ``path`` at once."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, default=str)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _profile_from_dict(d: Mapping[str, Any]) -> ProfileConfig:

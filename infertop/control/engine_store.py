@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -15,15 +16,30 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import replace
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from ..sources.vllm import EngineEndpoint
 from .audit import AuditLog
 from .engine_command import cmdline_value, expected_value
-from .engine_errors import EngineBusyError, EngineError, EngineNotFound, InvalidArgsError, VerifyError
-from .engine_state import ENGINE_ID_ENV, EngineRecord, _atomic_write_json, _rc_text
-from .procfs import ProcStat, _cmd_summary, group_members, read_cmdline, read_stat
+from .engine_errors import EngineBusyError, EngineError, EngineNotFound, NotOurProcessError, VerifyError
+from .engine_state import ENGINE_ID_ENV, EngineRecord, _atomic_write_json, _rc_text, private_dir
+from .procfs import (
+    ProcStat,
+    _cmd_summary,
+    group_members,
+    kernel_argv,
+    process_title,
+    read_cmdline,
+    read_stat,
+    session_members,
+)
+
+#: At most this many processes are recorded per engine (vLLM: API server,
+#: EngineCore, workers, resource tracker — a handful).
+MAX_TRACKED = 256
 
 
 class _StoreMixin:
@@ -39,6 +55,8 @@ class _StoreMixin:
     _exited: dict[str, EngineRecord]
     _adopted: set[str]
     _boot_id: str
+    _tracked_at: dict[str, float]
+    _stale: dict[str, tuple[dict, str, str | None]]
 
     # -- internals: identity
 
@@ -59,7 +77,7 @@ class _StoreMixin:
         cmd = read_cmdline(pid)
         if cmd is None:
             return "gone", f"PID {pid} has exited"
-        if cmd != list(st.get("cmdline") or []):
+        if not _same_command(cmd, st):
             return "mismatch", f"command line is now {_cmd_summary(cmd, 60)!r}"
         if ps.pgrp != int(st.get("pgid", -1)):
             return "mismatch", f"process group {ps.pgrp} ≠ recorded {st.get('pgid')}"
@@ -67,29 +85,94 @@ class _StoreMixin:
 
     @staticmethod
     def _refusal(st: Mapping[str, Any], why: str) -> str:
-        return (f"PID {st.get('pid')} is no longer the engine infertop started ({why}); "
-                "refusing to signal it")
+        pid = st.get("pid")
+        now = process_title(int(pid)) if isinstance(pid, int) and pid > 1 else "?"
+        return (f"recorded PID {pid} now runs {now!r} — refusing to signal "
+                f"(it is no longer the engine infertop started: {why})")
 
     def _live_group(self, st: Mapping[str, Any]) -> list[ProcStat]:
-        """Live members of the engine's process group that are verifiably its own.
+        """Live processes that are verifiably the engine's own, leader first.
 
-        Same process group and session, started no earlier than the engine,
-        and carrying the engine's ``INFERTOP_ENGINE_ID`` in their initial
-        environment (inherited by everything the engine spawned).
+        Candidates share the engine's session (or, for old state files, its
+        process group) and started no earlier than it.  Of those, a process
+        counts when its (PID, start time) was recorded by :meth:`_track`, when
+        it carries the engine's ``INFERTOP_ENGINE_ID`` in its environment
+        (vLLM overwrites that when it retitles a process — hence the
+        recording), when it is the verified leader, or when its parent
+        counts.  Anything else — a reused PID above all — is never included.
         """
         pgid, sid, t0 = st.get("pgid"), st.get("sid"), st.get("starttime")
-        if not pgid or t0 is None:
+        if not (sid or pgid) or t0 is None:
             return []
         if st.get("boot_id") and self._boot_id and st["boot_id"] != self._boot_id:
             return []
+        t0 = int(t0)
+        if sid:
+            cands = [m for m in session_members(int(sid)) if m.starttime >= t0]
+        else:
+            cands = [m for m in group_members(int(pgid)) if m.starttime >= t0]
+        if not cands:
+            return []
+        recorded = {(int(p["pid"]), int(p["starttime"])) for p in st.get("procs") or []
+                    if isinstance(p, dict) and "pid" in p and "starttime" in p}
+        leader = int(st.get("pid") or 0)
         token = st.get("engine_id")
-        members = [m for m in group_members(int(pgid))
-                   if (sid is None or m.session == int(sid)) and m.starttime >= int(t0)]
-        if token is None:  # no ownership token recorded: only a verified leader counts
-            if self._identity(st)[0] != "alive":
-                return []
-            return [m for m in members if m.pid == int(st.get("pid", -1))]
-        return [m for m in members if _has_token(m.pid, token)]
+        ok: dict[int, ProcStat] = {}
+        for m in cands:
+            if (m.pid, m.starttime) in recorded or (token is not None and _has_token(m.pid, token)):
+                ok[m.pid] = m
+            elif m.pid == leader and m.starttime == t0 and self._identity(st)[0] == "alive":
+                ok[m.pid] = m
+        grew = True
+        while grew:  # children of accepted processes (spawned since the last recording)
+            grew = False
+            for m in cands:
+                if m.pid not in ok and m.ppid in ok and m.starttime >= ok[m.ppid].starttime:
+                    ok[m.pid] = m
+                    grew = True
+        return sorted(ok.values(), key=lambda m: (m.pid != leader, m.starttime, m.pid))
+
+    def _track(self, st: dict, members: list[ProcStat] | None = None) -> bool:
+        """Record the engine's live processes (PID + start time) in ``st``; True when that changed.
+
+        Called at spawn, while starting, once healthy and whenever status is
+        read: vLLM's EngineCore and workers appear after the API server.
+        """
+        members = self._live_group(st) if members is None else members
+        procs = [{"pid": m.pid, "starttime": m.starttime, "ppid": m.ppid, "comm": _comm(m.pid)}
+                 for m in members[:MAX_TRACKED]]
+        old = {(p.get("pid"), p.get("starttime")) for p in st.get("procs") or [] if isinstance(p, dict)}
+        if not procs or {(p["pid"], p["starttime"]) for p in procs} <= old:
+            return False
+        # Keep what was recorded (a worker may be between two polls) plus what is new.
+        keep = [p for p in st.get("procs") or [] if isinstance(p, dict)]
+        seen = {(p.get("pid"), p.get("starttime")) for p in keep}
+        keep += [p for p in procs if (p["pid"], p["starttime"]) not in seen]
+        st["procs"] = keep[-MAX_TRACKED:]
+        return True
+
+    def _tracking_due(self, name: str, every_s: float = 5.0) -> bool:
+        """Throttles the /proc scan of status() for a healthy engine."""
+        now = time.monotonic()
+        with self._lock:
+            due = now - self._tracked_at.get(name, -every_s) >= every_s
+            if due:
+                self._tracked_at[name] = now
+        return due
+
+    def _track_and_save(self, st: dict) -> None:
+        """:meth:`_track`, writing the state file when something new appeared (skipped while busy)."""
+        if not self._track(st):
+            return
+        try:
+            with _OperationLock(self, st["name"], attempts=1):
+                cur = self._read_state(st["name"])
+                if cur is not None and cur.get("pid") == st.get("pid") \
+                        and cur.get("starttime") == st.get("starttime"):
+                    cur["procs"] = st["procs"]
+                    self._write_state(st["name"], cur)
+        except (EngineBusyError, OSError):
+            pass  # the action in progress records them itself; a read-only dir only loses the record
 
     def _verify_args(self, rec: EngineRecord, changes: Mapping[str, Any]) -> dict[str, str]:
         cmd = read_cmdline(rec.pid)
@@ -108,7 +191,7 @@ class _StoreMixin:
     # -- internals: state files
 
     def _operation(self, name: str):
-        return _OperationLock(self, _check_name(name))
+        return _OperationLock(self, name)
 
     def _busy(self, name: str) -> bool:
         """True while a start/stop/restart/set of ``name`` runs (here or in another infertop)."""
@@ -117,7 +200,7 @@ class _StoreMixin:
         if tlock is not None and tlock.locked():
             return True
         try:
-            fd = os.open(self.engines_dir / f"{name}.lock", os.O_RDWR)
+            fd = os.open(self.lock_path(name), os.O_RDWR)
         except OSError:
             return False
         try:
@@ -136,35 +219,99 @@ class _StoreMixin:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
-        except (OSError, json.JSONDecodeError):
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
             # Unreadable: keep it aside for a human, never act on it.
             with contextlib.suppress(OSError):
                 os.replace(path, path.with_suffix(".json.bad"))
             return None
-        if not isinstance(data, dict) or "pid" not in data:
+        if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
             return None
         data.setdefault("name", name)
+        if data["name"] != name:
+            return None
         return data
+
+    def _set_stale(self, st: dict, why: str) -> str:
+        """Keep a PID-mismatched state file aside (never deleted, never acted on); the refusal text."""
+        name = st["name"]
+        refusal = self._refusal(st, why)
+        with self._lock:
+            known = self._stale.get(name)
+        if known is not None and self._read_state(name) is None:
+            return known[1]
+        aside = self._keep_aside(name)
+        if aside is not None:
+            refusal += f"; its state file is kept aside as {aside}"
+        with self._lock:
+            self._stale[name] = (st, refusal, str(aside) if aside else None)
+        self._history(name, "kept-aside", "stale", reason=why, pid=st.get("pid"),
+                      path=str(aside) if aside else None)
+        return refusal
 
     def _require_state(self, name: str) -> dict:
         st = self._read_state(name)
         if st is None:
-            raise EngineNotFound(f"no engine named {name!r} is running under infertop "
-                                 f"(no state in {self.engines_dir})")
+            with self._lock:
+                stale = self._stale.get(name)
+            if stale is not None:
+                raise NotOurProcessError(stale[1])
+            msg = f"no engine named {name!r} is running under infertop (no state in {self.engines_dir})"
+            aside = self._stale_files(name)
+            if aside:
+                msg += f"; a stale state was kept aside as {aside[-1]}"
+            raise EngineNotFound(msg)
         return st
 
-    def _all_states(self) -> list[dict]:
+    def _state_names(self) -> list[str]:
+        """Names of the engines with a state file (read from the files: names need not be file-safe)."""
         if not self.engines_dir.is_dir():
             return []
-        return [s for p in sorted(self.engines_dir.glob("*.json")) if (s := self._read_state(p.stem))]
+        names = []
+        for p in sorted(self.engines_dir.glob("*.json")):
+            if ".stale-" in p.name:
+                continue
+            try:
+                name = json.loads(p.read_text(encoding="utf-8")).get("name")
+            except (OSError, ValueError, AttributeError):
+                name = None
+            if not isinstance(name, str):
+                name = p.stem  # unreadable: _read_state keeps it aside
+            if _file_stem(name) == p.stem:
+                names.append(name)
+        return names
+
+    def _all_states(self) -> list[dict]:
+        return [s for n in self._state_names() if (s := self._read_state(n))]
 
     def _write_state(self, name: str, st: dict) -> None:
-        self.engines_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.engines_dir)
         _atomic_write_json(self.state_path(name), st)
 
     def _drop_state(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.state_path(name).unlink()
+
+    def _keep_aside(self, name: str) -> Path | None:
+        """Rename the state file to ``<stem>.stale-<time>.json`` (for a human); its new path."""
+        src = self.state_path(name)
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        for n in range(100):
+            dst = src.with_name(f"{src.stem}.stale-{stamp}{f'-{n}' if n else ''}.json")
+            try:
+                os.link(src, dst)  # never replaces an earlier one
+            except FileExistsError:
+                continue
+            except OSError:
+                return None
+            with contextlib.suppress(OSError):
+                os.unlink(src)
+            return dst
+        return None
+
+    def _stale_files(self, name: str) -> list[Path]:
+        if not self.engines_dir.is_dir():
+            return []
+        return sorted(self.engines_dir.glob(f"{glob_escape(_file_stem(name))}.stale-*.json"))
 
     def _endpoint(self, st: Mapping[str, Any], timeout_s: float = 5.0) -> EngineEndpoint:
         # /metrics of a CPU engine with saturated cores can take seconds
@@ -180,11 +327,20 @@ class _StoreMixin:
         phase = st.get("phase", "running")
         detail = None
         exit_code = None
-        left = self._live_group(st) if kind == "gone" else []
+        left: list[ProcStat] = []
+        if kind == "gone":
+            left = self._live_group(st)
+        elif kind == "alive" and phase != "stopping" and self._tracking_due(st["name"]):
+            self._track_and_save(st)
+        if kind == "gone":
+            left = [m for m in left if m.pid != int(st["pid"])]
         if kind == "mismatch":
             phase, detail = "stale", self._refusal(st, why)
-        elif left:
-            detail = f"main process exited; {len(left)} process(es) of its group remain (stop cleans them up)"
+        elif kind == "gone" and left:
+            if phase != "stopping":
+                phase = "orphaned"
+            detail = (f"main process exited; {len(left)} worker{'s' if len(left) != 1 else ''} still alive: "
+                      f"pids {', '.join(str(m.pid) for m in left)} (stop cleans them up)")
         elif kind == "gone" and not self._busy(st["name"]):
             phase, detail = "exited", why
             with self._lock:
@@ -192,9 +348,30 @@ class _StoreMixin:
             exit_code = self._owned_rc(int(st["pid"])) if owned else None
             if exit_code is not None:
                 detail = f"exited with status {_rc_text(exit_code)}"
+        rec = self._build_record(st, phase, detail, exit_code,
+                                 tuple(m.pid for m in left) if phase != "exited" else ())
+        if phase == "exited":
+            # It ended on its own: forget the state file, remember it for display —
+            # under the operation lock, so an action that just stopped it is not
+            # mistaken for a crash.
+            try:
+                with _OperationLock(self, st["name"], attempts=1):
+                    cur = self._read_state(st["name"])
+                    if cur is None or cur.get("pid") != st["pid"] or cur.get("starttime") != st.get("starttime"):
+                        return self._record(cur) if cur is not None else None
+                    self._drop_state(st["name"])
+                    with self._lock:
+                        self._exited[st["name"]] = rec
+                    self._history(st["name"], "exited", "failed", reason=detail, pid=rec.pid)
+            except EngineBusyError:
+                return replace(rec, phase=st.get("phase", "running"), detail=None, exit_code=None)
+        return rec
+
+    def _build_record(self, st: Mapping[str, Any], phase: str, detail: str | None,
+                      exit_code: int | None = None, pids: tuple[int, ...] = ()) -> EngineRecord:
         with self._lock:
             adopted = st["name"] in self._adopted
-        rec = EngineRecord(
+        return EngineRecord(
             name=st["name"],
             profile_name=st.get("profile_name") or st["name"],
             phase=phase,
@@ -214,29 +391,15 @@ class _StoreMixin:
             adopted=adopted,
             detail=detail,
             exit_code=exit_code,
+            owner=st.get("owner") if isinstance(st.get("owner"), dict) else None,
+            pids=pids,
         )
-        if phase == "exited":
-            # It ended on its own: forget the state file, remember it for display —
-            # under the operation lock, so an action that just stopped it is not
-            # mistaken for a crash.
-            try:
-                with _OperationLock(self, st["name"], attempts=1):
-                    cur = self._read_state(st["name"])
-                    if cur is None or cur.get("pid") != st["pid"] or cur.get("starttime") != st.get("starttime"):
-                        return self._record(cur) if cur is not None else None
-                    self._drop_state(st["name"])
-                    with self._lock:
-                        self._exited[st["name"]] = rec
-                    self._history(st["name"], "exited", "failed", reason=detail, pid=rec.pid)
-            except EngineBusyError:
-                return replace(rec, phase=st.get("phase", "running"), detail=None, exit_code=None)
-        return rec
 
     def _history(self, name: str, action: str, result: str, **data: Any) -> None:
         entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "ts": time.time(), "action": action,
                  "result": result, **{k: v for k, v in data.items() if v is not None}}
         try:
-            self.engines_dir.mkdir(parents=True, exist_ok=True)
+            private_dir(self.engines_dir)
             line = (json.dumps(entry, default=str) + "\n").encode()
             fd = os.open(self.history_path(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
@@ -247,18 +410,23 @@ class _StoreMixin:
             pass
 
     def _audit(self, action: str, target: str, result: str, **kw: Any) -> None:
-        try:
+        """A one-shot entry for what executed nothing (a refusal, a failed check)."""
+        with contextlib.suppress(OSError):  # nothing was done: nothing is hidden
             self.audit.record(action, target, result, **kw)
-        except OSError:
-            pass  # the action happened; an unwritable audit log must not hide that
 
 
 class _OperationLock:
-    """One action per engine: a thread lock plus an flock shared with other processes."""
+    """One action per engine: a thread lock plus an flock shared with other processes.
+
+    The lock file exists only while an action holds it: the holder removes
+    it before unlocking, and a waiter that then gets the lock on the removed
+    file notices (its inode is no longer the path's) and tries again.
+    """
 
     def __init__(self, mgr: _StoreMixin, name: str, attempts: int = 10) -> None:
         self.mgr, self.name, self.attempts = mgr, name, attempts
         self._fd: int | None = None
+        self.path = mgr.lock_path(name)
         with mgr._lock:
             self._tlock = mgr._op_locks.setdefault(name, threading.Lock())
 
@@ -266,25 +434,35 @@ class _OperationLock:
         if not self._tlock.acquire(blocking=False):
             raise EngineBusyError(f"engine {self.name!r} is busy: another action on it is in progress")
         try:
-            self.mgr.engines_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.mgr.engines_dir / f"{self.name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            private_dir(self.mgr.engines_dir)
             for attempt in range(self.attempts):  # a status() probe holds it for microseconds
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
                 except OSError:
+                    os.close(fd)
                     if attempt == self.attempts - 1:
-                        os.close(fd)
                         raise EngineBusyError(
                             f"engine {self.name!r} is busy: another infertop is acting on it") from None
                     time.sleep(0.01)
-            self._fd = fd
+                    continue
+                try:
+                    same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+                except OSError:
+                    same = False
+                if same:
+                    self._fd = fd
+                    return
+                os.close(fd)  # locked a file its holder has just removed: take the new one
+            raise EngineBusyError(f"engine {self.name!r} is busy: another infertop is acting on it")
         except BaseException:
             self._tlock.release()
             raise
 
     def __exit__(self, *exc: object) -> None:
         if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
             with contextlib.suppress(OSError):
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
@@ -301,10 +479,39 @@ def _has_token(pid: int, token: str) -> bool:
     return f"{ENGINE_ID_ENV}={token}".encode() in data.split(b"\0")
 
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
 
 
-def _check_name(name: str) -> str:
-    if not _NAME_RE.match(name or ""):
-        raise InvalidArgsError(f"engine name {name!r}: use letters, digits, '.', '_' or '-' (max 64)")
-    return name
+def _same_command(cmd: list[str], st: Mapping[str, Any]) -> bool:
+    """The live command line is the one infertop ran, as given or as the kernel ran it (``#!``)."""
+    want = [str(a) for a in st.get("cmdline") or []]
+    if not want:
+        return False
+    if cmd == want or cmd == st.get("kernel_cmdline") or cmd == kernel_argv(want):
+        return True
+    # A wrapper script (``exec /venv/bin/python "$@"``) ends up running the same
+    # arguments under another interpreter path; start time and group are checked too.
+    return len(want) > 1 and len(cmd) >= len(want) and cmd[len(cmd) - len(want) + 1:] == want[1:]
+
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def _file_stem(name: str) -> str:
+    """The file-name stem for an engine name: the name itself when file-safe, else encoded.
+
+    Any name is valid (``local:28400``, ``my engine``, ``a/b``); only here does it
+    become a file name: percent-encoded after a ``%`` (never a safe name's
+    first character, so no clash), or a hash when that is too long.
+    """
+    name = str(name)
+    if _SAFE_NAME.match(name):
+        return name
+    enc = "%" + quote(name, safe="-_")
+    if len(enc) <= 100:
+        return enc
+    return "%sha256-" + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:32]

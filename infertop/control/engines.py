@@ -13,14 +13,28 @@ them; otherwise the action is refused ("PID 1234 is no longer the engine
 infertop started"): infertop never signals a process it did not start.
 
 A new :class:`EngineManager` re-adopts engines started earlier (by another
-infertop, or before a restart of this one) that still run, and drops state
-files whose process is gone.
+infertop, or before a restart of this one) that still run, drops state
+files whose processes are all gone, and keeps aside (``<name>.stale-<time>.json``)
+those whose PID now runs another program: acting on such an engine is
+refused with the reason.
 
-Stopping sends SIGTERM to the process group — vLLM then drains in-flight
-requests for ``--shutdown-timeout`` seconds — reports "draining (n in
-flight)" from the engine's live ``/metrics``, and only after the grace
-period sends SIGKILL to what is left of the group; it returns once no
-process of the group remains.
+Every process of an engine (vLLM's EngineCore and workers appear after the
+API server, and vLLM retitles them) is recorded with its start time, so
+``status`` and ``stop`` find them even after the main process died.
+
+Stopping sends SIGTERM to the main (API-server) process only — vLLM then
+drains in-flight requests for ``--shutdown-timeout`` seconds (derived from
+the profile's ``stop_grace_s`` when the profile sets none) and stops its
+own workers — reports "draining (n in flight)" from the engine's live
+``/metrics``, and only after the grace period sends SIGKILL to the whole
+engine; it returns once no process of it remains.
+
+Every action writes an audit *intent* before its first signal or spawn and
+an *outcome* once known; when the audit log cannot be written the action
+is refused (:class:`AuditRefusedError`) unless ``unaudited=True``.
+
+Engine names are free text (``local:28400``, ``my engine``); they are
+encoded only where they become file names.
 
 Progress callbacks receive :class:`EngineProgress` from the calling
 (worker) thread, throttled to a few per second; keep them cheap (a TUI
@@ -48,6 +62,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +90,7 @@ from .engine_command import (
     parse_value,
 )
 from .engine_errors import (
+    AuditRefusedError,
     EngineBusyError,
     EngineError,
     EngineNotFound,
@@ -106,7 +122,7 @@ from .engine_state import (
     clean_line,
     last_error_line,
 )
-from .engine_store import _check_name
+from .engine_store import _file_stem
 from .procfs import (
     ProcStat,
     boot_id,
@@ -135,6 +151,7 @@ __all__ = [
     "EngineError",
     "EngineNotFound",
     "EngineBusyError",
+    "AuditRefusedError",
     "InvalidArgsError",
     "PortInUseError",
     "NotOurProcessError",
@@ -234,8 +251,10 @@ class EngineManager(_LifecycleMixin):
         kill_wait_s: float = 10.0,
         failure_grace_s: float = 5.0,
         metrics_interval_s: float = 1.0,
-        http_close_s: float = 5.0,
+        http_close_s: float = 2.0,
         observe_timeout_s: float = 5.0,
+        orphan_grace_s: float = 3.0,
+        profiles: Mapping[str, ProfileConfig] | None = None,
         adopt: bool = True,
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
@@ -248,11 +267,15 @@ class EngineManager(_LifecycleMixin):
         self.metrics_interval_s = metrics_interval_s
         self.http_close_s = http_close_s
         self.observe_timeout_s = observe_timeout_s
+        self.orphan_grace_s = orphan_grace_s
+        self.profiles: Mapping[str, ProfileConfig] = profiles if profiles is not None else {}
         self._lock = threading.RLock()
         self._op_locks: dict[str, threading.Lock] = {}
         self._children: dict[int, subprocess.Popen] = {}  # pid → our child
         self._exited: dict[str, EngineRecord] = {}  # exited this session, for display
         self._adopted: set[str] = set()
+        self._stale: dict[str, tuple[dict, str, str | None]] = {}  # name → (state, refusal, kept-aside path)
+        self._tracked_at: dict[str, float] = {}
         self._boot_id = boot_id()
         if adopt:
             self.adopt()
@@ -260,13 +283,27 @@ class EngineManager(_LifecycleMixin):
     # -- paths
 
     def state_path(self, name: str) -> Path:
-        return self.engines_dir / f"{_check_name(name)}.json"
+        return self.engines_dir / f"{_file_stem(name)}.json"
 
     def log_path(self, name: str) -> Path:
-        return self.engines_dir / f"{_check_name(name)}.log"
+        return self.engines_dir / f"{_file_stem(name)}.log"
 
     def history_path(self, name: str) -> Path:
-        return self.engines_dir / f"{_check_name(name)}.history.jsonl"
+        return self.engines_dir / f"{_file_stem(name)}.history.jsonl"
+
+    def lock_path(self, name: str) -> Path:
+        return self.engines_dir / f"{_file_stem(name)}.lock"
+
+    def managed(self, name: str | None) -> EngineRecord | None:
+        """The live engine infertop manages under ``name``, or None — for any name, never raising
+        on what a name contains or on an unreadable state directory (key-availability checks)."""
+        if not isinstance(name, str) or not name:
+            return None
+        try:
+            rec = self.status(name)
+        except (OSError, EngineError, ValueError):
+            return None
+        return rec if rec is not None and rec.alive else None
 
     # -- public: queries
 
@@ -276,21 +313,26 @@ class EngineManager(_LifecycleMixin):
         Returns the names adopted.  Called on construction.
         """
         adopted = []
-        if not self.engines_dir.is_dir():
+        try:
+            names = self._state_names()
+        except OSError:
             return adopted
-        for path in sorted(self.engines_dir.glob("*.json")):
-            name = path.stem
+        for name in names:
             st = self._read_state(name)
             if st is None:
                 continue
             kind, why = self._identity(st)
+            if kind == "mismatch":
+                if not self._busy(name):
+                    self._set_stale(st, why)
+                continue
             if kind == "alive" or (kind == "gone" and self._live_group(st)):
                 with self._lock:
                     self._adopted.add(name)
                 adopted.append(name)
                 if st.get("phase") == "starting" and kind == "alive" and not self._busy(name):
                     # Its starter is gone: settle the phase with one /health probe.
-                    with contextlib.suppress(httpx.HTTPError), \
+                    with contextlib.suppress(httpx.HTTPError, OSError), \
                             httpx.Client(timeout=1.0, trust_env=False) as c:
                         if c.get(st["url"] + "/health").status_code == 200:
                             st.update(phase="running", healthy_at=st.get("healthy_at") or time.time())
@@ -305,6 +347,9 @@ class EngineManager(_LifecycleMixin):
         st = self._read_state(name)
         if st is None:
             with self._lock:
+                stale = self._stale.get(name)
+                if stale is not None:
+                    return self._build_record(stale[0], "stale", stale[1])
                 return self._exited.get(name)
         rec = self._record(st)
         if rec is None:
@@ -315,14 +360,17 @@ class EngineManager(_LifecycleMixin):
     def list(self) -> list[EngineRecord]:  # noqa: A003 — the manager's natural verb
         """Every known engine: running ones, then those that exited this session."""
         out: dict[str, EngineRecord] = {}
-        if self.engines_dir.is_dir():
-            for path in sorted(self.engines_dir.glob("*.json")):
-                rec = self.status(path.stem)
-                if rec is not None:
-                    out[rec.name] = rec
+        for name in self._state_names():
+            rec = self.status(name)
+            if rec is not None:
+                out[rec.name] = rec
         with self._lock:
+            stale = list(self._stale)
             for name, rec in self._exited.items():
                 out.setdefault(name, rec)
+        for name in stale:
+            if name not in out and (rec := self.status(name)) is not None:
+                out[name] = rec
         return sorted(out.values(), key=lambda r: (not r.alive, r.name))
 
     def tail_log(self, name: str, n: int = 50) -> list[str]:
@@ -353,7 +401,7 @@ class EngineManager(_LifecycleMixin):
         st = self._require_state(name)
         kind, why = self._identity(st)
         if kind == "mismatch":
-            raise NotOurProcessError(self._refusal(st, why))
+            raise NotOurProcessError(self._set_stale(st, why))
         rec = self._record(st)
         if rec is None:
             raise EngineNotFound(f"engine {name!r} has just stopped")
@@ -370,49 +418,64 @@ class EngineManager(_LifecycleMixin):
         overrides: Mapping[str, Any] | None = None,
         profile_name: str | None = None,
         timeout_s: float | None = None,
+        unaudited: bool = False,
     ) -> EngineRecord:
         """Spawn the engine and wait for /health 200.
 
         Raises PortInUseError (nothing spawned), EngineStartError (exit,
-        timeout, out of memory; the group is killed and nothing is left),
-        EngineBusyError, InvalidArgsError, or EngineError ("already running").
+        timeout, out of memory; the engine is killed and nothing is left),
+        EngineBusyError, InvalidArgsError, AuditRefusedError, or EngineError
+        ("already running").
         """
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidArgsError("engine name: must not be empty")
         emit = _Emitter(progress, name, "start")
+        audit = _Audit(self, "engine.start", name, unaudited)
         try:
             with self._operation(name):
                 over = normalize_overrides(profile, overrides)
-                rec = self._do_start(name, profile, over, profile_name or name, emit, timeout_s, restarts=0)
+                new = effective_args(profile, over)
+                rec = self._do_start(
+                    name, profile, over, profile_name or name, emit, timeout_s, restarts=0,
+                    before_spawn=lambda cmd: audit.intent(new=new, check={"port": "free"}, cmdline=cmd,
+                                                          env_names=sorted(profile.env)))
         except EngineError as e:
-            self._audit("engine.start", name, "failed", new=_safe_args(profile, overrides), reason=e.reason)
-            if not isinstance(e, EngineBusyError):
+            audit.failed(e, new=_safe_args(profile, overrides))
+            if not isinstance(e, (EngineBusyError, AuditRefusedError)):
                 self._history(name, "start", "failed", reason=e.reason)
             raise
-        self._audit("engine.start", name, "ok", new=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s))
+        except OSError as e:
+            raise audit.fs_error(e) from None
+        audit.ok(new=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s))
         self._history(name, "start", "ok", args=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s))
         return rec
 
-    def stop(self, name: str, grace_s: float | None = None, progress: Progress | None = None) -> StopResult:
-        """SIGTERM the group (vLLM drains), SIGKILL after ``grace_s``; nothing of it is left.
+    def stop(self, name: str, grace_s: float | None = None, progress: Progress | None = None, *,
+             unaudited: bool = False) -> StopResult:
+        """SIGTERM the main process (vLLM drains), SIGKILL the engine after ``grace_s``; nothing is left.
 
         ``grace_s`` defaults to the profile's ``stop_grace_s``, at least
         ``shutdown_timeout`` + 10 s.  Raises NotOurProcessError (refused,
-        nothing signalled), EngineNotFound, EngineBusyError, EngineStopError.
+        nothing signalled), EngineNotFound, EngineBusyError, EngineStopError,
+        AuditRefusedError.
         """
         emit = _Emitter(progress, name, "stop")
+        audit = _Audit(self, "engine.stop", name, unaudited)
         old = None
         try:
             with self._operation(name):
                 st = self._require_state(name)
                 old = st.get("args")
-                res = self._do_stop(st, grace_s, emit)
-        except NotOurProcessError as e:
-            self._audit("engine.stop", name, "refused", old=old, reason=e.reason)
-            raise
+                res = self._do_stop(st, grace_s, emit,
+                                    before_signal=lambda info: audit.intent(old=old, check=info,
+                                                                            grace_s=grace_s))
         except EngineError as e:
-            self._audit("engine.stop", name, "failed", old=old, reason=e.reason)
+            audit.failed(e, old=old)
             raise
-        self._audit("engine.stop", name, "ok", old=old, reason=res.reason, sigkill=res.sigkill,
-                    seconds=_r(res.seconds), pid=res.pid)
+        except OSError as e:
+            raise audit.fs_error(e) from None
+        audit.ok(old=old, reason=res.reason, sigkill=res.sigkill, seconds=_r(res.seconds), pid=res.pid,
+                 in_flight_before=res.in_flight_before, in_flight_after=res.in_flight_after, failed=res.failed)
         self._history(name, "stop", "ok", reason=res.reason, pid=res.pid, sigkill=res.sigkill,
                       stop_s=_r(res.seconds), exit_code=res.exit_code)
         return res
@@ -426,31 +489,32 @@ class EngineManager(_LifecycleMixin):
         progress: Progress | None = None,
         grace_s: float | None = None,
         timeout_s: float | None = None,
+        unaudited: bool = False,
     ) -> EngineRecord:
         """Stop (drain) and start again with the recorded profile (or ``profile``),
         the overrides set before, and ``overrides`` on top."""
         emit = _Emitter(progress, name, "restart")
+        audit = _Audit(self, "engine.restart", name, unaudited)
         old = new = None
         try:
             with self._operation(name):
                 st = self._require_state(name)
                 old = st.get("args")
-                prof = profile or _profile_from_dict(st.get("profile") or {})
+                prof = self._profile_for(st, profile)
                 over = normalize_overrides(prof, {**(st.get("overrides") or {}), **dict(overrides or {})})
                 new = effective_args(prof, over)
-                self._do_stop(st, grace_s, emit)
+                self._do_stop(st, grace_s, emit,
+                              before_signal=lambda info: audit.intent(old=old, new=new, check=info))
                 rec = self._do_start(name, prof, over, st.get("profile_name") or name, emit, timeout_s,
                                      restarts=int(st.get("restarts", 0)) + 1)
-        except NotOurProcessError as e:
-            self._audit("engine.restart", name, "refused", old=old, new=new, reason=e.reason)
-            raise
         except EngineError as e:
-            self._audit("engine.restart", name, "failed", old=old, new=new, reason=e.reason)
-            if not isinstance(e, EngineBusyError):
+            audit.failed(e, old=old, new=new)
+            if not isinstance(e, (EngineBusyError, NotOurProcessError, AuditRefusedError)):
                 self._history(name, "restart", "failed", reason=e.reason, args=new)
             raise
-        self._audit("engine.restart", name, "ok", old=old, new=rec.args, pid=rec.pid,
-                    startup_s=_r(rec.startup_s))
+        except OSError as e:
+            raise audit.fs_error(e) from None
+        audit.ok(old=old, new=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s))
         self._history(name, "restart", "ok", args=rec.args, old=old, pid=rec.pid, startup_s=_r(rec.startup_s))
         return rec
 
@@ -465,6 +529,8 @@ class EngineManager(_LifecycleMixin):
         timeout_s: float | None = None,
         rollback: bool = True,
         stats: Callable[[EngineRecord], EngineStats | None] | None = None,
+        profile: ProfileConfig | None = None,
+        unaudited: bool = False,
     ) -> SetResult:
         """Change launch arguments: drain → restart with them → wait healthy → verify.
 
@@ -480,13 +546,14 @@ class EngineManager(_LifecycleMixin):
         of /metrics bounded by ``observe_timeout_s`` (None if it fails).
         """
         emit = _Emitter(progress, name, "set")
+        audit = _Audit(self, "engine.set", name, unaudited)
         t0 = time.monotonic()
         old_vals: dict[str, Any] = {}
         new_vals: dict[str, Any] = {}
         try:
             with self._operation(name):
                 st = self._require_state(name)
-                prof = _profile_from_dict(st.get("profile") or {})
+                prof = self._profile_for(st, profile)
                 changes = normalize_overrides(prof, changes)
                 if not changes:
                     raise InvalidArgsError("nothing to change")
@@ -495,7 +562,7 @@ class EngineManager(_LifecycleMixin):
                 new_vals = dict(changes)
                 kind, why = self._identity(st)
                 if kind == "mismatch":
-                    raise NotOurProcessError(self._refusal(st, why))
+                    raise NotOurProcessError(self._set_stale(st, why))
                 if old_vals == new_vals and kind == "alive":
                     rec = self._record(st)
                     self._audit("engine.set", name, "ok", old=old_vals, new=new_vals, reason="unchanged")
@@ -504,7 +571,10 @@ class EngineManager(_LifecycleMixin):
                 old_over = dict(st.get("overrides") or {})
                 new_over = normalize_overrides(prof, {**old_over, **changes})
                 before = self._stats(self._record(st), stats) if kind == "alive" else None
-                stop_res = self._do_stop(st, grace_s, emit)
+                stop_res = self._do_stop(
+                    st, grace_s, emit,
+                    before_signal=lambda info: audit.intent(old=old_vals, new=new_vals, check=info,
+                                                            diff=f"{_kv(old_vals)} → {_kv(new_vals)}"))
                 restarts = int(st.get("restarts", 0)) + 1
                 try:
                     rec = self._do_start(name, prof, new_over, st.get("profile_name") or name, emit,
@@ -535,20 +605,38 @@ class EngineManager(_LifecycleMixin):
                 after = self._stats(rec, stats)
                 total = time.monotonic() - t0
                 emit("done", f"{_kv(old_vals)} → {_kv(new_vals)} in {total:.1f} s", pid=rec.pid, force=True)
-        except NotOurProcessError as e:
-            self._audit("engine.set", name, "refused", old=old_vals or None, new=new_vals or None, reason=e.reason)
-            raise
         except EngineError as e:
-            self._audit("engine.set", name, "failed", old=old_vals or None, new=new_vals or None, reason=e.reason)
-            if not isinstance(e, EngineBusyError):
+            audit.failed(e, old=old_vals or None, new=new_vals or None)
+            if not isinstance(e, (EngineBusyError, NotOurProcessError, AuditRefusedError)):
                 self._history(name, "set", "failed", old=old_vals, new=new_vals, reason=e.reason)
             raise
-        self._audit("engine.set", name, "ok", old=old_vals, new=new_vals, pid=rec.pid,
-                    startup_s=_r(rec.startup_s), total_s=_r(total), verified=verified)
+        except OSError as e:
+            raise audit.fs_error(e) from None
+        audit.ok(old=old_vals, new=new_vals, pid=rec.pid, startup_s=_r(rec.startup_s), total_s=_r(total),
+                 verified=verified, in_flight_before=stop_res.in_flight_before,
+                 in_flight_after=stop_res.in_flight_after, failed=stop_res.failed)
         self._history(name, "set", "ok", old=old_vals, new=new_vals, pid=rec.pid, args=rec.args,
                       startup_s=_r(rec.startup_s), total_s=_r(total), stop_s=_r(stop_res.seconds))
         return SetResult(name, True, old_vals, new_vals, rec, verified, before, after, stop_res,
                          rec.startup_s, total)
+
+    def _profile_for(self, st: Mapping[str, Any], given: ProfileConfig | None) -> ProfileConfig:
+        """The profile to start again from: ``given``, else the recorded one with its ``env``
+        values read from the config's profile (only their names are stored)."""
+        if given is not None:
+            return given
+        prof = _profile_from_dict(st.get("profile") or {})
+        names = [n for n in st.get("env_names") or [] if isinstance(n, str)]
+        if not names:
+            return prof
+        pname = st.get("profile_name") or st.get("name")
+        cfg = self.profiles.get(pname)
+        missing = [n for n in names if cfg is None or n not in cfg.env]
+        if missing:
+            raise EngineError(f"profile {pname!r}: the value of {', '.join(missing)} is not in the config "
+                              "(environment values are not stored with the engine's state); "
+                              "add the profile back to the config")
+        return replace(prof, env={n: cfg.env[n] for n in names})
 
     def _stats(self, rec: EngineRecord, fn: Callable[[EngineRecord], EngineStats | None] | None) -> EngineStats | None:
         if fn is not None:
@@ -563,7 +651,12 @@ class EngineManager(_LifecycleMixin):
         st = self._read_state(name)
         if st is None:
             with self._lock:
-                return self._exited.pop(name, None) is not None
+                stale = self._stale.pop(name, None)
+                exited = self._exited.pop(name, None)
+            if stale is not None:
+                self._history(name, "forget", "ok", reason="stale", pid=stale[0].get("pid"))
+                self._audit("engine.forget", name, "ok", old={"pid": stale[0].get("pid")}, reason=stale[1])
+            return stale is not None or exited is not None
         kind, why = self._identity(st)
         if kind == "alive" or (kind == "gone" and self._live_group(st)):
             raise EngineError(f"engine {name!r} is running (pid {st['pid']}); stop it instead")
@@ -577,3 +670,59 @@ class EngineManager(_LifecycleMixin):
 
 def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 2)
+
+
+class _Audit:
+    """One action's audit trail: an intent before execution, then its outcome.
+
+    Failures before the intent (refusals, checks) become one-shot entries;
+    an unwritable log refuses the action before anything is done, unless
+    ``unaudited`` (then the outcome says so).
+    """
+
+    def __init__(self, mgr: EngineManager, action: str, target: str, unaudited: bool) -> None:
+        self.mgr, self.action, self.target, self.unaudited = mgr, action, target, unaudited
+        self.op: str | None = None
+        self.intended = False
+
+    def intent(self, **details: Any) -> None:
+        self.intended = True
+        try:
+            self.op = self.mgr.audit.intent(self.action, self.target, **_clean(details))
+        except OSError as e:
+            if not self.unaudited:
+                self.intended = False
+                raise AuditRefusedError(f"refused: {e}; nothing was done (run it with --unaudited "
+                                        "to act without an audit record)") from None
+
+    def _outcome(self, result: str, **details: Any) -> None:
+        details = _clean(details)
+        try:
+            if self.op is not None:
+                self.mgr.audit.outcome(self.op, self.action, self.target, result, **details)
+            else:
+                if self.intended:
+                    details["unaudited"] = True
+                self.mgr.audit.record(self.action, self.target, result, **details)
+        except OSError:
+            pass  # the action is done; its result is still returned (and logged by the caller)
+
+    def ok(self, **details: Any) -> None:
+        self._outcome("ok", **details)
+
+    def failed(self, e: EngineError, **details: Any) -> None:
+        if isinstance(e, AuditRefusedError):
+            return  # nothing could be written, nothing was done
+        result = "refused" if isinstance(e, NotOurProcessError) else "failed"
+        self._outcome(result, reason=e.reason, **details)
+
+    def fs_error(self, e: OSError) -> EngineError:
+        """A filesystem error (state directory, log) as one line; recorded as the outcome."""
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        err = EngineError(f"{self.action.split('.')[-1]} {self.target!r}: {e.strerror or e}{where}")
+        self._outcome("failed", reason=err.reason)
+        return err
+
+
+def _clean(details: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in details.items() if v is not None}

@@ -72,6 +72,92 @@ def group_members(pgid: int) -> list[ProcStat]:
     return out
 
 
+def session_members(sid: int) -> list[ProcStat]:
+    """Live (not zombie) processes whose session is ``sid``.
+
+    A session id is the PID of its leader and the kernel never reuses a PID
+    while a session or group still carries it, so with a start-time check
+    this names one engine's processes even after its leader died.
+    """
+    out = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        st = read_stat(int(entry))
+        if st is not None and st.session == sid and st.state not in ("Z", "X"):
+            out.append(st)
+    return out
+
+
+def read_cgroup(pid: int) -> str | None:
+    """The unified (v2) cgroup path of ``pid``, or None when there is none (or only the root)."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        hier, _, rest = line.partition(":")
+        ctrl, _, path = rest.partition(":")
+        if hier == "0" and ctrl == "" and path and path != "/":
+            return path
+    return None
+
+
+def process_title(pid: int) -> str:
+    """What ``pid`` runs, for messages: its command line, else its name."""
+    cmd = read_cmdline(pid)
+    if cmd:
+        return _cmd_summary(cmd, 60)
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() or "?"
+    except OSError:
+        return "?"
+
+
+def kernel_argv(cmd: list[str], depth: int = 4) -> list[str]:
+    """``cmd`` as ``/proc/<pid>/cmdline`` will show it once the kernel has run it.
+
+    A program that is a ``#!`` script runs as ``interpreter [arg] script
+    args…``; ``#!/usr/bin/env NAME`` then runs ``NAME script args…``.
+    Followed up to ``depth`` levels; anything unreadable stays as given.
+    """
+    if not cmd or depth <= 0:
+        return list(cmd)
+    prog = cmd[0]
+    path = prog if "/" in prog else _which(prog)
+    if path is None:
+        return list(cmd)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return list(cmd)
+    if not head.startswith(b"#!"):
+        return list(cmd)
+    line = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+    interp, _, arg = line.partition(" ")
+    arg = arg.strip()
+    if not interp:
+        return list(cmd)
+    # The kernel passes the script as the file name execve() got: the PATH lookup's result.
+    argv = [interp, *([arg] if arg else []), path, *cmd[1:]]
+    if os.path.basename(interp) == "env" and arg and not arg.startswith("-"):
+        argv = [arg, path, *cmd[1:]]  # env execs NAME with the rest
+    return kernel_argv(argv, depth - 1) if argv[0] != path else argv
+
+
+def _which(prog: str) -> str | None:
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        cand = os.path.join(d or ".", prog)
+        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
 def _cmd_summary(cmd: list[str] | None, width: int = 80) -> str:
     text = " ".join(cmd or []) or "?"
     return text if len(text) <= width else text[: width - 1] + "…"

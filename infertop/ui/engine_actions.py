@@ -72,7 +72,7 @@ class EngineActions:
         state_dir = s.state_dir or default_state_dir()
         audit = AuditLog(s.config.audit_log or (Path(state_dir) / "audit.jsonl"))
         kwargs = {"module": s.engine_module} if s.engine_module else {}
-        self.engine_manager = EngineManager(state_dir, audit, **kwargs)
+        self.engine_manager = EngineManager(state_dir, audit, profiles=s.config.profiles, **kwargs)
         return [rec for rec in self.engine_manager.list() if rec.alive]
 
     def adopt_engines(self, records: list[EngineRecord]) -> None:
