@@ -446,6 +446,7 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         await self.gpu_collector.aclose()
 
     async def action_refresh_now(self) -> None:
+        self.run_worker(self.kube_refresh_now(), group="kube-refresh-now", exclusive=True, exit_on_error=False)
         await self.poll_now()
         await self.poll_gpus_now()
 
