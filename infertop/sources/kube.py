@@ -34,6 +34,7 @@ from .kube_session import (
     MAX_BODY_BYTES,
     MAX_WATCH_LINE_BYTES,
     NAMESPACED_KINDS,
+    TOO_LARGE,
     KubeError,
     KubeSession,
     as_kube_error,
@@ -112,7 +113,7 @@ def read_cluster(session: KubeSession, cfg: KubeConfig | None = None) -> Cluster
             try:
                 objs, _ = list_all(session, kind, ns, cfg.selector)
             except KubeError as e:
-                if e.status == 0:
+                if e.status == 0 and e.reason != TOO_LARGE:
                     raise  # no answer at all: the next lists would only wait as long again
                 if kind != "events" or e.status not in (403,):
                     raw.errors.append(f"{kind} in {ns}: {e}")

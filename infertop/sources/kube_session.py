@@ -25,6 +25,7 @@ __all__ = [
     "MAX_BODY_BYTES",
     "MAX_WATCH_LINE_BYTES",
     "NAMESPACED_KINDS",
+    "TOO_LARGE",
     "KubeError",
     "KubeSession",
     "as_kube_error",
@@ -42,6 +43,7 @@ NAMESPACED_KINDS = ("deployments", "statefulsets", "pods", "hpas", "events")
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_WATCH_LINE_BYTES = 16 * 1024 * 1024
 _READ_BYTES = 64 * 1024
+TOO_LARGE = "TooLarge"  # KubeError.reason of an answer refused for its size
 
 
 class KubeError(Exception):
@@ -150,13 +152,15 @@ def read_capped(resp: Any, limit: int) -> bytes:
     declared = resp.headers.get("Content-Length") if getattr(resp, "headers", None) is not None else None
     if declared and declared.isdigit() and int(declared) > limit:
         _abandon(resp)
-        raise KubeError(f"the API server's answer is {_mib(int(declared))}, over the {_mib(limit)} limit: refused")
+        raise KubeError(f"the API server's answer is {_mib(int(declared))}, over the {_mib(limit)} limit: refused",
+                        reason=TOO_LARGE)
     out = bytearray()
     for chunk in resp.stream(_READ_BYTES):  # at most this much per read, even from one huge HTTP chunk
         out += chunk
         if len(out) > limit:
             _abandon(resp)
-            raise KubeError(f"the API server's answer is over the {_mib(limit)} limit: refused while reading")
+            raise KubeError(f"the API server's answer is over the {_mib(limit)} limit: refused while reading",
+                            reason=TOO_LARGE)
     return bytes(out)
 
 
@@ -172,7 +176,8 @@ def iter_lines_capped(resp: Any, limit: int) -> Iterator[bytes]:
         del buf[:start]
         if len(buf) > limit:
             _abandon(resp)
-            raise KubeError(f"a watch event over the {_mib(limit)} limit: refused while reading")
+            raise KubeError(f"a watch event over the {_mib(limit)} limit: refused while reading",
+                            reason=TOO_LARGE)
     if buf.strip():
         yield bytes(buf)
 

@@ -166,7 +166,9 @@ class Informer:
                 if self.resource_version is None or self._relist_wanted:
                     self._relist_wanted = False
                     self._relist()
-                self._watch()
+                started = time.monotonic()
+                if self._watch() == 0 and time.monotonic() - started < 1.0 and not self._relist_wanted:
+                    self._pause(self.backoff_s[0])  # a server ending every watch at once: do not spin
                 backoff, doubts = self.backoff_s[0], 0
             except _InDoubt as e:
                 self.relist_reason, self._relist_wanted = str(e), True
@@ -236,7 +238,8 @@ class Informer:
             raise _InDoubt(f"resourceVersion went back from {self._max_rv} to {n} in a watch")
         self._max_rv = n
 
-    def _watch(self) -> None:
+    def _watch(self) -> int:
+        """One watch, until the server ends it; returns the number of lines read."""
         fn, namespaced, selective = self.session.list_fn(self.kind)
         args = (self.namespace,) if namespaced else ()
         kw: dict[str, Any] = {"watch": True, "allow_watch_bookmarks": True, "timeout_seconds": self.watch_timeout_s,
@@ -252,12 +255,14 @@ class Informer:
         except Exception as e:  # noqa: BLE001
             raise as_kube_error(e, self.session.timeout_s) from None
         self._resp = resp  # before the checks: stop() / request_relist() either see it or are seen
+        lines = 0
         try:
             if self._stop.is_set() or self._relist_wanted:
-                return
+                return lines
             for line in iter_lines_capped(resp, self.session.max_watch_line_bytes):
                 if not line.strip():
                     continue
+                lines += 1
                 try:
                     ev = json.loads(line)
                 except ValueError:
@@ -287,7 +292,8 @@ class Informer:
                     self.last_good_at = self.clock()
                 self.on_change()
                 if self._stop.is_set() or self._relist_wanted:
-                    return
+                    return lines
+            return lines
         finally:
             self._resp = None
             try:
