@@ -152,3 +152,22 @@ async def test_ctrl_r_relists_and_says_so(kube_emulator, tmp_path):
         assert re.search(r" · relisted \d\d:\d\d:\d\d", text.split("\n")[0])
         assert all(inf.lists == 2 for inf in app.kube_watcher.informers)
         assert emu.count_requests(predicate=lambda r: r.query.get("watch") != "true" and r.method == "GET") >= 6
+
+
+@pytest.mark.parametrize("watch", [True, False], ids=["watch", "poll"])
+async def test_an_api_server_down_at_start_is_waited_for(kube_emulator, tmp_path, watch):
+    emu = kube_emulator(TOKEN, reconcile_interval=0.2)
+    emu.add_deployment(NS, "vllm", replicas=1, gpu_per_pod=0)
+    emu.wait_until(lambda: len(emu.list("pods", NS)) == 1)
+    kubeconfig = emu.write_kubeconfig(tmp_path / "kc")
+    emu.stop()
+    app = make_app(tmp_path, kubeconfig, watch=watch, timeout_s=1.0)
+    async with app.run_test(size=(120, 30)) as pilot:
+        pane = await connected(pilot, app)
+        await until(pilot, lambda: "✗ stale since" in header(pane), message="stale from the start")
+        assert "cannot reach the API server" in header(pane) and workload_names(pane) == set()
+        emu.start()
+        await until(pilot, lambda: workload_names(pane) == {"vllm"} and "stale" not in header(pane),
+                    tries=1500, message="the first read once it answers (retries back off up to 5 s)")
+        await until(pilot, lambda: app.kube_perm_checks == 2, message="permissions checked again")
+        assert app.kube_perms.allows("scale") is True  # unknown while it was down, known now

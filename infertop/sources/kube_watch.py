@@ -41,7 +41,7 @@ __all__ = [
     "rv_too_large",
 ]
 
-BACKOFF_S = (0.5, 10.0)  # first and longest wait between two failed attempts (jittered ±20 %)
+BACKOFF_S = (0.5, 5.0)  # first and longest wait between two failed attempts (jittered ±20 %)
 
 
 class _InDoubt(Exception):
@@ -64,7 +64,7 @@ class Informer:
     Runs in its own daemon thread. A watch that ends (server timeout) resumes
     from the last resourceVersion seen (bookmarks keep it fresh). A doubt about
     that resourceVersion relists at once; other errors mark the informer stale
-    (:attr:`error`, :attr:`stale_since`), back off (0.5 s doubling to 10 s,
+    (:attr:`error`, :attr:`stale_since`), back off (0.5 s doubling to 5 s,
     jittered) and relist when the server answers again.
     """
 

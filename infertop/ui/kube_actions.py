@@ -135,7 +135,15 @@ class KubeActions:
                 watcher.wait_synced(cfg.timeout_s)
                 snap = watcher.snapshot()
             else:
-                snap = read_cluster(session, cfg)
+                try:
+                    snap = read_cluster(session, cfg)
+                except KubeError as e:
+                    if e.status != 0:
+                        raise
+                    # no answer yet: connect anyway, stale and empty, and keep polling until it answers
+                    snap = ClusterSnapshot(context=session.context, namespaces=tuple(session.namespaces),
+                                           taken_at=time.time(), user=session.user, server=session.server,
+                                           stale_since=time.time(), stale_error=str(e))
         except KubeError as e:
             self.call_from_thread(self._kube_failed, str(e))  # type: ignore[attr-defined]
             return
@@ -164,7 +172,8 @@ class KubeActions:
         self._kube_rendered = watcher.version if watcher is not None else -1
         self._kube_reconnects_seen = watcher.reconnects if watcher is not None else 0
         self._kube_poll_reconnects = 0
-        self._kube_poll_stale_since = None
+        self._kube_poll_stale_since = snap.stale_since if watcher is None else None
+        self.kube_error = snap.stale_error if watcher is None else None
         self._kube_was_stale = False
         self._kube_relist_note = ""
         self._kube_render()
