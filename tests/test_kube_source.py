@@ -27,6 +27,7 @@ from infertop.sources.kube import (
     build_snapshot,
     RawCluster,
     describe_api_error,
+    fetch_pod_load,
     fetch_pod_loads,
     hpa_view,
     kube_contexts,
@@ -385,6 +386,20 @@ def test_a_list_body_is_capped_while_reading(tmp_path, mode, expected):
         assert len(read_cluster(session).pods) == 3
     finally:
         session.close()
+        server.close()
+
+
+def test_a_pods_endless_metrics_is_refused_while_reading():
+    server = HostileApi("endless-list")  # every GET answers a body that never ends
+    url = f"http://127.0.0.1:{server.httpd.server_address[1]}"
+    try:
+        assert fetch_pod_load(url, timeout_s=5).error == "response too large (> 8 MB)"
+        sent = server.sent
+        assert sent < 64 << 20
+        loads = asyncio.run(fetch_pod_loads({"p": url}, timeout_s=5))
+        assert loads["p"].error and "too large" in loads["p"].error
+        assert server.sent - sent < 64 << 20
+    finally:
         server.close()
 
 
