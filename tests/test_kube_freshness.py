@@ -95,13 +95,15 @@ async def test_the_pane_goes_stale_when_the_api_server_dies_and_recovers_by_itse
         emu.start()
         emu.delete("deployments", "old", NS)
         emu.add_deployment(NS, "fresh", replicas=1, gpu_per_pod=0)
-        await until(pilot, lambda: workload_names(pane) == {"vllm", "fresh"} and not pane.has_class("-stale"),
+        def pod_names() -> set[str]:
+            return {str(pane.table("pods").get_row(k)[0]) for k in pane.table("pods").rows}
+
+        await until(pilot, lambda: workload_names(pane) == {"vllm", "fresh"} and not pane.has_class("-stale")
+                    and len(pod_names()) == 2 and not any(p.startswith("old-") for p in pod_names()),
                     message="recovered without a K press")
         assert "stale" not in header(pane) and "✗" not in header(pane)
         assert header(pane).split("\n")[0].endswith(" · watching" if watch else " · polling")
-        pods = {str(pane.table("pods").get_row(k)[0]) for k in pane.table("pods").rows}
-        assert len(pods) == 2 and not any(p.startswith("old-") for p in pods)
-        await until(pilot, lambda: app.kube_perm_checks == 2, message="permissions re-checked")
+        await until(pilot, lambda: app.kube_perm_checks >= 2, message="permissions re-checked")
         assert emu.count_requests("POST", SSAR) > checks
 
 
