@@ -255,6 +255,7 @@ class Informer:
         except Exception as e:  # noqa: BLE001
             raise as_kube_error(e, self.session.timeout_s) from None
         self._resp = resp  # before the checks: stop() / request_relist() either see it or are seen
+        ordered = "resource_version" in kw  # from a resourceVersion, events only move forward
         lines = 0
         try:
             if self._stop.is_set() or self._relist_wanted:
@@ -277,7 +278,8 @@ class Informer:
                         raise _InDoubt(_one_line(f"{code} {message}"))
                     raise KubeError(_one_line(f"{code} watch error: {message}"), code)
                 rv = (obj.get("metadata") or {}).get("resourceVersion")
-                self._seen(rv)
+                if ordered:
+                    self._seen(rv)
                 if etype == "BOOKMARK":
                     if rv:
                         self.resource_version = rv
