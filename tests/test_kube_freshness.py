@@ -89,6 +89,7 @@ async def test_the_pane_goes_stale_when_the_api_server_dies_and_recovers_by_itse
         assert first.endswith(" · stale") and "watching" not in first and "polling" not in first
         assert re.fullmatch(r"✗ stale since \d\d:\d\d:\d\d: cannot reach the API server: connection refused", second)
         assert pane.has_class("-stale")  # the tables are dimmed
+        assert app.kube_stale_error == "cannot reach the API server: connection refused"
         assert workload_names(pane) == {"vllm", "old"}  # the last objects read, still shown
 
         emu.reset_resource_versions()
@@ -101,7 +102,7 @@ async def test_the_pane_goes_stale_when_the_api_server_dies_and_recovers_by_itse
         await until(pilot, lambda: workload_names(pane) == {"vllm", "fresh"} and not pane.has_class("-stale")
                     and len(pod_names()) == 2 and not any(p.startswith("old-") for p in pod_names()),
                     message="recovered without a K press")
-        assert "stale" not in header(pane) and "✗" not in header(pane)
+        assert "stale" not in header(pane) and "✗" not in header(pane) and app.kube_stale_error is None
         assert header(pane).split("\n")[0].endswith(" · watching" if watch else " · polling")
         await until(pilot, lambda: app.kube_perm_checks >= 2, message="permissions re-checked")
         assert emu.count_requests("POST", SSAR) > checks

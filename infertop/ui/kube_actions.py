@@ -301,6 +301,12 @@ class KubeActions:
         self._kube_relist_note = f"{'relist failed' if failed else 'relisted'} {time.strftime('%H:%M:%S')}"
         self._kube_render()
 
+    @property
+    def kube_stale_error(self) -> str | None:
+        """Why the cluster cannot be read now (the objects shown are the last read), else None."""
+        stale = self._kube_stale()
+        return stale[1] if stale is not None else None
+
     def _kube_stale(self) -> tuple[float, str] | None:
         """(since, why) while the cluster cannot be read: the pane shows the last objects read."""
         snap = self.kube_snapshot
