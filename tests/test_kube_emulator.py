@@ -718,6 +718,48 @@ def test_watch_too_old_resource_version_is_410(emu, api):
     assert [e["type"] for e in events] == ["ADDED"] and events[0]["object"].status.phase == "Running"
 
 
+def test_watch_from_a_future_resource_version_is_504_too_large(emu, api):
+    core = client.CoreV1Api(api)
+    current = int(core.list_namespaced_pod(NS).metadata.resource_version)
+    with pytest.raises(ApiException) as ei:
+        for _ in watch.Watch().stream(core.list_namespaced_pod, NS, resource_version=str(current + 100),
+                                      timeout_seconds=5):
+            pass
+    body = status_body(ei.value)
+    assert ei.value.status == 504 and body["reason"] == "Timeout"
+    assert body["message"] == f"Too large resource version: {current + 100}, current: {current}"
+    assert body["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
+
+
+def test_restart_keeps_the_port_and_can_reset_the_resource_version_counter(emu, api):
+    core = client.CoreV1Api(api)
+    emu.add_configmap(NS, "a", {"v": "1"})
+    emu.add_configmap(NS, "b", {"v": "1"})
+    for _ in range(20):
+        emu.patch("configmaps", "a", {"data": {"v": "2"}}, NS)
+    before = int(core.list_namespaced_config_map(NS).metadata.resource_version)
+    port = emu.port
+    emu.stop()
+    assert not emu.running
+    with pytest.raises(Exception):  # nothing listens while it is stopped
+        core.list_namespaced_config_map(NS, _request_timeout=2)
+    emu.delete("configmaps", "b", NS)  # the store stays reachable from the test while the server is down
+    emu.restart(reset_resource_version=True)
+    assert emu.running and emu.port == port
+    after = core.list_namespaced_config_map(NS)
+    assert [c.metadata.name for c in after.items] == ["a"] and after.items[0].data == {"v": "2"}
+    assert int(after.metadata.resource_version) < before  # the counter started over
+    # a resourceVersion from before the restart is now from the future
+    with pytest.raises(ApiException) as ei:
+        for _ in watch.Watch().stream(core.list_namespaced_config_map, NS, resource_version=str(before),
+                                      timeout_seconds=5):
+            pass
+    assert ei.value.status == 504
+    # without a reset the counter goes on
+    emu.restart()
+    assert int(core.list_namespaced_config_map(NS).metadata.resource_version) == int(after.metadata.resource_version)
+
+
 # ------------------------------------------------------------- rollouts
 
 def test_rolling_update_after_args_patch_completes(live_emu, api):

@@ -217,6 +217,12 @@ class ClusterSnapshot:
     events: tuple[EventView, ...] = ()
     errors: tuple[str, ...] = ()  # "nodes: forbidden …" — what could not be read
     synced: bool = True  # False until every resource was read once
+    stale_since: float | None = None  # reads failing since (epoch s): the objects are the last ones read
+    stale_error: str | None = None  # why, one line
+
+    @property
+    def stale(self) -> bool:
+        return self.stale_since is not None
 
     def pods_of(self, w: WorkloadView) -> list[PodView]:
         return [p for p in self.pods if p.namespace == w.namespace and p.owner_kind == w.kind
@@ -281,6 +287,8 @@ class ClusterSnapshot:
             "nodes": [node(n) for n in self.nodes],
             "events": [asdict(e) for e in sort_events(list(self.events))[:50]],
             "errors": list(self.errors),
+            "stale_since": self.stale_since,
+            "stale_error": self.stale_error,
         }
 
 

@@ -5,14 +5,16 @@ synchronous and meant to run in thread workers (``asyncio.to_thread`` or a
 Textual thread worker). Two ways to read:
 
 - :class:`ClusterWatcher` keeps an informer per resource (list once, then
-  watch from the list's resourceVersion, with bookmarks; relist on 410 Gone).
+  watch from the list's resourceVersion, with bookmarks; relist whenever that
+  resourceVersion is in doubt; stale, with the error, while reads fail).
   A refresh (:meth:`ClusterWatcher.snapshot`) reads the local cache: no API
   call at all in steady state, one watch event per change.
 - :func:`read_cluster` lists every resource once (``infertop snapshot``):
   5 calls per namespace + 1 for nodes, whatever the number of pods.
 
 Responses are read as JSON dicts (``_preload_content=False``): the client's
-model deserialisation costs more than the request itself for 50 pods.
+model deserialisation costs more than the request itself for 50 pods. Bodies
+are read in chunks and refused past a byte limit (watch events too).
 
 The parts: :mod:`.kube_session` (session, errors, paged lists),
 :mod:`.kube_view` (API objects → domain view, pure), :mod:`.kube_watch`
@@ -29,7 +31,10 @@ from ..domain.kube import ClusterSnapshot
 from .kube_load import PodLoad, fetch_pod_load, fetch_pod_loads, pod_load_from_text
 from .kube_perms import can_i, namespaces_list
 from .kube_session import (
+    MAX_BODY_BYTES,
+    MAX_WATCH_LINE_BYTES,
     NAMESPACED_KINDS,
+    TOO_LARGE,
     KubeError,
     KubeSession,
     as_kube_error,
@@ -54,10 +59,12 @@ from .kube_view import (
     selector_text,
     workload_view,
 )
-from .kube_watch import ClusterWatcher, Informer
+from .kube_watch import ClusterWatcher, Informer, rv_too_large
 
 __all__ = [
     "GPU",
+    "MAX_BODY_BYTES",
+    "MAX_WATCH_LINE_BYTES",
     "NAMESPACED_KINDS",
     "RESTARTED_AT",
     "ClusterWatcher",
@@ -86,6 +93,7 @@ __all__ = [
     "pod_view",
     "read_cluster",
     "rollout_status",
+    "rv_too_large",
     "selector_text",
     "session_for",
     "workload_view",
@@ -95,7 +103,9 @@ __all__ = [
 # ----------------------------------------------------------- one-shot read
 
 def read_cluster(session: KubeSession, cfg: KubeConfig | None = None) -> ClusterSnapshot:
-    """List everything once: 5 calls per namespace + 1 for nodes (more only past 500 objects a kind)."""
+    """List everything once: 5 calls per namespace + 1 for nodes (more only past 500 objects a kind).
+
+    What the user may not read becomes ``errors``; an API server that does not answer raises KubeError."""
     cfg = cfg or KubeConfig()
     raw = RawCluster()
     for ns in session.namespaces:
@@ -103,6 +113,8 @@ def read_cluster(session: KubeSession, cfg: KubeConfig | None = None) -> Cluster
             try:
                 objs, _ = list_all(session, kind, ns, cfg.selector)
             except KubeError as e:
+                if e.status == 0 and e.reason != TOO_LARGE:
+                    raise  # no answer at all: the next lists would only wait as long again
                 if kind != "events" or e.status not in (403,):
                     raw.errors.append(f"{kind} in {ns}: {e}")
                 continue

@@ -1,7 +1,8 @@
 """Kubernetes reads: a pod's load, vLLM's requests in flight from its /metrics.
 
 Blocking (:func:`fetch_pod_load`, for one pod during a drain) and async
-(:func:`fetch_pod_loads`, many pods at once). Errors become ``PodLoad.error``.
+(:func:`fetch_pod_loads`, many pods at once). Errors become ``PodLoad.error``;
+a body over ``POD_METRICS_MAX_BYTES`` is refused while it is read.
 This module never imports textual or rich.
 """
 
@@ -14,11 +15,15 @@ import httpx
 from .expfmt import ParseError, Parser
 
 __all__ = [
+    "POD_METRICS_MAX_BYTES",
     "PodLoad",
     "fetch_pod_load",
     "fetch_pod_loads",
     "pod_load_from_text",
 ]
+
+
+POD_METRICS_MAX_BYTES = 8 * 1024 * 1024  # a vLLM /metrics document is ~50 KB
 
 
 @dataclass(frozen=True)
@@ -59,10 +64,15 @@ def fetch_pod_load(url: str, timeout_s: float = 2.0, client: httpx.Client | None
     own = client is None
     c = client or httpx.Client(timeout=timeout_s, trust_env=False)
     try:
-        resp = c.get(url.rstrip("/") + "/metrics", timeout=timeout_s)
-        if resp.status_code != 200:
-            return PodLoad(error=f"HTTP {resp.status_code}")
-        return pod_load_from_text(resp.text)
+        with c.stream("GET", url.rstrip("/") + "/metrics", timeout=timeout_s) as resp:
+            if resp.status_code != 200:
+                return PodLoad(error=f"HTTP {resp.status_code}")
+            body = bytearray()
+            for chunk in resp.iter_bytes():
+                body += chunk
+                if len(body) > POD_METRICS_MAX_BYTES:
+                    return PodLoad(error=f"response too large (> {POD_METRICS_MAX_BYTES >> 20} MB)")
+        return pod_load_from_text(body.decode("utf-8", errors="replace"))
     except Exception as e:  # noqa: BLE001
         return PodLoad(error=describe_error(e, timeout_s))
     finally:
@@ -85,7 +95,7 @@ async def fetch_pod_loads(urls: dict[str, str], timeout_s: float = 1.5) -> dict[
         async def one(key: str, url: str) -> None:
             try:
                 async with asyncio.timeout(timeout_s):
-                    text = await fetch_text(client, url.rstrip("/") + "/metrics")
+                    text = await fetch_text(client, url.rstrip("/") + "/metrics", POD_METRICS_MAX_BYTES)
                 out[key] = pod_load_from_text(text, parser)
             except Exception as e:  # noqa: BLE001
                 out[key] = PodLoad(error=describe_error(e, timeout_s))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import kubernetes
@@ -22,17 +22,28 @@ from kubernetes.config.config_exception import ConfigException
 from ..config import KubeConfig
 
 __all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_WATCH_LINE_BYTES",
     "NAMESPACED_KINDS",
+    "TOO_LARGE",
     "KubeError",
     "KubeSession",
     "as_kube_error",
     "describe_api_error",
+    "iter_lines_capped",
     "kube_contexts",
     "list_all",
+    "read_capped",
     "session_for",
 ]
 
 NAMESPACED_KINDS = ("deployments", "statefulsets", "pods", "hpas", "events")
+# What one answer may weigh, enforced while reading: a list page of 500 objects is a few MB, a
+# watch event one object (etcd keeps objects under 1.5 MB); beyond that it is not a cluster talking.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_WATCH_LINE_BYTES = 16 * 1024 * 1024
+_READ_BYTES = 64 * 1024
+TOO_LARGE = "TooLarge"  # KubeError.reason of an answer refused for its size
 
 
 class KubeError(Exception):
@@ -122,6 +133,55 @@ def as_kube_error(exc: BaseException, timeout_s: float | None = None) -> KubeErr
     return KubeError(describe_api_error(exc, timeout_s), status or 0, reason)
 
 
+# ------------------------------------------------------------ bounded reads
+
+def _mib(n: int) -> str:
+    return f"{n / 1048576:g} MiB" if n >= 1048576 else f"{n} bytes"
+
+
+def _abandon(resp: Any) -> None:
+    """Drop a half-read connection (returning it to the pool would hand the rest to the next request)."""
+    try:
+        resp.close()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def read_capped(resp: Any, limit: int) -> bytes:
+    """The body of a streamed (``_preload_content=False``) response, refused past ``limit`` bytes."""
+    declared = resp.headers.get("Content-Length") if getattr(resp, "headers", None) is not None else None
+    if declared and declared.isdigit() and int(declared) > limit:
+        _abandon(resp)
+        raise KubeError(f"the API server's answer is {_mib(int(declared))}, over the {_mib(limit)} limit: refused",
+                        reason=TOO_LARGE)
+    out = bytearray()
+    for chunk in resp.stream(_READ_BYTES):  # at most this much per read, even from one huge HTTP chunk
+        out += chunk
+        if len(out) > limit:
+            _abandon(resp)
+            raise KubeError(f"the API server's answer is over the {_mib(limit)} limit: refused while reading",
+                            reason=TOO_LARGE)
+    return bytes(out)
+
+
+def iter_lines_capped(resp: Any, limit: int) -> Iterator[bytes]:
+    """Newline-delimited lines of a watch stream; a line longer than ``limit`` bytes is refused."""
+    buf = bytearray()
+    for chunk in resp.stream(_READ_BYTES):
+        buf += chunk
+        start = 0
+        while (end := buf.find(b"\n", start)) != -1:
+            yield bytes(buf[start:end])
+            start = end + 1
+        del buf[:start]
+        if len(buf) > limit:
+            _abandon(resp)
+            raise KubeError(f"a watch event over the {_mib(limit)} limit: refused while reading",
+                            reason=TOO_LARGE)
+    if buf.strip():
+        yield bytes(buf)
+
+
 # ---------------------------------------------------------------- session
 
 def kube_contexts(kubeconfig: str | None = None) -> tuple[list[str], str | None]:
@@ -137,8 +197,11 @@ class KubeSession:
     """One kubeconfig context: an API client, who we are, which namespaces."""
 
     def __init__(self, api_client: Any, context: str, user: str, namespaces: list[str], *,
-                 timeout_s: float = 10.0, kubeconfig: str | None = None) -> None:
+                 timeout_s: float = 10.0, kubeconfig: str | None = None,
+                 max_body_bytes: int = MAX_BODY_BYTES, max_watch_line_bytes: int = MAX_WATCH_LINE_BYTES) -> None:
         self.api_client = api_client
+        self.max_body_bytes = max_body_bytes
+        self.max_watch_line_bytes = max_watch_line_bytes
         self.context = context
         self.user = user
         self.namespaces = list(namespaces)
@@ -189,13 +252,16 @@ class KubeSession:
             self._calls += n
 
     def raw(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None, **kw: Any) -> Any:
-        """Call a client method and return the JSON body as plain data; raises KubeError."""
+        """Call a client method and return the JSON body as plain data; raises KubeError.
+
+        The body is read in chunks and refused past ``max_body_bytes``. (An error answer's
+        body is read by the client itself, whole, to build its ApiException.)"""
         t = timeout_s or self.timeout_s
         self.count()
         try:
             resp = fn(*args, _preload_content=False, _request_timeout=t, **kw)
             try:
-                data = resp.data
+                data = read_capped(resp, self.max_body_bytes)
             finally:
                 resp.release_conn()
         except Exception as e:  # noqa: BLE001 — every failure becomes one line

@@ -354,6 +354,8 @@ class RawCluster:
     items: dict[str, list[dict]] = field(default_factory=lambda: {k: [] for k in (*NAMESPACED_KINDS, "nodes")})
     errors: list[str] = field(default_factory=list)
     synced: bool = True
+    stale_since: float | None = None  # reads failing since then: these are the last objects read
+    stale_error: str | None = None
 
 
 def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], user: str = "", server: str = "",
@@ -411,4 +413,6 @@ def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], 
         events=tuple(events[:max_events]),
         errors=tuple(raw.errors),
         synced=raw.synced,
+        stale_since=raw.stale_since,
+        stale_error=raw.stale_error,
     )

@@ -1,22 +1,26 @@
 """Kubernetes reads that stay current: informers (list, then watch) and the cluster watcher.
 
-An :class:`Informer` lists one resource once, then watches from the list's
-resourceVersion (bookmarks; relist on 410 Gone; back-off on errors), in its own
-daemon thread. :class:`ClusterWatcher` keeps one per resource and namespace and
-builds snapshots from their caches: no API call in steady state.
+An :class:`Informer` lists one resource, then watches from the list's
+resourceVersion (bookmarks), in its own daemon thread. It relists whenever that
+resourceVersion is in doubt: 410 Gone, "Too large resource version", a
+resourceVersion that goes backwards (the API server was restarted or restored),
+and after any failure (the server may have come back with a different history).
+While a resource cannot be read the informer is *stale*: it keeps the last
+objects, the error and the time it went stale. :class:`ClusterWatcher` keeps one
+informer per resource and namespace, builds snapshots from their caches (no API
+call in steady state) and counts recoveries (:attr:`ClusterWatcher.reconnects`).
 This module never imports textual or rich.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import socket
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
-
-from kubernetes.watch.watch import iter_resp_lines
 
 from ..config import KubeConfig
 from ..domain.kube import ClusterSnapshot
@@ -26,7 +30,7 @@ from .kube_session import (
     KubeSession,
     _one_line,
     as_kube_error,
-    describe_api_error,
+    iter_lines_capped,
     list_all,
 )
 from .kube_view import RawCluster, build_snapshot
@@ -34,38 +38,73 @@ from .kube_view import RawCluster, build_snapshot
 __all__ = [
     "ClusterWatcher",
     "Informer",
+    "rv_too_large",
 ]
+
+BACKOFF_S = (0.5, 5.0)  # first and longest wait between two failed attempts (jittered ±20 %)
+
+
+class _InDoubt(Exception):
+    """The resourceVersion can no longer be trusted: relist (not a failure)."""
+
+
+def _rv_int(rv: Any) -> int | None:
+    """A resourceVersion as a number when it is one (they are opaque strings, in practice etcd revisions)."""
+    return int(rv) if isinstance(rv, str) and rv.isdigit() else None
+
+
+def rv_too_large(message: str, status: int) -> bool:
+    """The API server has not reached the resourceVersion asked for (it restarted with a lower counter)."""
+    return status in (500, 504) and "too large resource version" in message.lower()
 
 
 class Informer:
-    """List once, then watch from the list's resourceVersion; keeps every object in memory.
+    """List, then watch from the list's resourceVersion; keeps every object in memory.
 
     Runs in its own daemon thread. A watch that ends (server timeout) resumes
-    from the last resourceVersion seen (bookmarks keep it fresh); 410 Gone
-    relists; other errors back off (1 s doubling to 30 s) and are reported in
-    :attr:`error`.
+    from the last resourceVersion seen (bookmarks keep it fresh). A doubt about
+    that resourceVersion relists at once; other errors mark the informer stale
+    (:attr:`error`, :attr:`stale_since`), back off (0.5 s doubling to 5 s,
+    jittered) and relist when the server answers again.
     """
 
     def __init__(self, session: KubeSession, kind: str, namespace: str | None, selector: str = "",
-                 on_change: Callable[[], None] | None = None, watch_timeout_s: int = 300) -> None:
+                 on_change: Callable[[], None] | None = None, watch_timeout_s: int = 300, *,
+                 clock: Callable[[], float] = time.time, backoff_s: tuple[float, float] = BACKOFF_S) -> None:
         self.session = session
         self.kind = kind
         self.namespace = namespace
         self.selector = selector
         self.on_change = on_change or (lambda: None)
         self.watch_timeout_s = watch_timeout_s
+        self.clock = clock
+        self.backoff_s = backoff_s
         self.items: dict[str, dict] = {}
         self.resource_version: str | None = None
         self.error: str | None = None
         self.status: int = 0
+        self.stale_since: float | None = None  # when reads started failing (the last good read)
+        self.last_good_at: float | None = None  # the last successful list or watch event
+        self.relist_reason: str | None = None  # why the latest relist happened, when not the first list
         self.synced = threading.Event()
         self.lists = 0
+        self.list_attempts = 0
         self.watches = 0
+        self.recoveries = 0  # stale → current again
+        self.rv_resets = 0  # a list's resourceVersion lower than one seen before: restarted or restored server
+        self._max_rv: int | None = None
+        self._relist_wanted = False
         self._lock = threading.Lock()
+        self._attempted = threading.Condition()
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._resp: Any = None
         self._thread = threading.Thread(target=self._run, name=f"kube-informer-{kind}-{namespace or 'cluster'}",
                                         daemon=True)
+
+    @property
+    def where(self) -> str:
+        return f"{self.kind} in {self.namespace}" if self.namespace else self.kind
 
     def start(self) -> "Informer":
         self._thread.start()
@@ -73,6 +112,24 @@ class Informer:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
+        self._interrupt()
+
+    def request_relist(self, reason: str = "relist requested") -> int:
+        """Relist now (Ctrl+R): ends the current watch or back-off wait. Returns a token for :meth:`wait_listed`."""
+        token = self.list_attempts
+        self.relist_reason = reason
+        self._relist_wanted = True
+        self._wake.set()
+        self._interrupt()
+        return token
+
+    def wait_listed(self, token: int, timeout: float) -> bool:
+        """Wait until a list was attempted (succeeded or failed) after ``token``."""
+        with self._attempted:
+            return self._attempted.wait_for(lambda: self.list_attempts > token, timeout)
+
+    def _interrupt(self) -> None:
         resp = self._resp
         if resp is not None:
             conn = getattr(resp, "connection", None)
@@ -91,48 +148,98 @@ class Informer:
         with self._lock:
             return list(self.items.values())
 
+    @property
+    def not_allowed(self) -> bool:
+        """Never read because the user may not (403/404): an error to show, not staleness."""
+        return self.status in (403, 404) and self.lists == 0
+
     @staticmethod
     def _key(obj: dict) -> str:
         meta = obj.get("metadata") or {}
         return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
     def _run(self) -> None:
-        backoff = 1.0
+        backoff = self.backoff_s[0]
+        doubts = 0
         while not self._stop.is_set():
             try:
-                if self.resource_version is None:
+                if self.resource_version is None or self._relist_wanted:
+                    self._relist_wanted = False
                     self._relist()
-                self._watch()
-                backoff = 1.0
-            except KubeError as e:
+                started = time.monotonic()
+                if self._watch() == 0 and time.monotonic() - started < 1.0 and not self._relist_wanted:
+                    self._pause(self.backoff_s[0])  # a server ending every watch at once: do not spin
+                backoff, doubts = self.backoff_s[0], 0
+            except _InDoubt as e:
+                self.relist_reason, self._relist_wanted = str(e), True
+                doubts += 1
+                if doubts > 2:  # a server that keeps contradicting itself: do not spin
+                    self._pause(backoff)
+                    backoff = min(self.backoff_s[1], backoff * 2)
+            except Exception as e:  # noqa: BLE001 — every failure: stale, back off, relist when it answers
                 if self._stop.is_set():
                     return
-                if e.status == 410:
-                    self.resource_version = None
+                if self._relist_wanted and not isinstance(e, KubeError):
+                    continue  # request_relist() cut the stream on purpose
+                err = e if isinstance(e, KubeError) else as_kube_error(e, self.session.timeout_s)
+                if err.status == 410 or rv_too_large(str(err), err.status):
+                    self.relist_reason, self._relist_wanted = str(err), True
                     continue
-                self.error, self.status = str(e), e.status
-                if e.status in (401, 403, 404):
-                    self.synced.set()  # read as far as we are allowed: say so, do not hang
-                self._stop.wait(backoff)
-                backoff = min(30.0, backoff * 2)
-            except Exception as e:  # noqa: BLE001 — a broken stream: resume from the last resourceVersion
-                if self._stop.is_set():
-                    return
-                self.error = describe_api_error(e, self.session.timeout_s)
-                self._stop.wait(backoff)
-                backoff = min(30.0, backoff * 2)
+                self._fail(str(err), err.status)
+                self._relist_wanted = True
+                self._pause(backoff)
+                backoff = min(self.backoff_s[1], backoff * 2)
+
+    def _pause(self, seconds: float) -> None:
+        self._wake.wait(seconds * random.uniform(0.8, 1.2))
+        self._wake.clear()
+
+    def _fail(self, message: str, status: int) -> None:
+        with self._lock:
+            changed = (message, status) != (self.error, self.status) or self.stale_since is None
+            self.error, self.status = message, status
+            if self.stale_since is None:
+                self.stale_since = self.clock()
+        if status in (401, 403, 404):
+            self.synced.set()  # read as far as we are allowed: say so, do not hang
+        if changed:
+            self.on_change()
 
     def _relist(self) -> None:
-        objs, rv = list_all(self.session, self.kind, self.namespace, self.selector)
-        self.lists += 1
+        try:
+            objs, rv = list_all(self.session, self.kind, self.namespace, self.selector)
+        finally:
+            with self._attempted:
+                self.list_attempts += 1
+                self._attempted.notify_all()
+        rv_now = _rv_int(rv)
         with self._lock:
+            if rv_now is not None and self._max_rv is not None and rv_now < self._max_rv:
+                self.rv_resets += 1
+                self.relist_reason = (f"resourceVersion went back from {self._max_rv} to {rv_now}: "
+                                      f"the API server was restarted or restored")
+            self._max_rv = rv_now
             self.items = {self._key(o): o for o in objs}
             self.resource_version = rv or None
-            self.error, self.status = None, 0
+            if self.stale_since is not None:
+                self.recoveries += 1
+            self.error, self.status, self.stale_since = None, 0, None
+            self.last_good_at = self.clock()
+            self.lists += 1
         self.synced.set()
         self.on_change()
 
-    def _watch(self) -> None:
+    def _seen(self, rv: Any) -> None:
+        """Check a watch event's resourceVersion: one lower than already seen puts the cache in doubt."""
+        n = _rv_int(rv)
+        if n is None:
+            return
+        if self._max_rv is not None and n < self._max_rv:
+            raise _InDoubt(f"resourceVersion went back from {self._max_rv} to {n} in a watch")
+        self._max_rv = n
+
+    def _watch(self) -> int:
+        """One watch, until the server ends it; returns the number of lines read."""
         fn, namespaced, selective = self.session.list_fn(self.kind)
         args = (self.namespace,) if namespaced else ()
         kw: dict[str, Any] = {"watch": True, "allow_watch_bookmarks": True, "timeout_seconds": self.watch_timeout_s,
@@ -147,22 +254,32 @@ class Informer:
             resp = fn(*args, _request_timeout=(self.session.timeout_s, self.watch_timeout_s + 30), **kw)
         except Exception as e:  # noqa: BLE001
             raise as_kube_error(e, self.session.timeout_s) from None
-        self._resp = resp
+        self._resp = resp  # before the checks: stop() / request_relist() either see it or are seen
+        ordered = "resource_version" in kw  # from a resourceVersion, events only move forward
+        lines = 0
         try:
-            if self._stop.is_set():
-                return
-            for line in iter_resp_lines(resp):
+            if self._stop.is_set() or self._relist_wanted:
+                return lines
+            for line in iter_lines_capped(resp, self.session.max_watch_line_bytes):
                 if not line.strip():
                     continue
-                ev = json.loads(line)
+                lines += 1
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    raise KubeError("the API server sent a watch event that is not JSON") from None
+                if not isinstance(ev, dict):
+                    raise KubeError("the API server sent a watch event that is not an object")
                 etype, obj = ev.get("type"), ev.get("object") or {}
                 if etype == "ERROR":
                     code = int(obj.get("code") or 0)
-                    if code == 410:
-                        self.resource_version = None
-                        return
-                    raise KubeError(_one_line(f"{code} watch error: {obj.get('message')}"), code)
+                    message = str(obj.get("message") or "")
+                    if code == 410 or rv_too_large(message, code):
+                        raise _InDoubt(_one_line(f"{code} {message}"))
+                    raise KubeError(_one_line(f"{code} watch error: {message}"), code)
                 rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if ordered:
+                    self._seen(rv)
                 if etype == "BOOKMARK":
                     if rv:
                         self.resource_version = rv
@@ -174,10 +291,11 @@ class Informer:
                         self.items[self._key(obj)] = obj
                     if rv:
                         self.resource_version = rv
-                    self.error, self.status = None, 0
+                    self.last_good_at = self.clock()
                 self.on_change()
-                if self._stop.is_set():
-                    return
+                if self._stop.is_set() or self._relist_wanted:
+                    return lines
+            return lines
         finally:
             self._resp = None
             try:
@@ -188,28 +306,57 @@ class Informer:
 
 
 class ClusterWatcher:
-    """Informers for every resource of the Cluster pane; :meth:`snapshot` reads their caches."""
+    """Informers for every resource of the Cluster pane; :meth:`snapshot` reads their caches.
 
-    def __init__(self, session: KubeSession, cfg: KubeConfig | None = None, *, watch_timeout_s: int = 300) -> None:
+    :attr:`reconnects` grows each time the watcher comes back from stale (every
+    resource read again): the app re-checks permissions then.
+    """
+
+    def __init__(self, session: KubeSession, cfg: KubeConfig | None = None, *, watch_timeout_s: int = 300,
+                 clock: Callable[[], float] = time.time, backoff_s: tuple[float, float] = BACKOFF_S) -> None:
         self.session = session
         self.cfg = cfg or KubeConfig()
+        self.clock = clock
+        self.reconnects = 0
+        self._was_stale = False
         self._version = 0
         self._vlock = threading.Lock()
         self._cached: tuple[int, ClusterSnapshot] | None = None
         self.informers: list[Informer] = []
+        opts: dict[str, Any] = {"clock": clock, "backoff_s": backoff_s}
         for ns in session.namespaces:
             for kind in NAMESPACED_KINDS:
-                self.informers.append(Informer(session, kind, ns, self.cfg.selector, self._changed, watch_timeout_s))
-        self.informers.append(Informer(session, "nodes", None, "", self._changed, watch_timeout_s))
+                self.informers.append(Informer(session, kind, ns, self.cfg.selector, self._changed, watch_timeout_s,
+                                               **opts))
+        self.informers.append(Informer(session, "nodes", None, "", self._changed, watch_timeout_s, **opts))
 
     def _changed(self) -> None:
         with self._vlock:
             self._version += 1
+            stale = self.stale() is not None
+            if self._was_stale and not stale:
+                self.reconnects += 1
+            self._was_stale = stale
 
     @property
     def version(self) -> int:
-        """Grows with every change seen; a refresh only rebuilds when it moved."""
+        """Grows with every change seen (objects, errors, staleness); a refresh only rebuilds when it moved."""
         return self._version
+
+    @property
+    def lists(self) -> int:
+        return sum(inf.lists for inf in self.informers)
+
+    @property
+    def rv_resets(self) -> int:
+        """How often a list's resourceVersion was lower than one seen before (restarted or restored server)."""
+        return sum(inf.rv_resets for inf in self.informers)
+
+    def stale(self) -> tuple[float, str] | None:
+        """(since, error) while some resource cannot be read; None when every informer is current."""
+        failing = [(inf.stale_since, inf.error or "failing") for inf in self.informers
+                   if inf.stale_since is not None and not inf.not_allowed]
+        return min(failing, key=lambda f: f[0]) if failing else None
 
     def start(self) -> "ClusterWatcher":
         for inf in self.informers:
@@ -223,6 +370,16 @@ class ClusterWatcher:
     def join(self, timeout: float = 2.0) -> None:
         for inf in self.informers:
             inf.join(timeout)
+
+    def request_relist(self, reason: str = "relist requested") -> list[int]:
+        """Every informer relists now; the tokens are for :meth:`wait_relisted`."""
+        return [inf.request_relist(reason) for inf in self.informers]
+
+    def wait_relisted(self, tokens: list[int], timeout: float = 10.0) -> bool:
+        """Wait until every informer tried a list after :meth:`request_relist` (it may have failed: see stale)."""
+        deadline = time.monotonic() + timeout
+        return all(inf.wait_listed(tok, max(0.0, deadline - time.monotonic()))
+                   for inf, tok in zip(self.informers, tokens))
 
     @property
     def synced(self) -> bool:
@@ -244,10 +401,13 @@ class ClusterWatcher:
         for inf in self.informers:
             raw.items[inf.kind].extend(inf.objects())
             if inf.error and not (inf.kind == "events" and inf.status == 403):
-                where = f" in {inf.namespace}" if inf.namespace else ""
-                raw.errors.append(f"{inf.kind}{where}: {inf.error}")
+                raw.errors.append(f"{inf.where}: {inf.error}")
+        stale = self.stale()
+        if stale is not None:
+            raw.stale_since, raw.stale_error = stale
         snap = build_snapshot(raw, context=self.session.context, namespaces=self.session.namespaces,
                               user=self.session.user, server=self.session.server, selector=self.cfg.selector,
-                              container=self.cfg.vllm_container, metrics_port=self.cfg.metrics_port)
+                              container=self.cfg.vllm_container, metrics_port=self.cfg.metrics_port,
+                              now=self.clock())
         self._cached = (version, snap)
         return snap

@@ -341,8 +341,8 @@ class FleetJoiner:
             if self.cluster_error is None:
                 self.cluster_error_since = now
             self.cluster_error = error
-            if snap is not None and self.cluster is None:
-                self.cluster = snap
+            if snap is not None:
+                self.cluster = snap  # the objects last read, kept (and marked stale) while reads fail
             return
         self.cluster, self.cluster_error, self.cluster_error_since = snap, None, None
         if snap is not None:

@@ -607,6 +607,8 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         self.run_worker(run(), group="bundle", exit_on_error=False)
 
     async def action_refresh_now(self) -> None:
+        if self.player is None:
+            self.run_worker(self.kube_refresh_now(), group="kube-refresh-now", exclusive=True, exit_on_error=False)
         self.notify("polling every source now…", timeout=2)
         await self.collector.poll_once()
         await self.poll_gpus()

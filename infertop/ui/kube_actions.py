@@ -3,7 +3,9 @@
 ``KubeActions`` is a mixin of :class:`~infertop.ui.app.InfertopApp`. The
 blocking client runs in thread workers (``asyncio.to_thread``); informers
 (``sources/kube.py``) keep the cluster view current and a timer repaints the
-pane when it changed. Every action follows the same flow
+pane (ages tick; only changed cells go out). While reads fail the pane is
+stale (the header says since when and why, objects are dimmed); when every
+resource was read again, permissions are re-checked. Every action follows the same flow
 (:meth:`KubeActions._kube_flow`): fresh read → pure plan (diff) → server
 dry run → :class:`ConfirmScreen` → execute → follow with progress → audit;
 a 409 re-reads and asks again, a 403 hides the action from then on.
@@ -13,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.text import Text
 from textual.widgets import TabbedContent
 
@@ -73,6 +77,12 @@ class KubeActions:
     _kube_refreshing = False
     _kube_loads_running = False
     _kube_scrape_skip = 0
+    _kube_poll_stale_since: float | None = None  # polling without watches: reads failing since
+    _kube_poll_reconnects = 0
+    _kube_reconnects_seen = 0
+    _kube_was_stale = False
+    _kube_relist_note = ""  # Ctrl+R feedback in the header
+    kube_perm_checks = 0  # permission checks run (on connect and after each reconnect)
 
     # ----- setup -----------------------------------------------------------------
     def _main_screen(self) -> Any:
@@ -125,7 +135,15 @@ class KubeActions:
                 watcher.wait_synced(cfg.timeout_s)
                 snap = watcher.snapshot()
             else:
-                snap = read_cluster(session, cfg)
+                try:
+                    snap = read_cluster(session, cfg)
+                except KubeError as e:
+                    if e.status != 0:
+                        raise
+                    # no answer yet: connect anyway, stale and empty, and keep polling until it answers
+                    snap = ClusterSnapshot(context=session.context, namespaces=tuple(session.namespaces),
+                                           taken_at=time.time(), user=session.user, server=session.server,
+                                           stale_since=time.time(), stale_error=str(e))
         except KubeError as e:
             self.call_from_thread(self._kube_failed, str(e))  # type: ignore[attr-defined]
             return
@@ -135,7 +153,7 @@ class KubeActions:
         self.kube_connecting = False
         self.kube_error = message
         self._pane().show_message(f"Kubernetes: {message}", "bold red")  # type: ignore[attr-defined]
-        self.log_event(f"[red]Kubernetes:[/red] {message}")  # type: ignore[attr-defined]
+        self.log_event(f"[red]Kubernetes:[/red] {escape(message)}")  # type: ignore[attr-defined]
         self.refresh_bindings()  # type: ignore[attr-defined]
 
     def _kube_connected(self, session: KubeSession, watcher: ClusterWatcher | None, perms: Permissions,
@@ -150,33 +168,67 @@ class KubeActions:
         self.kube_control = KubeControl(session, self.kube_audit(), self.kube_cfg)
         self.kube_snapshot = snap
         self.kube_loads = {}
+        self.kube_perm_checks += 1
         self._kube_rendered = watcher.version if watcher is not None else -1
+        self._kube_reconnects_seen = watcher.reconnects if watcher is not None else 0
+        self._kube_poll_reconnects = 0
+        self._kube_poll_stale_since = snap.stale_since if watcher is None else None
+        self.kube_error = snap.stale_error if watcher is None else None
+        self._kube_was_stale = False
+        self._kube_relist_note = ""
         self._kube_render()
         self._kube_keys()
         self.refresh_bindings()  # type: ignore[attr-defined]
         denied = [a for a, p in KUBE_MUTATING.items() if perms.allows(p) is False]
         note = f"; not permitted: {', '.join(a.removeprefix('kube_') for a in denied)}" if denied else ""
-        self.log_event(f"Kubernetes: context {session.context}, namespace {', '.join(session.namespaces)}: "  # type: ignore[attr-defined]
-                       f"{len(snap.workloads)} workloads, {len(snap.pods)} pods{note}")
+        self.log_event(escape(f"Kubernetes: context {session.context}, namespace {', '.join(session.namespaces)}: "  # type: ignore[attr-defined]
+                              f"{len(snap.workloads)} workloads, {len(snap.pods)} pods{note}"))
 
     # ----- refresh ---------------------------------------------------------------
     def _kube_tick(self) -> None:
-        """Timer: rebuild the view when the informers saw a change (or poll without watches)."""
-        if self.kube_session is None or self._kube_refreshing or not self.is_running:  # type: ignore[attr-defined]
+        """Timer: rebuild the view when the informers saw a change (or poll without watches), else repaint
+        the ages; after a reconnect, re-check permissions."""
+        if self.kube_session is None or not self.is_running:  # type: ignore[attr-defined]
             return
         watcher = self.kube_watcher
-        if watcher is not None:
-            if watcher.version != self._kube_rendered:
+        self._kube_check_reconnect()
+        if not self._kube_refreshing:
+            if watcher is None or watcher.version != self._kube_rendered:
                 self._kube_refreshing = True
                 self.run_worker(self._kube_refresh_work(), group="kube-refresh", exit_on_error=False)  # type: ignore[attr-defined]
-        else:
-            self._kube_refreshing = True
-            self.run_worker(self._kube_refresh_work(), group="kube-refresh", exit_on_error=False)  # type: ignore[attr-defined]
+            elif self._cluster_active():
+                self._kube_render()  # nothing new from the server: the ages still move
         if self._kube_scrape_skip > 0:
             self._kube_scrape_skip -= 1
         elif not self._kube_loads_running:
             self._kube_loads_running = True
             self.run_worker(self._kube_loads_work(), group="kube-loads", exit_on_error=False)  # type: ignore[attr-defined]
+
+    def _kube_check_reconnect(self) -> None:
+        """Every resource was read again after a failure: what the user may do may have changed too."""
+        session, watcher = self.kube_session, self.kube_watcher
+        reconnects = watcher.reconnects if watcher is not None else self._kube_poll_reconnects
+        if session is None or reconnects == self._kube_reconnects_seen:
+            return
+        self._kube_reconnects_seen = reconnects
+        self.run_worker(lambda: self._kube_recheck_work(session), thread=True,  # type: ignore[attr-defined]
+                        group="kube-recheck", exclusive=True, exit_on_error=False)
+
+    def _kube_recheck_work(self, session: KubeSession) -> None:
+        perms = check_permissions(session)
+        self.call_from_thread(self._kube_rechecked, session, perms)  # type: ignore[attr-defined]
+
+    def _kube_rechecked(self, session: KubeSession, perms: Permissions) -> None:
+        if session is not self.kube_session:
+            return  # switched context meanwhile
+        self.kube_perms = perms
+        self.kube_perm_checks += 1
+        self._kube_keys()
+        self.refresh_bindings()  # type: ignore[attr-defined]
+        denied = [a for a, p in KUBE_MUTATING.items() if perms.allows(p) is False]
+        note = f"; not permitted: {', '.join(a.removeprefix('kube_') for a in denied)}" if denied else ""
+        self.log_event(escape(f"Kubernetes: reconnected to {session.context}: every resource read again, "  # type: ignore[attr-defined]
+                              f"permissions re-checked{note}"))
 
     async def _kube_refresh_work(self) -> None:
         try:
@@ -202,11 +254,19 @@ class KubeActions:
             else:
                 snap = await asyncio.to_thread(read_cluster, session, self.kube_cfg)
         except KubeError as e:
+            if session is not self.kube_session:
+                return
             self.kube_error = str(e)
+            if watcher is None and self._kube_poll_stale_since is None:
+                last = self.kube_snapshot
+                self._kube_poll_stale_since = last.taken_at if last is not None else time.time()
             self._kube_render()
             return
         if session is not self.kube_session:
             return  # switched context meanwhile
+        if watcher is None and self._kube_poll_stale_since is not None:
+            self._kube_poll_stale_since = None
+            self._kube_poll_reconnects += 1
         self.kube_snapshot = snap
         self.kube_error = None
         self._kube_render()
@@ -224,10 +284,37 @@ class KubeActions:
         self._kube_scrape_skip = 4 if urls and all(v.error for v in loads.values()) else 0
 
     async def kube_refresh_now(self) -> None:
-        """Rebuild the view and scrape the pods now (tests, Ctrl+R)."""
+        """Ctrl+R: relist every resource (with watches; a plain read without), scrape the pods, say so."""
+        session, watcher = self.kube_session, self.kube_watcher
+        if session is None:
+            return
+        self._kube_relist_note = "relisting…"
+        self._kube_render()
+        if watcher is not None:
+            tokens = watcher.request_relist("Ctrl+R")
+            await asyncio.to_thread(watcher.wait_relisted, tokens, self.kube_cfg.timeout_s)
         await self._kube_refresh()
         await self._kube_scrape()
+        if session is not self.kube_session:
+            return
+        failed = self._kube_stale() is not None
+        self._kube_relist_note = f"{'relist failed' if failed else 'relisted'} {time.strftime('%H:%M:%S')}"
         self._kube_render()
+
+    @property
+    def kube_stale_error(self) -> str | None:
+        """Why the cluster cannot be read now (the objects shown are the last read), else None."""
+        stale = self._kube_stale()
+        return stale[1] if stale is not None else None
+
+    def _kube_stale(self) -> tuple[float, str] | None:
+        """(since, why) while the cluster cannot be read: the pane shows the last objects read."""
+        snap = self.kube_snapshot
+        if self.kube_watcher is not None:
+            return (snap.stale_since, snap.stale_error or "failing") if snap is not None and snap.stale else None
+        if self._kube_poll_stale_since is not None:
+            return self._kube_poll_stale_since, self.kube_error or "failing"
+        return None
 
     def _engine_names(self) -> dict[str, str]:
         out = {}
@@ -250,15 +337,28 @@ class KubeActions:
         if not_ready:
             header.append(f" ({not_ready} not ready)", style="yellow")
         header.append(f", {len(snap.nodes)} nodes/{gpus} GPUs")
-        header.append(" · watching" if self.kube_watcher is not None else " · polling", style="dim")
+        stale = self._kube_stale()
+        if stale is not None:
+            header.append(" · stale", style="bold red")
+        else:
+            header.append(" · watching" if self.kube_watcher is not None else " · polling", style="dim")
+        if self._kube_relist_note:
+            header.append(f" · {self._kube_relist_note}", style="dim")
         if self.settings.read_only:  # type: ignore[attr-defined]
             header.append(" · read-only", style="bold yellow")
         problems = list(snap.errors) + ([self.kube_error] if self.kube_error else [])
+        if stale is not None:
+            since = time.strftime("%H:%M:%S", time.localtime(stale[0]))
+            problems.insert(0, f"stale since {since}: {stale[1]}")
         if self.kube_running_text:
             header.append(f"\n▶ {self.kube_running_text}", style="bold cyan")
         elif problems:
             header.append(f"\n✗ {problems[0]}", style="bold red")
-        pane.show(snap, header, self.kube_loads, self._engine_names())
+        if (stale is not None) != self._kube_was_stale:
+            self._kube_was_stale = stale is not None
+            if stale is not None:
+                self.log_event(f"[red]Kubernetes:[/red] {escape(problems[0])}")  # type: ignore[attr-defined]
+        pane.show(snap, header, self.kube_loads, self._engine_names(), stale=stale is not None)
 
     def _kube_keys(self) -> None:
         parts = []

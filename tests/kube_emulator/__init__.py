@@ -18,9 +18,11 @@ resourceVersion (PUT body, or ``metadata.resourceVersion`` in a patch);
 strategic-merge / merge / JSON patch by Content-Type; ``dryRun=All``;
 label and field selectors; ``limit``/``continue``; watches (chunked
 newline-delimited JSON, resume from a resourceVersion, 410 Gone when it
-is older than the history, ``timeoutSeconds``, bookmarks,
-``sendInitialEvents``); Status errors (400, 401, 403, 404, 405, 409, 410,
-415, 422, 429) shaped like the real API's; no-op updates write nothing;
+is older than the history, 504 "Too large resource version" when it is
+newer than the server's, ``timeoutSeconds``, bookmarks,
+``sendInitialEvents``); :meth:`KubeEmulator.restart` (same port, optionally
+with the resourceVersion counter reset, as a restored server); Status
+errors (400, 401, 403, 404, 405, 409, 410, 415, 422, 429, 504) shaped like the real API's; no-op updates write nothing;
 the status subresource split; graceful pod deletion.
 
 Controllers (``controllers.py``): Deployments -> ReplicaSets -> Pods with

@@ -157,6 +157,13 @@ def invalid_object(rt: ResourceType | None, kind: str, name: str, causes: list[C
     return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: {summary}', details)
 
 
+def too_large_resource_version(requested: int, current: int) -> ApiError:
+    """The API server's answer to a resourceVersion it has not reached (504, retry after 1 s)."""
+    return ApiError(504, "Timeout", f"Too large resource version: {requested}, current: {current}",
+                    {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                     "retryAfterSeconds": 1}, {"Retry-After": "1"})
+
+
 def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 

@@ -482,6 +482,12 @@ class _Watch:
                     cursor = int(rv_param)
                 except ValueError:
                     raise E.bad_request(f"invalid resource version: {rv_param!r}") from None
+                # as the API server's watch cache: wait a little for a resourceVersion from the
+                # future, then answer 504 "Too large resource version" (after a restart, a restore)
+                store.changed.wait_for(lambda: store.resource_version >= cursor or store.closed,
+                                       timeout=self.emu.too_large_rv_wait)
+                if cursor > store.resource_version:
+                    raise E.too_large_resource_version(cursor, store.resource_version)
         self.handler.start_stream()
         for obj in initial:
             if not self.send("ADDED", obj):
@@ -547,6 +553,7 @@ class KubeEmulator:
         crash_period: float = 10.0,
         history_size: int = 5000,
         watch_timeout: float = 1800.0,
+        too_large_rv_wait: float = 0.5,
         strict_namespaces: bool = True,
         namespaces: Iterable[str] = ("default", "kube-system", "kube-public", "kube-node-lease"),
         seed: int = 0,
@@ -562,6 +569,7 @@ class KubeEmulator:
         self.termination_delay = termination_delay
         self.crash_period = crash_period
         self.watch_timeout = watch_timeout
+        self.too_large_rv_wait = too_large_rv_wait
         self.strict_namespaces = strict_namespaces
         self.clock = clock
         self.rng = random.Random(seed)
@@ -587,10 +595,13 @@ class KubeEmulator:
 
     # ---------------------------------------------------------- lifecycle
     def start(self) -> "KubeEmulator":
+        """Serve (again, after :meth:`stop`: on the same port, so kubeconfigs stay valid)."""
         if self._server is not None:
             return self
         self._stopping = False
+        self.store.reopen()
         self._server = _HTTPServer((self.host, self._port), self)
+        self._port = self._server.server_address[1]
         t = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                              name="kube-emulator-http", daemon=True)
         t.start()
@@ -612,6 +623,23 @@ class KubeEmulator:
             t.join(timeout=5)
         self._threads.clear()
         self._server = None
+
+    def restart(self, *, reset_resource_version: bool = False) -> "KubeEmulator":
+        """Stop and serve again on the same port; with ``reset_resource_version`` the
+        resourceVersion counter starts over (see :meth:`reset_resource_versions`)."""
+        self.stop()
+        if reset_resource_version:
+            self.reset_resource_versions()
+        return self.start()
+
+    def reset_resource_versions(self) -> None:
+        """Every object is stamped again from resourceVersion 1 and the watch history
+        is forgotten: what a client saw before is now unknown to the server."""
+        self.store.reset_resource_versions()
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
 
     def __enter__(self) -> "KubeEmulator":
         return self.start()

@@ -140,3 +140,21 @@ class Store:
         with self.lock:
             self.closed = True
             self.changed.notify_all()
+
+    def reopen(self) -> None:
+        with self.lock:
+            self.closed = False
+
+    def reset_resource_versions(self) -> None:
+        """Restart the counter, as an API server restored from a backup: every
+        object is stamped again from 1 and the watch history is gone, so a
+        resourceVersion a client saw before may now be unknown or in the future."""
+        with self.lock:
+            self._rv = 0
+            for objects in self._objects.values():
+                for key in sorted(objects):
+                    self._rv += 1
+                    objects[key]["metadata"]["resourceVersion"] = str(self._rv)
+            self._history.clear()
+            self._floor = 0
+            self.changed.notify_all()
