@@ -301,12 +301,16 @@ def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
             return conn
         if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
             conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # deleted blocks give their pages back
-        conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.executescript(SCHEMA)
+            conn.execute("INSERT INTO meta VALUES ('format', ?), ('version', ?)", (FORMAT, str(VERSION)))
+        else:
+            check_format(conn, path)  # before touching it: never write into someone else's database
+            conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
-        conn.executescript(SCHEMA)
-        conn.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?), ('version', ?)", (FORMAT, str(VERSION)))
-        check_format(conn, path)
         return conn
+    except sqlite3.OperationalError as e:  # missing directory, no permission, locked
+        raise RecordingError(f"cannot open {path}: {e}") from None
     except sqlite3.DatabaseError as e:
         raise RecordingError(f"{path}: not an infertop recording ({e})") from None
 

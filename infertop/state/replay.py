@@ -236,7 +236,8 @@ class Player:
     def step(self, ticks: int = 1) -> Tick | None:
         """Pause and move ``ticks`` ticks forward (negative: back); returns the tick now shown."""
         self.pause()
-        ref = self._shown if self._shown is not None else self.position()
+        # From the tick on screen, or from where a seek/step not yet shown has put us.
+        ref = self.position() if self._jump or self._shown is None else self._shown
         if ref is None:
             return None
         tick = self.replay.at(ref)
