@@ -13,14 +13,17 @@ Then it replays: random seeks, and a full sequential read.
 from __future__ import annotations
 
 import argparse
+import json
+import lzma
 import math
 import os
 import random
 import sys
 import tempfile
 import time
+import zlib
 
-from infertop.state.recorder import Recorder
+from infertop.state.recorder import Recorder, encode_block
 from infertop.state.replay import Replay
 
 ENGINES = 8
@@ -182,12 +185,41 @@ def cpu_s() -> float:
     return t.user + t.system
 
 
+def compare(minutes: int) -> None:
+    """Bytes per tick of the same documents in other layouts, side by side (per 24 h)."""
+    synth = FleetSynth()
+    layouts = {
+        "JSON lines, uncompressed": lambda b: sum(len(json.dumps(d, separators=(",", ":"))) + 1 for _, d in b),
+        "JSON per minute, zlib-6": lambda b: len(zlib.compress(json.dumps(b, separators=(",", ":")).encode(), 6)),
+        "JSON per minute, lzma-6": lambda b: len(lzma.compress(json.dumps(b, separators=(",", ":")).encode())),
+        "columns + deltas, exact floats": lambda b: len(encode_block(b, precision=None)),
+        "columns + deltas, 6 digits (default)": lambda b: len(encode_block(b)),
+    }
+    sizes = dict.fromkeys(layouts, 0)
+    cpu = dict.fromkeys(layouts, 0.0)
+    for m in range(minutes):
+        block = [(T0 + 60 * m + i, synth.doc(T0 + 60 * m + i)) for i in range(60)]
+        for name, enc in layouts.items():
+            c = cpu_s()
+            sizes[name] += enc(block)
+            cpu[name] += cpu_s() - c
+    ticks = 60 * minutes
+    print(f"layouts compared on the same {minutes} min of documents (block payload only, no SQLite pages):")
+    for name in layouts:
+        print(f"  {name:38s} {sizes[name] / ticks:8.0f} B/tick  {sizes[name] / ticks * 86400 / 1e6:8.1f} MB/24 h"
+              f"  encode {cpu[name] / (ticks / 3600):6.1f} s CPU/h")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hours", type=float, default=24.0, help="simulated hours to record (default 24)")
     ap.add_argument("--seeks", type=int, default=50)
     ap.add_argument("--out", help="directory for the recording (default: a temporary one)")
+    ap.add_argument("--compare", type=int, default=10, metavar="MIN",
+                    help="also encode MIN minutes in other layouts for comparison (0: skip)")
     args = ap.parse_args()
+    if args.compare:
+        compare(args.compare)
     ticks = int(args.hours * 3600)
 
     synth = FleetSynth()
@@ -210,8 +242,6 @@ def main() -> int:
         total_cpu = cpu_s() - c0
         rec_cpu = total_cpu - synth_per_tick * ticks
         size = os.path.getsize(path)
-        import json
-
         raw_json_bytes = len(json.dumps(sample[-1], separators=(",", ":")))
 
         rp = Replay(path)

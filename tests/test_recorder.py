@@ -345,7 +345,7 @@ def test_player_catches_up_with_a_growing_file(tmp_path):
 # --- incident bundle -----------------------------------------------------------------------------------
 
 SECRETS = ["hunter2pw", "sk-live-123456", "gw-secret-token", "p@ss w0rd!", "hf_flowsecret", "vllm-flag-secret",
-           "hf_blocksecret", "plainvalue9", "eqsecret99", "listsecret77", "Zm9vYmFyYmF6"]
+           "hf_blocksecret", "plainvalue9", "eqsecret99", "listsecret77", "Zm9vYmFyYmF6", "Tok-not-in-config-42"]
 
 CONFIG = """\
 # infertop config
@@ -396,7 +396,8 @@ def test_bundle_is_replayable_and_holds_no_secret(tmp_path):
               for i in range(150)]
     logs = ["12:00:01 engine a up", "12:00:02 polling http://admin:hunter2pw@10.0.0.1:8000/metrics",
             "12:00:03 gateway said 401 to Bearer gw-secret-token"]
-    audit = [{"action": "engine.start", "target": "big", "env": {"HF_TOKEN": "hf_blocksecret"}, "result": "ok"}]
+    audit = [{"action": "engine.start", "target": "big", "env": {"HF_TOKEN": "hf_blocksecret"}, "result": "ok"},
+             {"action": "gateway.set", "target": "gw", "api_token": "Tok-not-in-config-42"}]
     path = tmp_path / "incident.rec"
     assert write_bundle(str(path), states, logs, audit, CONFIG) == 150
     assert sorted(os.listdir(tmp_path)) == ["incident.rec"]  # one file, nothing beside it
@@ -417,8 +418,9 @@ def test_bundle_is_replayable_and_holds_no_secret(tmp_path):
     extras = read_bundle_extras(str(path))
     assert extras.log_lines[0] == "12:00:01 engine a up" and len(extras.log_lines) == 3
     assert "<redacted>" in extras.log_lines[1] and "<redacted>" in extras.log_lines[2]
-    assert extras.audit_entries == [{"action": "engine.start", "target": "big", "env": {"HF_TOKEN": "<redacted>"},
-                                     "result": "ok"}]
+    assert extras.audit_entries == [
+        {"action": "engine.start", "target": "big", "env": {"HF_TOKEN": "<redacted>"}, "result": "ok"},
+        {"action": "gateway.set", "target": "gw", "api_token": "<redacted>"}]
     assert extras.config_text == redact_config(CONFIG)
 
 

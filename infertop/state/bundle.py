@@ -166,8 +166,12 @@ def _collect(node, secret: bool, found: set[str]) -> None:
                 found.add(m["val"])
 
 
-def scrub(value, secrets: Iterable[str]):
-    """``value`` (a string, or a JSON-able structure) with secrets and credentials masked."""
+def scrub(value, secrets: Iterable[str], *, by_key: bool = False):
+    """``value`` (a string, or a JSON-able structure) with secrets and credentials masked.
+
+    ``by_key``: also mask every string under a secret-named key or an ``env`` key (for audit
+    entries; not for fleet states, where an engine may well be called "auth").
+    """
     secrets = sorted(secrets, key=len, reverse=True)
 
     def one(s: str) -> str:
@@ -176,16 +180,18 @@ def scrub(value, secrets: Iterable[str]):
                 s = s.replace(secret, REDACTED)
         return redact_text(s)
 
-    def walk(node):
+    def walk(node, masked: bool):
         if isinstance(node, str):
-            return one(node)
+            return REDACTED if masked else one(node)
         if isinstance(node, dict):
-            return {(one(k) if isinstance(k, str) else k): walk(v) for k, v in node.items()}
+            return {(one(k) if isinstance(k, str) else k):
+                    walk(v, masked or (by_key and (k == "env" or bool(_SECRET_KEY.match(str(k))))))
+                    for k, v in node.items()}
         if isinstance(node, (list, tuple)):
-            return [walk(v) for v in node]
+            return [walk(v, masked) for v in node]
         return node
 
-    return walk(value)
+    return walk(value, False)
 
 
 # --- the file --------------------------------------------------------------------
@@ -222,7 +228,7 @@ def write_bundle(path: str, states: Iterable[tuple[float, dict]], log_lines: lis
             conn.execute("BEGIN")
             conn.executemany("INSERT INTO bundle_log (line) VALUES (?)", ((scrub(str(l), secrets),) for l in log_lines))
             conn.executemany("INSERT INTO bundle_audit (entry) VALUES (?)",
-                             ((json.dumps(scrub(e, secrets), default=str),) for e in audit_entries))
+                             ((json.dumps(scrub(e, secrets, by_key=True), default=str),) for e in audit_entries))
             conn.executemany("INSERT INTO bundle_meta VALUES (?, ?)",
                              (("config", redact_config(config_text)), ("created_at", repr(time.time()))))
             conn.execute("COMMIT")
