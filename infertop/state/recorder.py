@@ -119,14 +119,12 @@ def _flatten(node, prefix: tuple, out: list) -> None:
         raise TypeError(f"cannot record a {type(node).__name__} at {'/'.join(map(str, prefix))}")
 
 
-def _same(a, b) -> bool:
-    return type(a) is type(b) and a == b  # 1, 1.0 and True must stay apart
-
-
 def _encode_column(values: list, precision: int | None, ints: bytearray) -> dict:
     """One path's values over a block. Integer runs go to ``ints`` as zigzag varint deltas."""
     first = values[0]
-    if all(_same(v, first) for v in values):
+    kind = type(first)
+    # count() runs in C; the type test keeps 1, 1.0 and True apart.
+    if values.count(first) == len(values) and all(type(v) is kind for v in values):
         return {"k": quantize(first, precision)}
     if all(type(v) is int for v in values):
         _put_deltas(values, ints)
@@ -191,38 +189,55 @@ def _decode_column(col: dict, n: int, ints: bytes, pos: int) -> tuple[list, int]
     return col["v"], pos
 
 
-def encode_block(ticks: list[tuple[float, dict]], precision: int | None = 6, codec: str = "lzma") -> bytes:
-    """Column-encode and compress a list of (ts, doc)."""
-    return encode_flat([(ts, flatten(doc)) for ts, doc in ticks], precision, codec)
+class BlockBuilder:
+    """The ticks of one block, kept column-wise as they arrive: each document is walked once,
+    however often the block is (re)encoded."""
 
+    def __init__(self) -> None:
+        self.ts: list[float] = []
+        self._paths: dict[tuple, int] = {}
+        self._where: list[list[int]] = []  # per path: tick indices where it is present
+        self._values: list[list] = []  # per path: its values at those ticks
 
-def encode_flat(ticks: list[tuple[float, list]], precision: int | None = 6, codec: str = "lzma") -> bytes:
-    """:func:`encode_block` for documents already flattened by :func:`flatten`.
+    def __len__(self) -> int:
+        return len(self.ts)
 
-    ``codec="zlib-fast"`` trades size for speed (for a block that will be rewritten).
-    """
-    fast = codec == "zlib-fast"
-    paths: dict[tuple, int] = {}
-    rows: list[list] = []  # per path: [(tick index, value), ...]
-    for i, (_, flat) in enumerate(ticks):
+    def add(self, ts: float, flat: list[tuple[tuple, object]]) -> None:
+        """Add one tick, already flattened by :func:`flatten`."""
+        i = len(self.ts)
+        self.ts.append(ts)
+        paths, where, values = self._paths, self._where, self._values
         for path, value in flat:
             pid = paths.get(path)
             if pid is None:
                 pid = paths[path] = len(paths)
-                rows.append([])
-            rows[pid].append((i, value))
-    n = len(ticks)
-    cols = []
-    ints = bytearray()
-    for row in rows:
-        col = _encode_column([v for _, v in row], precision, ints)
-        if len(row) != n:
-            col["i"] = [i for i, _ in row]
-        cols.append(col)
-    header = json.dumps({"ts": [t for t, _ in ticks], "p": list(paths), "c": cols},
-                        separators=(",", ":"), allow_nan=True).encode()
-    # Layout: header length (4 bytes, big-endian), JSON header, varint stream of the integer columns.
-    return _compress(len(header).to_bytes(4, "big") + header + bytes(ints), codec, fast)
+                where.append([])
+                values.append([])
+            where[pid].append(i)
+            values[pid].append(value)
+
+    def encode(self, precision: int | None = 6, codec: str = "lzma") -> bytes:
+        """Compressed block. ``codec="zlib-fast"``: cheaper, larger (for a block that will be rewritten)."""
+        n = len(self.ts)
+        cols = []
+        ints = bytearray()
+        for where, values in zip(self._where, self._values):
+            col = _encode_column(values, precision, ints)
+            if len(where) != n:
+                col["i"] = where
+            cols.append(col)
+        header = json.dumps({"ts": self.ts, "p": list(self._paths), "c": cols},
+                            separators=(",", ":"), allow_nan=True).encode()
+        # Layout: header length (4 bytes, big-endian), JSON header, varint stream of the integer columns.
+        return _compress(len(header).to_bytes(4, "big") + header + bytes(ints), codec, codec == "zlib-fast")
+
+
+def encode_block(ticks: list[tuple[float, dict]], precision: int | None = 6, codec: str = "lzma") -> bytes:
+    """Column-encode and compress a list of (ts, doc)."""
+    builder = BlockBuilder()
+    for ts, doc in ticks:
+        builder.add(ts, flatten(doc))
+    return builder.encode(precision, codec)
 
 
 def _compress(raw: bytes, codec: str, fast: bool = False) -> bytes:
@@ -348,7 +363,7 @@ class Recorder:
         row = self._conn.execute("SELECT max(id), max(t1) FROM blocks").fetchone()
         self._next_id = (row[0] or 0) + 1
         self._last_ts: float | None = row[1]
-        self._pending: list[tuple[float, list]] = []  # (ts, flattened doc): flattened once, re-encoded per flush
+        self._pending = BlockBuilder()
         self._pending_id: int | None = None
         self._flushed_ts: float | None = None
         self.blocks_written = 0
@@ -364,14 +379,14 @@ class Recorder:
                 raise RecordingError(f"{self.path}: recorder is closed")
             if self._last_ts is not None and ts <= self._last_ts:
                 raise ValueError(f"tick at {ts} is not after the last recorded tick ({self._last_ts})")
-            if self._pending and (ts - self._pending[0][0] >= self.block_s or len(self._pending) >= _MAX_BLOCK_TICKS):
+            if self._pending and (ts - self._pending.ts[0] >= self.block_s or len(self._pending) >= _MAX_BLOCK_TICKS):
                 self._write_pending(final=True)
-                self._pending, self._pending_id = [], None
+                self._pending, self._pending_id = BlockBuilder(), None
                 self._enforce_retention(ts)
             if not self._pending:
                 self._pending_id = self._next_id
                 self._next_id += 1
-            self._pending.append((ts, flat))
+            self._pending.add(ts, flat)
             self._last_ts = ts
             if self._flushed_ts is None:
                 self._flushed_ts = ts
@@ -402,17 +417,17 @@ class Recorder:
     def _write_pending(self, final: bool = False) -> None:
         # An interim flush is rewritten within the minute: compress it cheaply.
         codec = self.codec if final else "zlib-fast"
-        data = encode_flat(self._pending, self.precision, codec)
+        data = self._pending.encode(self.precision, codec)
         try:
             self._conn.execute(
                 "INSERT OR REPLACE INTO blocks (id, t0, t1, n, codec, nbytes, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (self._pending_id, self._pending[0][0], self._pending[-1][0], len(self._pending), codec,
+                (self._pending_id, self._pending.ts[0], self._pending.ts[-1], len(self._pending), codec,
                  len(data), data),
             )
         except sqlite3.Error as e:
             # The pending ticks stay in memory: the next flush tries again.
             raise RecordingError(f"{self.path}: cannot write the recording: {e}") from None
-        self._flushed_ts = self._pending[-1][0]
+        self._flushed_ts = self._pending.ts[-1]
         self.blocks_written += 1
 
     def _enforce_retention(self, now_ts: float) -> None:
