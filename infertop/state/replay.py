@@ -34,7 +34,7 @@ class Replay:
     def __init__(self, path: str, *, cache_blocks: int = 8) -> None:
         self.path = path
         self._conn = connect(path, readonly=True)
-        self._cache: OrderedDict[tuple[int, int], tuple[list[float], list[dict]]] = OrderedDict()
+        self._cache: OrderedDict[tuple, tuple[list[float], list[dict]]] = OrderedDict()
         self._cache_blocks = cache_blocks
 
     def close(self) -> None:
@@ -129,15 +129,16 @@ class Replay:
             raise RecordingError(f"{self.path}: cannot read the recording: {e}") from None
 
     def _block(self, where: str, *args) -> tuple[list[float], list[dict]] | None:
-        row = self._query(f"SELECT id, n FROM blocks {where} LIMIT 1", *args).fetchone()
+        row = self._query(f"SELECT id, n, t0, t1 FROM blocks {where} LIMIT 1", *args).fetchone()
         if row is None:
             return None
-        key = (row[0], row[1])  # a live writer rewrites its pending block under the same id with more ticks
+        key = tuple(row)  # a live writer rewrites its pending block under the same id with more ticks
         hit = self._cache.get(key)
         if hit is not None:
             self._cache.move_to_end(key)
             return hit
-        data = self._query("SELECT codec, data FROM blocks WHERE id = ? AND n = ?", *key).fetchone()
+        data = self._query("SELECT codec, data FROM blocks WHERE id = ? AND n = ? AND t1 = ?",
+                           row[0], row[1], row[3]).fetchone()
         if data is None:  # rewritten between the two queries: take the new version
             return self._block(where, *args)
         ticks = decode_block(data[1], data[0])
