@@ -381,6 +381,11 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
             self.main.query_one(GpusTable).focus()
         elif pane == "cluster":
             self.main.query_one(ClusterPane).focus_table()
+        elif pane == "log":
+            self.main.query_one("#log-view", RichLog).focus()  # arrows scroll the log
+        else:
+            # Nothing of another pane may keep the focus: TabbedContent would switch back to it.
+            self.main.set_focus(None)
 
     def _step_pane(self, step: int) -> None:
         tabs = self.main.query_one("#panes", TabbedContent)

@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Static
 
 from ..actions import key_display, visible_actions
 
-CLOSE_KEYS = "escape,q,question_mark"
+CLOSE_KEYS = "escape,question_mark"  # q quits infertop everywhere (a priority binding)
 
 
 class HelpScreen(ModalScreen[None]):

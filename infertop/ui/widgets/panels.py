@@ -115,11 +115,11 @@ class ScaledSparkline(LeanLines, Widget):
         width, height = self.size.width, self.size.height
         axis = max(len(self.top_text), 1)
         text = Text(no_wrap=True, overflow="crop")
-        if width <= axis + 2 or height <= 0:
-            return text
+        if not self.data or width <= axis + 2 or height <= 0:
+            return text  # no trend yet: nothing, not a flat line that reads as zero
         bar_style = self.get_component_rich_style("sparkline--bar")
         axis_style = self.get_component_rich_style("sparkline--axis")
-        rows = bars(self.data, width - axis - 1, height, self.top) if self.data else [""] * height
+        rows = bars(self.data, width - axis - 1, height, self.top)
         for i, row in enumerate(rows):
             label = self.top_text if i == 0 else ("0" if i == height - 1 else "")
             text.append(f"{label:>{axis}}▕", style=axis_style)
