@@ -95,7 +95,8 @@ ACTIONS: tuple[Action, ...] = (
     Action("kube_context", "K", "Switch the Kubernetes context", "Kubernetes", footer_label="Context",
            panes=("cluster",)),
     Action("kube_namespace", "ctrl+n", "Switch the Kubernetes namespace", "Kubernetes", show_in_footer=False),
-    Action("command_palette", "ctrl+p", "Open the command palette", "General", show_in_footer=False),
+    Action("command_palette", "ctrl+p", "Open the command palette", "General", footer_label="Palette",
+           show_in_footer=False),
     Action("help", "question_mark", "Show every key binding", "General", footer_label="Help"),
     Action("quit", "q", "Quit infertop", "General", footer_label="Quit", priority=True),
 )

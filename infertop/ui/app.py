@@ -44,6 +44,8 @@ from .widgets.panels import QuietStatic, Trend
 
 PANES = ("overview", "engines", "log", "gpus", "cluster")
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
+# Keys of one pane (not the engine actions: they also act on an open engine detail).
+PANE_KEYS = ({"next_pane", "previous_pane"} | set(footer_panes())) - ENGINE_ACTIONS
 GPU_KINDS = ("nvml", "dcgm", "prometheus", "gpu")
 GPU_REFRESH_MIN_S = 2.0  # GPUs are polled on their own schedule, at most this often
 GPU_THROTTLE_LOG_EVERY_S = 60.0
@@ -360,8 +362,10 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         if action == "gpu_detail":  # Enter means "GPU detail" only on the GPUs pane
             tabs = self.screen.query("#panes")
             return bool(tabs) and tabs.first(TabbedContent).active == "gpus"
-        if action in ("next_pane", "previous_pane"):
-            return self.screen is self.main  # in a dialog, Tab moves between its fields
+        if action in PANE_KEYS and self.screen is not self.main:
+            # Pane keys belong to the panes: in a dialog Tab moves between its fields,
+            # and a detail screen's footer does not offer another pane's keys.
+            return False
         return True
 
     @property

@@ -19,7 +19,7 @@ class SortPicker(ModalScreen[str | None]):
     SortPicker { align: center middle; }
     SortPicker > Vertical { width: 46; max-width: 100%; height: auto; max-height: 100%;
         border: round $primary; background: $surface; padding: 0 1; }
-    SortPicker OptionList { height: auto; max-height: 22; border: none; padding: 0; }
+    SortPicker OptionList, SortPicker OptionList:focus { height: auto; max-height: 22; border: none; padding: 0; }
     SortPicker #sort-hint { color: $text-muted; }
     """
 
