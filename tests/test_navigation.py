@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from rich.text import Text
 from textual.app import App
 from textual.widgets import Input, OptionList
 from textual.widgets._footer import FooterKey
