@@ -20,43 +20,61 @@ class Action:
     footer_label: str = ""
     mutating: bool = False  # disabled in --read-only mode
     priority: bool = False
+    panes: tuple[str, ...] = ()  # the panes whose footer shows it (empty: every pane)
 
     @property
     def display_keys(self) -> str:
-        names = {"question_mark": "?", "slash": "/", "escape": "Esc", "enter": "Enter", "tab": "Tab",
-                 "shift+tab": "S-Tab", "ctrl+p": "^P", "ctrl+r": "^R", "space": "Space",
-                 "right_square_bracket": "]", "left_square_bracket": "[", "plus": "+", "minus": "-"}
-        return " ".join(names.get(k, k) for k in self.keys.split(","))
+        return " ".join(key_display(k) for k in self.keys.split(","))
+
+
+_KEY_NAMES = {"question_mark": "?", "slash": "/", "escape": "Esc", "enter": "Enter", "tab": "Tab",
+              "shift+tab": "Shift+Tab", "space": "Space",
+              "right_square_bracket": "]", "left_square_bracket": "[", "plus": "+", "minus": "-"}
+
+
+def key_display(key: str) -> str:
+    """One spelling of a key everywhere (footer, help, palette): ``^R`` for ctrl+r."""
+    key = key.strip()
+    if key in _KEY_NAMES:
+        return _KEY_NAMES[key]
+    if key.startswith("ctrl+"):
+        return "^" + key.removeprefix("ctrl+").upper()
+    return key
 
 
 ACTIONS: tuple[Action, ...] = (
-    Action("show_pane('overview')", "1", "Show the Overview pane", "Panes", footer_label="Overview"),
-    Action("show_pane('engines')", "2", "Show the Engines pane", "Panes", footer_label="Engines"),
+    Action("show_pane('overview')", "1", "Show the Overview pane", "Panes", footer_label="Overview",
+           show_in_footer=False),
+    Action("show_pane('engines')", "2", "Show the Engines pane", "Panes", footer_label="Engines",
+           show_in_footer=False),
     Action("show_pane('log')", "3", "Show the Log pane", "Panes", footer_label="Log", show_in_footer=False),
     Action("show_pane('gpus')", "4", "Show the GPUs pane", "Panes", footer_label="GPUs", show_in_footer=False),
-    Action("next_pane", "tab", "Next pane", "Panes", show_in_footer=False),
-    Action("previous_pane", "shift+tab", "Previous pane", "Panes", show_in_footer=False),
-    Action("filter", "slash", "Filter engines by name or model", "View", footer_label="Filter"),
+    # Priority: a focused table or input would otherwise take Tab to move the focus.
+    Action("next_pane", "tab", "Next pane", "Panes", show_in_footer=False, priority=True),
+    Action("previous_pane", "shift+tab", "Previous pane", "Panes", show_in_footer=False, priority=True),
+    Action("filter", "slash", "Filter engines by name or model", "View", footer_label="Filter", panes=("engines",)),
     Action("clear_filter", "escape", "Clear the filter / close", "View", show_in_footer=False),
     # Before engine_detail: both are Enter; gpu_detail only acts on the GPUs pane.
-    Action("gpu_detail", "enter", "Open the selected GPU's detail", "View", show_in_footer=False),
-    Action("engine_detail", "enter", "Open the selected engine's detail", "View", show_in_footer=False),
-    Action("sort_next", "s", "Sort engines by the next column", "View", footer_label="Sort"),
+    Action("gpu_detail", "enter", "Open the selected GPU's detail", "View", footer_label="Detail", panes=("gpus",)),
+    Action("engine_detail", "enter", "Open the selected engine's detail", "View", footer_label="Detail",
+           panes=("engines",)),
+    Action("sort_pick", "s", "Sort engines: pick a column (the same column again reverses)", "View",
+           footer_label="Sort", panes=("engines",)),
     Action("refresh_now", "ctrl+r", "Poll every source now", "View", show_in_footer=False),
     Action("toggle_dark", "t", "Switch between the dark and light theme", "View", footer_label="Theme",
            show_in_footer=False),
     Action("engine_new", "n", "Start a local vLLM engine from a launch profile", "Local engines",
-           footer_label="New", mutating=True),
+           footer_label="New", mutating=True, panes=("engines",)),
     Action("engine_stop", "x", "Stop (drain) the selected local engine", "Local engines", footer_label="Stop",
-           mutating=True, show_in_footer=False),
-    Action("engine_restart", "r", "Restart the selected local engine", "Local engines", mutating=True,
-           show_in_footer=False),
+           mutating=True, panes=("engines",)),
+    Action("engine_restart", "r", "Restart the selected local engine", "Local engines", footer_label="Restart",
+           mutating=True, panes=("engines",)),
     Action("engine_set_seqs", "m", "Change max_num_seqs of the selected local engine (drain, restart, verify)",
-           "Local engines", footer_label="max_num_seqs", mutating=True, show_in_footer=False),
+           "Local engines", footer_label="Max seqs", mutating=True, panes=("engines",)),
     Action("show_pane('cluster')", "5", "Show the Cluster pane (Kubernetes)", "Panes", footer_label="Cluster",
            show_in_footer=False),
     Action("cluster_view", "v", "Cluster pane: next view (workloads, pods, nodes, HPAs, events)", "Kubernetes",
-           show_in_footer=False),
+           footer_label="View", panes=("cluster",)),
     Action("kube_scale", "S", "Scale the selected Deployment/StatefulSet (scale subresource)", "Kubernetes",
            mutating=True, show_in_footer=False),
     Action("kube_hpa", "H", "Edit the min/max replicas of the selected HPA", "Kubernetes", mutating=True,
@@ -75,7 +93,8 @@ ACTIONS: tuple[Action, ...] = (
            mutating=True, show_in_footer=False),
     Action("kube_configmap", "M", "Patch a ConfigMap key (e.g. the gateway's priority weights)", "Kubernetes",
            mutating=True, show_in_footer=False),
-    Action("kube_context", "K", "Switch the Kubernetes context", "Kubernetes", show_in_footer=False),
+    Action("kube_context", "K", "Switch the Kubernetes context", "Kubernetes", footer_label="Context",
+           panes=("cluster",)),
     Action("kube_namespace", "ctrl+n", "Switch the Kubernetes namespace", "Kubernetes", show_in_footer=False),
     Action("save_bundle", "B", "Save an incident bundle: the last 15 minutes of state, the log, the audit lines "
            "and the config (secrets redacted), replayable", "General", show_in_footer=False),
@@ -86,7 +105,8 @@ ACTIONS: tuple[Action, ...] = (
     Action("replay_speed(True)", "plus", "Replay: faster", "Replay", footer_label="Faster", show_in_footer=False),
     Action("replay_speed(False)", "minus", "Replay: slower", "Replay", show_in_footer=False),
     Action("replay_seek", "g", "Replay: seek to a time", "Replay", footer_label="Seek"),
-    Action("command_palette", "ctrl+p", "Open the command palette", "General", show_in_footer=False),
+    Action("command_palette", "ctrl+p", "Open the command palette", "General", footer_label="Palette",
+           show_in_footer=False),
     Action("help", "question_mark", "Show every key binding", "General", footer_label="Help"),
     Action("quit", "q", "Quit infertop", "General", footer_label="Quit", priority=True),
 )
@@ -102,6 +122,11 @@ def bindings(read_only: bool = False) -> list[Binding]:
             Binding(a.keys, a.action, a.footer_label or a.title, show=a.show_in_footer, priority=a.priority)
         )
     return out
+
+
+def footer_panes() -> dict[str, tuple[str, ...]]:
+    """Action name → the panes whose footer shows it (actions shown on every pane are left out)."""
+    return {a.action: a.panes for a in ACTIONS if a.panes}
 
 
 def visible_actions(read_only: bool = False) -> list[Action]:

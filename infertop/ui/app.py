@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable
@@ -13,7 +14,9 @@ from typing import Any
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
+from textual.binding import ActiveBinding, Binding
 from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
 from textual.widgets import Footer, Input, RichLog, TabbedContent, TabPane
 
 from ..config import Config
@@ -28,16 +31,17 @@ from ..state.fleet_history import FLEET, record_state
 from ..state.history import HistoryStore
 from ..state.recording import StateLog
 from .status import alert_changes, status_line
-from .actions import ACTIONS, bindings
+from .actions import ACTIONS, bindings, footer_panes, key_display
 from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
 from .commands import InfertopCommands
 from .screens.engine_detail import EngineDetailScreen
 from .screens.gpu_detail import GpuDetailScreen
 from .screens.help import HelpScreen
+from .screens.sort_picker import SortPicker
 from .themes import load_themes
 from .widgets.cluster import ClusterPane
-from .widgets.engines_table import EnginesTable
+from .widgets.engines_table import HEADERS, PRESSURE, RESORT_EVERY_S, SORTABLE, EnginesTable
 from .widgets.gpus import GpusPane, GpusTable, engine_refs, gpu_status_parts, record_history, flatten, summarize
 from .widgets.overview import Overview
 from .widgets.panels import QuietStatic, Trend
@@ -45,6 +49,8 @@ from .widgets.panels import QuietStatic, Trend
 PANES = ("overview", "engines", "log", "gpus", "cluster")
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
 REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_speed", "replay_seek"}
+# Keys of one pane (not the engine actions: they also act on an open engine detail).
+PANE_KEYS = ({"next_pane", "previous_pane"} | set(footer_panes())) - ENGINE_ACTIONS
 GPU_KINDS = ("nvml", "dcgm", "prometheus", "gpu")
 GPU_REFRESH_MIN_S = 2.0  # GPUs are polled on their own schedule, at most this often
 GPU_THROTTLE_LOG_EVERY_S = 60.0
@@ -122,7 +128,8 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
             with TabPane("2 Engines", id="engines"):
                 with Vertical():
                     yield Input(placeholder="filter engines by name or model (Esc clears)", id="filter")
-                    yield EnginesTable(slo=self.settings.config.slo, id="engines-table")
+                    yield EnginesTable(slo=self.settings.config.slo, resort_every_s=RESORT_EVERY_S,
+                                       id="engines-table")
                     with Horizontal(id="engine-trends"):
                         yield Trend("Selected: running", id="e-running")
                         yield Trend("Selected: TTFT p99", id="e-ttft")
@@ -133,7 +140,14 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
             with TabPane("5 Cluster", id="cluster"):
                 yield ClusterPane(id="cluster-pane")
         yield QuietStatic(id="statusbar")
-        yield Footer()
+        # Compact, without ^P (in help): at 80 columns the pane's keys and "q Quit" must all fit.
+        yield Footer(show_command_palette=False, compact=True)
+
+    def get_default_screen(self) -> Screen:
+        return PaneScreen(id="_default")
+
+    def get_key_display(self, binding: Binding) -> str:
+        return binding.key_display or key_display(binding.key)
 
     def on_mount(self) -> None:
         themes, problems = load_themes()
@@ -412,16 +426,34 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         if action == "gpu_detail":  # Enter means "GPU detail" only on the GPUs pane
             tabs = self.screen.query("#panes")
             return bool(tabs) and tabs.first(TabbedContent).active == "gpus"
+        if action in PANE_KEYS and self.screen is not self.main:
+            # Pane keys belong to the panes: in a dialog Tab moves between its fields,
+            # and a detail screen's footer does not offer another pane's keys.
+            return False
         return True
+
+    @property
+    def current_pane(self) -> str:
+        return self.main.query_one("#panes", TabbedContent).active
+
+    @on(TabbedContent.TabActivated, "#panes")
+    def _pane_activated(self) -> None:
+        self.refresh_bindings()  # the footer shows the keys of the pane on view (a click on a tab too)
 
     def action_show_pane(self, pane: str) -> None:
         self.main.query_one("#panes", TabbedContent).active = pane
+        self.refresh_bindings()
         if pane == "engines":
             self.main.query_one("#engines-table", EnginesTable).focus()
         elif pane == "gpus":
             self.main.query_one(GpusTable).focus()
         elif pane == "cluster":
             self.main.query_one(ClusterPane).focus_table()
+        elif pane == "log":
+            self.main.query_one("#log-view", RichLog).focus()  # arrows scroll the log
+        else:
+            # Nothing of another pane may keep the focus: TabbedContent would switch back to it.
+            self.main.set_focus(None)
 
     def _step_pane(self, step: int) -> None:
         tabs = self.main.query_one("#panes", TabbedContent)
@@ -458,13 +490,25 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
     def _filter_done(self) -> None:
         self.main.query_one("#engines-table", EnginesTable).focus()
 
-    def action_sort_next(self) -> None:
-        key = self.main.query_one("#engines-table", EnginesTable).cycle_sort()
-        self.notify(f"sorted by {key}", timeout=2)
+    def action_sort_pick(self) -> None:
+        """``s``: pick the Engines table's sort column from a list (the same one again reverses)."""
+        if self.current_pane != "engines":
+            self.action_show_pane("engines")
+        table = self.main.query_one("#engines-table", EnginesTable)
+        columns = [(PRESSURE, "Pressure (down, queued, slowest first)")] + [(k, HEADERS[k]) for k in SORTABLE]
+        self.push_screen(SortPicker(columns, table.sort_key, table.descending), self._sort_picked)
+
+    def _sort_picked(self, key: str | None) -> None:
+        if key is None:
+            return
+        table = self.main.query_one("#engines-table", EnginesTable)
+        table.sort_by(key)
+        name = "pressure" if key == PRESSURE else HEADERS[key]
+        self.notify(f"sorted by {name} {'▼' if table.descending else '▲'}", timeout=2)
         self.render_snapshot(force=True)
 
-    def action_engine_detail(self) -> None:
-        name = self.main.query_one("#engines-table", EnginesTable).selected_engine
+    def action_engine_detail(self, name: str | None = None) -> None:
+        name = name or self.main.query_one("#engines-table", EnginesTable).selected_engine
         if name is None:
             return
         screen = EngineDetailScreen(name, self.history)
@@ -473,8 +517,9 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
             self.call_after_refresh(self._show_detail, screen)
 
     @on(EnginesTable.RowSelected)
-    def _row_selected(self) -> None:
-        self.action_engine_detail()
+    def _row_selected(self, event: EnginesTable.RowSelected) -> None:
+        table = event.data_table
+        self.action_engine_detail(table.selected_engine if isinstance(table, EnginesTable) else None)
 
     def action_gpu_detail(self) -> None:
         pane = self.main.query_one(GpusPane)
@@ -623,6 +668,31 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.settings.read_only))
+
+
+class PaneScreen(Screen):
+    """The screen with the panes: its footer shows the keys of the pane on view
+    (``Action.panes`` in the action table); the keys work as bound either way."""
+
+    @property
+    def active_bindings(self):
+        active = super().active_bindings
+        tabs = self.query("#panes")
+        pane = tabs.first(TabbedContent).active if tabs else None
+        only = footer_panes()
+        out = {}
+        for key, ab in active.items():
+            panes = only.get(ab.binding.action)
+            if panes and pane not in panes and ab.binding.show:
+                ab = ab._replace(binding=dataclasses.replace(ab.binding, show=False))
+            out[key] = ab
+        app = self.app
+        for a in ACTIONS:  # a focused table's own Enter (select row) does this pane's "Detail": say so
+            shadow = out.get(a.keys)
+            if (pane in a.panes and a.show_in_footer and shadow is not None and not shadow.binding.show
+                    and shadow.node is not app and app.check_action(a.action, ())):
+                out[a.keys] = ActiveBinding(app, Binding(a.keys, a.action, a.footer_label or a.title), True)
+        return out
 
 
 def _health(src, now_wall: float) -> SourceHealth:

@@ -317,7 +317,9 @@ class GpusTable(LeanTable):
 
     def __init__(self, **kwargs: Any) -> None:
         # the GPU label stays put when the operator scrolls right (at 80 columns)
-        super().__init__(cursor_type="row", zebra_stripes=False, fixed_columns=1, **kwargs)
+        # The cells' own colours win over the cursor's: the selected row keeps its utilisation bar.
+        super().__init__(cursor_type="row", zebra_stripes=False, fixed_columns=1,
+                         cursor_foreground_priority="renderable", **kwargs)
         self._order: list[str] = []
         self._shown: dict[str, dict[str, Cell]] = {}
 

@@ -20,15 +20,25 @@ from ...text import plain
 from .engines_table import EnginesTable
 from .panels import QuietStatic, Trend
 
-ALERT_LINES = 6
+ALERT_LINES = 12  # composed; as many are shown as the height allows
+HOT_ROWS_MAX = 15
 HOT_COLUMNS = ("name", "state", "run", "wait", "runmax", "kv", "ttft99", "itl95", "gen", "e2e99")
+
+
+# More fleet trends where the width allows (160 columns and up).
+WIDE_TRENDS = (
+    ("requests_per_s", "Requests/s", rate_human),
+    ("itl_p95_s", "ITL p95", seconds_human),
+    ("e2e_p99_s", "E2E p99", seconds_human),
+    ("kv_cache_pct_max", "KV max", pct_human),
+)
 
 
 class Tile(Vertical):
     """A label over a value; only the value line is ever repainted."""
 
     DEFAULT_CSS = """
-    Tile { height: 2; padding: 0 1; }
+    Tile { height: 2; padding: 0 0 0 1; }
     Tile > .tile-label { color: $text-muted; }
     Tile > Static { text-wrap: nowrap; text-overflow: ellipsis; }
     """
@@ -65,7 +75,7 @@ TILES = (
     ("kv", "KV mean/max"),
     ("preempt", "Preempt/s"),
     # GPUs (filled by show_gpus)
-    ("gpus", "GPUs ok/thr/failed"),
+    ("gpus", "GPU ok/thr/✗"),
     ("gpu_util", "GPU util"),
     ("gpu_mem", "GPU memory"),
     ("gpu_temp", "Hottest GPU"),
@@ -78,14 +88,20 @@ class Overview(Vertical):
     DEFAULT_CSS = """
     Overview #tiles { grid-size: 6; grid-gutter: 0 0; height: auto; grid-rows: 2; }
     Overview #overview-trends { height: 3; }
+    Overview #overview-trends > Trend { height: 100%; }
+    Overview #overview-trends > .wide { display: none; }
+    Overview.wide #overview-trends > .wide { display: block; }
     Overview #hot-title, Overview #alerts-title, Overview .alert-line { padding: 0 1; }
-    Overview #hot { height: auto; max-height: 17; }
-    Overview .alert-line { height: 1; }
+    Overview #hot { height: auto; max-height: 17; scrollbar-size-horizontal: 0; }
+    Overview .alert-line { height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, slo, **kwargs) -> None:
         super().__init__(**kwargs)
         self.slo = slo
+        self.alert_rows = 2  # alert lines that fit (set by the layout)
+        self._engines = 0
+        self._alerts: list[Alert] = []
 
     def compose(self) -> ComposeResult:
         with Grid(id="tiles"):
@@ -96,6 +112,8 @@ class Overview(Vertical):
             yield Trend("Running", id="t-running")
             yield Trend("Waiting", id="t-waiting")
             yield Trend("TTFT p99", id="t-ttft")
+            for key, title, _ in WIDE_TRENDS:  # shown on a wide terminal
+                yield Trend(title, id=f"t-{key}", classes="wide")
         yield QuietStatic("[b]Under most pressure[/b]", id="hot-title")
         yield EnginesTable(slo=self.slo, columns=HOT_COLUMNS, limit=5, sort_key="pressure", resort_every_s=5.0,
                            id="hot")
@@ -104,12 +122,41 @@ class Overview(Vertical):
             yield QuietStatic(classes="alert-line")
 
     def on_resize(self) -> None:
-        """More rows under pressure on a tall terminal (5 at 24 lines, up to 15)."""
-        self.query_one("#hot", EnginesTable).set_limit(max(5, min(15, self.app.size.height - 30)))
+        self._fit()
+
+    def _fit(self) -> None:
+        """Lay the pane out for its size: tile columns from the width, then
+        trends, rows under pressure and alert lines share the height (80x24:
+        3 tile rows, 2-line sparklines, at least 2 alert lines; 200x60: 2 tile
+        rows, taller sparklines, up to 15 rows under pressure)."""
+        width, height = self.size
+        if not width or not height:
+            return
+        cols = 9 if width >= 135 else 6
+        self.set_class(width >= 160, "wide")
+        grid = self.query_one("#tiles", Grid)
+        grid.styles.grid_size_columns = cols
+        tile_lines = 2 * -(-len(TILES) // cols)
+        trend = 3 if height < 34 else (5 if height < 48 else 7)
+        self.query_one("#overview-trends").styles.height = trend
+        left = height - tile_lines - trend - 3  # hot title, hot header, alerts title
+        engines = max(1, self._engines)
+        alerts = max(2, min(len(self.query(".alert-line")), left // 3))
+        hot = max(1, min(HOT_ROWS_MAX, engines, left - alerts))
+        alerts = max(2, min(len(self.query(".alert-line")), left - hot))
+        self.query_one("#hot", EnginesTable).set_limit(hot)
+        for i, line in enumerate(self.query(".alert-line")):
+            line.display = i < alerts
+        if alerts != self.alert_rows:
+            self.alert_rows = alerts
+            self.show_alerts(self._alerts)
 
     def show_state(self, state: FleetState, history: HistoryStore) -> None:
         """Tiles, trends, the engines under most pressure and the alerts — all from one tick."""
         slo, f = state.slo, state.fleet
+        if len(state.engines) != self._engines:
+            self._engines = len(state.engines)
+            self._fit()
 
         def tile(key: str, value: str, bad: bool = False, note: str = "") -> None:
             self.query_one(f"#tile-{key}", Tile).set_value(value, bad, note)
@@ -125,18 +172,24 @@ class Overview(Vertical):
         tile("gen", rate_human(f.generation_tokens_per_s))
         tile("prompt", rate_human(f.prompt_tokens_per_s))
         tile("ttft50", seconds_human(f.ttft_p50_s))
-        tile("ttft99", seconds_human(f.ttft_p99_s), over(f.ttft_p99_s, slo.ttft_p99_s), f"≤{seconds_human(slo.ttft_p99_s)}")
-        tile("itl95", seconds_human(f.itl_p95_s), over(f.itl_p95_s, slo.itl_p95_s), f"≤{seconds_human(slo.itl_p95_s)}")
-        tile("e2e99", seconds_human(f.e2e_p99_s), over(f.e2e_p99_s, slo.e2e_p99_s), f"≤{seconds_human(slo.e2e_p99_s)}")
+        tile("ttft99", seconds_human(f.ttft_p99_s), over(f.ttft_p99_s, slo.ttft_p99_s), f"≤{target_human(slo.ttft_p99_s)}")
+        tile("itl95", seconds_human(f.itl_p95_s), over(f.itl_p95_s, slo.itl_p95_s), f"≤{target_human(slo.itl_p95_s)}")
+        tile("e2e99", seconds_human(f.e2e_p99_s), over(f.e2e_p99_s, slo.e2e_p99_s), f"≤{target_human(slo.e2e_p99_s)}")
         tile("kv", f"{pct_human(f.kv_cache_pct_mean)}/{pct_human(f.kv_cache_pct_max)}",
              over(f.kv_cache_pct_max, slo.kv_cache_pct))
         tile("preempt", rate_human(f.preemptions_per_s), bad=bool(f.preemptions_per_s))
         n = 120
         self.query_one("#t-gen", Trend).show(history.series(FLEET, "generation_tokens_per_s", n),
-                                             rate_human(f.generation_tokens_per_s))
-        self.query_one("#t-running", Trend).show(history.series(FLEET, "running", n), count_human(f.running))
-        self.query_one("#t-waiting", Trend).show(history.series(FLEET, "waiting", n), count_human(f.waiting))
-        self.query_one("#t-ttft", Trend).show(history.series(FLEET, "ttft_p99_s", n), seconds_human(f.ttft_p99_s))
+                                             rate_human(f.generation_tokens_per_s), fmt=rate_human)
+        self.query_one("#t-running", Trend).show(history.series(FLEET, "running", n), count_human(f.running),
+                                                 fmt=count_human)
+        self.query_one("#t-waiting", Trend).show(history.series(FLEET, "waiting", n), count_human(f.waiting),
+                                                 fmt=count_human)
+        self.query_one("#t-ttft", Trend).show(history.series(FLEET, "ttft_p99_s", n), seconds_human(f.ttft_p99_s),
+                                              fmt=seconds_human)
+        for key, _, fmt in WIDE_TRENDS:
+            self.query_one(f"#t-{key}", Trend).show(history.series(FLEET, key, n), fmt(getattr(f, key)), fmt=fmt,
+                                                   percent=fmt is pct_human)
         self.query_one("#hot", EnginesTable).update_state(state)
         self.show_alerts(list(state.alerts))
 
@@ -162,7 +215,10 @@ class Overview(Vertical):
         tile("gpu_errors", g.errors or "none", bad=g.errors is not None)
 
     def show_alerts(self, alerts: list[Alert]) -> None:
-        """One line per engine with problems, worst first; "… N more" when they do not fit."""
+        """One line per engine with problems, worst first. An engine's alerts that
+        do not fit the width end in "+N more"; engines that do not fit the lines
+        in "… N more engines"."""
+        self._alerts = alerts
         by_target: dict[str, list[Alert]] = {}
         for a in alerts:
             by_target.setdefault(a.target, []).append(a)
@@ -174,16 +230,13 @@ class Overview(Vertical):
             title.append(" none", style="green")
             title.append(" — every engine within its SLO targets")
         self.query_one("#alerts-title", QuietStatic).show(title)
-        lines = list(self.query(".alert-line").results(QuietStatic))
+        lines = list(self.query(".alert-line").results(QuietStatic))[: self.alert_rows]
+        width = self.size.width - 2  # the lines' padding
         fits = len(groups) <= len(lines)
         for i, line in enumerate(lines):
             if i < len(groups) and (fits or i < len(lines) - 1):
                 target, group = groups[i]
-                color = "red" if any(a.severity == CRITICAL for a in group) else "yellow"
-                text = Text("● ", style=color)
-                text.append(plain(target, 40), style="bold")
-                text.append(" — " + " · ".join(plain(a.text, 120) for a in group))
-                line.show(text)
+                line.show(alert_line(target, group, width))
             elif i == len(lines) - 1 and not fits:
                 more = len(groups) - i
                 n_alerts = sum(len(g) for _, g in groups[i:])
@@ -191,3 +244,29 @@ class Overview(Vertical):
                                f"{'s' if n_alerts != 1 else ''}", style="dim"))
             else:
                 line.show("")
+
+
+def alert_line(target: str, group: list[Alert], width: int) -> Text:
+    """``● engine — alert · alert`` in ``width`` cells: the alerts that fit, then "+N more"."""
+    color = "red" if any(a.severity == CRITICAL for a in group) else "yellow"
+    texts = [plain(a.text, 120) for a in group]
+    shown = len(texts)
+    head = 4 + len(plain(target, 40)) + 3  # "● " + name + " — "
+    while shown > 1 and width > 0:
+        more = f" · +{len(texts) - shown} more" if shown < len(texts) else ""
+        if head + len(" · ".join(texts[:shown])) + len(more) <= width:
+            break
+        shown -= 1
+    text = Text("● ", style=color)
+    text.append(plain(target, 40), style="bold")
+    text.append(" — " + " · ".join(texts[:shown]))
+    if shown < len(texts):
+        text.append(f" · +{len(texts) - shown} more", style="dim")
+    return text
+
+
+def target_human(seconds: float) -> str:
+    """An SLO target, short enough for a tile at 80 columns: 2s, 40ms, 1.5s."""
+    if seconds >= 1:
+        return f"{seconds:g}s"
+    return f"{seconds * 1000:g}ms"
