@@ -115,11 +115,100 @@ def _snapshot(argv: list[str]) -> int:
     return snapshot_main(argv)
 
 
+def _record(argv: list[str]) -> int:
+    """``infertop record FILE``: the headless flight recorder."""
+    from .flight_cli import add_record_args, record_main
+
+    p = _Parser(prog="infertop record", description="Append one fleet state per tick to FILE until stopped "
+                                                    "(SIGINT/SIGTERM) or --duration is over.")
+    _common(p)
+    add_record_args(p)
+    args = p.parse_args(argv)
+    try:
+        cfg, _ = resolve_config(args)
+    except ConfigError as e:
+        print(f"infertop: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    demo = None
+    try:
+        demo, endpoints = start_engines(args, cfg)
+        if demo is not None:
+            from .snapshot import apply_demo_defaults
+
+            apply_demo_defaults(cfg)
+        dcgm_urls = ([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm)
+        return record_main(args, cfg, endpoints, dcgm_urls=dcgm_urls,
+                           engine_pods=demo.engine_pods if demo is not None else None,
+                           mode="demo" if demo is not None else "live")
+    except DemoError as e:
+        print(f"infertop: demo: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        if demo is not None:
+            demo.stop()
+
+
+def _replay(argv: list[str]) -> int:
+    """``infertop replay FILE``: the TUI over a recording or an incident bundle."""
+    from .flight_cli import add_replay_args, open_replay, parse_at
+
+    p = _Parser(prog="infertop replay", description="Play a recording or an incident bundle through the panes.")
+    p.add_argument("--theme", help="theme name")
+    add_replay_args(p)
+    args = p.parse_args(argv)
+    try:
+        replay, span = open_replay(args.file)
+    except ValueError as e:
+        print(f"infertop: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    from .crash import run_tui
+    from .state.fleet import FleetState
+    from .state.replay import Player
+    from .ui.app import InfertopApp, Settings
+
+    try:
+        start = parse_at(args.at, span)
+    except ValueError as e:
+        print(f"infertop: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    player = Player(replay, speed=args.speed, start_ts=start)
+    first = replay.at(start if start is not None else span[0])
+    cfg = Config()
+    if first is not None:  # the recorded refresh, window and SLO targets, so the panes judge as they did
+        st = FleetState.from_doc(first[1])
+        cfg.refresh_s, cfg.window_s = st.refresh_s, st.window_s
+        for name in ("ttft_p99_s", "itl_p95_s", "e2e_p99_s", "queue_p99_s", "kv_cache_pct"):
+            setattr(cfg.slo, name, getattr(st.slo, name))
+    if args.theme:
+        cfg.theme = args.theme
+    n = replay.count()
+    notes = [f"Replay of {args.file}: {n} ticks from {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(span[0]))} "
+             f"to {time.strftime('%H:%M:%S', time.localtime(span[1]))}. Space pauses, [ ] step, + - speed, g seeks."]
+    try:
+        from .state.bundle import read_bundle_extras
+
+        extras = read_bundle_extras(args.file)
+        if extras is not None and extras.log_lines:
+            notes.append(f"Incident bundle: {len(extras.log_lines)} log lines and {len(extras.audit_entries)} "
+                         "audit entries recorded with it:")
+            notes.extend(extras.log_lines[-200:])
+    except Exception:  # noqa: BLE001 — a plain recording has no extras
+        pass
+    settings = Settings(config=cfg, endpoints=[], read_only=True, mode="replay", notes=notes, replay=player,
+                        replay_path=args.file)
+    try:
+        return run_tui(InfertopApp(settings))
+    finally:
+        replay.close()
+
+
 # The subcommands, in `infertop --help` order. A new one (record, replay) is one line here.
 COMMANDS: dict[str, Command] = {
     "snapshot": Command("collect for a window, print a table or --json (for scripts)", _snapshot),
     "engine": Command("start, stop, restart, re-configure local vLLM engines (see: engine --help)", _engine,
                       frozenset({"config"})),
+    "record": Command("append the fleet state to a flight recording each tick, headless (cron, systemd)", _record),
+    "replay": Command("play a recording or an incident bundle through the panes", _replay, frozenset({"theme"})),
     "sim": Command("run simulated vLLM engines, GPUs and load (what --demo starts)", _sim, frozenset()),
 }
 _FLAG_NAMES = {"window_s": "--window"}  # dest -> flag where they differ
@@ -156,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--theme", help="theme name (infertop-dark, infertop-light, or any Textual theme)")
     p.add_argument("--window", dest="window_s", type=_bounded(Config, "window_s"), metavar="S",
                    help="sliding window for rates and percentiles (default 60; at least twice --refresh)")
+    p.add_argument("--record", metavar="FILE", help="append every tick to a flight recording (infertop replay FILE)")
     p.add_argument("command", nargs="?", choices=list(COMMANDS), metavar="COMMAND", help=argparse.SUPPRESS)
     p.add_argument("command_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p
@@ -275,7 +365,8 @@ def tui_main(args: argparse.Namespace) -> int:
         settings = Settings(config=cfg, endpoints=endpoints, read_only=cfg.read_only,
                             mode="demo" if args.demo else "local", notes=notes, dcgm_urls=dcgm_urls,
                             engine_pods=demo.engine_pods if demo is not None else {},
-                            state_dir=demo.state_dir if demo is not None else None)
+                            state_dir=demo.state_dir if demo is not None else None,
+                            record_path=args.record)
         return run_tui(InfertopApp(settings))
     except DemoError as e:
         print(f"infertop: demo: {e}", file=sys.stderr)

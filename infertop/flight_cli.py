@@ -152,7 +152,9 @@ def open_replay(path: str):
     try:
         replay = Replay(path)
         span = replay.span()
-    except (RecordingError, OSError, Exception) as e:  # noqa: BLE001 — sqlite errors too
+    except RecordingError as e:
+        raise ValueError(str(e)) from None
+    except Exception as e:  # noqa: BLE001 — sqlite errors too
         raise ValueError(f"{path}: not an infertop recording ({e})") from None
     if span is None:
         replay.close()

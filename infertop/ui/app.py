@@ -385,7 +385,6 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
             if self.state is not None:
                 text.append(f" · {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.state.taken_at))}",
                             style="bold")
-            text.append("  (space pause · [ ] step · + - speed · g seek)", style="dim")
         elif self.state is not None:
             text.append(f" · {time.strftime('%H:%M:%S', time.localtime(self.state.taken_at))}", style="bold")
             if s.record_path:

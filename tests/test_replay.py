@@ -1,0 +1,225 @@
+"""Record → replay through the same panes; incident bundles from the TUI; the headless recorder."""
+
+from __future__ import annotations
+
+import lzma
+import os
+import sqlite3
+import subprocess
+import sys
+import zlib
+
+from infertop.config import Config, GpuConfig
+from infertop.domain.engine import DOWN, UP, EngineStats
+from infertop.domain.source import SourceHealth
+from infertop.sources.vllm import EngineEndpoint
+from infertop.state.fleet import FleetJoiner, FleetState
+from infertop.state.recorder import Recorder
+from infertop.state.replay import Player, Replay
+from infertop.ui.app import InfertopApp, Settings
+from infertop.ui.widgets.engines_table import EnginesTable
+from vllm_text import v1_doc
+
+T0 = 1_796_025_600.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.mono = 1000.0
+
+    def __call__(self) -> float:
+        return self.mono
+
+
+def recorded_states(n: int = 30) -> list[FleetState]:
+    """States of two engines; the second one goes down at tick 20."""
+    clock = {"mono": 100.0, "wall": T0}
+
+    class Col:
+        def __init__(self, name: str) -> None:
+            self.endpoint = EngineEndpoint(name, f"http://127.0.0.1:80{len(name)}", max_num_seqs=8)
+            self.windows: dict = {}
+            self.stats: list = []
+            self.health = SourceHealth(name, "vllm", False)
+
+    a, b = Col("alpha"), Col("beta")
+
+    class Fleet:
+        collectors = [a, b]
+
+    joiner = FleetJoiner(Fleet(), slo=Config().slo, refresh_s=1.0, window_s=60.0,
+                         wall=lambda: clock["wall"], mono=lambda: clock["mono"])
+    out = []
+    for i in range(n):
+        for c, base in ((a, 3), (b, 5)):
+            if c is b and i >= 20:
+                c.stats = [EngineStats(name=c.endpoint.name, url=c.endpoint.url, state=DOWN, error="connection refused")]
+                c.health = SourceHealth(c.endpoint.name, "vllm", False, last_error="connection refused",
+                                        last_error_at=clock["mono"], consecutive_failures=i - 19)
+            else:
+                c.stats = [EngineStats(name=c.endpoint.name, url=c.endpoint.url, state=UP, running=base + i % 4,
+                                       waiting=float(i % 3), kv_cache_pct=10.0 + i, max_num_seqs=8,
+                                       scraped_at=clock["wall"])]
+                c.health = SourceHealth(c.endpoint.name, "vllm", True, last_ok_at=clock["mono"])
+        out.append(joiner.build())
+        clock["mono"] += 1.0
+        clock["wall"] += 1.0
+    return out
+
+
+def record(path, states) -> None:
+    with Recorder(str(path)) as rec:
+        for st in states:
+            rec.append(st.taken_at, st.to_doc())
+
+
+def cells(app) -> dict[str, list[str]]:
+    t = app.query_one("#engines-table", EnginesTable)
+    return {rk.value: [str(getattr(c, "plain", c)) for c in t.get_row(rk)] for rk in t.rows}
+
+
+def text_of(app, selector: str) -> str:
+    r = app.query_one(selector).render()
+    return str(getattr(r, "plain", r))
+
+
+async def live_cells(state: FleetState) -> tuple[dict, str, str]:
+    app = InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False)), endpoints=[]), poll=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        app.show_state(state)
+        await pilot.pause()
+        return cells(app), text_of(app, "#tile-running .tile-value"), text_of(app, "#statusbar")
+
+
+def replay_app(path, clock: Clock, **kw) -> InfertopApp:
+    player = Player(Replay(str(path)), clock=clock, **kw)
+    return InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False)), endpoints=[], read_only=True,
+                                mode="replay", replay=player, replay_path=str(path)), poll=False)
+
+
+async def test_replay_paints_the_recorded_state_as_live_did(tmp_path):
+    states = recorded_states()
+    path = tmp_path / "flight.infertop"
+    record(path, states)
+    clock = Clock()
+    app = replay_app(path, clock)
+    async with app.run_test(size=(140, 40)) as pilot:
+        app.player.pause()
+        app.player.seek(states[25].taken_at)
+        app._replay_jump()
+        await pilot.pause()
+        assert app.state.tick == states[25].tick
+        replayed = (cells(app), text_of(app, "#tile-running .tile-value"), text_of(app, "#statusbar"))
+        # the sparkline history was rebuilt from the ticks before the position
+        assert len(app.history.series("__fleet__", "running")) >= 20
+        # step back and forward one tick: the state on screen follows
+        await pilot.press("left_square_bracket")
+        await pilot.pause()
+        assert app.state.tick == states[24].tick
+        await pilot.press("right_square_bracket")
+        await pilot.press("right_square_bracket")
+        await pilot.pause()
+        assert app.state.tick == states[26].tick
+        # nothing can be changed from a replay
+        assert app.check_action("engine_new", ()) is False and app.check_action("save_bundle", ()) is False
+        assert "replay" in text_of(app, "#topbar") and "paused" in text_of(app, "#topbar")
+    live = await live_cells(FleetState.from_doc(states[25].to_doc()))
+    assert replayed[0] == live[0]  # same rows, same cells, including beta's stale "down" row
+    assert replayed[1] == live[1] and replayed[2] == live[2]
+    assert replayed[0]["beta"][1].startswith("down") and replayed[0]["beta"][2] == live[0]["beta"][2]
+
+
+async def test_replay_plays_on_at_its_speed(tmp_path):
+    states = recorded_states(10)
+    path = tmp_path / "flight.infertop"
+    record(path, states)
+    clock = Clock()
+    app = replay_app(path, clock, speed=2.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.replay_tick()
+        first = app.state.tick
+        clock.mono += 2.0  # two seconds at 2x: four recorded ticks later
+        app.replay_tick()
+        await pilot.pause()
+        assert app.state.tick == first + 4
+
+
+def test_replay_snapshot(snap_compare, tmp_path):
+    states = recorded_states()
+    path = tmp_path / "incident.infertop"
+    record(path, states)
+    clock = Clock()
+    app = replay_app(path, clock)
+
+    async def run_before(pilot):
+        app.player.pause()
+        app.player.seek(states[22].taken_at)
+        app._replay_jump()
+        await pilot.press("2")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(110, 24), run_before=run_before)
+
+
+async def test_incident_bundle_from_the_tui_holds_no_secret_and_replays(tmp_path, scripted):
+    secret_token, secret_env = "kube-Sup3rSecretT0ken", "hf_SECRETvalue123"
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "gpu:\n  nvml: false\n"
+        "profiles:\n  tiny:\n    python: /usr/bin/python3\n    model: /models/tiny\n    port: 8011\n"
+        f"    env: {{HF_TOKEN: \"{secret_env}\"}}\n"
+        f"prometheus:\n  url: http://admin:{secret_token}@127.0.0.1:9090\n")
+    from infertop.config import load_config
+
+    cfg = load_config(str(config))
+    srv = scripted().serve_engine(v1_doc(engines={"0": {"running": 2}}))
+    state_dir = tmp_path / "state"
+    app = InfertopApp(Settings(config=cfg, endpoints=[EngineEndpoint("one", srv.url, timeout_s=10)],
+                               state_dir=str(state_dir)), poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(3):
+            await app.poll_now()
+        app.log_event(f"operator note mentioning {secret_env}")
+        await pilot.press("B")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+    [bundle] = [p for p in os.listdir(state_dir) if p.startswith("incident-")]
+    path = state_dir / bundle
+    blob = path.read_bytes()
+    conn = sqlite3.connect(path)
+    for codec, data in conn.execute("SELECT codec, data FROM blocks"):
+        blob += lzma.decompress(data) if codec == "lzma" else zlib.decompress(data)
+    conn.close()
+    assert secret_token.encode() not in blob and secret_env.encode() not in blob
+    with Replay(str(path)) as rp:
+        assert rp.count() == 3
+        st = FleetState.from_doc(rp.at(rp.span()[1])[1])
+        assert st.engine("one").stats.running == 2
+    from infertop.state.bundle import read_bundle_extras
+
+    extras = read_bundle_extras(str(path))
+    assert any("operator note mentioning" in line for line in extras.log_lines)
+    assert "/models/tiny" in extras.config_text
+
+
+def test_headless_record_then_replay_file(tmp_path, scripted):
+    srv = scripted().serve_engine(v1_doc(engines={"0": {"running": 4, "waiting": 1}}))
+    config = tmp_path / "c.yaml"
+    config.write_text("gpu:\n  nvml: false\nrefresh_s: 0.2\nwindow_s: 10\n")
+    path = tmp_path / "rec.infertop"
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "infertop", "--config", str(config), "record", str(path),
+                        "--engine", srv.url, "--duration", "2s"], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    assert "ticks appended" in r.stderr
+    with Replay(str(path)) as rp:
+        assert rp.count() >= 3
+        st = FleetState.from_doc(rp.at(rp.span()[1])[1])
+    assert [e.stats.running for e in st.engines] == [4.0] and st.refresh_s == 0.2
+    # replay refuses what is not a recording, in one line
+    bad = tmp_path / "not-a-recording"
+    bad.write_text("hello")
+    r = subprocess.run([sys.executable, "-m", "infertop", "replay", str(bad)], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
