@@ -248,7 +248,7 @@ def measure(programs: list[Program], seconds: float, dump_dir: Path | None, phas
     for prog, out in pyspy:
         spies.append(subprocess.Popen(
             [pyspy_bin(), "record", "--nonblocking", "--rate", "50", "--duration", str(int(seconds)),
-             "--format", "speedscope" if out.suffix == ".json" else "flamegraph", "--output", str(out),
+             "--format", {".json": "speedscope", ".svg": "flamegraph"}.get(out.suffix, "raw"), "--output", str(out),
              "--pid", str(prog.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         prog.known_pids[spies[-1].pid] = start_time(spies[-1].pid)
     for p in programs:
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-64", action="store_true", help="phase 1 only")
     ap.add_argument("--only-64", action="store_true", help="phase 2 only")
     ap.add_argument("--dump", type=Path, help="keep each program's measured terminal stream in DIR")
-    ap.add_argument("--py-spy", type=Path, metavar="DIR", help="profile each TUI in phase 2 with py-spy into DIR")
+    ap.add_argument("--py-spy", type=Path, metavar="DIR", help="profile each TUI in phase 2 with py-spy into DIR (collapsed stacks, LABEL-N.txt)")
     ap.add_argument("--python", default=sys.executable, help="interpreter for infertop (default: this one)")
     args = ap.parse_args(argv)
     cols, rows = (int(x) for x in args.size.lower().split("x"))
@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
             progs += [tui(f"{label} ({args.engines})", tree, args.engines) for label, tree in trees]
             launch(progs)
             settle(progs, args.settle)
-            spies = [(p, args.py_spy / f"{p.label.split()[0]}-{args.engines}.svg") for p in progs[1:]] \
+            spies = [(p, args.py_spy / f"{p.label.split()[0]}-{args.engines}.txt") for p in progs[1:]] \
                 if args.py_spy is not None else []
             phase2 = measure(progs, seconds_64, args.dump, str(args.engines), rss_at_s=min(60.0, seconds_64 / 2),
                              pyspy=spies)
