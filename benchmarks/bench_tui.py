@@ -30,6 +30,7 @@ import argparse
 import fcntl
 import os
 import pty
+import re
 import select
 import shutil
 import signal
@@ -46,6 +47,9 @@ from pathlib import Path
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 REPO = Path(__file__).resolve().parent.parent
+# Both programs write a wall-clock time once per refresh (infertop's header: the
+# tick on screen; htop's uptime meter): distinct times seen = frames painted.
+CLOCK = re.compile(rb"\d\d:\d\d:\d\d")
 
 
 # ----- /proc ------------------------------------------------------------------
@@ -107,6 +111,10 @@ class Program:
     pid: int = 0
     fd: int = -1
     bytes_total: int = 0
+    clocks: set[bytes] = field(default_factory=set)
+    _tail: bytes = b""  # a time split across two reads
+    keep_text: bool = False
+    text: bytes = b""
     first_output_at: float | None = None
     dump: object = None  # an open file while the stream is kept
     known_pids: dict[int, int | None] = field(default_factory=dict)  # pid → start time
@@ -118,6 +126,9 @@ class Program:
         if pid == 0:  # child: the pty is already its controlling terminal and stdio
             try:
                 fcntl.ioctl(0, termios.TIOCSWINSZ, winsize)
+                # `python -m` puts the working directory first on sys.path: run
+                # where no checkout is, so that PYTHONPATH picks the tree.
+                os.chdir(self.env.get("HOME", "/"))
                 os.execvpe(self.argv[0], self.argv, self.env)
             finally:
                 os._exit(127)
@@ -130,12 +141,20 @@ class Program:
             if self.first_output_at is None:
                 self.first_output_at = time.monotonic()
             self.bytes_total += len(data)
+            if self.keep_text:
+                self.text += data
+            self.clocks.update(CLOCK.findall(self._tail + data))
+            self._tail = data[-7:]
             if self.dump is not None:
                 self.dump.write(data)
 
     def counted(self) -> int:
         with self.lock:
             return self.bytes_total
+
+    def ticks(self) -> set[bytes]:
+        with self.lock:
+            return set(self.clocks)
 
     def keep_stream(self, path: Path | None) -> None:
         with self.lock:
@@ -218,6 +237,7 @@ class Result:
     seconds: float
     bytes_per_s: float
     cpu_pct: float
+    frames_per_s: float
     rss_early_mib: float | None = None
     rss_end_mib: float | None = None
 
@@ -257,6 +277,7 @@ def measure(programs: list[Program], seconds: float, dump_dir: Path | None, phas
     t0 = time.monotonic()
     b0 = {p.label: p.counted() for p in programs}
     c0 = {p.label: cpu_s(p.pid) for p in programs}
+    k0 = {p.label: p.ticks() for p in programs}
     rss_early: dict[str, float] = {}
     end = t0 + seconds
     while time.monotonic() < end:
@@ -270,7 +291,7 @@ def measure(programs: list[Program], seconds: float, dump_dir: Path | None, phas
     out = []
     for p in programs:
         out.append(Result(p.label, dt, (p.counted() - b0[p.label]) / dt, 100 * (cpu_s(p.pid) - c0[p.label]) / dt,
-                          rss_early.get(p.label), rss_mib(p.pid)))
+                          len(p.ticks() - k0[p.label]) / dt, rss_early.get(p.label), rss_mib(p.pid)))
         p.keep_stream(None)
     for s in spies:
         try:
@@ -291,7 +312,8 @@ def pyspy_bin() -> str:
 # ----- report -----------------------------------------------------------------------
 def table(title: str, results: list[Result], htop: Result | None, show_rss: bool = False) -> None:
     print(f"\n{title}")
-    head = f"  {'program':<22} {'bytes/s':>9} {'vs htop':>8} {'CPU %core':>10} {'vs htop':>8}"
+    head = (f"  {'program':<22} {'bytes/s':>9} {'vs htop':>8} {'CPU %core':>10} {'vs htop':>8} {'frames/s':>8}"
+            f" {'B/frame':>8} {'CPU ms/frame':>12}")
     if show_rss:
         head += f" {'RSS early':>10} {'RSS end':>9}"
     print(head)
@@ -301,6 +323,8 @@ def table(title: str, results: list[Result], htop: Result | None, show_rss: bool
             line += f" {ratio(r.bytes_per_s, htop.bytes_per_s):>8} {r.cpu_pct:10.1f} {ratio(r.cpu_pct, htop.cpu_pct):>8}"
         else:
             line += f" {'':>8} {r.cpu_pct:10.1f} {'':>8}"
+        per = r.frames_per_s or float("nan")
+        line += f" {r.frames_per_s:8.2f} {r.bytes_per_s / per:8.0f} {10 * r.cpu_pct / per:12.1f}"
         if show_rss:
             early = f"{r.rss_early_mib:.1f}M" if r.rss_early_mib is not None else "—"
             line += f" {early:>10} {r.rss_end_mib:8.1f}M"
@@ -335,13 +359,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds-64", type=float, default=None, help="measured seconds of phase 2 (default 2 × --seconds)")
     ap.add_argument("--settle", type=float, default=10, help="seconds after the first output before measuring")
     ap.add_argument("--tree", action="append", default=[], metavar="LABEL=DIR",
-                    help="an infertop checkout to run (repeatable; default: this one)")
+                    help="an infertop checkout to run (repeatable; default: this one); DIR may be a PYTHONPATH (a:b)")
     ap.add_argument("--size", default="120x40", help="terminal COLSxROWS (default 120x40)")
     ap.add_argument("--engines", type=int, default=64, help="engines in phase 2 (default 64)")
     ap.add_argument("--skip-64", action="store_true", help="phase 1 only")
     ap.add_argument("--only-64", action="store_true", help="phase 2 only")
     ap.add_argument("--dump", type=Path, help="keep each program's measured terminal stream in DIR")
     ap.add_argument("--py-spy", type=Path, metavar="DIR", help="profile each TUI in phase 2 with py-spy into DIR (collapsed stacks, LABEL-N.txt)")
+    ap.add_argument("--shared-sim", action="store_true",
+                    help="one simulator per phase for every TUI (--config with its URLs) instead of --demo each:"
+                         " less load when comparing several trees")
     ap.add_argument("--python", default=sys.executable, help="interpreter for infertop (default: this one)")
     args = ap.parse_args(argv)
     cols, rows = (int(x) for x in args.size.lower().split("x"))
@@ -360,10 +387,41 @@ def main(argv: list[str] | None = None) -> int:
     base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "LANG": "C.UTF-8",
                 "TERM": "xterm-256color", "COLORTERM": "truecolor"}
 
+    def pythonpath(tree: str) -> str:
+        return os.pathsep.join(str(Path(d).resolve()) for d in tree.split(os.pathsep))
+
+    sims: dict[int, Path] = {}  # engines → config of a shared simulator
+
     def tui(label: str, tree: str, engines: int) -> Program:
-        env = dict(base_env, PYTHONPATH=str(Path(tree).resolve()))
-        return Program(label, [args.python, "-m", "infertop", "--demo", "--demo-engines", str(engines),
-                               "--refresh", "1"], env)
+        env = dict(base_env, PYTHONPATH=pythonpath(tree))
+        if not args.shared_sim:
+            return Program(label, [args.python, "-m", "infertop", "--demo", "--demo-engines", str(engines),
+                                   "--refresh", "1"], env)
+        if engines not in sims:
+            sims[engines] = start_shared_sim(engines)
+        return Program(label, [args.python, "-m", "infertop", "--config", str(sims[engines]), "--refresh", "1"], env)
+
+    def start_shared_sim(engines: int) -> Path:
+        """One simulator for every TUI of a phase (as --demo starts it), and a config that watches it."""
+        sim = Program(f"sim ({engines})", [args.python, "-m", "infertop", "sim", "--engines", str(engines),
+                                           "--seed", "7", "--load", "bursty", "--warmup", "30",
+                                           "--kubernetes-labels", "--print-urls"],
+                      dict(base_env, PYTHONPATH=pythonpath(trees[0][1])), keep_text=True)
+        launch([sim])
+        deadline = time.monotonic() + 120
+        while True:
+            with sim.lock:
+                urls = [u.decode() for u in re.findall(rb"http://[0-9.:]+[^\s]*", sim.text)]
+            if len(urls) >= engines + 1:
+                break
+            if time.monotonic() > deadline or not alive(sim.pid):
+                raise SystemExit(f"bench_tui: the shared simulator did not start ({engines} engines)")
+            time.sleep(0.2)
+        cfg = Path(home) / f"shared-{engines}.yaml"
+        lines = ["engines:"] + [f"  - {{name: vllm-{i}, url: '{u}', max_num_seqs: 64}}" for i, u in enumerate(urls[:engines])]
+        lines += ["slo: {e2e_p99_s: 20.0}  # the demo's", "gpu:", f"  dcgm: ['{urls[engines]}']"]
+        cfg.write_text("\n".join(lines) + "\n")
+        return cfg
 
     started: list[Program] = []
     launched: list[Program] = []  # for the final check that nothing is left
@@ -384,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in started:
             p.stop()
         started.clear()
+        sims.clear()
 
     signal.signal(signal.SIGTERM, interrupted)
     signal.signal(signal.SIGHUP, interrupted)
