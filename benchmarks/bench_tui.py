@@ -323,8 +323,11 @@ def table(title: str, results: list[Result], htop: Result | None, show_rss: bool
             line += f" {ratio(r.bytes_per_s, htop.bytes_per_s):>8} {r.cpu_pct:10.1f} {ratio(r.cpu_pct, htop.cpu_pct):>8}"
         else:
             line += f" {'':>8} {r.cpu_pct:10.1f} {'':>8}"
-        per = r.frames_per_s or float("nan")
-        line += f" {r.frames_per_s:8.2f} {r.bytes_per_s / per:8.0f} {10 * r.cpu_pct / per:12.1f}"
+        if r.frames_per_s:  # htop's frames are not counted (curses writes only changed digits of its clock)
+            per = r.frames_per_s
+            line += f" {per:8.2f} {r.bytes_per_s / per:8.0f} {10 * r.cpu_pct / per:12.1f}"
+        else:
+            line += f" {'—':>8} {'—':>8} {'—':>12}"
         if show_rss:
             early = f"{r.rss_early_mib:.1f}M" if r.rss_early_mib is not None else "—"
             line += f" {early:>10} {r.rss_end_mib:8.1f}M"
