@@ -362,13 +362,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds-64", type=float, default=None, help="measured seconds of phase 2 (default 2 × --seconds)")
     ap.add_argument("--settle", type=float, default=10, help="seconds after the first output before measuring")
     ap.add_argument("--tree", action="append", default=[], metavar="LABEL=DIR",
-                    help="an infertop checkout to run (repeatable; default: this one); DIR may be a PYTHONPATH (a:b)")
+                    help="an infertop checkout to run (repeatable; default: this one); DIR may be a PYTHONPATH (a:b),"
+                         " followed by ,KEY=VALUE settings for that TUI's environment")
     ap.add_argument("--size", default="120x40", help="terminal COLSxROWS (default 120x40)")
     ap.add_argument("--engines", type=int, default=64, help="engines in phase 2 (default 64)")
     ap.add_argument("--skip-64", action="store_true", help="phase 1 only")
     ap.add_argument("--only-64", action="store_true", help="phase 2 only")
     ap.add_argument("--dump", type=Path, help="keep each program's measured terminal stream in DIR")
-    ap.add_argument("--py-spy", type=Path, metavar="DIR", help="profile each TUI in phase 2 with py-spy into DIR (collapsed stacks, LABEL-N.txt)")
+    ap.add_argument("--py-spy", type=Path, metavar="DIR", help="profile each TUI with py-spy into DIR (collapsed stacks, LABEL-ENGINES.txt)")
     ap.add_argument("--shared-sim", action="store_true",
                     help="one simulator per phase for every TUI (--config with its URLs) instead of --demo each:"
                          " less load when comparing several trees")
@@ -396,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     sims: dict[int, Path] = {}  # engines → config of a shared simulator
 
     def tui(label: str, tree: str, engines: int) -> Program:
-        env = dict(base_env, PYTHONPATH=pythonpath(tree))
+        tree, *extra = tree.split(",")  # DIR,KEY=VALUE,...: environment of this tree's TUI only
+        env = dict(base_env, PYTHONPATH=pythonpath(tree), **dict(e.split("=", 1) for e in extra))
         if not args.shared_sim:
             return Program(label, [args.python, "-m", "infertop", "--demo", "--demo-engines", str(engines),
                                    "--refresh", "1"], env)
@@ -409,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         sim = Program(f"sim ({engines})", [args.python, "-m", "infertop", "sim", "--engines", str(engines),
                                            "--seed", "7", "--load", "bursty", "--warmup", "30",
                                            "--kubernetes-labels", "--print-urls"],
-                      dict(base_env, PYTHONPATH=pythonpath(trees[0][1])), keep_text=True)
+                      dict(base_env, PYTHONPATH=pythonpath(trees[0][1].split(",")[0])), keep_text=True)
         launch([sim])
         deadline = time.monotonic() + 120
         while True:
@@ -460,7 +462,9 @@ def main(argv: list[str] | None = None) -> int:
             progs += [tui(f"{label} (6)", tree, 6) for label, tree in trees]
             launch(progs)
             settle(progs, args.settle)
-            phase1 = measure(progs, args.seconds, args.dump, "6")
+            spies = [(p, args.py_spy / f"{p.label.split()[0]}-6.txt") for p in progs[1:]] \
+                if args.py_spy is not None else []
+            phase1 = measure(progs, args.seconds, args.dump, "6", pyspy=spies)
             htop1 = phase1[0]
             table(f"Phase 1: 6 engines + dcgm, {phase1[0].seconds:.0f} s side by side", phase1, htop1)
             stop_all()
