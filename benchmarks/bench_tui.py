@@ -240,6 +240,7 @@ class Result:
     frames_per_s: float
     rss_early_mib: float | None = None
     rss_end_mib: float | None = None
+    rss_trace: list[tuple[float, float]] = field(default_factory=list)  # (s into the run, MiB)
 
 
 def settle(programs: list[Program], settle_s: float, timeout_s: float = 120.0) -> None:
@@ -279,11 +280,17 @@ def measure(programs: list[Program], seconds: float, dump_dir: Path | None, phas
     c0 = {p.label: cpu_s(p.pid) for p in programs}
     k0 = {p.label: p.ticks() for p in programs}
     rss_early: dict[str, float] = {}
+    traces: dict[str, list[tuple[float, float]]] = {p.label: [] for p in programs}
+    next_trace = t0
     end = t0 + seconds
     while time.monotonic() < end:
         time.sleep(min(0.5, max(0.0, end - time.monotonic())))
         if rss_at_s is not None and not rss_early and time.monotonic() - t0 >= rss_at_s:
             rss_early = {p.label: rss_mib(p.pid) for p in programs}
+        if rss_at_s is not None and time.monotonic() >= next_trace:
+            for p in programs:
+                traces[p.label].append((time.monotonic() - t0, rss_mib(p.pid)))
+            next_trace += 30
         for p in programs:
             if not alive(p.pid):
                 raise SystemExit(f"bench_tui: {p.label} exited during the measurement")
@@ -291,7 +298,8 @@ def measure(programs: list[Program], seconds: float, dump_dir: Path | None, phas
     out = []
     for p in programs:
         out.append(Result(p.label, dt, (p.counted() - b0[p.label]) / dt, 100 * (cpu_s(p.pid) - c0[p.label]) / dt,
-                          len(p.ticks() - k0[p.label]) / dt, rss_early.get(p.label), rss_mib(p.pid)))
+                          len(p.ticks() - k0[p.label]) / dt, rss_early.get(p.label), rss_mib(p.pid),
+                          traces[p.label]))
         p.keep_stream(None)
     for s in spies:
         try:
@@ -332,6 +340,12 @@ def table(title: str, results: list[Result], htop: Result | None, show_rss: bool
             early = f"{r.rss_early_mib:.1f}M" if r.rss_early_mib is not None else "—"
             line += f" {early:>10} {r.rss_end_mib:8.1f}M"
         print(line)
+
+
+def rss_traces(results: list[Result]) -> None:
+    for r in results:
+        if len(r.rss_trace) > 2:
+            print(f"  RSS of {r.label} every 30 s (MiB): " + " ".join(f"{m:.0f}" for _, m in r.rss_trace))
 
 
 def ratio(a: float, b: float) -> str:
@@ -479,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
                              pyspy=spies)
             table(f"Phase 2: {args.engines} engines + dcgm, {phase2[0].seconds:.0f} s side by side "
                   f"(RSS early = at {min(60.0, seconds_64 / 2):.0f} s)", phase2, phase2[0], show_rss=True)
+            rss_traces(phase2)
             stop_all()
         if htop1 is not None:
             verdicts(phase1, phase2, htop1)
