@@ -65,6 +65,10 @@ class Harness:
     def record(self, p: Progress) -> None:
         self.progress.append(p)
 
+    def outcomes(self) -> list[dict]:
+        """The audit log without the intent lines (every executed action has one before its outcome)."""
+        return [e for e in self.audit.entries() if e.get("phase") != "intent"]
+
     def pods(self, app: str) -> list[dict]:
         return [p for p in self.emu.list("pods", NS, f"app={app}") if not p["metadata"].get("deletionTimestamp")]
 
@@ -212,7 +216,10 @@ def test_scale_2_to_4_dry_run_first_then_pods_appear(emu, h):
     assert outcome == Outcome("ok", "replicas 2 → 4: 4/4 ready")
     assert ready(emu, "vllm", 4)
     assert h.progress[-1].fraction == 1.0
-    (entry,) = h.audit.entries()
+    intent, entry = h.audit.entries()
+    assert (intent["phase"], intent["action"], intent["op"]) == ("intent", "kube.scale", entry["op"])
+    assert intent["diff"] == entry["diff"] and intent["kube_user"] == "oncall"
+    (entry,) = h.outcomes()
     assert (entry["action"], entry["target"], entry["result"], entry["old"], entry["new"]) == (
         "kube.scale", "deployment default/vllm", "ok", 2, 4)
     assert entry["user"] == "alice" and entry["kube_user"] == "oncall" and entry["context"] == "lab"
@@ -236,7 +243,7 @@ def test_patch_args_follows_the_rolling_update_to_completion(tmp_path):
     steps = [p for p in h.progress if p.text.startswith("rollout:")]
     assert steps and all(0 <= p.fraction < 1 for p in steps) and h.progress[-1].fraction == 1.0
     assert any("of 3 updated" in p.text for p in steps)
-    entry = h.audit.entries()[-1]
+    entry = h.outcomes()[-1]
     assert entry["action"] == "kube.args" and entry["result"] == "ok" and entry["new"][-1] == "32"
     h.session.close()
     emu.stop()
@@ -262,7 +269,7 @@ def test_a_stuck_rollout_says_why(emu, h, case):
         plan = h.ctl.prepare("scale", "Deployment", NS, "vllm", replicas=6)  # 16 GPUs, 4 each: 4 fit
     outcome = h.ctl.execute(plan, h.record)
     assert outcome.result == "stuck" and case in outcome.message, outcome
-    assert h.audit.entries()[-1]["result"] == "stuck"
+    assert h.outcomes()[-1]["result"] == "stuck"
 
 
 def test_rollout_restart_replaces_every_pod(emu, h):
@@ -296,10 +303,10 @@ def test_statefulset_scale_hpa_bounds_configmap_cordon(emu, h):
     assert emu.get("nodes", "gpu-b")["spec"]["unschedulable"] is True
     assert h.ctl.execute(h.ctl.prepare("uncordon", "Node", None, "gpu-b")).ok
     assert not emu.get("nodes", "gpu-b")["spec"].get("unschedulable")
-    actions = [(e["action"], e["result"]) for e in h.audit.entries()]
+    actions = [(e["action"], e["result"]) for e in h.outcomes()]
     assert actions == [("kube.scale", "ok"), ("kube.hpa", "ok"), ("kube.configmap", "ok"), ("kube.cordon", "ok"),
                        ("kube.uncordon", "ok")]
-    assert all(e["diff"] for e in h.audit.entries())
+    assert all(e["diff"] for e in h.outcomes())
 
 
 def test_delete_pod_waits_until_it_is_gone(emu, h):
@@ -312,7 +319,7 @@ def test_delete_pod_waits_until_it_is_gone(emu, h):
     assert h.ctl.execute(plan, h.record) == Outcome("ok", f"pod {victim} deleted")
     emu.wait_until(lambda: ready(emu, "vllm", 2))
     assert victim not in {p["metadata"]["name"] for p in emu.list("pods", NS)}
-    assert h.audit.entries()[-1]["action"] == "kube.delete_pod"
+    assert h.outcomes()[-1]["action"] == "kube.delete_pod"
 
 
 # ------------------------------------------------------- safety rails
@@ -332,7 +339,7 @@ def test_dry_run_failure_is_reported_and_nothing_changes(emu, h):
     assert not dry.ok and dry.status == 403 and dry.message.startswith("403 Forbidden: deployments.apps \"vllm\"")
     assert emu.store.resource_version == rv
     assert emu.get("configmaps", "gateway", NS)["data"] == {"weights": "1"}
-    (entry,) = h.audit.entries()
+    (entry,) = h.outcomes()
     assert entry["result"] == "failed" and entry["dry_run"] is True and "bad key!" in entry["diff"]
 
 
@@ -349,7 +356,7 @@ def test_a_stale_object_is_409_never_retried_blindly(emu, h):
     fresh = h.ctl.prepare("scale", "Deployment", NS, "vllm", replicas=3)  # re-read → a new plan to confirm
     assert fresh.resource_version != plan.resource_version
     assert h.ctl.execute(fresh).ok
-    assert [e["result"] for e in h.audit.entries()] == ["conflict", "ok"]
+    assert [e["result"] for e in h.outcomes()] == ["conflict", "ok"]
 
 
 def test_access_reviews_say_what_may_be_done(emu, h):
@@ -406,7 +413,7 @@ def test_pod_drain_waits_for_in_flight_to_reach_zero_then_deletes(emu, h, engine
     fractions = [p.fraction for p in h.progress if p.fraction is not None]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
     assert any(p.text.startswith("in flight: 0") for p in h.progress)
-    entry = h.audit.entries()[-1]
+    entry = h.outcomes()[-1]
     assert entry["action"] == "kube.drain_pod" and entry["result"] == "ok" and "-    app: vllm" in entry["diff"]
 
 
@@ -426,7 +433,7 @@ def test_pod_drain_abort_puts_the_label_back(emu, h, engine):
     meta = emu.get("pods", pod, NS)["metadata"]
     assert meta["labels"]["app"] == "vllm" and DRAINED_FROM not in (meta.get("annotations") or {})
     assert not meta.get("deletionTimestamp")
-    assert h.audit.entries()[-1]["result"] == "aborted"
+    assert h.outcomes()[-1]["result"] == "aborted"
 
 
 def test_pod_drain_then_scale_down_a_statefulset(emu, h, engine):
@@ -470,7 +477,7 @@ def test_node_drain_waits_out_a_blocking_pdb_then_succeeds(emu, h):
     assert victim not in {p["metadata"]["name"] for p in emu.list("pods", NS)}
     emu.wait_until(lambda: ready(emu, "vllm", 3))
     assert all(p["spec"]["nodeName"] == "gpu-b" for p in h.pods("vllm"))
-    assert h.audit.entries()[-1]["action"] == "kube.drain_node" and h.audit.entries()[-1]["result"] == "ok"
+    assert h.outcomes()[-1]["action"] == "kube.drain_node" and h.outcomes()[-1]["result"] == "ok"
 
 
 def test_node_drain_times_out_when_the_pdb_never_allows(emu, tmp_path):

@@ -47,9 +47,14 @@ def make_app(tmp_path, kubeconfig=None, *, read_only: bool = False, endpoints=()
                                 state_dir=str(tmp_path / "state")), poll=False)
 
 
-def audit(tmp_path) -> list[dict]:
+def audit_all(tmp_path) -> list[dict]:
     path = tmp_path / "audit.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def audit(tmp_path) -> list[dict]:
+    """Outcomes (and one-shot entries): every executed action also has an intent line before it."""
+    return [e for e in audit_all(tmp_path) if e.get("phase") != "intent"]
 
 
 async def until(pilot, predicate, tries: int = 500, message: str = ""):
