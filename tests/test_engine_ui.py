@@ -11,7 +11,10 @@ import pytest
 
 from infertop.config import Config, ProfileConfig
 from infertop.ui.app import InfertopApp, Settings
-from infertop.ui.screens.engine_dialogs import ArgsDialog, ConfirmDialog, OperationScreen, ProfilePicker
+from infertop.sources.vllm import EngineEndpoint
+from infertop.ui.screens.confirm import ConfirmScreen
+from infertop.ui.screens.engine_dialogs import ArgsDialog, ProfilePicker
+from infertop.ui.screens.engine_detail import EngineDetailScreen
 from infertop.ui.widgets.engines_table import EnginesTable
 
 FAKE = str(Path(__file__).with_name("fake_engine.py").resolve())
@@ -32,12 +35,23 @@ def settings(tmp_path, read_only=False) -> Settings:
                     engine_module=FAKE)
 
 
-async def wait_op(app, pilot) -> OperationScreen:
-    screen = app.screen
-    assert isinstance(screen, OperationScreen)
-    await app.workers.wait_for_complete()
-    await pilot.pause()
-    assert screen.done
+async def until(pilot, predicate, tries: int = 1500, message: str = ""):
+    """Bounded wait on app state (≤ tries × 20 ms of event-loop time)."""
+    for _ in range(tries):
+        value = predicate()
+        if value:
+            return value
+        await pilot.pause(0.02)
+    raise AssertionError(f"timed out waiting: {message or predicate}")
+
+
+async def confirm_and_wait(app, pilot) -> ConfirmScreen:
+    """The one confirmation screen: wait for its check, confirm with y, wait for the end."""
+    screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok is not None
+                         and app.screen, message="check")
+    assert screen.dry_run_ok, screen.dry_run_text
+    await pilot.press("y")
+    await until(pilot, lambda: screen.state == "done", message=f"done: {screen.progress_text}")
     return screen
 
 
@@ -48,10 +62,8 @@ async def test_start_change_max_num_seqs_and_stop_from_the_keyboard(tmp_path):
         await pilot.press("2", "n")
         assert isinstance(app.screen, ProfilePicker)
         await pilot.press("enter")  # the only profile
-        assert isinstance(app.screen, ConfirmDialog)
-        await pilot.press("y")
-        op = await wait_op(app, pilot)
-        assert not isinstance(op.result, Exception), op.result
+        op = await confirm_and_wait(app, pilot)
+        assert op.result == "ok", op.result_text
         await pilot.press("escape")
         await app.poll_now()
         await pilot.pause()
@@ -63,11 +75,9 @@ async def test_start_change_max_num_seqs_and_stop_from_the_keyboard(tmp_path):
         await pilot.press("m")
         assert isinstance(app.screen, ArgsDialog)
         await pilot.press("end", "backspace", "8", "enter")
-        assert isinstance(app.screen, ConfirmDialog)
-        await pilot.press("y")
-        op = await wait_op(app, pilot)
-        assert not isinstance(op.result, Exception), op.result
-        assert op.result.new == {"max_num_seqs": 8} and op.result.verified["max_num_seqs"] == "8"
+        op = await confirm_and_wait(app, pilot)
+        assert op.change == "max_num_seqs 4 → 8"
+        assert op.result == "ok" and "verified in the running process (max_num_seqs=8)" in op.result_text
         await pilot.press("escape")
         await app.poll_now()
         await pilot.pause()
@@ -75,10 +85,8 @@ async def test_start_change_max_num_seqs_and_stop_from_the_keyboard(tmp_path):
         assert row[4] == "0/8"
 
         await pilot.press("x")
-        assert isinstance(app.screen, ConfirmDialog)
-        await pilot.press("y")
-        op = await wait_op(app, pilot)
-        assert not isinstance(op.result, Exception), op.result
+        op = await confirm_and_wait(app, pilot)
+        assert op.result == "ok", op.result_text
         await pilot.press("escape")
         await pilot.pause()
         assert "fake" not in [c.endpoint.name for c in app.collector.collectors]
