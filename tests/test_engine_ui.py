@@ -113,3 +113,76 @@ async def test_actions_greyed_for_unmanaged_and_hidden_read_only(tmp_path):
         await pilot.press("n")
         await pilot.pause()
         assert not isinstance(ro.screen, ProfilePicker)
+
+
+def notices(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+@pytest.mark.parametrize("name", ["127.0.0.1:1", "local:28400", "my engine/a b"])
+async def test_engines_named_like_urls_never_crash_and_keys_say_why(tmp_path, name):
+    """`infertop --engine http://127.0.0.1:1`, press 2, Enter, x: a traceback once; now an explanation."""
+    s = settings(tmp_path)
+    s.config.profiles.clear()
+    s.endpoints = [EngineEndpoint(name, "http://127.0.0.1:1")]
+    app = InfertopApp(s, poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.engine_manager is not None, message="engine manager")
+        await app.poll_now()
+        await pilot.press("2")
+        await pilot.pause()
+        assert app.query_one("#engines-table", EnginesTable).selected_engine == name
+        assert app.check_action("engine_stop", ()) is False
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, EngineDetailScreen))
+        await pilot.press("x")
+        await pilot.pause()
+        assert isinstance(app.screen, EngineDetailScreen) and app.is_running
+        why = f"{name} was not started by infertop: it can be watched, not stopped or changed"
+        assert notices(app) == [why]
+        await pilot.press("escape", "r", "m", "n")
+        await pilot.pause()
+        assert notices(app) == [why, why, why, "no launch profiles in the config: add a 'profiles:' section (see README)"]
+        assert len(app.screen_stack) == 1 and app.is_running
+
+
+async def test_enter_never_confirms_and_a_configured_engine_keeps_its_timeout_and_stays_watched(tmp_path):
+    s = settings(tmp_path)
+    port = s.config.profiles["fake"].port
+    s.endpoints = [EngineEndpoint("fake", f"http://127.0.0.1:{port}", timeout_s=7.5)]  # listed in `engines:`
+    app = InfertopApp(s, poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.engine_manager is not None, message="engine manager")
+        await pilot.press("2", "n", "enter")  # the only profile
+        screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok
+                             and app.screen, message="check")
+        assert screen.title_text == "Start engine fake"
+        await pilot.press("enter")
+        await until(pilot, lambda: len(app.screen_stack) == 1, message="cancelled")
+        assert app.engine_manager.status("fake") is None  # nothing started
+        await pilot.press("n", "enter")
+        op = await confirm_and_wait(app, pilot)
+        assert op.result == "ok", op.result_text
+        await pilot.press("escape")
+        (ep,) = [c.endpoint for c in app.collector.collectors if c.endpoint.name == "fake"]
+        assert ep.timeout_s == 7.5  # not a fixed 2 s
+    # another infertop (same state directory) adopts it: the confirmation names who started it
+    again = InfertopApp(settings_like(s), poll=False)
+    async with again.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: again.managed("fake") is not None, message="adopted")
+        await again.poll_now()
+        await pilot.press("2", "x")
+        op = await until(pilot, lambda: isinstance(again.screen, ConfirmScreen) and again.screen.dry_run_ok
+                         and again.screen, message="check")
+        assert op.title_text.startswith("Stop engine fake (started by ")
+        await pilot.press("y")
+        await until(pilot, lambda: op.state == "done", message=op.progress_text)
+        assert op.result == "ok", op.result_text
+        await pilot.press("escape")
+        # listed in `engines:`: still watched after the stop (it shows down, not frozen)
+        (ep,) = [c.endpoint for c in again.collector.collectors if c.endpoint.name == "fake"]
+        assert ep.timeout_s == 7.5
+
+
+def settings_like(s: Settings) -> Settings:
+    return Settings(config=s.config, endpoints=list(s.endpoints), state_dir=s.state_dir, engine_module=s.engine_module)
