@@ -5,10 +5,12 @@ blocking client runs in thread workers (``asyncio.to_thread``); informers
 (``sources/kube.py``) keep the cluster view current and a timer repaints the
 pane (ages tick; only changed cells go out). While reads fail the pane is
 stale (the header says since when and why, objects are dimmed); when every
-resource was read again, permissions are re-checked. Every action follows the same flow
-(:meth:`KubeActions._kube_flow`): fresh read → pure plan (diff) → server
-dry run → :class:`ConfirmScreen` → execute → follow with progress → audit;
-a 409 re-reads and asks again, a 403 hides the action from then on.
+resource was read again, permissions are re-checked. Every action is a
+:class:`~infertop.control.kube.KubeAction` handed to the one action pipeline
+(:meth:`~infertop.ui.action_runner.ActionRunner.start_action`): fresh read →
+pure plan (diff) → server dry run → ``ConfirmScreen`` → execute (audit
+intent first) → follow in the background → audit outcome; a 409 re-reads and
+asks again, a 403 disables the action for that kind and namespace.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A generic confirmation dialog for anything that changes something.
+"""The one confirmation dialog of the action pipeline (Kubernetes, local engines, what comes next).
 
 It shows the exact change (a one-line summary and a diff), the result of a
 server-side dry run, what will happen step by step and any warnings; then,
@@ -15,7 +15,8 @@ Lifecycle (driven by the caller, usually from an async worker)::
         ... screen.set_progress("2/5 ready", 0.4) ...   # from the worker: app.call_from_thread
         screen.finish(True, "replicas 3 → 5: 5/5 ready")
 
-Keys: ``y`` confirms (only once the dry run passed), ``n``/Esc cancels;
+Keys: ``y`` confirms (only once the dry run passed; Enter never does: the
+focus sits on Cancel), ``n``/Esc cancels;
 while running ``a`` aborts (when the action can be aborted) and Esc hides
 the dialog (the action goes on; its result goes to the Log pane); when done
 Esc/Enter closes. The dismiss value is ``"cancelled"``, ``"hidden"``, or
