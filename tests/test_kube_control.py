@@ -9,6 +9,7 @@ Drains read the pod's in-flight requests from a simulated vLLM engine
 from __future__ import annotations
 
 import json
+import socket
 import threading
 
 import pytest
@@ -489,4 +490,72 @@ def test_node_drain_times_out_when_the_pdb_never_allows(emu, tmp_path):
     assert outcome.result == "timeout" and "blocked" in outcome.message and "stays cordoned" in outcome.message
     assert emu.get("nodes", "gpu-a")["spec"]["unschedulable"] is True
     assert len(h.pods("vllm")) == 2
+    h.session.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_pod_drain_checks_before_confirmation_that_in_flight_is_readable(emu, h, engine):
+    emu.set_pod_endpoint("vllm-*", "127.0.0.1", engine.engines[0].port)
+    emu.add_deployment(NS, "vllm", replicas=1)
+    emu.add_deployment(NS, "blind", replicas=1)  # its pod's engine cannot be reached from here
+    emu.set_pod_endpoint("blind-*", "127.0.0.1", free_port())
+    emu.add_service(NS, "vllm", {"app": "vllm"})
+    emu.wait_until(lambda: ready(emu, "vllm", 1) and ready(emu, "blind", 1))
+    busy(engine, 2)
+    dry = h.ctl.dry_run(h.ctl.prepare("drain_pod", "Pod", NS, h.pods("vllm")[0]["metadata"]["name"]))
+    assert dry.ok and dry.message.endswith("in flight now: 2") and dry.warnings == ()
+    dry = h.ctl.dry_run(h.ctl.prepare("drain_pod", "Pod", NS, h.pods("blind")[0]["metadata"]["name"]))
+    assert dry.ok and dry.message.endswith("in flight: unreadable")
+    (warning,) = dry.warnings
+    assert warning.startswith("the pod's in-flight requests cannot be read now (")
+    assert "waits up to 30 s" in warning and "puts the labels back" in warning
+
+
+def test_permissions_say_which_check_denies(emu, h):
+    emu.set_rules([("*", "*", "*"), ("patch", "apps", "statefulsets/scale")])
+    perms = check_permissions(h.session)
+    assert perms.denied("scale", NS, "Deployment") == "forbidden: patch deployments/scale in default"
+    assert perms.denied("scale", NS, "StatefulSet") is None
+    assert perms.denied("drain_node") == "forbidden: create pods/eviction"
+
+
+def test_the_follow_reads_the_informers_and_never_ends_on_a_stale_object(kube_emulator, tmp_path):
+    from infertop.sources.kube import ClusterWatcher
+
+    emu = kube_emulator(TOKEN, reconcile_interval=0.02, ready_delay=0.5)  # new pods take 0.5 s to be ready
+    emu.add_deployment(NS, "vllm", replicas=2)
+    emu.wait_until(lambda: ready(emu, "vllm", 2))
+    h = Harness(emu, tmp_path)
+    watcher = ClusterWatcher(h.session, KubeConfig()).start()
+    try:
+        assert watcher.wait_synced(10)
+        ctl = KubeControl(h.session, h.audit, h.ctl.cfg, poll_s=0.02, watcher=watcher)
+        plan = ctl.prepare("scale", "Deployment", NS, "vllm", replicas=4)
+        emu.clear_requests()
+        outcome = ctl.execute(plan, h.record)
+        assert outcome == Outcome("ok", "replicas 2 → 4: 4/4 ready") and ready(emu, "vllm", 4)
+        reads = emu.count_requests("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/vllm")
+        polls = len(h.progress)
+        assert reads <= 2 and polls >= 10  # a GET only before the write, and while the watch lags behind it
+        assert emu.count_requests("GET", f"/api/v1/namespaces/{NS}/pods") <= 2
+    finally:
+        watcher.stop()
+        h.session.close()
+
+
+def test_an_unwritable_audit_log_refuses_and_sends_nothing(emu, tmp_path):
+    emu.add_deployment(NS, "vllm", replicas=1)
+    h = Harness(emu, tmp_path)
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    ctl = KubeControl(h.session, AuditLog(blocked / "audit.jsonl"), h.ctl.cfg, poll_s=0.02)
+    plan = ctl.prepare("scale", "Deployment", NS, "vllm", replicas=3)
+    outcome = ctl.execute(plan)
+    assert outcome.result == "refused" and outcome.message.startswith("nothing was sent: audit log ")
+    assert emu.count_requests("PATCH") == 0
     h.session.close()
