@@ -207,17 +207,20 @@ class ActionRunner:
     def _action_text(self, run: ActionRun) -> str:
         return run.status_text()
 
-    def _action_show(self, run: ActionRun) -> None:
+    def _action_show(self, run: ActionRun, *, tell: bool = True) -> None:
         screen = self._action_view(run)
-        text = self._action_text(run)
-        if screen.is_attached:
-            screen.set_progress(text, run.progress.fraction if run.progress is not None else None)
-        self._actions_changed()
+        if screen is not None and screen.is_attached:
+            screen.set_progress(self._action_text(run), run.progress.fraction if run.progress is not None else None)
+        if tell:
+            self._actions_changed()
 
     def _actions_tick(self) -> None:
         """Every second: the countdowns move even when the action reports nothing."""
-        for run in self.action_board.in_flight():
-            self._action_show(run)
+        runs = self.action_board.in_flight()
+        for run in runs:
+            self._action_show(run, tell=False)
+        if runs or getattr(self, "kube_running_text", ""):
+            self._actions_changed()
 
     def _actions_changed(self) -> None:
         """Tell the panes and an open list what runs now."""
