@@ -591,7 +591,7 @@ async def test_abort_a_stuck_scale_while_another_action_runs(emu, tmp_path):
         assert pane.selected()[1].name == "stuck"
         await pilot.press("S")  # a second action on the same object is refused, with the reason
         await pilot.pause()
-        assert len(app.screen_stack) == 1
+        assert len(app.screen_stack) == 1, (stuck.state, stuck.result_text, app.action_board.runs())
         assert any("is still running" in n for n in notices(app))
         # meanwhile, another object: a rollout restart runs and completes
         assert pane.select("workloads", "Deployment/default/vllm")

@@ -157,14 +157,17 @@ class ActionRunner:
                 screen.start_running(abortable=kind.abortable, on_abort=run.abort.set)
                 self._action_show(run)
 
+                loop = asyncio.get_running_loop()
+
                 def progress(p: Progress, run: ActionRun = run) -> None:
+                    # from the action's thread: never waits for, nor fails because of, the screen
                     if run.abandoned:
                         raise Abandoned()
                     run.set_progress(p)
                     try:
-                        self.call_from_thread(self._action_show, run)  # type: ignore[attr-defined]
+                        loop.call_soon_threadsafe(self._action_show, run)
                     except RuntimeError:
-                        raise Abandoned() from None  # the app is gone
+                        raise Abandoned() from None  # the app's loop is gone
 
                 audit = None if kind.audits_itself else self.audit_log()
                 outcome = await in_daemon_thread(lambda: execute_audited(kind, audit, progress, run.abort, pre),
@@ -208,9 +211,15 @@ class ActionRunner:
         return run.status_text()
 
     def _action_show(self, run: ActionRun, *, tell: bool = True) -> None:
+        if not self.is_running:  # type: ignore[attr-defined]
+            return
         screen = self._action_view(run)
         if screen is not None and screen.is_attached:
-            screen.set_progress(self._action_text(run), run.progress.fraction if run.progress is not None else None)
+            try:
+                screen.set_progress(self._action_text(run),
+                                    run.progress.fraction if run.progress is not None else None)
+            except Exception:  # noqa: BLE001 — a dialog being hidden right now: the next tick shows it
+                pass
         if tell:
             self._actions_changed()
 

@@ -32,6 +32,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Button, ProgressBar, Static
 
@@ -150,9 +151,16 @@ class ConfirmScreen(ModalScreen[str]):
         return Text(self._message or "", style="bold yellow")
 
     def _render_state(self) -> None:
-        """Paint every part from the current state (setters may run before the screen is mounted)."""
-        if not getattr(self, "_mounted_ok", False):
+        """Paint every part from the current state (setters may run before the screen is mounted,
+        or while it is being dismissed)."""
+        if not getattr(self, "_mounted_ok", False) or not self.is_attached:
             return
+        try:
+            self._paint()
+        except NoMatches:
+            pass  # dismissed meanwhile (hidden): nothing to paint
+
+    def _paint(self) -> None:
         self.query_one("#confirm-title", Static).update(self.title_text)
         self.query_one("#confirm-change", Static).update(
             self._change or ("" if self.state == DONE else "reading the live object…"))
