@@ -302,6 +302,9 @@ def test_statefulset_scale_hpa_bounds_configmap_cordon(emu, h):
     assert emu.get("configmaps", "gateway", NS)["data"]["weights"] == "realtime=8,batch=1,background=1"
     assert h.ctl.execute(h.ctl.prepare("cordon", "Node", None, "gpu-b")).ok
     assert emu.get("nodes", "gpu-b")["spec"]["unschedulable"] is True
+    # the node controller then adds its taint (a new resourceVersion): read after it, or the uncordon is a 409
+    emu.wait_until(lambda: any(t["key"] == "node.kubernetes.io/unschedulable"
+                               for t in emu.get("nodes", "gpu-b")["spec"].get("taints") or []))
     assert h.ctl.execute(h.ctl.prepare("uncordon", "Node", None, "gpu-b")).ok
     assert not emu.get("nodes", "gpu-b")["spec"].get("unschedulable")
     actions = [(e["action"], e["result"]) for e in h.outcomes()]
