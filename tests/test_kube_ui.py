@@ -662,6 +662,16 @@ async def test_quit_during_a_rollout_asks_and_the_next_start_reports_it(emu, tmp
         log = await until(pilot, lambda: "outcome unknown" in (t := "\n".join(
             line.text for line in again.query_one("#log-view").lines)) and t, message="log")
         assert "kube.args deployment default/vllm" in log
+    # … once: it now has an `unknown` outcome in the audit log
+    intent_again, unknown = audit_all(tmp_path)
+    assert (unknown["phase"], unknown["op"], unknown["result"]) == ("outcome", intent["op"], "unknown")
+    third = make_app(tmp_path, kc)
+    async with third.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: third.engine_manager is not None, message="start done")
+        await third.workers.wait_for_complete()  # adopt_engines (which reports) ran
+        await pilot.press("3")
+        await pilot.pause()
+        assert "outcome unknown" not in "\n".join(line.text for line in third.query_one("#log-view").lines)
 
 
 def wait_for(predicate, timeout_s: float = 10.0) -> None:

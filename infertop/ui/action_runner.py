@@ -296,11 +296,21 @@ class ActionRunner:
 
     # ----- the audit of an earlier run
     def unfinished_actions(self) -> list[dict]:
-        """Intents of earlier infertop runs that never got an outcome (blocking: reads the log)."""
+        """Intents of earlier infertop runs that never got an outcome (blocking: reads the log).
+
+        Each gets an ``unknown`` outcome line now, so that it is reported once, not at every start."""
+        audit = self.audit_log()
         try:
-            return self.audit_log().unfinished(alive=_pid_alive)
+            found = audit.unfinished(alive=_pid_alive)
         except Exception:  # noqa: BLE001 — an unreadable log is reported when an action writes
             return []
+        for e in found:
+            try:
+                audit.outcome(e["op"], str(e.get("action")), str(e.get("target")), "unknown",
+                              reason=f"infertop (pid {e.get('pid', '?')}) ended before the outcome was known")
+            except Exception:  # noqa: BLE001 — reported again next time
+                break
+        return found
 
     def report_unfinished(self, entries: list[dict]) -> None:
         for e in entries:
