@@ -174,7 +174,7 @@ async def test_enter_never_confirms_and_a_configured_engine_keeps_its_timeout_an
         await pilot.press("2", "x")
         op = await until(pilot, lambda: isinstance(again.screen, ConfirmScreen) and again.screen.dry_run_ok
                          and again.screen, message="check")
-        assert op.title_text.startswith("Stop engine fake (started by ")
+        assert op.title_text.startswith("Stop engine fake — started by ")
         await pilot.press("y")
         await until(pilot, lambda: op.state == "done", message=op.progress_text)
         assert op.result == "ok", op.result_text

@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from rich.markup import escape
+
 from ..config import ProfileConfig, default_state_dir
 from ..control.audit import AuditLog
 from ..control.engines import EngineError, EngineManager, EngineRecord, SetResult, StopResult
@@ -52,17 +54,14 @@ def describe_result(result: object) -> str:
 
 
 def owner_of(rec: EngineRecord | None) -> str | None:
-    """Who started the engine, when that is not this infertop (what the engine record says, if anything)."""
+    """"started by alice on pts/3 (infertop pid 4242)" for an engine this infertop did not start
+    (what the engine record says: ``owner_text`` where the manager records owners), else None."""
     if rec is None:
         return None
-    owner = getattr(rec, "owner", None)
-    if owner:
-        if isinstance(owner, dict):
-            parts = [str(owner[k]) for k in ("user", "host") if owner.get(k)]
-            pid = owner.get("pid")
-            return "@".join(parts) + (f" (infertop pid {pid})" if pid else "") if parts or pid else None
-        return str(owner)
-    return "an earlier infertop" if rec.adopted else None
+    text = getattr(rec, "owner_text", None)
+    if getattr(rec, "foreign", False) or rec.adopted:
+        return text or "started by an earlier infertop"
+    return None
 
 
 def _stats_text(s: EngineStats | None) -> str:
@@ -118,10 +117,10 @@ class EngineAction:
                           "", (cmd, f"then wait up to {self.profile.start_timeout_s:g} s for /health"))
         rec = self._live()
         owner = owner_of(rec)
-        by = f" (started by {owner})" if owner else ""
+        by = f" — {owner}" if owner else ""
         notes = [f"pid {rec.pid}, {rec.url}, up {seconds_human(rec.uptime_s)}"]
         if owner:
-            notes.append(f"! {self.name} was started by {owner}: acting on it here affects whoever uses it")
+            notes.append(f"! {self.name} was {owner}: acting on it here affects whoever uses it")
         grace = self.profile.stop_grace_s if self.profile is not None else 30.0
         drain = (f"drain: SIGTERM, vLLM finishes in-flight requests; killed if still there after {grace:g} s")
         if self.verb == "stop":
@@ -210,9 +209,8 @@ class EngineActions(ActionRunner):
         self.report_unfinished(self._unfinished)
         for rec in records:
             self._watch(rec)
-            owner = owner_of(rec)
-            self.log_event(f"{rec.name}: re-adopted engine {('started by ' + owner) if owner else 'infertop started earlier'} "  # type: ignore[attr-defined]
-                           f"(pid {rec.pid})")
+            owner = owner_of(rec) or "started by infertop earlier"
+            self.log_event(escape(f"{rec.name}: re-adopted engine {owner} (pid {rec.pid})"))  # type: ignore[attr-defined]
 
     def _configured(self) -> dict[str, EngineEndpoint]:
         return {e.name: e for e in self.settings.endpoints}  # type: ignore[attr-defined]
