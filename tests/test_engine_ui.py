@@ -186,3 +186,26 @@ async def test_enter_never_confirms_and_a_configured_engine_keeps_its_timeout_an
 
 def settings_like(s: Settings) -> Settings:
     return Settings(config=s.config, endpoints=list(s.endpoints), state_dir=s.state_dir, engine_module=s.engine_module)
+
+
+async def test_a_slow_start_can_be_aborted_and_leaves_nothing_running(tmp_path):
+    s = settings(tmp_path)
+    profile = s.config.profiles["fake"]
+    profile.env = {"FAKE_ENGINE_START_DELAY": "120"}  # /health never answers in this test
+    app = InfertopApp(s, poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.engine_manager is not None, message="engine manager")
+        await pilot.press("2", "n", "enter")
+        screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok
+                             and app.screen, message="check")
+        await pilot.press("y")
+        await until(pilot, lambda: "waiting for /health" in screen.progress_text, message=screen.progress_text)
+        assert "left" in screen.progress_text  # counting down to start_timeout_s
+        pid = app.engine_manager.status("fake").pid
+        await pilot.press("a")
+        await until(pilot, lambda: screen.state == "done", message=screen.progress_text)
+        assert screen.result == "aborted" and "nothing is left running" in screen.result_text
+        assert app.engine_manager.status("fake") is None or not app.engine_manager.status("fake").alive
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    audit = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
+    assert [(e["action"], e["result"]) for e in audit if "result" in e] == [("engine.start", "failed")]

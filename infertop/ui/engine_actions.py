@@ -74,12 +74,12 @@ class EngineAction:
     """A local engine action as the pipeline runs it (:class:`~infertop.control.pipeline.ActionKind`).
 
     The manager writes the audit (intent before the signal, outcome after), so
-    ``audits_itself``. Not abortable: a drain or a start is not safely
-    interrupted half-way; the countdown shows how long it may take.
+    ``audits_itself``. A start can be aborted while it waits for /health (the
+    manager then stops what it spawned: nothing is left running); a drain is
+    not interrupted half-way — the countdown shows how long it may take.
     """
 
     audits_itself = True
-    abortable = False
 
     def __init__(self, mgr: EngineManager, verb: str, name: str, *, profile: ProfileConfig | None = None,
                  profile_name: str | None = None, changes: dict | None = None,
@@ -87,6 +87,7 @@ class EngineAction:
         self.mgr, self.verb, self.name = mgr, verb, name
         self.profile, self.profile_name, self.changes = profile, profile_name, dict(changes or {})
         self.stats = stats or (lambda rec: None)
+        self.abortable = verb == "start"
         self.action = f"engine.{verb}"
         self.target = f"engine {name}"
         self.object_key = f"engine:{name}"
@@ -165,6 +166,9 @@ class EngineAction:
 
     def execute(self, progress: ProgressFn, abort: threading.Event) -> Outcome:
         def cb(ev: Any) -> None:
+            if self.abortable and abort.is_set():
+                # raised inside the manager's wait for /health: it kills what it spawned and audits the failure
+                raise EngineError("start aborted by the operator")
             text = ev.message + (f" — {ev.log_line}" if getattr(ev, "log_line", None) else "")
             progress(Progress(text))
 
@@ -180,6 +184,9 @@ class EngineAction:
                 result = self.mgr.set_args(self.name, self.changes, progress=cb, stats=self.stats)
         except EngineError as e:
             self.result = e
+            if self.abortable and abort.is_set():
+                return Outcome("aborted", f"start of {self.name} aborted: what was spawned is stopped, "
+                                          "nothing is left running")
             refused = type(e).__name__ in ("NotOurProcessError", "EngineBusyError")
             return Outcome("refused" if refused else "failed", describe_result(e))
         self.result = result
