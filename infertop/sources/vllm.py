@@ -31,7 +31,7 @@ from .expfmt import ParseError, Parser
 from .sanitize import clean_engine, error_text, plain_text
 from .vllm_names import MAX_LABEL_SETS, EngineSample, Extractor
 
-MAX_BODY_BYTES = 16 * 1024 * 1024  # /metrics and dcgm: a real vLLM document is ~50 KB
+MAX_BODY_BYTES = 8 * 1024 * 1024  # /metrics and dcgm: a real vLLM document is ~50 KB
 MODELS_MAX_BYTES = 1024 * 1024  # /v1/models (many LoRA adapters)
 SMALL_MAX_BYTES = 64 * 1024  # /health, /version
 MAX_MODELS = 256
@@ -39,6 +39,13 @@ HEALTH_EVERY = 5
 # A failing engine is retried every interval, less up to this fraction (jitter,
 # so engines behind one gateway that fails together do not retry in lockstep).
 RETRY_JITTER = 0.2
+# An engine whose document costs CPU to read is polled at most every COST_FACTOR
+# times that cost (≤ 5 % of a core each): one engine with 20 000 label sets
+# must not starve the others, nor the UI, on the shared event loop.
+COST_FACTOR = 20.0
+# Documents larger than this are parsed in a worker thread, so the event loop
+# (the UI, the other engines) keeps running while a big one is read.
+THREAD_PARSE_BYTES = 512 * 1024
 HISTORY_FIELDS = (
     "running",
     "waiting",
@@ -100,7 +107,7 @@ def _describe(exc: BaseException, timeout_s: float) -> str:
 
 
 def _size_text(n: int) -> str:
-    return f"{n / 1e6:g} MB" if n >= 1_000_000 else f"{n / 1e3:g} KB"
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
 
 
 async def fetch_bytes(client: httpx.AsyncClient, url: str, limit: int, *, any_status: bool = False) -> tuple[int, bytes]:
@@ -176,6 +183,7 @@ class EngineCollector:
         self.models: list[str] = []  # model ids from /v1/models, plain text
         self.vllm_version: str | None = None
         self.completed_polls = 0  # polls finished, successful or not
+        self.cost_s = 0.0  # CPU seconds the last document took to parse and derive
         # names other endpoints use: a derived name never takes one
         self._reserved = reserved or (lambda: set())
         self._names: dict[tuple[str, str], str] = {}  # label set → its unique display name
@@ -212,7 +220,7 @@ class EngineCollector:
         The jitter spreads the retries of engines that failed together.
         """
         if self.health.consecutive_failures == 0:
-            return interval_s
+            return max(interval_s, COST_FACTOR * self.cost_s)
         return interval_s * (1.0 - RETRY_JITTER * self._rng.random())
 
     async def poll(self, client: httpx.AsyncClient | None = None) -> list[EngineStats]:
@@ -236,11 +244,11 @@ class EngineCollector:
                     text, health = (await asyncio.gather(*jobs, return_exceptions=True))[:2]
                 if isinstance(text, BaseException):
                     raise text
-                try:
-                    exp = self.parser.parse(text)
-                except ParseError as e:
-                    raise ScrapeError(f"garbage /metrics ({e})") from None
-                version, samples = self.extractor.extract(exp)
+                if len(text) > THREAD_PARSE_BYTES:
+                    version, samples, cost_s = await asyncio.to_thread(self._read, text)
+                else:
+                    version, samples, cost_s = self._read(text)
+                self.cost_s = cost_s
                 if not samples:
                     raise ScrapeError("no vllm: metrics at /metrics")
             except Exception as exc:  # noqa: BLE001 — every failure is shown, none crashes
@@ -259,7 +267,9 @@ class EngineCollector:
                 problem = (f"too many series ({total}) — showing the first {len(samples)}"
                            + (f"; {problem}" if problem else ""))
             now = self.clock()
+            t0 = time.thread_time()
             stats = [self._derive(s, version, now, problem, len(samples) > 1) for s in samples]
+            self.cost_s += time.thread_time() - t0
         except Exception as exc:  # noqa: BLE001 — a bug or an input nobody foresaw: shown, polling goes on
             return self._failed(exc, started, internal=True)
         self.health = SourceHealth(
@@ -270,16 +280,26 @@ class EngineCollector:
         self.completed_polls += 1
         return self.stats
 
+    def _read(self, text: str) -> tuple[str, list[EngineSample], float]:
+        """Parse and extract one document: (version, samples, CPU seconds it took)."""
+        t0 = time.thread_time()
+        try:
+            exp = self.parser.parse(text)
+        except ParseError as e:
+            raise ScrapeError(f"garbage /metrics ({e})") from None
+        version, samples = self.extractor.extract(exp)
+        return version, samples, time.thread_time() - t0
+
     async def _meta(self, client: httpx.AsyncClient, base: str) -> None:
         # Optional endpoints: /metrics decides health; any odd answer is ignored.
         try:
             self.models = model_ids(await fetch_json(client, base + "/v1/models", MODELS_MAX_BYTES))
-        except (httpx.HTTPError, ScrapeError, ValueError):
+        except (httpx.HTTPError, ScrapeError, ValueError, RecursionError):
             pass
         if self.vllm_version is None:
             try:
                 doc = await fetch_json(client, base + "/version", SMALL_MAX_BYTES)
-            except (httpx.HTTPError, ScrapeError, ValueError):
+            except (httpx.HTTPError, ScrapeError, ValueError, RecursionError):
                 return
             v = doc.get("version") if isinstance(doc, dict) else None
             if isinstance(v, (str, int, float)) and not isinstance(v, bool):
