@@ -153,7 +153,8 @@ def clean_gpu(g: GpuStats) -> GpuStats:
         c = _gpu_number(name, v)
         if c != v or type(c) is not type(v):
             changes[name] = c
-    if changes.get("pstate") is not None and not 0 <= changes["pstate"] <= 15:
+    pstate = changes.get("pstate", g.pstate)
+    if pstate is not None and not 0 <= pstate <= 15:
         changes["pstate"] = None
     for name in _GPU_TEXT:
         v = getattr(g, name)
