@@ -32,6 +32,7 @@ from .sanitize import clean_gpu
 from .vllm import MAX_BODY_BYTES, ScrapeError, describe_error, fetch_text
 
 MiB = 1024 * 1024
+MAX_GPU_ROWS = 256  # GPUs per exporter; more is a broken or hostile exporter
 
 # metric → (GpuStats field, scale). Several metrics may feed one field; the
 # first one present (in this order) wins.
@@ -309,6 +310,8 @@ class DcgmEndpoint:
             rows = parse_dcgm(exp, source_url=self.url, default_host=self.host, cache=self.cache)
             if not rows:
                 raise ScrapeError("no DCGM_FI_ metrics (is this a dcgm-exporter?)")
+            total = len(rows)
+            rows = rows[:MAX_GPU_ROWS]
         except Exception as exc:  # noqa: BLE001 — every failure is shown, none crashes
             now = self.clock()
             h = self.health
@@ -318,7 +321,9 @@ class DcgmEndpoint:
             self.rows = []
             return []
         now = self.clock()
-        self.health = SourceHealth(name=self.url, kind="dcgm", ok=True, last_ok_at=now, latency_s=now - started)
+        too_many = f"too many GPUs ({total}) — showing the first {len(rows)}" if total > len(rows) else None
+        self.health = SourceHealth(name=self.url, kind="dcgm", ok=True, last_ok_at=now, latency_s=now - started,
+                                   last_error=too_many, last_error_at=now if too_many else None)
         self.rows = rows
         return rows
 

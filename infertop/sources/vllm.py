@@ -187,6 +187,7 @@ class EngineCollector:
         # names other endpoints use: a derived name never takes one
         self._reserved = reserved or (lambda: set())
         self._names: dict[tuple[str, str], str] = {}  # label set → its unique display name
+        self._names_multi = False
         self._polls = 0
         self._healthy: bool | None = None
         self._health_error: str | None = None
@@ -307,6 +308,9 @@ class EngineCollector:
 
     def _name(self, key: tuple[str, str], model: str, multi: bool) -> str:
         """This label set's display name, unique on this endpoint and across endpoints."""
+        if multi != self._names_multi or len(self._names) >= 4 * self.extractor.max_label_sets:
+            self._names.clear()  # one label set became several (or the sets keep changing): name afresh
+            self._names_multi = multi
         got = self._names.get(key)
         if got is not None:
             return got
@@ -321,8 +325,7 @@ class EngineCollector:
             while f"{name}~{n}" in taken:
                 n += 1
             name = f"{name}~{n}"
-        if len(self._names) < 4 * MAX_LABEL_SETS:
-            self._names[key] = name
+        self._names[key] = name
         return name
 
     def _derive(self, s: EngineSample, version: str, now: float, problem: str | None, multi: bool) -> EngineStats:

@@ -12,6 +12,9 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pytest
+
+from infertop.sim import SimCluster
 from scripted_server import ScriptedServer, Stream
 from vllm_text import v1_doc
 
@@ -160,3 +163,20 @@ CASES: list[Case] = [
     Case("many-series", many_series, "degraded", f"too many series ({MANY}) — showing the first 64", names=64),
 ]
 CASE_IDS = [c.name for c in CASES]
+
+
+@pytest.fixture(scope="session")
+def healthy():
+    """One realtime simulated vLLM engine under steady load (no GPU exporter).
+    (A fixture here, imported by the suites: a second conftest.py would shadow tests/conftest.py.)"""
+    with SimCluster(1, seed=5, load="steady", dcgm=False) as c:
+        yield c.engines[0]
+
+
+def rss_bytes() -> int:
+    """Resident set size of this test process, from /proc/self/status."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")

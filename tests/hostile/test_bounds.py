@@ -92,3 +92,19 @@ def test_values_float32_cannot_hold_become_gaps():
         h.record("e", "m", v)
     got = h.series("e", "m")
     assert [math.isnan(x) for x in got] == [True, True, True, True, False, True]
+
+
+async def test_a_dcgm_exporter_with_too_many_gpus_is_capped_and_said(scripted):
+    import httpx
+
+    from infertop.sources.dcgm import MAX_GPU_ROWS, DcgmEndpoint
+
+    n = MAX_GPU_ROWS + 50
+    srv = scripted()
+    srv.routes["/metrics"] = (200, "".join(f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i}",UUID="GPU-{i}",Hostname="h"}} 5\n'
+                                           for i in range(n)))
+    ep = DcgmEndpoint(srv.url + "/metrics")
+    async with httpx.AsyncClient(trust_env=False) as client:
+        rows = await ep.poll(client)
+    assert len(rows) == MAX_GPU_ROWS
+    assert ep.health.ok and ep.health.last_error == f"too many GPUs ({n}) — showing the first {MAX_GPU_ROWS}"

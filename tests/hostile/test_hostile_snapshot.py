@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from hostile_cases import CASES, ESC_SHOWN
+from hostile_cases import CASES, ESC_SHOWN, healthy  # noqa: F401 — a fixture
 
 
 def reject_constant(name: str):

@@ -17,8 +17,7 @@ from dataclasses import asdict
 
 import pytest
 
-from conftest import rss_bytes
-from hostile_cases import CASE_IDS, CASES, HANG_TIMEOUT_S
+from hostile_cases import CASE_IDS, CASES, HANG_TIMEOUT_S, healthy, rss_bytes  # noqa: F401 — a fixture
 from infertop.domain.engine import UP
 from infertop.sources.vllm import EngineEndpoint, FleetCollector
 from vllm_text import v1_doc

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from textual.widgets import DataTable, RichLog
 
-from hostile_cases import CASES, ESC_SHOWN
+from hostile_cases import CASES, ESC_SHOWN, healthy  # noqa: F401 — a fixture
 from infertop.config import Config, GpuConfig
 from infertop.sources.gpu import GpuCollector
 from infertop.sources.vllm import EngineEndpoint
