@@ -9,7 +9,6 @@ count of all of them is reported so the UI can say what it left out.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from .expfmt import Exposition, Layout
@@ -69,14 +68,15 @@ def _key(labels: dict[str, str]) -> Key:
 
 
 def _le(text: str | None) -> float | None:
-    """A bucket bound, or None when it is not a number (NaN or garbage: the bucket is skipped)."""
+    """A bucket bound, or None when it cannot bound a latency or a token count
+    (NaN, negative, -Inf, garbage): that bucket is skipped."""
     if text is None:
         return None
     try:
         v = float(text)
     except ValueError:
         return None
-    return None if math.isnan(v) else v
+    return v if v >= 0.0 else None  # False for NaN too
 
 
 def _plan(layout: Layout, max_keys: int = MAX_LABEL_SETS) -> _Plan:

@@ -88,6 +88,8 @@ def nonmonotonic(srv: ScriptedServer) -> None:
         lines.append(line)
     lines.append('vllm:time_to_first_token_seconds_bucket{engine="0",le="NaN",model_name="tiny"} 3')
     lines.append('vllm:time_to_first_token_seconds_bucket{engine="0",le="junk",model_name="tiny"} 3')
+    lines.append('vllm:time_to_first_token_seconds_bucket{engine="0",le="-Inf",model_name="tiny"} 3')
+    lines.append('vllm:time_to_first_token_seconds_bucket{engine="0",le="-5",model_name="tiny"} 3')
     _engine(srv, "\n".join(lines) + "\n")
 
 
