@@ -74,7 +74,8 @@ async def test_hostile_engine_next_to_a_healthy_one(case, healthy, scripted):
     bad = [e for e in snap.engines if e.url == srv.url]
 
     assert [e.state for e in good] == [UP]
-    assert polls >= solo_polls - POLL_SLACK and solo_polls >= 0.5 * RUN_S / INTERVAL_S, (polls, solo_polls)
+    assert solo_polls >= 3, solo_polls  # polled again and again (≈ RUN_S / INTERVAL_S on an idle machine)
+    assert polls >= solo_polls - POLL_SLACK, (polls, solo_polls)
     if case.name == "many-series":  # an expensive document is polled less often (≤ 5 % of a core)
         assert fc.collectors[1].completed_polls < polls / 2
     assert len(bad) == case.names
