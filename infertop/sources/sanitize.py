@@ -20,6 +20,9 @@ from ..domain.gpu import GpuProcess, GpuStats
 MAX_LABEL_CHARS = 160  # a label value shown in a table cell or a log line
 MAX_ERROR_CHARS = 200
 FLOAT32_MAX = 3.4028234663852886e38
+# No count, rate, duration, byte size or clock infertop shows gets anywhere near
+# this (1e15 bytes is a petabyte); a value above it is a broken exporter.
+ABSURD = 1e15
 
 # C0 controls, DEL, C1 controls, and the bidirectional overrides/isolates that
 # can reorder what a terminal shows.
@@ -65,9 +68,9 @@ def finite(v: object) -> float | None:
 
 
 def non_negative(v: object) -> float | None:
-    """A count, a rate, a duration: finite and ≥ 0, else None."""
+    """A count, a rate, a duration, a size: finite, ≥ 0 and below :data:`ABSURD`, else None."""
     f = finite(v)
-    return f if f is not None and f >= 0.0 else None
+    return f if f is not None and 0.0 <= f < ABSURD else None
 
 
 def percent(v: object, top: float = 100.0) -> float | None:
@@ -134,7 +137,8 @@ def _gpu_number(name: str, v: object) -> object:
     if name in _GPU_PCT:
         return percent(v)
     if name in _GPU_SIGNED:
-        return finite(v)
+        f = finite(v)
+        return f if f is not None and -ABSURD < f < ABSURD else None
     f = non_negative(v)
     if f is None:
         return None

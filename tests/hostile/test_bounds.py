@@ -28,6 +28,7 @@ def test_clean_engine_turns_out_of_domain_numbers_into_no_data():
     assert (c.running, c.waiting, c.kv_cache_pct, c.ttft_p99_s) == (None, None, None, None)
     assert (c.generation_tokens_per_s, c.prefix_cache_hit_pct) == (12.5, 99.0)
     assert c.model == "m\\x1b" and c.error == "boom\\x1b[2J"
+    assert clean_engine(EngineStats(name="e", url="u", running=1e308, ttft_p99_s=1e20)).running is None
     ok = EngineStats(name="e", url="u", running=3.0, kv_cache_pct=50.0)
     assert clean_engine(ok) is ok  # nothing to clean: no copy
 
