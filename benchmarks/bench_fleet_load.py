@@ -71,6 +71,14 @@ def serve_many(port_q) -> None:
 
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
     port_q.put(srv.server_address[1])
+    parent = os.getppid()
+
+    def orphaned() -> None:  # the measuring process was killed (a timeout): go too
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(0)
+
+    threading.Thread(target=orphaned, daemon=True).start()
     srv.serve_forever()
 
 
@@ -149,12 +157,17 @@ def main() -> int:
     import infertop
 
     print(f"infertop from {os.path.dirname(infertop.__file__)}, {args.seconds:g} s per scenario, 1 s refresh")
-    print(f"{'mode':>9} {'scenario':>9} {'CPU % core':>11} {'RSS MiB':>8} {'peak':>7} {'growth':>7}")
+    print(f"{'mode':>9} {'scenario':>9} {'CPU % core':>11} {'RSS MiB':>8} {'peak':>7} {'growth':>7}", flush=True)
     results: dict[tuple[str, str], dict] = {}
     for mode in args.modes.split(","):
         for scenario in args.scenarios.split(","):
-            p = subprocess.run([sys.executable, __file__, "--child", scenario, mode, "--seconds", str(args.seconds)],
-                               capture_output=True, text=True, timeout=args.seconds * 4 + 300)
+            limit_s = args.seconds * 4 + 120
+            try:
+                p = subprocess.run([sys.executable, __file__, "--child", scenario, mode, "--seconds", str(args.seconds)],
+                                   capture_output=True, text=True, timeout=limit_s)
+            except subprocess.TimeoutExpired:
+                print(f"{mode:>9} {scenario:>9}  did not finish within {limit_s:g} s (the app never returned)", flush=True)
+                continue
             try:
                 r = json.loads(p.stdout.strip().splitlines()[-1])
             except (IndexError, ValueError):
