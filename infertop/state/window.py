@@ -58,7 +58,11 @@ class CounterWindow:
                     offset[key] = off
                     self.resets += 1
             last_raw[key] = v
-            corrected[key] = last_corrected[key] = v + off
+            c = v + off
+            before = last_corrected.get(key)
+            if before is not None and c < before:
+                c = before  # float rounding of a large offset must not make a counter go down
+            corrected[key] = last_corrected[key] = c
         points = self._points
         points.append((t_s, corrected))
         cutoff = t_s - self.window_s

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from infertop.analysis.engine_stats import derive
@@ -102,6 +102,7 @@ def test_plain_text_has_no_control_characters(s):
 
 @FAST
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=2, max_size=30))
+@example([7.765457250805025e-121, 1000000000001.0])  # a jump's offset rounded the counter below its start
 def test_counter_window_rates_stay_finite_and_non_negative(values):
     w = CounterWindow(1000)
     for t, v in enumerate(values):
