@@ -55,8 +55,8 @@ KEY_HINTS = (  # (action, key, word) for the Cluster pane's key line
     ("kube_context", "K", "ctx"), ("kube_namespace", "^N", "ns"),
 )
 MAX_SCRAPED_PODS = 64
-NOT_CONFIGURED = ("Kubernetes is not configured. Run with --context NAME [--namespace NS] (or set kube.context / "
-                  "kube.namespaces in the config file), or press K to pick a context from your kubeconfig.")
+NOT_CONFIGURED = ("Kubernetes is not configured: run with --context NAME [--namespace NS], set kube.context in "
+                  "the config file, or press K to pick a context from your kubeconfig.")
 
 
 # action → which selected object it acts on (for per-kind, per-namespace permissions)

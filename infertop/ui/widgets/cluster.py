@@ -108,7 +108,7 @@ class ClusterPane(Vertical):
 
     DEFAULT_CSS = """
     ClusterPane { height: 1fr; }
-    ClusterPane #cluster-header { height: auto; max-height: 2; padding: 0 1; }
+    ClusterPane #cluster-header { height: auto; max-height: 4; padding: 0 1; }
     ClusterPane #cluster-tabs { height: 1; padding: 0 1; }
     ClusterPane ContentSwitcher { height: 1fr; }
     ClusterPane #cluster-detail { height: 4; padding: 0 1; border-top: solid $panel; color: $text-muted; }
