@@ -230,8 +230,12 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         return self.screen_stack[0]
 
     def selected_engine_name(self) -> str | None:
+        """The engine an engine action acts on: the open detail's, or the Engines pane's
+        selection while that pane is on view (never a row the operator cannot see)."""
         if isinstance(self.screen, EngineDetailScreen):
             return self.screen.engine_name
+        if self.screen is not self.main or self.current_pane != "engines":
+            return None
         return self.main.query_one("#engines-table", EnginesTable).selected_engine
 
     async def poll_now(self) -> None:
