@@ -91,7 +91,9 @@ class Load:
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
-        limits = httpx.Limits(max_connections=CONCURRENCY + 4)
+        # A fresh connection per request: a kept-alive connection to the process that was just
+        # stopped would fail on reuse after the restart, which says nothing about the engine.
+        limits = httpx.Limits(max_connections=CONCURRENCY + 4, max_keepalive_connections=0)
         timeout = httpx.Timeout(600.0, connect=5.0)
         async with httpx.AsyncClient(base_url=self.url, timeout=timeout, limits=limits, trust_env=False) as c:
             tasks = [asyncio.create_task(self._client(c, i)) for i in range(CONCURRENCY)]
