@@ -16,6 +16,7 @@ from pathlib import Path
 
 from infertop.config import Config
 from infertop.demo import start_demo
+from infertop.snapshot import apply_demo_defaults
 from infertop.ui.app import InfertopApp, Settings
 
 OUT = Path(__file__).resolve().parent
@@ -30,15 +31,17 @@ SHOTS_BIG = [
     ("log", ["3"], []),
     ("help", ["question_mark"], ["escape"]),
 ]
-SHOTS_SMALL = [("overview-80x24", ["1"], []), ("engines-80x24", ["2"], [])]
+SHOTS_SMALL = [("overview-80x24", ["1"], []), ("engines-80x24", ["2"], []), ("gpus-80x24", ["4"], []),
+               ("cluster-80x24", ["5"], [])]
+SHOTS_WIDE = [("overview-200x60", ["1"], [])]
 
 
 async def shoot(demo, size, shots, seconds: float) -> None:
     cfg = Config()
-    cfg.slo.e2e_p99_s = 20.0  # as --demo does without a config file
-    settings = Settings(config=cfg, endpoints=demo.endpoints, mode="demo")
-    if hasattr(settings, "dcgm_urls") and demo.dcgm_url:
-        settings.dcgm_urls = [demo.dcgm_url]
+    apply_demo_defaults(cfg)  # the same SLO targets as `infertop --demo` and `snapshot --demo`
+    settings = Settings(config=cfg, endpoints=demo.endpoints, mode="demo", engine_pods=demo.engine_pods,
+                        dcgm_urls=[demo.dcgm_url] if demo.dcgm_url else [],
+                        state_dir=getattr(demo, "state_dir", None))
     app = InfertopApp(settings)
     async with app.run_test(size=size) as pilot:
         await pilot.pause(seconds)
@@ -64,6 +67,7 @@ def main() -> int:
     try:
         asyncio.run(shoot(demo, (120, 40), SHOTS_BIG, args.seconds))
         asyncio.run(shoot(demo, (80, 24), SHOTS_SMALL, min(args.seconds, 10)))
+        asyncio.run(shoot(demo, (200, 60), SHOTS_WIDE, min(args.seconds, 10)))
     finally:
         demo.stop()
     return 0
