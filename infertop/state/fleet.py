@@ -307,6 +307,7 @@ class FleetJoiner:
         self._last_good_at: dict[str, float] = {}  # monotonic time of each engine's last good sample
         self._down_since: dict[str, float] = {}
         self._source_down_since: dict[str, float] = {}
+        self._observed: dict[int, tuple[Any, Any]] = {}  # id(collector) → (stats, health) last observed
         # inputs handed in by other pollers
         self.gpu_rows: list[GpuStats] = []
         self.gpu_health: list[SourceHealth] = []
@@ -412,6 +413,12 @@ class FleetJoiner:
         now, mono = self.wall(), self.mono()
         for c in self.collector.collectors:
             h: SourceHealth = c.health
+            # A poll replaces a collector's stats list and health: the same objects mean
+            # nothing new, so each poll costs one copy of its own engine, not of the fleet.
+            seen = self._observed.get(id(c))
+            if seen is not None and seen[0] is c.stats and seen[1] is h:
+                continue
+            self._observed[id(c)] = (c.stats, h)
             for s in c.stats:
                 if h.ok and s.state in (UP, DEGRADED):
                     self._last_good[s.name] = replace(s, **{f: _clean(getattr(s, f)) for f in _VALUE_FIELDS})

@@ -80,7 +80,10 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
     Screen { layout: vertical; }
-    #topbar { height: 1; background: $panel; padding: 0 1; }
+    #topbar-row { height: 1; background: $panel; }
+    #topbar { height: 1; width: 1fr; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    #clock { height: 1; width: 10; padding: 0 1; text-style: bold; }
+    #clock.replay { width: 21; }
     #statusbar { height: 1; background: $panel; padding: 0 1; }
     TabbedContent { height: 1fr; }
     TabPane { padding: 0; }
@@ -121,7 +124,10 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
 
     # ----- layout -------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield QuietStatic(id="topbar")
+        with Horizontal(id="topbar-row"):
+            yield QuietStatic(id="topbar")
+            # The tick's time in a widget of its own: a new second repaints its 8 cells, not the header.
+            yield QuietStatic(id="clock", classes="replay" if self.player is not None else "")
         with TabbedContent(id="panes", initial="overview"):
             with TabPane("1 Overview", id="overview"):
                 yield Overview(self.settings.config.slo, id="overview-pane")
@@ -285,15 +291,22 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         self._paint(state)
 
     def _paint(self, state: FleetState) -> None:
+        """The header, the status bar and the pane on view, all from ``state``. A pane
+        out of view is painted from the state on screen when it is shown (_pane_activated)."""
         main = self.main
         self._render_top()
         gpu_health = [_health(src, state.taken_at) for src in state.sources if src.kind in GPU_KINDS]
         main.query_one("#statusbar", QuietStatic).show(status_line(state, gpu_status_parts(gpu_health, state.taken_at)))
-        overview = main.query_one(Overview)
-        overview.show_state(state, self.history)
-        main.query_one("#engines-table", EnginesTable).update_state(state)
-        self._render_engine_trends(state)
-        self._render_gpus(state)
+        pane = main.query_one("#panes", TabbedContent).active
+        if pane == "overview":
+            overview = main.query_one(Overview)
+            overview.show_state(state, self.history)
+            overview.show_gpus(summarize(list(state.gpus)), configured=state.gpus_configured)
+        elif pane == "engines":
+            main.query_one("#engines-table", EnginesTable).update_state(state)
+            self._render_engine_trends(state)
+        if pane == "gpus" or isinstance(self.screen, GpuDetailScreen):
+            self._render_gpus(state)
         if self.player is not None:
             self._render_recorded_cluster(state)
         if isinstance(self.screen, EngineDetailScreen):
@@ -334,12 +347,11 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
             self.main.query_one("#e-ttft", Trend).show(hist.series(name, "ttft_p99_s", n), seconds_human(s.ttft_p99_s))
 
     def _render_gpus(self, state: FleetState) -> None:
-        """GPU pane, Overview GPU tiles and an open GPU detail, from the state's GPUs."""
+        """GPU pane and an open GPU detail, from the state's GPUs."""
         rows = list(state.gpus)
         health = [_health(src, state.taken_at) for src in state.sources if src.kind in GPU_KINDS]
         pane = self.main.query_one(GpusPane)
         pane.show(rows, health, trends=True)
-        self.main.query_one(Overview).show_gpus(summarize(rows), configured=state.gpus_configured)
         if isinstance(self.screen, GpuDetailScreen):
             r = pane.gpu(self.screen.gpu_id)
             self.screen.show(r.gpu if r is not None else None)
@@ -376,6 +388,7 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         text = Text()
         text.append("infertop", style="bold")
         text.append(f" · {mode} · {n} engine{'s' if n != 1 else ''} · {src}")
+        clock = ""
         if self.player is not None:
             p = self.player
             text = Text()
@@ -383,13 +396,13 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
             text.append(f" · {Path(s.replay_path or '').name} · ")
             text.append("paused" if p.paused else f"×{p.speed:g}", style="bold yellow")
             if self.state is not None:
-                text.append(f" · {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.state.taken_at))}",
-                            style="bold")
+                clock = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.state.taken_at))
         elif self.state is not None:
-            text.append(f" · {time.strftime('%H:%M:%S', time.localtime(self.state.taken_at))}", style="bold")
+            clock = time.strftime('%H:%M:%S', time.localtime(self.state.taken_at))
             if s.record_path:
                 text.append(" · ● rec", style="red" if self.state_log.error is None else "yellow")
         self.main.query_one("#topbar", QuietStatic).show(text)
+        self.main.query_one("#clock", QuietStatic).show(clock)
 
     def _note_state_changes(self, engines) -> None:
         for e in engines:
@@ -438,9 +451,14 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
     @on(TabbedContent.TabActivated, "#panes")
     def _pane_activated(self) -> None:
         self.refresh_bindings()  # the footer shows the keys of the pane on view (a click on a tab too)
+        self.render_snapshot()  # a pane is painted only while on view: bring it to the state on screen
+
 
     def action_show_pane(self, pane: str) -> None:
-        self.main.query_one("#panes", TabbedContent).active = pane
+        tabs = self.main.query_one("#panes", TabbedContent)
+        if tabs.active != pane:
+            tabs.active = pane
+            self.render_snapshot()  # now, so that the first frame of the pane shows the state on screen
         self.refresh_bindings()
         if pane == "engines":
             self.main.query_one("#engines-table", EnginesTable).focus()
