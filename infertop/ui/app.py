@@ -35,6 +35,7 @@ from .actions import ACTIONS, bindings, footer_panes, key_display
 from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
 from .commands import InfertopCommands
+from .driver import default_driver_class
 from .screens.engine_detail import EngineDetailScreen
 from .screens.gpu_detail import GpuDetailScreen
 from .screens.help import HelpScreen
@@ -96,7 +97,7 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
 
     def __init__(self, settings: Settings, *, poll: bool = True, gpu_collector: GpuCollector | None = None) -> None:
         self.settings = settings
-        super().__init__()
+        super().__init__(driver_class=default_driver_class())  # only changed cells go to the terminal
         cfg = settings.config
         self.collector = FleetCollector(
             settings.endpoints,
