@@ -102,6 +102,12 @@ class CellDiff:
     def _text(self, text: str, dirty: set[int]) -> None:
         row = self.want[self.r]
         style = self.style
+        dirty.add(self.r)
+        if text.isascii() and "\x7f" not in text:  # one cell per character: no width to measure
+            n = min(len(text), self.cols - self.c)
+            row[self.c:self.c + n] = [(ch, style) for ch in text[:n]]
+            self.c += n
+            return
         for ch in text:
             w = cell_len(ch)
             if w == 0:  # a combining mark joins the previous cell
@@ -114,7 +120,6 @@ class CellDiff:
             if w == 2:
                 row[self.c + 1] = ("", style)  # the right half of a wide character
             self.c += w
-        dirty.add(self.r)
 
     # ----- what the terminal needs --------------------------------------------------
     def _flush(self, dirty: set[int], out: list[str]) -> None:
