@@ -8,11 +8,23 @@ from __future__ import annotations
 
 import http.server
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+
+@dataclass
+class Stream:
+    """A body sent with chunked transfer encoding, no Content-Length: ``chunks()``
+    may be endless; ``delay_s`` between chunks (a slowloris drips one byte at a time)."""
+
+    chunks: Callable[[], Iterable[bytes]]
+    delay_s: float = 0.0
 
 
 class ScriptedServer:
-    """``routes[path] = (status, body)``; body may be bytes, str, or a callable returning either.
+    """``routes[path] = (status, body)``; body may be bytes, str, a :class:`Stream`, or a
+    callable returning bytes or str. A route may also be a callable returning ``(status, body)``.
 
     ``hang`` (a set of paths) accepts the request and never answers until ``stop()``.
     """
@@ -33,7 +45,11 @@ class ScriptedServer:
                 if path in outer.hang:
                     outer._release.wait()
                     return
-                status, body = outer.routes.get(path, (404, b"not found"))
+                route = outer.routes.get(path, (404, b"not found"))
+                status, body = route() if callable(route) else route
+                if isinstance(body, Stream):
+                    self._stream(status, body)
+                    return
                 if callable(body):
                     body = body()
                 if isinstance(body, str):
@@ -46,6 +62,24 @@ class ScriptedServer:
                     self.wfile.write(body)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
+
+            def _stream(self, status: int, body: Stream) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for chunk in body.chunks():
+                        if outer._release.is_set():
+                            return
+                        if chunk:
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                            self.wfile.flush()
+                        if body.delay_s:
+                            time.sleep(body.delay_s)
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
 
             def log_message(self, *args) -> None:
                 pass

@@ -170,14 +170,17 @@ async def test_hung_engine_never_delays_the_others(scripted):
     assert fc.snapshot().by_name()["hung"].error == "timeout after 2 s"
 
 
-async def test_backoff_grows_while_failing():
+async def test_failing_engine_is_retried_within_one_interval_with_jitter():
     fc = make([("refused", "http://127.0.0.1:9")], Clock())
     c = fc.collectors[0]
+    assert c.next_delay_s(1.0) == 1.0  # healthy (not polled yet): exactly the interval
     delays = []
-    for _ in range(4):
+    for _ in range(20):
         await fc.poll_once()
         delays.append(c.next_delay_s(1.0))
-    assert delays == sorted(delays) and delays[0] > 1.0 and delays[-1] <= 30.0
+    assert c.health.consecutive_failures == 20
+    # never later than one interval (a recovered engine is seen within it), spread by jitter
+    assert all(0.8 <= d <= 1.0 for d in delays) and len(set(delays)) > 1
 
 
 async def test_failing_health_marks_engine_degraded(scripted):
@@ -190,3 +193,40 @@ async def test_failing_health_marks_engine_degraded(scripted):
     srv.routes["/health"] = (200, b"")
     await fc.poll_once()  # after a failure /health is checked on every poll
     assert fc.snapshot().engines[0].state == UP
+
+
+async def test_run_for_gives_every_engine_a_state_and_never_waits_in_lockstep(scripted):
+    good = scripted().serve_engine(lambda: v1_doc(engines={"0": {"running": 1}}))
+    hung = scripted().serve_engine("")
+    hung.hang.add("/metrics")
+    fc = FleetCollector([EngineEndpoint("good", good.url), EngineEndpoint("hung", hung.url, timeout_s=1.0)],
+                        interval_s=0.05)
+    snap = await fc.run_for(0.3)
+    by = snap.by_name()
+    assert by["good"].state == UP and by["hung"].state == DOWN and by["hung"].error == "timeout after 1 s"
+    good_c, hung_c = fc.collectors
+    assert hung_c.completed_polls == 1 and good_c.completed_polls > 5  # polled on while the other hung
+    await fc.aclose()
+
+
+async def test_derived_names_never_take_another_endpoints_name(scripted):
+    srv = scripted().serve_engine(v1_doc(engines={"0": {"running": 1}, "1": {"running": 2}}))
+    other = scripted().serve_engine(v1_doc(engines={"0": {"running": 3}}))
+    fc = make([("dp", srv.url), ("dp/tiny#0", other.url)], Clock())
+    await fc.poll_once()
+    names = [e.name for e in fc.snapshot().engines]
+    assert sorted(names) == ["dp/tiny#0", "dp/tiny#0~2", "dp/tiny#1"]
+    assert fc.snapshot().by_name()["dp/tiny#0"].running == 3  # the configured name keeps its engine
+
+
+async def test_too_many_label_sets_are_capped_and_said(scripted):
+    rows = "".join(f'vllm:num_requests_running{{engine="{i}",model_name="m"}} 1\n' for i in range(100))
+    srv = scripted().serve_engine(rows)
+    fc = make([("wide", srv.url)], Clock())
+    await fc.poll_once()
+    snap = fc.snapshot()
+    assert len(snap.engines) == 64 and len(fc.collectors[0].windows) == 64
+    assert {e.error for e in snap.engines} == {"too many series (100) — showing the first 64"}
+    assert all(e.state == DEGRADED for e in snap.engines)
+    h = fc.health()[0]
+    assert h.ok and h.last_error == "too many series (100) — showing the first 64"

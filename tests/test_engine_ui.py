@@ -11,7 +11,10 @@ import pytest
 
 from infertop.config import Config, ProfileConfig
 from infertop.ui.app import InfertopApp, Settings
-from infertop.ui.screens.engine_dialogs import ArgsDialog, ConfirmDialog, OperationScreen, ProfilePicker
+from infertop.sources.vllm import EngineEndpoint
+from infertop.ui.screens.confirm import ConfirmScreen
+from infertop.ui.screens.engine_dialogs import ArgsDialog, ProfilePicker
+from infertop.ui.screens.engine_detail import EngineDetailScreen
 from infertop.ui.widgets.engines_table import EnginesTable
 
 FAKE = str(Path(__file__).with_name("fake_engine.py").resolve())
@@ -32,12 +35,23 @@ def settings(tmp_path, read_only=False) -> Settings:
                     engine_module=FAKE)
 
 
-async def wait_op(app, pilot) -> OperationScreen:
-    screen = app.screen
-    assert isinstance(screen, OperationScreen)
-    await app.workers.wait_for_complete()
-    await pilot.pause()
-    assert screen.done
+async def until(pilot, predicate, tries: int = 1500, message: str = ""):
+    """Bounded wait on app state (≤ tries × 20 ms of event-loop time)."""
+    for _ in range(tries):
+        value = predicate()
+        if value:
+            return value
+        await pilot.pause(0.02)
+    raise AssertionError(f"timed out waiting: {message or predicate}")
+
+
+async def confirm_and_wait(app, pilot) -> ConfirmScreen:
+    """The one confirmation screen: wait for its check, confirm with y, wait for the end."""
+    screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok is not None
+                         and app.screen, message="check")
+    assert screen.dry_run_ok, screen.dry_run_text
+    await pilot.press("y")
+    await until(pilot, lambda: screen.state == "done", message=f"done: {screen.progress_text}")
     return screen
 
 
@@ -48,10 +62,8 @@ async def test_start_change_max_num_seqs_and_stop_from_the_keyboard(tmp_path):
         await pilot.press("2", "n")
         assert isinstance(app.screen, ProfilePicker)
         await pilot.press("enter")  # the only profile
-        assert isinstance(app.screen, ConfirmDialog)
-        await pilot.press("y")
-        op = await wait_op(app, pilot)
-        assert not isinstance(op.result, Exception), op.result
+        op = await confirm_and_wait(app, pilot)
+        assert op.result == "ok", op.result_text
         await pilot.press("escape")
         await app.poll_now()
         await pilot.pause()
@@ -63,11 +75,9 @@ async def test_start_change_max_num_seqs_and_stop_from_the_keyboard(tmp_path):
         await pilot.press("m")
         assert isinstance(app.screen, ArgsDialog)
         await pilot.press("end", "backspace", "8", "enter")
-        assert isinstance(app.screen, ConfirmDialog)
-        await pilot.press("y")
-        op = await wait_op(app, pilot)
-        assert not isinstance(op.result, Exception), op.result
-        assert op.result.new == {"max_num_seqs": 8} and op.result.verified["max_num_seqs"] == "8"
+        op = await confirm_and_wait(app, pilot)
+        assert op.change == "max_num_seqs 4 → 8"
+        assert op.result == "ok" and "verified in the running process (max_num_seqs=8)" in op.result_text
         await pilot.press("escape")
         await app.poll_now()
         await pilot.pause()
@@ -75,10 +85,8 @@ async def test_start_change_max_num_seqs_and_stop_from_the_keyboard(tmp_path):
         assert row[4] == "0/8"
 
         await pilot.press("x")
-        assert isinstance(app.screen, ConfirmDialog)
-        await pilot.press("y")
-        op = await wait_op(app, pilot)
-        assert not isinstance(op.result, Exception), op.result
+        op = await confirm_and_wait(app, pilot)
+        assert op.result == "ok", op.result_text
         await pilot.press("escape")
         await pilot.pause()
         assert "fake" not in [c.endpoint.name for c in app.collector.collectors]
@@ -105,3 +113,99 @@ async def test_actions_greyed_for_unmanaged_and_hidden_read_only(tmp_path):
         await pilot.press("n")
         await pilot.pause()
         assert not isinstance(ro.screen, ProfilePicker)
+
+
+def notices(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+@pytest.mark.parametrize("name", ["127.0.0.1:1", "local:28400", "my engine/a b"])
+async def test_engines_named_like_urls_never_crash_and_keys_say_why(tmp_path, name):
+    """`infertop --engine http://127.0.0.1:1`, press 2, Enter, x: a traceback once; now an explanation."""
+    s = settings(tmp_path)
+    s.config.profiles.clear()
+    s.endpoints = [EngineEndpoint(name, "http://127.0.0.1:1")]
+    app = InfertopApp(s, poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.engine_manager is not None, message="engine manager")
+        await app.poll_now()
+        await pilot.press("2")
+        await pilot.pause()
+        assert app.query_one("#engines-table", EnginesTable).selected_engine == name
+        assert app.check_action("engine_stop", ()) is False
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, EngineDetailScreen))
+        await pilot.press("x")
+        await pilot.pause()
+        assert isinstance(app.screen, EngineDetailScreen) and app.is_running
+        why = f"{name} was not started by infertop: it can be watched, not stopped or changed"
+        assert notices(app) == [why]
+        await pilot.press("escape", "r", "m", "n")
+        await pilot.pause()
+        assert notices(app) == [why, why, why, "no launch profiles in the config: add a 'profiles:' section (see README)"]
+        assert len(app.screen_stack) == 1 and app.is_running
+
+
+async def test_enter_never_confirms_and_a_configured_engine_keeps_its_timeout_and_stays_watched(tmp_path):
+    s = settings(tmp_path)
+    port = s.config.profiles["fake"].port
+    s.endpoints = [EngineEndpoint("fake", f"http://127.0.0.1:{port}", timeout_s=7.5)]  # listed in `engines:`
+    app = InfertopApp(s, poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.engine_manager is not None, message="engine manager")
+        await pilot.press("2", "n", "enter")  # the only profile
+        screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok
+                             and app.screen, message="check")
+        assert screen.title_text == "Start engine fake"
+        await pilot.press("enter")
+        await until(pilot, lambda: len(app.screen_stack) == 1, message="cancelled")
+        assert app.engine_manager.status("fake") is None  # nothing started
+        await pilot.press("n", "enter")
+        op = await confirm_and_wait(app, pilot)
+        assert op.result == "ok", op.result_text
+        await pilot.press("escape")
+        (ep,) = [c.endpoint for c in app.collector.collectors if c.endpoint.name == "fake"]
+        assert ep.timeout_s == 7.5  # not a fixed 2 s
+    # another infertop (same state directory) adopts it: the confirmation names who started it
+    again = InfertopApp(settings_like(s), poll=False)
+    async with again.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: again.managed("fake") is not None, message="adopted")
+        await again.poll_now()
+        await pilot.press("2", "x")
+        op = await until(pilot, lambda: isinstance(again.screen, ConfirmScreen) and again.screen.dry_run_ok
+                         and again.screen, message="check")
+        assert op.title_text.startswith("Stop engine fake — started by ")
+        await pilot.press("y")
+        await until(pilot, lambda: op.state == "done", message=op.progress_text)
+        assert op.result == "ok", op.result_text
+        await pilot.press("escape")
+        # listed in `engines:`: still watched after the stop (it shows down, not frozen)
+        (ep,) = [c.endpoint for c in again.collector.collectors if c.endpoint.name == "fake"]
+        assert ep.timeout_s == 7.5
+
+
+def settings_like(s: Settings) -> Settings:
+    return Settings(config=s.config, endpoints=list(s.endpoints), state_dir=s.state_dir, engine_module=s.engine_module)
+
+
+async def test_a_slow_start_can_be_aborted_and_leaves_nothing_running(tmp_path):
+    s = settings(tmp_path)
+    profile = s.config.profiles["fake"]
+    profile.env = {"FAKE_ENGINE_START_DELAY": "120"}  # /health never answers in this test
+    app = InfertopApp(s, poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.engine_manager is not None, message="engine manager")
+        await pilot.press("2", "n", "enter")
+        screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok
+                             and app.screen, message="check")
+        await pilot.press("y")
+        await until(pilot, lambda: "waiting for /health" in screen.progress_text, message=screen.progress_text)
+        assert "left" in screen.progress_text  # counting down to start_timeout_s
+        pid = app.engine_manager.status("fake").pid
+        await pilot.press("a")
+        await until(pilot, lambda: screen.state == "done", message=screen.progress_text)
+        assert screen.result == "aborted" and "nothing is left running" in screen.result_text
+        assert app.engine_manager.status("fake") is None or not app.engine_manager.status("fake").alive
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    audit = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
+    assert [(e["action"], e["result"]) for e in audit if "result" in e] == [("engine.start", "failed")]

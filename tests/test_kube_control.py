@@ -9,6 +9,7 @@ Drains read the pod's in-flight requests from a simulated vLLM engine
 from __future__ import annotations
 
 import json
+import socket
 import threading
 
 import pytest
@@ -64,6 +65,10 @@ class Harness:
 
     def record(self, p: Progress) -> None:
         self.progress.append(p)
+
+    def outcomes(self) -> list[dict]:
+        """The audit log without the intent lines (every executed action has one before its outcome)."""
+        return [e for e in self.audit.entries() if e.get("phase") != "intent"]
 
     def pods(self, app: str) -> list[dict]:
         return [p for p in self.emu.list("pods", NS, f"app={app}") if not p["metadata"].get("deletionTimestamp")]
@@ -212,7 +217,10 @@ def test_scale_2_to_4_dry_run_first_then_pods_appear(emu, h):
     assert outcome == Outcome("ok", "replicas 2 → 4: 4/4 ready")
     assert ready(emu, "vllm", 4)
     assert h.progress[-1].fraction == 1.0
-    (entry,) = h.audit.entries()
+    intent, entry = h.audit.entries()
+    assert (intent["phase"], intent["action"], intent["op"]) == ("intent", "kube.scale", entry["op"])
+    assert intent["diff"] == entry["diff"] and intent["kube_user"] == "oncall"
+    (entry,) = h.outcomes()
     assert (entry["action"], entry["target"], entry["result"], entry["old"], entry["new"]) == (
         "kube.scale", "deployment default/vllm", "ok", 2, 4)
     assert entry["user"] == "alice" and entry["kube_user"] == "oncall" and entry["context"] == "lab"
@@ -236,7 +244,7 @@ def test_patch_args_follows_the_rolling_update_to_completion(tmp_path):
     steps = [p for p in h.progress if p.text.startswith("rollout:")]
     assert steps and all(0 <= p.fraction < 1 for p in steps) and h.progress[-1].fraction == 1.0
     assert any("of 3 updated" in p.text for p in steps)
-    entry = h.audit.entries()[-1]
+    entry = h.outcomes()[-1]
     assert entry["action"] == "kube.args" and entry["result"] == "ok" and entry["new"][-1] == "32"
     h.session.close()
     emu.stop()
@@ -262,7 +270,7 @@ def test_a_stuck_rollout_says_why(emu, h, case):
         plan = h.ctl.prepare("scale", "Deployment", NS, "vllm", replicas=6)  # 16 GPUs, 4 each: 4 fit
     outcome = h.ctl.execute(plan, h.record)
     assert outcome.result == "stuck" and case in outcome.message, outcome
-    assert h.audit.entries()[-1]["result"] == "stuck"
+    assert h.outcomes()[-1]["result"] == "stuck"
 
 
 def test_rollout_restart_replaces_every_pod(emu, h):
@@ -294,12 +302,15 @@ def test_statefulset_scale_hpa_bounds_configmap_cordon(emu, h):
     assert emu.get("configmaps", "gateway", NS)["data"]["weights"] == "realtime=8,batch=1,background=1"
     assert h.ctl.execute(h.ctl.prepare("cordon", "Node", None, "gpu-b")).ok
     assert emu.get("nodes", "gpu-b")["spec"]["unschedulable"] is True
+    # the node controller then adds its taint (a new resourceVersion): read after it, or the uncordon is a 409
+    emu.wait_until(lambda: any(t["key"] == "node.kubernetes.io/unschedulable"
+                               for t in emu.get("nodes", "gpu-b")["spec"].get("taints") or []))
     assert h.ctl.execute(h.ctl.prepare("uncordon", "Node", None, "gpu-b")).ok
     assert not emu.get("nodes", "gpu-b")["spec"].get("unschedulable")
-    actions = [(e["action"], e["result"]) for e in h.audit.entries()]
+    actions = [(e["action"], e["result"]) for e in h.outcomes()]
     assert actions == [("kube.scale", "ok"), ("kube.hpa", "ok"), ("kube.configmap", "ok"), ("kube.cordon", "ok"),
                        ("kube.uncordon", "ok")]
-    assert all(e["diff"] for e in h.audit.entries())
+    assert all(e["diff"] for e in h.outcomes())
 
 
 def test_delete_pod_waits_until_it_is_gone(emu, h):
@@ -312,7 +323,7 @@ def test_delete_pod_waits_until_it_is_gone(emu, h):
     assert h.ctl.execute(plan, h.record) == Outcome("ok", f"pod {victim} deleted")
     emu.wait_until(lambda: ready(emu, "vllm", 2))
     assert victim not in {p["metadata"]["name"] for p in emu.list("pods", NS)}
-    assert h.audit.entries()[-1]["action"] == "kube.delete_pod"
+    assert h.outcomes()[-1]["action"] == "kube.delete_pod"
 
 
 # ------------------------------------------------------- safety rails
@@ -332,7 +343,7 @@ def test_dry_run_failure_is_reported_and_nothing_changes(emu, h):
     assert not dry.ok and dry.status == 403 and dry.message.startswith("403 Forbidden: deployments.apps \"vllm\"")
     assert emu.store.resource_version == rv
     assert emu.get("configmaps", "gateway", NS)["data"] == {"weights": "1"}
-    (entry,) = h.audit.entries()
+    (entry,) = h.outcomes()
     assert entry["result"] == "failed" and entry["dry_run"] is True and "bad key!" in entry["diff"]
 
 
@@ -349,7 +360,7 @@ def test_a_stale_object_is_409_never_retried_blindly(emu, h):
     fresh = h.ctl.prepare("scale", "Deployment", NS, "vllm", replicas=3)  # re-read → a new plan to confirm
     assert fresh.resource_version != plan.resource_version
     assert h.ctl.execute(fresh).ok
-    assert [e["result"] for e in h.audit.entries()] == ["conflict", "ok"]
+    assert [e["result"] for e in h.outcomes()] == ["conflict", "ok"]
 
 
 def test_access_reviews_say_what_may_be_done(emu, h):
@@ -406,7 +417,7 @@ def test_pod_drain_waits_for_in_flight_to_reach_zero_then_deletes(emu, h, engine
     fractions = [p.fraction for p in h.progress if p.fraction is not None]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
     assert any(p.text.startswith("in flight: 0") for p in h.progress)
-    entry = h.audit.entries()[-1]
+    entry = h.outcomes()[-1]
     assert entry["action"] == "kube.drain_pod" and entry["result"] == "ok" and "-    app: vllm" in entry["diff"]
 
 
@@ -426,7 +437,7 @@ def test_pod_drain_abort_puts_the_label_back(emu, h, engine):
     meta = emu.get("pods", pod, NS)["metadata"]
     assert meta["labels"]["app"] == "vllm" and DRAINED_FROM not in (meta.get("annotations") or {})
     assert not meta.get("deletionTimestamp")
-    assert h.audit.entries()[-1]["result"] == "aborted"
+    assert h.outcomes()[-1]["result"] == "aborted"
 
 
 def test_pod_drain_then_scale_down_a_statefulset(emu, h, engine):
@@ -470,7 +481,7 @@ def test_node_drain_waits_out_a_blocking_pdb_then_succeeds(emu, h):
     assert victim not in {p["metadata"]["name"] for p in emu.list("pods", NS)}
     emu.wait_until(lambda: ready(emu, "vllm", 3))
     assert all(p["spec"]["nodeName"] == "gpu-b" for p in h.pods("vllm"))
-    assert h.audit.entries()[-1]["action"] == "kube.drain_node" and h.audit.entries()[-1]["result"] == "ok"
+    assert h.outcomes()[-1]["action"] == "kube.drain_node" and h.outcomes()[-1]["result"] == "ok"
 
 
 def test_node_drain_times_out_when_the_pdb_never_allows(emu, tmp_path):
@@ -482,4 +493,72 @@ def test_node_drain_times_out_when_the_pdb_never_allows(emu, tmp_path):
     assert outcome.result == "timeout" and "blocked" in outcome.message and "stays cordoned" in outcome.message
     assert emu.get("nodes", "gpu-a")["spec"]["unschedulable"] is True
     assert len(h.pods("vllm")) == 2
+    h.session.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_pod_drain_checks_before_confirmation_that_in_flight_is_readable(emu, h, engine):
+    emu.set_pod_endpoint("vllm-*", "127.0.0.1", engine.engines[0].port)
+    emu.add_deployment(NS, "vllm", replicas=1)
+    emu.add_deployment(NS, "blind", replicas=1)  # its pod's engine cannot be reached from here
+    emu.set_pod_endpoint("blind-*", "127.0.0.1", free_port())
+    emu.add_service(NS, "vllm", {"app": "vllm"})
+    emu.wait_until(lambda: ready(emu, "vllm", 1) and ready(emu, "blind", 1))
+    busy(engine, 2)
+    dry = h.ctl.dry_run(h.ctl.prepare("drain_pod", "Pod", NS, h.pods("vllm")[0]["metadata"]["name"]))
+    assert dry.ok and dry.message.endswith("in flight now: 2") and dry.warnings == ()
+    dry = h.ctl.dry_run(h.ctl.prepare("drain_pod", "Pod", NS, h.pods("blind")[0]["metadata"]["name"]))
+    assert dry.ok and dry.message.endswith("in flight: unreadable")
+    (warning,) = dry.warnings
+    assert warning.startswith("the pod's in-flight requests cannot be read now (")
+    assert "waits up to 30 s" in warning and "puts the labels back" in warning
+
+
+def test_permissions_say_which_check_denies(emu, h):
+    emu.set_rules([("*", "*", "*"), ("patch", "apps", "statefulsets/scale")])
+    perms = check_permissions(h.session)
+    assert perms.denied("scale", NS, "Deployment") == "forbidden: patch deployments/scale in default"
+    assert perms.denied("scale", NS, "StatefulSet") is None
+    assert perms.denied("drain_node") == "forbidden: create pods/eviction"
+
+
+def test_the_follow_reads_the_informers_and_never_ends_on_a_stale_object(kube_emulator, tmp_path):
+    from infertop.sources.kube import ClusterWatcher
+
+    emu = kube_emulator(TOKEN, reconcile_interval=0.02, ready_delay=0.5)  # new pods take 0.5 s to be ready
+    emu.add_deployment(NS, "vllm", replicas=2)
+    emu.wait_until(lambda: ready(emu, "vllm", 2))
+    h = Harness(emu, tmp_path)
+    watcher = ClusterWatcher(h.session, KubeConfig()).start()
+    try:
+        assert watcher.wait_synced(10)
+        ctl = KubeControl(h.session, h.audit, h.ctl.cfg, poll_s=0.02, watcher=watcher)
+        plan = ctl.prepare("scale", "Deployment", NS, "vllm", replicas=4)
+        emu.clear_requests()
+        outcome = ctl.execute(plan, h.record)
+        assert outcome == Outcome("ok", "replicas 2 → 4: 4/4 ready") and ready(emu, "vllm", 4)
+        reads = emu.count_requests("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/vllm")
+        polls = len(h.progress)
+        assert reads <= 2 and polls >= 10  # a GET only before the write, and while the watch lags behind it
+        assert emu.count_requests("GET", f"/api/v1/namespaces/{NS}/pods") <= 2
+    finally:
+        watcher.stop()
+        h.session.close()
+
+
+def test_an_unwritable_audit_log_refuses_and_sends_nothing(emu, tmp_path):
+    emu.add_deployment(NS, "vllm", replicas=1)
+    h = Harness(emu, tmp_path)
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    ctl = KubeControl(h.session, AuditLog(blocked / "audit.jsonl"), h.ctl.cfg, poll_s=0.02)
+    plan = ctl.prepare("scale", "Deployment", NS, "vllm", replicas=3)
+    outcome = ctl.execute(plan)
+    assert outcome.result == "refused" and outcome.message.startswith("nothing was sent: audit log ")
+    assert emu.count_requests("PATCH") == 0
     h.session.close()

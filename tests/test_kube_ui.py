@@ -7,7 +7,12 @@ app state (``until``), never fixed sleeps.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 
@@ -18,6 +23,7 @@ from infertop.sources.vllm import EngineEndpoint
 from infertop.ui.actions import ACTIONS
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.kube_actions import KUBE_MUTATING
+from infertop.ui.screens.actions_list import ActionsListScreen, QuitScreen
 from infertop.ui.screens.confirm import ConfirmScreen
 from infertop.ui.screens.help import HelpScreen
 from infertop.ui.screens.kube_dialogs import ChoiceDialog, FormDialog
@@ -47,9 +53,14 @@ def make_app(tmp_path, kubeconfig=None, *, read_only: bool = False, endpoints=()
                                 state_dir=str(tmp_path / "state")), poll=False)
 
 
-def audit(tmp_path) -> list[dict]:
+def audit_all(tmp_path) -> list[dict]:
     path = tmp_path / "audit.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def audit(tmp_path) -> list[dict]:
+    """Outcomes (and one-shot entries): every executed action also has an intent line before it."""
+    return [e for e in audit_all(tmp_path) if e.get("phase") != "intent"]
 
 
 async def until(pilot, predicate, tries: int = 500, message: str = ""):
@@ -461,3 +472,211 @@ async def test_switching_context_and_namespace(emu, tmp_path):
         await pilot.pause()
         assert "context lab-b, namespace default: 1 workloads" in "\n".join(
             line.text for line in app.query_one("#log-view").lines)
+
+
+# ----------------------------------------------------------------- the one pipeline
+
+def notices(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+async def test_permissions_per_kind_and_a_disabled_key_says_why(emu, tmp_path):
+    emu.add_deployment(NS, "vllm", replicas=1)
+    emu.add_statefulset(NS, "db", replicas=1)
+    emu.wait_until(lambda: ready(emu, "vllm", 1) and ready(emu, "db", 1))
+    everything_but = [("*", "*", "*"), ("*", "*", "*", ("status", "eviction", "log")),
+                      ("patch", "apps", "statefulsets", "scale")]  # no deployments/scale
+    emu.set_rules(everything_but)
+    app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = await connected(pilot, app)
+        assert pane.select("workloads", "Deployment/default/vllm")
+        await pilot.pause()
+        assert app.check_action("kube_scale", ()) is None
+        assert app.check_action("kube_restart", ()) is True
+        assert "S:scale" not in text(pane.query_one("#cluster-keys"))
+        await pilot.press("S")
+        await pilot.pause()
+        assert not isinstance(app.screen, (FormDialog, ConfirmScreen))
+        assert "forbidden: patch deployments/scale in default" in notices(app)
+        assert pane.select("workloads", "StatefulSet/default/db")
+        await pilot.pause()
+        assert app.check_action("kube_scale", ()) is True
+        assert text(pane.query_one("#cluster-keys")).startswith("S:scale")
+        await pilot.press("question_mark")
+        await pilot.pause()
+        help_rows = app.screen.query_one("#help-keys")
+        assert any("Scale the selected" in str(help_rows.get_row_at(i)[1]) for i in range(help_rows.row_count))
+        await pilot.press("escape")
+        # a real 403 on the StatefulSet's scale disables S for StatefulSets in this namespace
+        emu.set_rules(everything_but[:2])
+        await pilot.press("S")
+        form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen)
+        await set_input(pilot, form, "replicas", "2")
+        await pilot.press("enter")
+        screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok is False
+                             and app.screen)
+        assert "403" in screen.dry_run_text
+        await pilot.press("escape")
+        assert app.check_action("kube_scale", ()) is None
+        assert app.kube_perms.allows("restart", NS, "StatefulSet") is True  # only that verb × resource
+    assert emu.get("statefulsets", "db", NS)["spec"]["replicas"] == 1
+
+
+class AuditWitness(KubeEmulator):
+    """The emulator, noting what the audit log held when each real (not dry-run) write arrived."""
+
+    audit_path = None
+    seen: list = []
+
+    def _log_request(self, req) -> None:
+        if req.method in ("PATCH", "PUT", "POST", "DELETE") and req.query.get("dryRun") != "All" \
+                and "selfsubjectaccessreviews" not in req.path:
+            lines = self.audit_path.read_text().splitlines() if self.audit_path.exists() else []
+            self.seen.append((req.method, req.path, [json.loads(line) for line in lines]))
+        super()._log_request(req)
+
+
+async def test_the_audit_intent_is_on_disk_before_the_write_reaches_the_server(tmp_path):
+    emu = AuditWitness(token=TOKEN, reconcile_interval=0.2).start()
+    emu.audit_path, emu.seen = tmp_path / "audit.jsonl", []
+    try:
+        emu.add_node("gpu-a", gpus=8)
+        emu.add_deployment(NS, "vllm", replicas=1)
+        emu.wait_until(lambda: ready(emu, "vllm", 1))
+        app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await connected(pilot, app)
+            await pilot.press("S")
+            form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen)
+            await set_input(pilot, form, "replicas", "2")
+            await pilot.press("enter")
+            await confirm(pilot, app, "replicas 1 → 2")
+        (method, path, before), = emu.seen
+        assert (method, path) == ("PATCH", f"/apis/apps/v1/namespaces/{NS}/deployments/vllm/scale")
+        (intent,) = before  # the intent, and nothing else yet
+        assert (intent["phase"], intent["action"], intent["target"]) == ("intent", "kube.scale", "deployment default/vllm")
+        assert intent["summary"] == "replicas 1 → 2" and "dry run" in intent["dry_run_result"]
+        outcome = audit(tmp_path)[-1]
+        assert (outcome["op"], outcome["result"]) == (intent["op"], "ok")
+    finally:
+        emu.stop()
+    assert emu.errors == []
+
+
+async def test_abort_a_stuck_scale_while_another_action_runs(emu, tmp_path):
+    emu.fail_image("registry.local/broken*")
+    emu.add_deployment(NS, "stuck", replicas=1, image="registry.local/broken:1")
+    emu.add_deployment(NS, "vllm", replicas=1)
+    emu.wait_until(lambda: ready(emu, "vllm", 1))
+    app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"), stuck_after_s=600.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = await connected(pilot, app)
+        assert pane.select("workloads", "Deployment/default/stuck")
+        await pilot.press("S")
+        form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen)
+        await set_input(pilot, form, "replicas", "2")
+        await pilot.press("enter")
+        stuck = await confirm(pilot, app, "replicas 1 → 2", press=False)
+        await pilot.press("y")
+        await until(pilot, lambda: "ImagePullBackOff" in stuck.progress_text, message=stuck.progress_text)
+        assert stuck.state == "running" and "left" in stuck.progress_text  # a countdown to the timeout
+        emu.clear_requests()
+        await pilot.pause(0.5)  # ~10 follow polls at 0.05 s: from the informers, not GETs
+        gets = emu.count_requests("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/stuck")
+        assert gets == 0, gets
+        await pilot.press("escape")  # hide it: the scale goes on
+        await until(pilot, lambda: len(app.screen_stack) == 1)
+        assert pane.select("workloads", "Deployment/default/stuck")
+        assert pane.selected()[1].name == "stuck"
+        await pilot.press("S")  # a second action on the same object is refused, with the reason
+        await pilot.pause()
+        assert len(app.screen_stack) == 1, (stuck.state, stuck.result_text, app.action_board.runs())
+        assert any("is still running" in n for n in notices(app))
+        # meanwhile, another object: a rollout restart runs and completes
+        assert pane.select("workloads", "Deployment/default/vllm")
+        await pilot.press("R")
+        other = await confirm(pilot, app)
+        assert other.result == "ok" and stuck.state == "running"
+        await pilot.press("escape")
+        # reopen the hidden scale from the list of running actions and abort it
+        await pilot.press("a")
+        listing = await until(pilot, lambda: isinstance(app.screen, ActionsListScreen) and app.screen)
+        assert [title for _, title, _ in listing.runs] == ["Scale: deployment default/stuck"]
+        await pilot.press("enter")
+        reopened = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen)
+        assert reopened.state == "running" and reopened.change == "replicas 1 → 2"
+        await pilot.press("a")
+        await until(pilot, lambda: reopened.state == "done", message=reopened.progress_text)
+        assert reopened.result == "aborted" and "the change itself stays applied" in reopened.result_text
+        assert app.action_board.runs() == []
+    assert [(e["action"], e["target"], e["result"]) for e in audit(tmp_path)] == [
+        ("kube.restart", "deployment default/vllm", "ok"), ("kube.scale", "deployment default/stuck", "aborted")]
+
+
+async def test_quit_during_a_rollout_asks_and_the_next_start_reports_it(emu, tmp_path):
+    emu.fail_args("--crash-me")
+    emu.add_deployment(NS, "vllm", replicas=1, args=["--max-num-seqs", "64"])
+    emu.wait_until(lambda: ready(emu, "vllm", 1))
+    kc = emu.write_kubeconfig(tmp_path / "kc")
+    app = make_app(tmp_path, kc, stuck_after_s=600.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await connected(pilot, app)
+        await pilot.press("A")
+        form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen)
+        await set_input(pilot, form, "changes", "--crash-me")
+        await pilot.press("enter")
+        screen = await confirm(pilot, app, press=False)
+        await pilot.press("enter")  # Enter never confirms: it cancels here
+        await until(pilot, lambda: len(app.screen_stack) == 1)
+        assert emu.count_requests("PATCH", predicate=lambda r: r.query.get("dryRun") != "All") == 0
+        await pilot.press("A")
+        form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen)
+        await set_input(pilot, form, "changes", "--crash-me")
+        await pilot.press("enter")
+        screen = await confirm(pilot, app, press=False)
+        await pilot.press("y")
+        await until(pilot, lambda: screen.state == "running" and "CrashLoopBackOff" in screen.progress_text,
+                    message=screen.progress_text)
+        await pilot.press("q")
+        ask = await until(pilot, lambda: isinstance(app.screen, QuitScreen) and app.screen)
+        assert ask.question.startswith("1 action in flight: quit anyway? y/n")
+        await pilot.press("n")
+        await pilot.pause()
+        assert app.is_running and screen.state == "running"
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+        await pilot.press("y")
+        await until(pilot, lambda: not app.is_running, message="quit")
+    # the follow stops without an outcome: the intent stays unfinished
+    await asyncio.to_thread(wait_for, lambda: not any(t.name.startswith("action kube:") for t in threading.enumerate()))
+    (intent,) = audit_all(tmp_path)
+    assert (intent["phase"], intent["action"]) == ("intent", "kube.args")
+    # as if that infertop had died: the next start reports the unknown outcome in the Log pane
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    (tmp_path / "audit.jsonl").write_text(json.dumps(dict(intent, pid=int(dead))) + "\n")
+    again = make_app(tmp_path, kc)
+    async with again.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3")
+        log = await until(pilot, lambda: "outcome unknown" in (t := "\n".join(
+            line.text for line in again.query_one("#log-view").lines)) and t, message="log")
+        assert "kube.args deployment default/vllm" in log
+    # … once: it now has an `unknown` outcome in the audit log
+    intent_again, unknown = audit_all(tmp_path)
+    assert (unknown["phase"], unknown["op"], unknown["result"]) == ("outcome", intent["op"], "unknown")
+    third = make_app(tmp_path, kc)
+    async with third.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: third.engine_manager is not None, message="start done")
+        await third.workers.wait_for_complete()  # adopt_engines (which reports) ran
+        await pilot.press("3")
+        await pilot.pause()
+        assert "outcome unknown" not in "\n".join(line.text for line in third.query_one("#log-view").lines)
+
+
+def wait_for(predicate, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out: {predicate}")
+        time.sleep(0.02)

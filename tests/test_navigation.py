@@ -204,7 +204,8 @@ async def test_help_uses_the_width_cuts_nothing_and_lists_q(engines):
         table = app.screen.query_one("#help-keys")
         rows = [[str(getattr(c, "plain", c)) for c in table.get_row_at(i)] for i in range(table.row_count)]
         assert ["q", "Quit infertop", "General"] in rows
-        assert {r[1] for r in rows} == {a.title for a in ACTIONS}
+        offered = {a.title for a in ACTIONS if app.check_action(a.action.split("(")[0], ()) is not None}
+        assert {r[1] for r in rows} == offered and len(offered) >= len(ACTIONS) - 10  # only what may run
         assert not any("ctrl" in r[0].lower() for r in rows) and ["^R", "Poll every source now", "View"] in rows
         assert table.region.width >= 74  # the terminal's width, less the frame
         assert table.virtual_size.width <= table.scrollable_content_region.width  # no text cut on the right

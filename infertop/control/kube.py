@@ -28,7 +28,8 @@ from typing import Any
 from ..config import KubeConfig
 from ..sources.kube import KubeError, KubeSession, pod_view, selector_text
 from .audit import AuditLog
-from .kube_follow import KubeFollower, _new_revision
+from .pipeline import Review, run_audited
+from .kube_follow import InformerCache, KubeFollower, _new_revision, _rv_int
 from .kube_perms import (
     KIND_ALTERNATIVE,
     PERMISSIONS,
@@ -74,6 +75,8 @@ __all__ = [
     "RESOURCES",
     "STRATEGIC",
     "DryRun",
+    "InformerCache",
+    "KubeAction",
     "KubeControl",
     "KubeFollower",
     "Outcome",
@@ -106,8 +109,9 @@ class KubeControl(KubeFollower):
 
     def __init__(self, session: KubeSession, audit: AuditLog | None = None, cfg: KubeConfig | None = None, *,
                  poll_s: float | None = None, clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, watcher: Any = None) -> None:
         self.session = session
+        self.cache = InformerCache(watcher) if watcher is not None else None
         self.audit = audit
         self.cfg = cfg or KubeConfig()
         self.poll_s = self.cfg.follow_poll_s if poll_s is None else poll_s
@@ -243,7 +247,17 @@ class KubeControl(KubeFollower):
                     self.session.raw(fn, plan.params["owner"], plan.namespace, {"spec": {"replicas": n - 1}},
                                      dry_run="All", _content_type=MERGE)
                 self._delete_pod(plan.namespace, plan.name, plan.params.get("uid"), dry_run=True)
-                return DryRun(True, "the server accepts the label patch and the deletion (dry run)")
+                warnings = ()
+                load = self.pod_load(self.read("Pod", plan.namespace, plan.name))
+                if load.in_flight is None:
+                    warnings = (f"the pod's in-flight requests cannot be read now ({load.error}): the drain takes "
+                                f"it out of service, then waits up to {self.cfg.drain_timeout_s:g} s for a "
+                                "readable 0; if it never reads 0 it times out and puts the labels back — "
+                                "nothing is deleted",)
+                    return DryRun(True, "the server accepts the label patch and the deletion (dry run); "
+                                        "in flight: unreadable", warnings=warnings)
+                return DryRun(True, f"the server accepts the label patch and the deletion (dry run); in flight "
+                                    f"now: {load.in_flight:g}")
             if plan.action == "drain_node":
                 if plan.body is not None:
                     self.session.raw(self._fn("patch", "Node"), plan.name, plan.body, dry_run="All")
@@ -271,7 +285,17 @@ class KubeControl(KubeFollower):
         return self.session.raw(self._fn("patch", "Pod"), plan.name, plan.namespace, body, **kw)
 
     # ----- audit
+    def audit_details(self, plan: Plan, dry: DryRun | None = None) -> dict[str, Any]:
+        """Who, what, the diff and the dry-run result: the intent line, written before any request."""
+        out: dict[str, Any] = {"old": plan.old, "new": plan.new, "diff": plan.diff, "summary": plan.summary,
+                               "context": self.session.context, "kube_user": self.session.user,
+                               "server": self.session.server}
+        if dry is not None:
+            out["dry_run_result"] = dry.message
+        return out
+
     def record(self, plan: Plan, outcome: Outcome, *, dry_run: bool = False, **extra: Any) -> None:
+        """A one-shot entry (a failed dry run: nothing was sent, so there is no intent)."""
         if self.audit is None:
             return
         self.audit.record(f"kube.{plan.action}", plan.target, outcome.result, old=plan.old, new=plan.new,
@@ -284,18 +308,25 @@ class KubeControl(KubeFollower):
 
     # ----- execute
     def execute(self, plan: Plan, progress: ProgressFn | None = None,
-                abort: threading.Event | None = None) -> Outcome:
-        """Do it, follow it, audit it. A 409 returns ``Outcome("conflict")``: re-read, re-plan, re-confirm."""
+                abort: threading.Event | None = None, dry: DryRun | None = None) -> Outcome:
+        """Audit the intent, do it, follow it, audit the outcome.
+
+        The intent line is on disk before the first request; an audit log that
+        cannot be written refuses the action (nothing is sent). A 409 returns
+        ``Outcome("conflict")``: re-read, re-plan, re-confirm.
+        """
         progress = progress or (lambda p: None)
         abort = abort or threading.Event()
-        try:
-            outcome = self._execute(plan, progress, abort)
-        except KubeError as e:
-            outcome = Outcome("conflict" if e.status == 409 else "failed", str(e), e.status)
-        except PlanError as e:
-            outcome = Outcome("failed", str(e))
-        self.record(plan, outcome)
-        return outcome
+
+        def run() -> Outcome:
+            try:
+                return self._execute(plan, progress, abort)
+            except KubeError as e:
+                return Outcome("conflict" if e.status == 409 else "failed", str(e), e.status)
+            except PlanError as e:
+                return Outcome("failed", str(e))
+
+        return run_audited(self.audit, f"kube.{plan.action}", plan.target, self.audit_details(plan, dry), run)
 
     def _execute(self, plan: Plan, progress: ProgressFn, abort: threading.Event) -> Outcome:
         a = plan.action
@@ -309,12 +340,13 @@ class KubeControl(KubeFollower):
                                                                                      plan.name))}
         progress(Progress("sending the change…", 0.0))
         result = self._send(plan, dry_run=False)
+        written = _rv_int(result)  # the follow reads nothing older than its own write
         if a in ("scale",):
-            return self._follow_workload(plan, progress, abort, rollout=False,
+            return self._follow_workload(plan, progress, abort, rollout=False, min_rv=written,
                                          is_new=lambda p: _meta(p).get("uid") not in before)
         if a in ("args", "restart"):
             gen = (_meta(result).get("generation")) or 0
-            return self._follow_workload(plan, progress, abort, rollout=True, generation=gen,
+            return self._follow_workload(plan, progress, abort, rollout=True, generation=gen, min_rv=written,
                                          is_new=lambda p: _new_revision(plan, p))
         if a == "delete_pod":
             return self._follow_pod_gone(plan, progress, abort)
@@ -325,3 +357,56 @@ class KubeControl(KubeFollower):
         if a in ("cordon", "uncordon"):
             return Outcome("ok", f"node {plan.name} " + ("cordoned" if a == "cordon" else "uncordoned"))
         return Outcome("ok", plan.summary)
+
+
+# ---------------------------------------------------------------- the pipeline's kind
+
+class KubeAction:
+    """A Kubernetes action as the pipeline runs it (:class:`~infertop.control.pipeline.ActionKind`).
+
+    ``plan`` reads the object now and plans (pure diff), ``preflight`` is the
+    server dry run (a failed one is audited, nothing is sent), ``execute``
+    writes the audit intent, sends, follows and writes the outcome.
+    """
+
+    audits_itself = True  # KubeControl.execute writes intent and outcome
+
+    def __init__(self, control: KubeControl, action: str, kind: str, namespace: str | None, name: str,
+                 **params: Any) -> None:
+        self.control, self.kind, self.namespace, self.name = control, kind, namespace, name
+        self.verb = action
+        self.params = params
+        self.action = f"kube.{action}"
+        self.target = f"{kind.lower()} {namespace + '/' if namespace else ''}{name}"
+        self.object_key = f"kube:{control.session.context}:{kind}/{namespace or ''}/{name}"
+        self.abortable = action in ("args", "restart", "delete_pod", "drain_pod", "drain_node", "scale")
+        cfg = control.cfg
+        self.timeout_s: float | None = {
+            "drain_pod": cfg.drain_timeout_s + cfg.rollout_timeout_s, "drain_node": cfg.node_drain_timeout_s,
+            "hpa": None, "configmap": None, "cordon": None, "uncordon": None,
+        }.get(action, cfg.rollout_timeout_s)
+        self.current: Plan | None = None
+        self.dry: DryRun | None = None
+
+    def plan(self) -> Review:
+        plan = self.control.prepare(self.verb, self.kind, self.namespace, self.name, **self.params)
+        self.current, self.dry = plan, None
+        s = self.control.session
+        notes = list(plan.steps) + [f"! {w}" for w in plan.warnings]
+        notes.append(f"context {s.context}, user {s.user or '?'}")
+        return Review(plan.title, plan.summary, plan.diff, tuple(notes))
+
+    def preflight(self) -> DryRun:
+        assert self.current is not None, "plan() first"
+        dry = self.control.dry_run(self.current)
+        self.dry = dry
+        if not dry.ok:
+            self.control.record_dry_run_failure(self.current, dry)
+        return dry
+
+    def execute(self, progress: ProgressFn, abort: threading.Event) -> Outcome:
+        assert self.current is not None, "plan() first"
+        return self.control.execute(self.current, progress, abort, self.dry)
+
+    def audit_details(self) -> dict[str, Any]:
+        return self.control.audit_details(self.current, self.dry) if self.current is not None else {}

@@ -18,7 +18,64 @@ from ..config import KubeConfig
 from ..sources.kube import RESTARTED_AT, KubeError, KubeSession, PodLoad, fetch_pod_load, pod_view, rollout_status
 from .kube_plan import DRAINED_FROM, MERGE, Outcome, Plan, Progress, ProgressFn, _meta
 
-__all__ = ["KubeFollower"]
+__all__ = ["InformerCache", "KubeFollower"]
+
+_PLURAL = {"Deployment": "deployments", "StatefulSet": "statefulsets", "Pod": "pods"}
+
+
+def _rv_int(obj: dict | None) -> int | None:
+    rv = _meta(obj or {}).get("resourceVersion")
+    return int(rv) if isinstance(rv, str) and rv.isdigit() else None
+
+
+class InformerCache:
+    """What a follow reads, from the informers that already watch the cluster (no request).
+
+    Answers only what it knows for sure: the informer of that kind and
+    namespace is synced and its watch is up, and (for "gone" and pod lists)
+    it watches without a label selector. Otherwise ``None``: the follower
+    falls back to a GET. ``watcher`` is a :class:`~infertop.sources.kube.ClusterWatcher`
+    (anything with ``informers``).
+    """
+
+    def __init__(self, watcher: Any) -> None:
+        self.watcher = watcher
+
+    def _informer(self, kind: str, namespace: str | None) -> Any:
+        plural = _PLURAL.get(kind)
+        for inf in getattr(self.watcher, "informers", ()):
+            if inf.kind == plural and inf.namespace == namespace:
+                if inf.synced.is_set() and not inf.error and not inf._stop.is_set():
+                    return inf
+                return None
+        return None
+
+    def get(self, kind: str, namespace: str | None, name: str, min_rv: int | None = None
+            ) -> tuple[bool, dict | None]:
+        """(known, object): known False means "ask the server"; (True, None) means it is gone."""
+        inf = self._informer(kind, namespace)
+        if inf is None:
+            return False, None
+        obj = inf.items.get(f"{namespace or ''}/{name}")
+        if obj is None:
+            return (not inf.selector), None
+        if min_rv is not None:
+            rv = _rv_int(obj)
+            if rv is None or rv < min_rv:
+                return False, None  # older than our own write: the watch has not caught up yet
+        return True, obj
+
+    def pods(self, namespace: str | None, selector: dict | None) -> list[dict] | None:
+        """The pods a workload selects, or None when only the server can say."""
+        inf = self._informer("Pod", namespace)
+        sel = selector or {}
+        if inf is None or inf.selector or sel.get("matchExpressions"):
+            return None
+        want = sel.get("matchLabels") or {}
+        if not want:
+            return None
+        return [p for p in inf.objects()
+                if all((_meta(p).get("labels") or {}).get(k) == v for k, v in want.items())]
 
 
 def _new_revision(plan: Plan, pod: dict) -> bool:
@@ -50,6 +107,24 @@ class KubeFollower:
     _send_patch_pod: Callable[..., dict]
     _delete_pod: Callable[..., dict]
     _evict: Callable[..., dict]
+    cache: InformerCache | None = None
+
+    # ----- reads: the informers' cache while the watch is up, else GET
+    def _observe(self, kind: str, namespace: str | None, name: str, min_rv: int | None = None) -> dict:
+        if self.cache is not None:
+            known, obj = self.cache.get(kind, namespace, name, min_rv)
+            if known:
+                if obj is None:
+                    raise KubeError(f"{kind.lower()} {name} not found (watch)", 404)
+                return obj
+        return self.read(kind, namespace, name)
+
+    def _observe_pods(self, kind: str, workload: dict) -> list[dict]:
+        if self.cache is not None:
+            pods = self.cache.pods(_meta(workload).get("namespace"), (workload.get("spec") or {}).get("selector"))
+            if pods is not None:
+                return pods
+        return self.pods_of(kind, workload)
 
     # ----- following
     def _wait(self, abort: threading.Event, seconds: float | None = None) -> bool:
@@ -65,17 +140,18 @@ class KubeFollower:
         return out
 
     def _follow_workload(self, plan: Plan, progress: ProgressFn, abort: threading.Event, *, rollout: bool,
-                         generation: int = 0, is_new: Callable[[dict], bool] = lambda p: True) -> Outcome:
+                         generation: int = 0, is_new: Callable[[dict], bool] = lambda p: True,
+                         min_rv: int | None = None) -> Outcome:
         kind, ns, name = plan.kind, plan.namespace, plan.name
         deadline = self.clock() + self.cfg.rollout_timeout_s
         stuck_since: float | None = None
         start_ready: int | None = None
         start_pods: int | None = None
         while True:
-            obj = self.read(kind, ns, name)
+            obj = self._observe(kind, ns, name, min_rv)
             meta, spec, st = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
             desired = spec.get("replicas", 1)
-            pods = [p for p in self.pods_of(kind, obj) if not _meta(p).get("deletionTimestamp")]
+            pods = [p for p in self._observe_pods(kind, obj) if not _meta(p).get("deletionTimestamp")]
             ready = int(st.get("readyReplicas") or 0)
             if start_ready is None:
                 start_ready, start_pods = ready, len(pods)
@@ -108,7 +184,7 @@ class KubeFollower:
                     return Outcome("stuck", f"{plan.summary}: stuck — {problems[0]}")
             else:
                 stuck_since = None
-            progress(Progress(text, max(0.0, min(0.95, frac))))  # 1.0 only when done
+            progress(Progress(text, max(0.0, min(0.95, frac)), countdown_s=deadline - self.clock()))  # 1.0: done
             if self.clock() >= deadline:
                 return Outcome("timeout", f"{plan.summary}: not done after {self.cfg.rollout_timeout_s:g} s ({text})")
             if self._wait(abort):
@@ -116,7 +192,7 @@ class KubeFollower:
 
     def _pod_gone(self, namespace: str | None, name: str, uid: str | None) -> bool:
         try:
-            pod = self.read("Pod", namespace, name)
+            pod = self._observe("Pod", namespace, name)
         except KubeError as e:
             if e.status == 404:
                 return True
@@ -126,7 +202,7 @@ class KubeFollower:
     def _follow_pod_gone(self, plan: Plan, progress: ProgressFn, abort: threading.Event) -> Outcome:
         deadline = self.clock() + self.cfg.rollout_timeout_s
         while not self._pod_gone(plan.namespace, plan.name, plan.params.get("uid")):
-            progress(Progress(f"pod {plan.name} terminating…", 0.5))
+            progress(Progress(f"pod {plan.name} terminating…", 0.5, countdown_s=deadline - self.clock()))
             if self.clock() >= deadline:
                 return Outcome("timeout", f"pod {plan.name} still terminating after {self.cfg.rollout_timeout_s:g} s")
             if self._wait(abort):
@@ -166,7 +242,7 @@ class KubeFollower:
             if abort.is_set():
                 return Outcome("aborted", f"drain of {name} aborted{self._restore_labels(plan)}")
             try:
-                pod = self.read("Pod", ns, name)
+                pod = self._observe("Pod", ns, name)
             except KubeError as e:
                 if e.status == 404:
                     return Outcome("failed", f"pod {name} disappeared during the drain")
@@ -186,9 +262,9 @@ class KubeFollower:
                 if zeros >= 2:
                     progress(Progress("in flight: 0 — the engine is idle", 0.9))
                     break
-                progress(Progress(last, frac * 0.9))
+                progress(Progress(last, frac * 0.9, countdown_s=deadline - self.clock()))
             if load.in_flight is None:
-                progress(Progress(last, None))
+                progress(Progress(last, None, countdown_s=deadline - self.clock()))
             if self.clock() >= deadline:
                 return Outcome("timeout", f"drain of {name} timed out after {self.cfg.drain_timeout_s:g} s "
                                           f"({last}){self._restore_labels(plan)}")
@@ -269,7 +345,8 @@ class KubeFollower:
                                               f"{self.cfg.node_drain_timeout_s:g} s: {len(pending)} pod(s) blocked "
                                               f"({ns}/{name}: {why}); the node stays cordoned")
                 progress(Progress(f"{len(pending)} pod(s) blocked by a disruption budget ({ns}/{name}: {why}); "
-                                  f"retry {retries} in {left:.0f} s", len(evicted) / total * 0.8, countdown_s=left))
+                                  f"retry {retries} in {left:.0f} s", len(evicted) / total * 0.8,
+                                  countdown_s=deadline - self.clock()))
                 if abort.wait(min(1.0, left)):
                     return Outcome("aborted", f"drain of node {node} aborted: {len(evicted)} evicted, "
                                               f"{len(pending)} left; the node stays cordoned")
@@ -279,7 +356,7 @@ class KubeFollower:
             if not left:
                 break
             progress(Progress(f"waiting for {len(left)} pod(s) to terminate: {', '.join(left[:3])}",
-                              0.8 + 0.2 * (1 - len(left) / total)))
+                              0.8 + 0.2 * (1 - len(left) / total), countdown_s=deadline - self.clock()))
             if self.clock() >= deadline:
                 return Outcome("timeout", f"drain of node {node}: {len(left)} pod(s) still terminating")
             if self._wait(abort):

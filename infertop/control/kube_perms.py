@@ -62,6 +62,21 @@ class Permissions:
                 unknown = True
         return None if unknown else False
 
+    def denied(self, action: str, namespace: str | None = None, kind: str | None = None) -> str | None:
+        """Why ``action`` may not run here, as "forbidden: patch deployments/scale in inference"; None if it may."""
+        if self.allows(action, namespace, kind) is not False:
+            return None
+        alts = PERMISSIONS.get(action) or []
+        if kind is not None and kind in KIND_ALTERNATIVE and len(alts) > 1:
+            alts = [alts[KIND_ALTERNATIVE[kind]]]
+        for alt in alts:
+            for check in alt:
+                if self._check(check, namespace) is False:
+                    verb, _group, resource, sub, cluster = check
+                    where = "" if cluster else f" in {namespace or ', '.join(self.namespaces)}"
+                    return f"forbidden: {verb} {resource}{'/' + sub if sub else ''}{where}"
+        return "forbidden"
+
     def deny(self, action: str, namespace: str | None, kind: str | None = None) -> None:
         """Remember a 403 for ``action`` (the server said no even if a review said yes)."""
         alts = PERMISSIONS.get(action) or []

@@ -14,13 +14,13 @@ import datetime as _dt
 import difflib
 import json
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from ..sources.kube import RESTARTED_AT, pick_container, pod_view
+from .pipeline import ActionRefused, Outcome, Preflight, Progress, ProgressFn
 
 __all__ = [
     "ACTION_TITLES",
@@ -67,7 +67,7 @@ RESOURCES = {
 }
 
 
-class PlanError(ValueError):
+class PlanError(ActionRefused):
     """The requested change is not possible or changes nothing (one line)."""
 
 
@@ -107,35 +107,7 @@ ACTION_TITLES = {
 }
 
 
-@dataclass(frozen=True)
-class DryRun:
-    ok: bool
-    message: str  # "server accepted the change (dry run)" or the one-line error
-    status: int = 0
-    warnings: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Progress:
-    """A step of a running action: ``fraction`` 0..1 when known, a line of text, an optional countdown."""
-
-    text: str
-    fraction: float | None = None
-    countdown_s: float | None = None
-
-
-@dataclass(frozen=True)
-class Outcome:
-    result: str  # ok, failed, aborted, stuck, timeout, conflict
-    message: str
-    status: int = 0  # HTTP status of a failure (409, 403, …)
-
-    @property
-    def ok(self) -> bool:
-        return self.result == "ok"
-
-
-ProgressFn = Callable[[Progress], None]
+DryRun = Preflight  # a server dry run is the preflight of a Kubernetes action
 
 
 # ------------------------------------------------------------------ diffs

@@ -111,7 +111,8 @@ def process_title(pid: int) -> str:
     """What ``pid`` runs, for messages: its command line, else its name."""
     cmd = read_cmdline(pid)
     if cmd:
-        return _cmd_summary(cmd, 60)
+        # the program's name, not its directory: a long virtualenv path would hide what it runs
+        return _cmd_summary([Path(cmd[0]).name, *cmd[1:]], 80)
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip() or "?"
     except OSError:

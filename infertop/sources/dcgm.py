@@ -17,6 +17,7 @@ dcgm-exporter facts this relies on (see design/vllm-metrics.md §7):
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -27,9 +28,11 @@ import httpx
 from ..domain.gpu import GpuStats, decode_throttle
 from ..domain.source import SourceHealth
 from .expfmt import Exposition, ParseError, Parser
+from .sanitize import clean_gpu
 from .vllm import MAX_BODY_BYTES, ScrapeError, describe_error, fetch_text
 
 MiB = 1024 * 1024
+MAX_GPU_ROWS = 256  # GPUs per exporter; more is a broken or hostile exporter
 
 # metric → (GpuStats field, scale). Several metrics may feed one field; the
 # first one present (in this order) wins.
@@ -179,9 +182,11 @@ def build_rows(triples: Iterable[tuple[str, dict[str, str], float]], *, source: 
         if acc is None:
             acc = accs[key] = _Acc(key[0], key[1], key[2], key[3], labels, {}, set())
         fname, scale = spec
-        # first metric for a field wins; NaN and DCGM's "blank" sentinels = no data
+        # first metric for a field wins; NaN, ±Inf and DCGM's "blank" sentinels = no data
         if fname not in acc.values and value == value and not _is_blank(value):
-            acc.values[fname] = value * scale
+            scaled = value * scale
+            if math.isfinite(scaled):
+                acc.values[fname] = scaled
         if pods:
             acc.pods.add(pods)
 
@@ -206,6 +211,11 @@ def build_rows(triples: Iterable[tuple[str, dict[str, str], float]], *, source: 
     return sorted(parents.values(), key=lambda g: (g.host or "", g.index if g.index is not None else 1 << 30, g.uuid or ""))
 
 
+def _fint(x: float) -> int | None:
+    """int of a finite float (sums of huge values can overflow to inf)."""
+    return int(x) if math.isfinite(x) else None
+
+
 def _row(acc: _Acc, source: str, source_url: str | None) -> GpuStats:
     v = acc.values
     lab = acc.labels
@@ -219,7 +229,7 @@ def _row(acc: _Acc, source: str, source_url: str | None) -> GpuStats:
     if total is None and used is not None and "_fb_free" in v:
         total = used + v["_fb_free"] + v.get("_fb_reserved", 0.0)
     if total is not None:
-        kw["mem_total_bytes"] = int(total)
+        kw["mem_total_bytes"] = _fint(total)
     if "_reasons" in v:
         kw["throttle_reasons"] = decode_throttle(v["_reasons"])
     if "ecc_corrected" not in kw and "_ecc_sbe_agg" in v:
@@ -227,9 +237,9 @@ def _row(acc: _Acc, source: str, source_url: str | None) -> GpuStats:
     if "ecc_uncorrected" not in kw and "_ecc_dbe_agg" in v:
         kw["ecc_uncorrected"] = int(v["_ecc_dbe_agg"])
     if "_retired_sbe" in v or "_retired_dbe" in v:
-        kw["retired_pages"] = int(v.get("_retired_sbe", 0) + v.get("_retired_dbe", 0))
+        kw["retired_pages"] = _fint(v.get("_retired_sbe", 0) + v.get("_retired_dbe", 0))
     elif "_remap_c" in v or "_remap_u" in v:
-        kw["retired_pages"] = int(v.get("_remap_c", 0) + v.get("_remap_u", 0))
+        kw["retired_pages"] = _fint(v.get("_remap_c", 0) + v.get("_remap_u", 0))
     if kw.get("pstate") is not None and not 0 <= kw["pstate"] <= 15:
         kw["pstate"] = None
     pod_sets: dict[str, set[str]] = {}
@@ -241,13 +251,13 @@ def _row(acc: _Acc, source: str, source_url: str | None) -> GpuStats:
     name = lab.get("modelName") or None
     if name and profile and acc.gi is not None:
         name = f"{name} MIG {profile}"
-    return GpuStats(
+    return clean_gpu(GpuStats(
         source=source, source_url=source_url, host=acc.host, index=acc.index, uuid=acc.uuid, name=name,
         pci_bus_id=lab.get("pci_bus_id") or None, driver_version=lab.get("DCGM_FI_DRIVER_VERSION") or None,
         mig_profile=profile if acc.gi is not None else None, gpu_instance_id=acc.gi,
         pod=pods.get("pod"), namespace=pods.get("namespace"), container=pods.get("container"),
         **kw,  # type: ignore[arg-type]
-    )
+    ))
 
 
 def triples_from_exposition(exp: Exposition) -> Iterator[tuple[str, dict[str, str], float]]:
@@ -300,6 +310,8 @@ class DcgmEndpoint:
             rows = parse_dcgm(exp, source_url=self.url, default_host=self.host, cache=self.cache)
             if not rows:
                 raise ScrapeError("no DCGM_FI_ metrics (is this a dcgm-exporter?)")
+            total = len(rows)
+            rows = rows[:MAX_GPU_ROWS]
         except Exception as exc:  # noqa: BLE001 — every failure is shown, none crashes
             now = self.clock()
             h = self.health
@@ -309,7 +321,9 @@ class DcgmEndpoint:
             self.rows = []
             return []
         now = self.clock()
-        self.health = SourceHealth(name=self.url, kind="dcgm", ok=True, last_ok_at=now, latency_s=now - started)
+        too_many = f"too many GPUs ({total}) — showing the first {len(rows)}" if total > len(rows) else None
+        self.health = SourceHealth(name=self.url, kind="dcgm", ok=True, last_ok_at=now, latency_s=now - started,
+                                   last_error=too_many, last_error_at=now if too_many else None)
         self.rows = rows
         return rows
 

@@ -27,6 +27,7 @@ from ..domain.source import SourceHealth
 from .dcgm import DcgmSource, normalize_url
 from .nvml import EngineRef, NvmlSource, map_processes
 from .prom_gpu import PromGpuSource
+from .sanitize import clean_gpu, error_text
 
 NO_SOURCE = ("no GPU source configured — enable gpu.nvml on a GPU host, list dcgm-exporter URLs "
              "in gpu.dcgm (or --dcgm URL), or set prometheus.url")
@@ -94,6 +95,7 @@ class GpuCollector:
         self._client: httpx.AsyncClient | None = None
         self._nvml_lock = threading.Lock()
         self.rows: list[GpuStats] = []
+        self.internal_errors: dict[str, str] = {}  # source kind → why its last poll raised
 
     # -- configuration at run time -------------------------------------------
     def set_engines(self, engines: Iterable[EngineRef | tuple]) -> None:
@@ -113,6 +115,9 @@ class GpuCollector:
             out.extend(self.dcgm.health)
         if self.prom is not None:
             out.append(self.prom.health)
+        for kind, why in self.internal_errors.items():
+            out = [replace(h, ok=False, last_error=why, last_error_at=self.clock()) if h.kind == kind else h
+                   for h in out]
         if not out:
             out.append(SourceHealth(name="gpu", kind="gpu", ok=False, last_error=NO_SOURCE))
         return out
@@ -137,14 +142,22 @@ class GpuCollector:
     async def poll(self) -> tuple[list[GpuStats], list[SourceHealth]]:
         """Read every source once, concurrently; (rows, health of each source)."""
         jobs: list[Any] = []
+        kinds: list[str] = []
         if self.nvml is not None:
             jobs.append(asyncio.to_thread(self._collect_nvml))
+            kinds.append("nvml")
         if self.dcgm is not None:
             jobs.append(self._dcgm_rows(self._http()))
+            kinds.append("dcgm")
         if self.prom is not None:
             jobs.append(asyncio.to_thread(self.prom.collect))
-        results = await asyncio.gather(*jobs)
-        self.rows = merge_sources(*results)
+            kinds.append("prometheus")
+        results = await asyncio.gather(*jobs, return_exceptions=True)
+        # A source that raised (a bug, or input nobody foresaw) shows as that source's
+        # error; the other sources' rows are still shown.
+        self.internal_errors = {k: error_text(f"internal error: {type(r).__name__}: {r}")
+                                for k, r in zip(kinds, results) if isinstance(r, BaseException)}
+        self.rows = [clean_gpu(g) for g in merge_sources(*(r for r in results if not isinstance(r, BaseException)))]
         return self.rows, self.health()
 
     async def _dcgm_rows(self, client: httpx.AsyncClient) -> list[GpuStats]:

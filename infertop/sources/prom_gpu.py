@@ -20,6 +20,7 @@ from typing import Any
 from ..domain.gpu import GpuStats
 from ..domain.source import SourceHealth
 from .dcgm import METRICS, build_rows
+from .sanitize import error_text
 
 NO_SERIES = "Prometheus has no DCGM_FI_* series — is dcgm-exporter scraped by it?"
 HOST_LABELS = ("Hostname", "hostname", "instance")
@@ -33,7 +34,11 @@ def gpu_query(metrics: tuple[str, ...] = METRICS, selector: str = "") -> str:
 
 
 def describe_prom_error(exc: BaseException, timeout_s: float) -> str:
-    """One line for the status bar from a requests / prometheus-api-client error."""
+    """One line of plain text for the status bar from a requests / prometheus-api-client error."""
+    return error_text(_describe(exc, timeout_s))
+
+
+def _describe(exc: BaseException, timeout_s: float) -> str:
     import requests  # noqa: PLC0415 — a dependency of prometheus-api-client
 
     if isinstance(exc, requests.exceptions.Timeout):

@@ -2,14 +2,20 @@
 
 Every engine is polled by its own loop: the next poll starts when the
 last one finished plus the interval, so polls of one engine never
-overlap, and a hung or dead engine (own timeout, exponential backoff)
-never delays the others.
+overlap, and a hung or dead engine (own timeout) never delays the others.
+
+Everything an engine sends is bounded and cleaned here (see
+:mod:`.sanitize`): every response has a byte limit enforced while it is read,
+at most ``MAX_LABEL_SETS`` label sets are kept per endpoint, label values and
+errors are plain text, numbers are finite and in their domain. Any exception
+in one engine's poll becomes that engine's error state; its loop goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -22,10 +28,24 @@ from ..domain.source import SourceHealth
 from ..state.history import HistoryStore
 from ..state.window import CounterWindow
 from .expfmt import ParseError, Parser
-from .vllm_names import EngineSample, Extractor
+from .sanitize import clean_engine, error_text, plain_text
+from .vllm_names import MAX_LABEL_SETS, EngineSample, Extractor
 
-MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_BODY_BYTES = 8 * 1024 * 1024  # /metrics and dcgm: a real vLLM document is ~50 KB
+MODELS_MAX_BYTES = 1024 * 1024  # /v1/models (many LoRA adapters)
+SMALL_MAX_BYTES = 64 * 1024  # /health, /version
+MAX_MODELS = 256
 HEALTH_EVERY = 5
+# A failing engine is retried every interval, less up to this fraction (jitter,
+# so engines behind one gateway that fails together do not retry in lockstep).
+RETRY_JITTER = 0.2
+# An engine whose document costs CPU to read is polled at most every COST_FACTOR
+# times that cost (≤ 5 % of a core each): one engine with 20 000 label sets
+# must not starve the others, nor the UI, on the shared event loop.
+COST_FACTOR = 20.0
+# Documents larger than this are parsed in a worker thread, so the event loop
+# (the UI, the other engines) keeps running while a big one is read.
+THREAD_PARSE_BYTES = 512 * 1024
 HISTORY_FIELDS = (
     "running",
     "waiting",
@@ -58,7 +78,11 @@ class ScrapeError(Exception):
 
 
 def describe_error(exc: BaseException, timeout_s: float) -> str:
-    """One short line for the status bar."""
+    """One short line of plain text for the status bar."""
+    return error_text(_describe(exc, timeout_s))
+
+
+def _describe(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, ScrapeError):
         return str(exc)
     if isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError, TimeoutError)):
@@ -82,41 +106,93 @@ def describe_error(exc: BaseException, timeout_s: float) -> str:
     return f"{type(exc).__name__}: {exc}"[:120]
 
 
-async def fetch_text(client: httpx.AsyncClient, url: str, limit: int = MAX_BODY_BYTES) -> str:
-    """GET ``url`` and return its body, refusing bodies over ``limit`` bytes."""
+def _size_text(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
+
+
+async def fetch_bytes(client: httpx.AsyncClient, url: str, limit: int, *, any_status: bool = False) -> tuple[int, bytes]:
+    """GET ``url``: (status, body), reading at most ``limit`` bytes of it.
+
+    The limit is enforced while streaming, so an endless body costs ``limit``
+    bytes and is reported as "response too large", not as a timeout. A status
+    other than 200 raises ScrapeError unless ``any_status`` (the body is then not read).
+    """
     async with client.stream("GET", url) as resp:
-        if resp.status_code != 200:
-            raise ScrapeError(f"HTTP {resp.status_code}")
-        declared = resp.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > limit:
-            raise ScrapeError(f"response too large ({int(declared) // 1_000_000} MB)")
+        status = resp.status_code
+        if status != 200:
+            if any_status:
+                return status, b""
+            raise ScrapeError(f"HTTP {status}")
+        declared = resp.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise ScrapeError(f"response too large ({_size_text(int(declared))}, limit {_size_text(limit)})")
         chunks = []
         size = 0
         async for chunk in resp.aiter_bytes():
             size += len(chunk)
             if size > limit:
-                raise ScrapeError(f"response too large (> {limit // 1_000_000} MB)")
+                raise ScrapeError(f"response too large (> {_size_text(limit)})")
             chunks.append(chunk)
-    return b"".join(chunks).decode("utf-8", errors="replace")
+    return status, b"".join(chunks)
+
+
+async def fetch_text(client: httpx.AsyncClient, url: str, limit: int = MAX_BODY_BYTES) -> str:
+    """GET ``url`` and return its body, refusing bodies over ``limit`` bytes."""
+    _, body = await fetch_bytes(client, url, limit)
+    return body.decode("utf-8", errors="replace")
+
+
+async def fetch_json(client: httpx.AsyncClient, url: str, limit: int) -> object:
+    """GET ``url`` as JSON (any shape; the caller checks it), at most ``limit`` bytes."""
+    _, body = await fetch_bytes(client, url, limit)
+    return json.loads(body)
+
+
+async def check_health(client: httpx.AsyncClient, url: str) -> bool:
+    """True when ``/health`` answers 200 (its body, bounded, is ignored)."""
+    status, _ = await fetch_bytes(client, url, SMALL_MAX_BYTES, any_status=True)
+    return status == 200
+
+
+def model_ids(doc: object) -> list[str]:
+    """Model ids from a ``/v1/models`` answer of any shape; [] when it has none."""
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(data, list):
+        return []
+    out = []
+    for m in data[:MAX_MODELS]:
+        mid = m.get("id") if isinstance(m, dict) else None
+        if isinstance(mid, str) and mid:
+            out.append(plain_text(mid))
+    return out
 
 
 class EngineCollector:
     """State of one endpoint across polls: parser, windows, health."""
 
-    def __init__(self, endpoint: EngineEndpoint, window_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, endpoint: EngineEndpoint, window_s: float, clock: Callable[[], float] = time.monotonic,
+                 *, reserved: Callable[[], set[str]] | None = None, max_label_sets: int = MAX_LABEL_SETS) -> None:
         self.endpoint = endpoint
         self.window_s = window_s
         self.clock = clock
         self.parser = Parser()
-        self.extractor = Extractor()
+        self.extractor = Extractor(max_label_sets)
         self.windows: dict[tuple[str, str], CounterWindow] = {}
         self.stats: list[EngineStats] = [EngineStats(name=endpoint.name, url=endpoint.url)]
         self.health = SourceHealth(name=endpoint.name, kind="vllm", ok=False)
-        self.models: list[dict] = []
+        self.models: list[str] = []  # model ids from /v1/models, plain text
         self.vllm_version: str | None = None
+        self.completed_polls = 0  # polls finished, successful or not
+        self.cost_s = 0.0  # CPU seconds the last document took to parse and derive
+        # names other endpoints use: a derived name never takes one
+        self._reserved = reserved or (lambda: set())
+        self._names: dict[tuple[str, str], str] = {}  # label set → its unique display name
+        self._names_multi = False
         self._polls = 0
         self._healthy: bool | None = None
+        self._health_error: str | None = None
         self._client: httpx.AsyncClient | None = None
+        self._rng = random.Random(hash(endpoint.name))
 
     def client(self) -> httpx.AsyncClient:
         """This engine's own HTTP client: a pool shared by many hosts costs
@@ -136,11 +212,17 @@ class EngineCollector:
             self._client = None
 
     def next_delay_s(self, interval_s: float) -> float:
-        """Interval when healthy; exponential backoff (max 30 s) when failing."""
-        n = self.health.consecutive_failures
-        if n == 0:
-            return interval_s
-        return min(30.0, interval_s * (2 ** min(n, 6)))
+        """The interval when healthy; when failing, the interval less a random jitter.
+
+        No exponential backoff: a failed poll costs one refused connection or one
+        pending timeout (no CPU while it waits, and the loop waits for it before
+        the next try), and backing off is what made a flapping engine show up
+        late — with this, an engine that recovers is seen within one interval.
+        The jitter spreads the retries of engines that failed together.
+        """
+        if self.health.consecutive_failures == 0:
+            return max(interval_s, COST_FACTOR * self.cost_s)
+        return interval_s * (1.0 - RETRY_JITTER * self._rng.random())
 
     async def poll(self, client: httpx.AsyncClient | None = None) -> list[EngineStats]:
         """One bounded poll of /metrics, /health (and /v1/models, /version now and then)."""
@@ -154,60 +236,114 @@ class EngineCollector:
         # is checked every HEALTH_EVERY polls, and on every poll after a failure.
         want_health = self._healthy is not True or self._polls % HEALTH_EVERY == 0
         try:
-            async with asyncio.timeout(ep.timeout_s):
-                jobs = [fetch_text(client, base + "/metrics"), client.get(base + "/health") if want_health else _none()]
-                if want_meta:
-                    jobs.append(self._meta(client, base))
-                text, health = (await asyncio.gather(*jobs, return_exceptions=True))[:2]
-            if isinstance(text, BaseException):
-                raise text
             try:
-                exp = self.parser.parse(text)
-            except ParseError as e:
-                raise ScrapeError(f"garbage /metrics ({e})") from None
-            version, samples = self.extractor.extract(exp)
-            if not samples:
-                raise ScrapeError("no vllm: metrics at /metrics")
-        except Exception as exc:  # noqa: BLE001 — every failure is shown, none crashes
-            return self._failed(exc, started)
-        if want_health:
-            self._healthy = not isinstance(health, BaseException) and health.status_code == 200
-        healthy = bool(self._healthy)
-        now = self.clock()
+                async with asyncio.timeout(ep.timeout_s):
+                    jobs = [fetch_text(client, base + "/metrics"),
+                            check_health(client, base + "/health") if want_health else _none()]
+                    if want_meta:
+                        jobs.append(self._meta(client, base))
+                    text, health = (await asyncio.gather(*jobs, return_exceptions=True))[:2]
+                if isinstance(text, BaseException):
+                    raise text
+                if len(text) > THREAD_PARSE_BYTES:
+                    version, samples, cost_s = await asyncio.to_thread(self._read, text)
+                else:
+                    version, samples, cost_s = self._read(text)
+                self.cost_s = cost_s
+                if not samples:
+                    raise ScrapeError("no vllm: metrics at /metrics")
+            except Exception as exc:  # noqa: BLE001 — every failure is shown, none crashes
+                return self._failed(exc, started)
+            if want_health:
+                if isinstance(health, BaseException):
+                    self._healthy = False
+                    self._health_error = f"/health failing: {describe_error(health, ep.timeout_s)}"
+                else:
+                    self._healthy = bool(health)
+                    self._health_error = None if health else "/health failing"
+            healthy = bool(self._healthy)
+            problem = None if healthy else (self._health_error or "/health failing")
+            total = self.extractor.total_label_sets
+            if total > len(samples):
+                problem = (f"too many series ({total}) — showing the first {len(samples)}"
+                           + (f"; {problem}" if problem else ""))
+            now = self.clock()
+            t0 = time.thread_time()
+            stats = [self._derive(s, version, now, problem, len(samples) > 1) for s in samples]
+            self.cost_s += time.thread_time() - t0
+        except Exception as exc:  # noqa: BLE001 — a bug or an input nobody foresaw: shown, polling goes on
+            return self._failed(exc, started, internal=True)
         self.health = SourceHealth(
             name=ep.name, kind="vllm", ok=True, last_ok_at=now, latency_s=now - started,
-            last_error=None if healthy else "/health failing", last_error_at=None if healthy else now,
+            last_error=problem, last_error_at=None if problem is None else now,
         )
-        self.stats = [self._derive(s, version, now, healthy, len(samples) > 1) for s in samples]
+        self.stats = stats
+        self.completed_polls += 1
         return self.stats
 
-    async def _meta(self, client: httpx.AsyncClient, base: str) -> None:
+    def _read(self, text: str) -> tuple[str, list[EngineSample], float]:
+        """Parse and extract one document: (version, samples, CPU seconds it took)."""
+        t0 = time.thread_time()
         try:
-            r = await client.get(base + "/v1/models")
-            if r.status_code == 200:
-                self.models = list(r.json().get("data", []))
-            if self.vllm_version is None:
-                r = await client.get(base + "/version")
-                if r.status_code == 200:
-                    self.vllm_version = str(r.json().get("version"))
-        except (httpx.HTTPError, json.JSONDecodeError, AttributeError, TypeError):
-            pass  # optional endpoints; /metrics decides health
+            exp = self.parser.parse(text)
+        except ParseError as e:
+            raise ScrapeError(f"garbage /metrics ({e})") from None
+        version, samples = self.extractor.extract(exp)
+        return version, samples, time.thread_time() - t0
 
-    def _derive(self, s: EngineSample, version: str, now: float, healthy: bool, multi: bool) -> EngineStats:
+    async def _meta(self, client: httpx.AsyncClient, base: str) -> None:
+        # Optional endpoints: /metrics decides health; any odd answer is ignored.
+        try:
+            self.models = model_ids(await fetch_json(client, base + "/v1/models", MODELS_MAX_BYTES))
+        except (httpx.HTTPError, ScrapeError, ValueError, RecursionError):
+            pass
+        if self.vllm_version is None:
+            try:
+                doc = await fetch_json(client, base + "/version", SMALL_MAX_BYTES)
+            except (httpx.HTTPError, ScrapeError, ValueError, RecursionError):
+                return
+            v = doc.get("version") if isinstance(doc, dict) else None
+            if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+                self.vllm_version = plain_text(v, 40)
+
+    def _name(self, key: tuple[str, str], model: str, multi: bool) -> str:
+        """This label set's display name, unique on this endpoint and across endpoints."""
+        if multi != self._names_multi or len(self._names) >= 4 * self.extractor.max_label_sets:
+            self._names.clear()  # one label set became several (or the sets keep changing): name afresh
+            self._names_multi = multi
+        got = self._names.get(key)
+        if got is not None:
+            return got
+        ep = self.endpoint
+        if not multi:
+            name = ep.name
+        else:
+            name = f"{ep.name}/{plain_text(model, 80) or '?'}#{plain_text(key[1], 40) or '0'}"
+        taken = set(self._names.values())
+        if name in taken or (multi and name in self._reserved()):
+            n = 2
+            while f"{name}~{n}" in taken:
+                n += 1
+            name = f"{name}~{n}"
+        self._names[key] = name
+        return name
+
+    def _derive(self, s: EngineSample, version: str, now: float, problem: str | None, multi: bool) -> EngineStats:
         ep = self.endpoint
         window = self.windows.get(s.key)
         if window is None:
+            if len(self.windows) >= 2 * self.extractor.max_label_sets:
+                self.windows.clear()  # label sets keep changing: start over rather than grow
             window = self.windows[s.key] = CounterWindow(self.window_s)
         window.add(now, s.counters)
         model, engine_label = s.key
         if not model and self.models:
-            model = str(self.models[0].get("id", ""))
-        name = ep.name if not multi else f"{ep.name}/{model or '?'}#{engine_label or '0'}"
+            model = self.models[0]
         base = EngineStats(
-            name=name,
+            name=self._name(s.key, model, multi),
             url=ep.url,
-            state=UP if healthy else DEGRADED,
-            error=None if healthy else "/health failing",
+            state=UP if problem is None else DEGRADED,
+            error=problem,
             model=model or None,
             engine_label=engine_label or None,
             metrics_version=version,
@@ -216,18 +352,21 @@ class EngineCollector:
             max_num_seqs=ep.max_num_seqs,
             extra={k: v for k, v in s.cache_config.items() if k in ("num_gpu_blocks", "block_size", "enable_prefix_caching")},
         )
-        return derive(base, window, s.gauges)
+        return clean_engine(derive(base, window, s.gauges))
 
-    def _failed(self, exc: BaseException, started: float) -> list[EngineStats]:
+    def _failed(self, exc: BaseException, started: float, internal: bool = False) -> list[EngineStats]:
         self._healthy = None
+        self.completed_polls += 1
         now = self.clock()
         msg = describe_error(exc, self.endpoint.timeout_s)
+        if internal:
+            msg = error_text(f"internal error: {type(exc).__name__}: {exc}")
         h = self.health
         self.health = replace(
             h, ok=False, last_error=msg, last_error_at=now, latency_s=now - started,
             consecutive_failures=h.consecutive_failures + 1,
         )
-        state = DEGRADED if isinstance(exc, ScrapeError) and msg.startswith(("garbage", "HTTP", "response", "no vllm")) else DOWN
+        state = DEGRADED if internal or (isinstance(exc, ScrapeError) and msg.startswith(("garbage", "HTTP", "response", "no vllm"))) else DOWN
         # Keep identity (model, version) but never show stale numbers as current.
         self.stats = [
             EngineStats(name=s.name, url=s.url, state=state, error=msg, model=s.model,
@@ -251,11 +390,19 @@ class FleetCollector:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.interval_s = interval_s
-        self.collectors = [EngineCollector(ep, window_s, clock) for ep in endpoints]
+        self.window_s = window_s
+        self.clock = clock
+        self.collectors: list[EngineCollector] = []
+        for ep in endpoints:
+            self.collectors.append(self._collector(ep))
         self.history = HistoryStore(history_capacity)
         self.on_update = on_update
         self._tasks: dict[str, asyncio.Task] | None = None
         self._stopped: asyncio.Event | None = None
+
+    def _collector(self, ep: EngineEndpoint) -> EngineCollector:
+        return EngineCollector(ep, self.window_s, self.clock,
+                               reserved=lambda: {c.endpoint.name for c in self.collectors})
 
     async def aclose(self) -> None:
         await asyncio.gather(*(c.aclose() for c in self.collectors))
@@ -272,14 +419,43 @@ class FleetCollector:
                 self.history.record(s.name, f, getattr(s, f))
 
     async def poll_collector(self, c: EngineCollector) -> None:
-        stats = await c.poll()
-        self._record(stats)
+        """Poll one engine; nothing it sends (and no bug it triggers) escapes as an exception."""
+        try:
+            stats = await c.poll()
+            self._record(stats)
+        except Exception as exc:  # noqa: BLE001 — becomes that engine's error state; polling goes on
+            c._failed(exc, c.clock(), internal=True)
         if self.on_update is not None:
             self.on_update(self.snapshot())
 
     async def poll_once(self) -> FleetSnapshot:
-        """Poll every engine once, concurrently; returns the new snapshot."""
+        """Poll every engine once, concurrently; returns the new snapshot.
+
+        Lockstep: the call lasts as long as the slowest engine. To collect for a
+        while without one slow engine holding back the others, use :meth:`run_for`.
+        """
         await asyncio.gather(*(self.poll_collector(c) for c in self.collectors))
+        return self.snapshot()
+
+    async def run_for(self, seconds: float) -> FleetSnapshot:
+        """Run the independent per-engine loops for ``seconds``, then stop them.
+
+        An engine whose first poll is still in flight at the end gets up to its
+        own timeout to finish it, so every engine ends with a state (never
+        "unknown"). Bounded: at most ``seconds`` plus the longest engine timeout.
+        """
+        tasks = {c.endpoint.name: asyncio.create_task(self._loop(c)) for c in self.collectors}
+        try:
+            await asyncio.sleep(max(0.0, seconds))
+            waiting = [c for c in self.collectors if c.completed_polls == 0]
+            if waiting:
+                deadline = self.clock() + max(c.endpoint.timeout_s for c in waiting) + 0.5
+                while any(c.completed_polls == 0 for c in waiting) and self.clock() < deadline:
+                    await asyncio.sleep(0.02)
+        finally:
+            for t in tasks.values():
+                t.cancel()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
         return self.snapshot()
 
     async def run(self) -> None:
@@ -298,8 +474,7 @@ class FleetCollector:
     def add_endpoint(self, ep: EngineEndpoint) -> EngineCollector:
         """Watch one more engine (e.g. one infertop just started); replaces one of the same name."""
         self.remove_endpoint(ep.name)
-        c = EngineCollector(ep, self.collectors[0].window_s if self.collectors else 60.0,
-                            self.collectors[0].clock if self.collectors else time.monotonic)
+        c = self._collector(ep)
         self.collectors.append(c)
         if self._tasks is not None and self._stopped is not None:
             self._tasks[ep.name] = asyncio.get_running_loop().create_task(self._loop(c))
@@ -311,11 +486,16 @@ class FleetCollector:
             task = (self._tasks or {}).pop(name, None)
             if task is not None:
                 task.cancel()
+            for s in c.stats:
+                self.history.forget(s.name)
             self.history.forget(name)
 
     async def _loop(self, c: EngineCollector) -> None:
         while True:
             started = c.clock()
-            await self.poll_collector(c)
+            try:
+                await self.poll_collector(c)
+            except Exception as exc:  # noqa: BLE001 — e.g. on_update failed: this loop must not die
+                c._failed(exc, started, internal=True)
             elapsed = c.clock() - started
             await asyncio.sleep(max(0.05, c.next_delay_s(self.interval_s) - elapsed))

@@ -2,7 +2,9 @@
 values infertop needs from one parsed ``/metrics`` document.
 
 One endpoint can carry several label sets (``model_name``/``engine``), e.g.
-a data-parallel server; each becomes its own :class:`EngineSample`.
+a data-parallel server; each becomes its own :class:`EngineSample`. At most
+``max_label_sets`` of them are kept (the first ones in the document); the
+count of all of them is reported so the UI can say what it left out.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
 V0_ONLY = ("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc")
 
 Key = tuple[str, str]  # (model_name, engine label) — "" when absent
+MAX_LABEL_SETS = 64  # engines per endpoint; more is a broken or hostile exporter
 
 
 @dataclass(slots=True)
@@ -57,21 +60,39 @@ class _Plan:
     counters: list[tuple[int, str, list[int]]]  # summed indices
     version: str
     cache_config: dict[Key, dict[str, str]]
+    total_keys: int  # label sets in the document, including those beyond the cap
 
 
 def _key(labels: dict[str, str]) -> Key:
     return (labels.get("model_name", ""), labels.get("engine", ""))
 
 
-def _plan(layout: Layout) -> _Plan:
+def _le(text: str | None) -> float | None:
+    """A bucket bound, or None when it cannot bound a latency or a token count
+    (NaN, negative, -Inf, garbage): that bucket is skipped."""
+    if text is None:
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if v >= 0.0 else None  # False for NaN too
+
+
+def _plan(layout: Layout, max_keys: int = MAX_LABEL_SETS) -> _Plan:
     index, labels = layout.index, layout.labels
     keys: dict[Key, int] = {}
+    extra: set[Key] = set()
 
     def kid(lab: dict[str, str]) -> int:
         k = _key(lab)
-        if k not in keys:
-            keys[k] = len(keys)
-        return keys[k]
+        got = keys.get(k)
+        if got is None:
+            if len(keys) >= max_keys:
+                extra.add(k)
+                return -1
+            got = keys[k] = len(keys)
+        return got
 
     # Only label sets that carry engine state define engines.
     for name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
@@ -83,27 +104,35 @@ def _plan(layout: Layout) -> _Plan:
         for name in names:
             if name in index:
                 for i in index[name]:
-                    gauges.append((kid(labels[i]), fld, i))
+                    k = kid(labels[i])
+                    if k >= 0:
+                        gauges.append((k, fld, i))
                 break
     counters: dict[tuple[int, str], list[int]] = {}
     for fld, names in COUNTERS.items():
         for name in names:
             if name in index:
                 for i in index[name]:
-                    counters.setdefault((kid(labels[i]), fld), []).append(i)
+                    k = kid(labels[i])
+                    if k >= 0:
+                        counters.setdefault((k, fld), []).append(i)
                 break
     for fld, names in HISTOGRAMS.items():
         for name in names:
             if name in index:
                 for i in index[name]:
-                    le = labels[i].get("le")
+                    le = _le(labels[i].get("le"))
                     if le is None:
                         continue
-                    counters.setdefault((kid(labels[i]), f"{fld}@{float(le)!r}"), []).append(i)
+                    k = kid(labels[i])
+                    if k >= 0:
+                        counters.setdefault((k, f"{fld}@{le!r}"), []).append(i)
                 break
     cache_config: dict[Key, dict[str, str]] = {}
     for i in index.get("vllm:cache_config_info", ()):
-        cache_config[_key(labels[i])] = labels[i]
+        k = _key(labels[i])
+        if k in keys:
+            cache_config[k] = labels[i]
     has_engine = any(k[1] for k in keys)
     v0 = any(n in index for n in V0_ONLY) or (keys and not has_engine)
     return _Plan(
@@ -112,6 +141,7 @@ def _plan(layout: Layout) -> _Plan:
         counters=[(k, f, idx) for (k, f), idx in counters.items()],
         version="v0" if v0 else "v1",
         cache_config=cache_config,
+        total_keys=len(keys) + len(extra),
     )
 
 
@@ -122,16 +152,22 @@ class Extractor:
     keeps its shape, extraction is a few list lookups.
     """
 
-    __slots__ = ("_layout", "_plan")
+    __slots__ = ("_layout", "_plan", "max_label_sets")
 
-    def __init__(self) -> None:
+    def __init__(self, max_label_sets: int = MAX_LABEL_SETS) -> None:
         self._layout: Layout | None = None
         self._plan: _Plan | None = None
+        self.max_label_sets = max_label_sets
+
+    @property
+    def total_label_sets(self) -> int:
+        """Label sets in the last document, including any beyond ``max_label_sets``."""
+        return self._plan.total_keys if self._plan is not None else 0
 
     def extract(self, exp: Exposition) -> tuple[str, list[EngineSample]]:
         """(metrics version "v1"/"v0", samples per label set)."""
         if exp.layout is not self._layout or self._plan is None:
-            self._plan = _plan(exp.layout)
+            self._plan = _plan(exp.layout, self.max_label_sets)
             self._layout = exp.layout
         plan = self._plan
         values = exp.values

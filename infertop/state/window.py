@@ -6,38 +6,63 @@ before the reset is added to that series' offset — which is exactly
 Prometheus' reset handling, but O(series) per scrape instead of
 O(series × points) per query. Increases over the window are then
 ``last - first`` of the corrected values.
+
+One bad sample cannot poison the window: a value that is not a plausible
+counter (NaN, ±Inf, negative, above :data:`MAX_COUNTER`) is dropped and the
+series keeps its previous corrected value for that point; a jump larger than
+:data:`MAX_STEP` in one scrape is treated like a reset (the jump is not counted).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+MAX_COUNTER = 1e15  # no vLLM counter gets here (1e15 tokens at 1e6 tokens/s is 30 years)
+MAX_STEP = 1e12  # an increase this large between two scrapes is a broken exporter, not traffic
+
 
 class CounterWindow:
     """Corrected cumulative counters over the last ``window_s`` seconds."""
 
-    __slots__ = ("window_s", "_points", "_last_raw", "_offset", "resets")
+    __slots__ = ("window_s", "_points", "_last_raw", "_last_corrected", "_offset", "resets", "dropped")
 
     def __init__(self, window_s: float = 60.0) -> None:
         self.window_s = window_s
         self._points: deque[tuple[float, dict[str, float]]] = deque()
         self._last_raw: dict[str, float] = {}
+        self._last_corrected: dict[str, float] = {}
         self._offset: dict[str, float] = {}
         self.resets = 0  # number of series resets seen (engine restarts)
+        self.dropped = 0  # samples dropped as implausible
 
     def add(self, t_s: float, raw: dict[str, float]) -> None:
         """Record one scrape taken at monotonic time ``t_s``."""
-        last_raw, offset = self._last_raw, self._offset
+        last_raw, offset, last_corrected = self._last_raw, self._offset, self._last_corrected
         corrected: dict[str, float] = {}
         for key, v in raw.items():
             prev = last_raw.get(key)
+            # ``not 0 <= v <= MAX`` is also true for NaN
+            if not 0.0 <= v <= MAX_COUNTER:
+                self.dropped += 1
+                if key in last_corrected:
+                    corrected[key] = last_corrected[key]
+                continue
             off = offset.get(key, 0.0)
-            if prev is not None and v < prev:
-                off += prev
-                offset[key] = off
-                self.resets += 1
-            corrected[key] = v + off
-        self._last_raw = raw
+            if prev is not None:
+                if v < prev:
+                    off += prev
+                    offset[key] = off
+                    self.resets += 1
+                elif v - prev > MAX_STEP:
+                    off -= v - prev
+                    offset[key] = off
+                    self.resets += 1
+            last_raw[key] = v
+            c = v + off
+            before = last_corrected.get(key)
+            if before is not None and c < before:
+                c = before  # float rounding of a large offset must not make a counter go down
+            corrected[key] = last_corrected[key] = c
         points = self._points
         points.append((t_s, corrected))
         cutoff = t_s - self.window_s

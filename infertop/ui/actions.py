@@ -108,6 +108,8 @@ ACTIONS: tuple[Action, ...] = (
     Action("command_palette", "ctrl+p", "Open the command palette", "General", footer_label="Palette",
            show_in_footer=False),
     Action("help", "question_mark", "Show every key binding", "General", footer_label="Help"),
+    Action("actions_list", "a", "List the running actions: reopen one to follow or abort it", "General",
+           footer_label="Actions", show_in_footer=False),
     Action("quit", "q", "Quit infertop", "General", footer_label="Quit", priority=True),
 )
 

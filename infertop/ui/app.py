@@ -27,7 +27,7 @@ from ..format import count_human, seconds_human
 from ..sources.gpu import GpuCollector
 from ..sources.vllm import EngineEndpoint, FleetCollector
 from ..state.fleet import FleetJoiner, FleetState
-from ..state.fleet_history import FLEET, record_state
+from ..state.fleet_history import record_state
 from ..state.history import HistoryStore
 from ..state.recording import StateLog
 from .status import alert_changes, status_line

@@ -1,40 +1,33 @@
 """Local vLLM engine actions for the app: new from profile, stop, restart, change max_num_seqs.
 
-The blocking control code (``control/engines.py``, shared with the headless
-``infertop engine`` commands) runs in thread workers; its progress is shown
-in an :class:`OperationScreen`. Every action is confirmed first, and the
-manager writes the audit log.
+Each is an :class:`EngineAction` (a kind of the one action pipeline,
+:mod:`infertop.control.pipeline`): planned, checked, confirmed with ``y`` in
+the one :class:`~infertop.ui.screens.confirm.ConfirmScreen`, executed in the
+background by the blocking control code (``control/engines.py``, shared
+with the headless ``infertop engine`` commands), which writes the audit log.
 """
 
 from __future__ import annotations
 
-from functools import partial
-from pathlib import Path
+import difflib
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
 
-from ..config import default_state_dir
+from rich.markup import escape
+
+from ..config import ProfileConfig, default_state_dir
 from ..control.audit import AuditLog
 from ..control.engines import EngineError, EngineManager, EngineRecord, SetResult, StopResult
+from ..control.pipeline import ActionRefused, Outcome, Preflight, Progress, ProgressFn, Review
+from ..domain.engine import EngineStats
 from ..format import count_human, seconds_human
-from .screens.engine_dialogs import ArgsDialog, ConfirmDialog, OperationScreen, ProfilePicker
+from ..sources.vllm import EngineEndpoint
+from .action_runner import ActionRunner
+from .screens.engine_dialogs import ArgsDialog, ProfilePicker
 
 ENGINE_ACTIONS = {"engine_new", "engine_stop", "engine_restart", "engine_set_seqs"}
-
-
-def follow(progress):
-    """An EngineProgress callback for an OperationScreen: a log line when the
-    phase or the engine's last log line changes, the live status otherwise."""
-    last = {"phase": None, "log": None}
-
-    def cb(ev) -> None:
-        if ev.phase != last["phase"]:
-            last["phase"] = ev.phase
-            progress.line(f"[{ev.elapsed_s:5.1f}s] {ev.message}")
-        if ev.log_line and ev.log_line != last["log"]:
-            last["log"] = ev.log_line
-            progress.line(f"         {ev.log_line}")
-        progress.status(f"{ev.message}  ({ev.elapsed_s:.0f} s)")
-
-    return cb
 
 
 def describe_result(result: object) -> str:
@@ -60,145 +53,280 @@ def describe_result(result: object) -> str:
     return str(result)
 
 
-class EngineActions:
+def owner_of(rec: EngineRecord | None) -> str | None:
+    """"started by alice on pts/3 (infertop pid 4242)" for an engine this infertop did not start
+    (what the engine record says: ``owner_text`` where the manager records owners), else None."""
+    if rec is None:
+        return None
+    text = getattr(rec, "owner_text", None)
+    if getattr(rec, "foreign", False) or rec.adopted:
+        return text or "started by an earlier infertop"
+    return None
+
+
+def _stats_text(s: EngineStats | None) -> str:
+    if s is None:
+        return "unreadable"
+    return f"running {count_human(s.running)}, waiting {count_human(s.waiting)}"
+
+
+class EngineAction:
+    """A local engine action as the pipeline runs it (:class:`~infertop.control.pipeline.ActionKind`).
+
+    The manager writes the audit (intent before the signal, outcome after), so
+    ``audits_itself``. A start can be aborted while it waits for /health (the
+    manager then stops what it spawned: nothing is left running); a drain is
+    not interrupted half-way — the countdown shows how long it may take.
+    """
+
+    audits_itself = True
+
+    def __init__(self, mgr: EngineManager, verb: str, name: str, *, profile: ProfileConfig | None = None,
+                 profile_name: str | None = None, changes: dict | None = None,
+                 stats: Callable[[EngineRecord], EngineStats | None] | None = None) -> None:
+        self.mgr, self.verb, self.name = mgr, verb, name
+        self.profile, self.profile_name, self.changes = profile, profile_name, dict(changes or {})
+        self.stats = stats or (lambda rec: None)
+        self.abortable = verb == "start"
+        self.action = f"engine.{verb}"
+        self.target = f"engine {name}"
+        self.object_key = f"engine:{name}"
+        self.result: object = None
+        grace = profile.stop_grace_s if profile is not None else 30.0
+        start = profile.start_timeout_s if profile is not None else 300.0
+        self.timeout_s: float | None = {"start": start, "stop": grace + 10.0}.get(verb, grace + 10.0 + start)
+
+    def audit_details(self) -> dict[str, Any]:
+        return {}
+
+    def _live(self) -> EngineRecord:
+        try:
+            rec = self.mgr.status(self.name)
+        except EngineError as e:
+            raise ActionRefused(str(e)) from None
+        if rec is None or not rec.alive:
+            raise ActionRefused(f"{self.name} is not running under infertop (any more)")
+        return rec
+
+    def plan(self) -> Review:
+        if self.verb == "start":
+            from ..control.engines import build_command
+
+            assert self.profile is not None
+            cmd = " ".join(build_command(self.profile, module=self.mgr.module))
+            return Review(f"Start engine {self.name}", f"start {self.name} on {self.profile.host}:{self.profile.port}",
+                          "", (cmd, f"then wait up to {self.profile.start_timeout_s:g} s for /health"))
+        rec = self._live()
+        owner = owner_of(rec)
+        by = f" — {owner}" if owner else ""
+        notes = [f"pid {rec.pid}, {rec.url}, up {seconds_human(rec.uptime_s)}"]
+        if owner:
+            notes.append(f"! {self.name} was {owner}: acting on it here affects whoever uses it")
+        grace = self.profile.stop_grace_s if self.profile is not None else 30.0
+        drain = (f"drain: SIGTERM, vLLM finishes in-flight requests; killed if still there after {grace:g} s")
+        if self.verb == "stop":
+            return Review(f"Stop engine {self.name}{by}", f"stop {self.name}", "", tuple([drain] + notes))
+        if self.verb == "restart":
+            return Review(f"Restart engine {self.name}{by}", f"restart {self.name} with the same arguments", "",
+                          tuple([drain, "start again, wait for /health", rec.command()] + notes))
+        old = {k: rec.args.get(k) for k in self.changes}
+        if all(old[k] == v for k, v in self.changes.items()):
+            raise ActionRefused(f"{self.name} already runs with {self.changes}: nothing to change")
+        summary = ", ".join(f"{k} {old[k]} → {v}" for k, v in self.changes.items())
+        diff = "\n".join(difflib.unified_diff([f"{k}: {old[k]}" for k in self.changes],
+                                              [f"{k}: {v}" for k, v in self.changes.items()],
+                                              f"{self.name} (now)", f"{self.name} (after)", lineterm=""))
+        return Review(f"Change engine {self.name}{by}", summary, diff,
+                      tuple([drain, "restart with the new value, wait for /health, verify the running process "
+                                    "took it; if it fails to start, the old value is restored"] + notes))
+
+    def preflight(self) -> Preflight:
+        if self.verb == "start":
+            assert self.profile is not None
+            with socket.socket() as sock:
+                sock.settimeout(0.5)
+                busy = sock.connect_ex((self.profile.host if self.profile.host not in ("0.0.0.0", "")
+                                        else "127.0.0.1", self.profile.port)) == 0
+            if busy:
+                return Preflight(False, f"{self.profile.host}:{self.profile.port} is in use already")
+            return Preflight(True, f"port {self.profile.port} is free")
+        try:
+            rec = self._live()
+        except ActionRefused as e:
+            return Preflight(False, str(e))
+        try:
+            s = self.stats(rec)
+        except Exception:  # noqa: BLE001 — unreadable is an answer
+            s = None
+        if s is None or s.running is None:
+            return Preflight(True, f"{self.name} is running (pid {rec.pid}); in flight: unreadable",
+                             warnings=("the engine's in-flight count cannot be read now: the drain waits for "
+                                       "vLLM to finish what it has, up to the grace period",))
+        return Preflight(True, f"{self.name} is running (pid {rec.pid}); in flight now: {_stats_text(s)}")
+
+    def execute(self, progress: ProgressFn, abort: threading.Event) -> Outcome:
+        def cb(ev: Any) -> None:
+            if self.abortable and abort.is_set():
+                # raised inside the manager's wait for /health: it kills what it spawned and audits the failure
+                raise EngineError("start aborted by the operator")
+            text = ev.message + (f" — {ev.log_line}" if getattr(ev, "log_line", None) else "")
+            progress(Progress(text))
+
+        try:
+            if self.verb == "start":
+                assert self.profile is not None
+                result: object = self.mgr.start(self.name, self.profile, progress=cb, profile_name=self.profile_name)
+            elif self.verb == "stop":
+                result = self.mgr.stop(self.name, progress=cb)
+            elif self.verb == "restart":
+                result = self.mgr.restart(self.name, progress=cb)
+            else:
+                result = self.mgr.set_args(self.name, self.changes, progress=cb, stats=self.stats)
+        except EngineError as e:
+            self.result = e
+            if self.abortable and abort.is_set():
+                return Outcome("aborted", f"start of {self.name} aborted: what was spawned is stopped, "
+                                          "nothing is left running")
+            refused = type(e).__name__ in ("NotOurProcessError", "EngineBusyError")
+            return Outcome("refused" if refused else "failed", describe_result(e))
+        self.result = result
+        return Outcome("ok", "; ".join(describe_result(result).splitlines()))
+
+
+class EngineActions(ActionRunner):
     """Mixin for InfertopApp. Needs ``settings``, ``collector``, ``log_event``."""
 
     engine_manager: EngineManager | None = None
+    _unfinished: list[dict] = []
 
     def init_engines(self) -> list[EngineRecord]:
         """Create the manager (blocking: re-adopts engines an earlier infertop
-        started, reading state files and /proc); returns the live ones."""
+        started, reading state files and /proc); returns the live ones. Also
+        reads the audit log for actions an earlier run left without an outcome."""
         s = self.settings  # type: ignore[attr-defined]
+        self._unfinished = self.unfinished_actions()
         state_dir = s.state_dir or default_state_dir()
-        audit = AuditLog(s.config.audit_log or (Path(state_dir) / "audit.jsonl"))
+        audit = AuditLog(self.audit_log().path)
         kwargs = {"module": s.engine_module} if s.engine_module else {}
         self.engine_manager = EngineManager(state_dir, audit, profiles=s.config.profiles, **kwargs)
         return [rec for rec in self.engine_manager.list() if rec.alive]
 
     def adopt_engines(self, records: list[EngineRecord]) -> None:
-        """On the UI thread: watch engines found by :meth:`init_engines`."""
+        """On the UI thread: watch engines found by :meth:`init_engines`; report unfinished actions."""
+        self.report_unfinished(self._unfinished)
         for rec in records:
             self._watch(rec)
-            self.log_event(f"{rec.name}: re-adopted engine infertop started earlier (pid {rec.pid})")  # type: ignore[attr-defined]
+            owner = owner_of(rec) or "started by infertop earlier"
+            self.log_event(escape(f"{rec.name}: re-adopted engine {owner} (pid {rec.pid})"))  # type: ignore[attr-defined]
+
+    def _configured(self) -> dict[str, EngineEndpoint]:
+        return {e.name: e for e in self.settings.endpoints}  # type: ignore[attr-defined]
 
     def _watch(self, rec: EngineRecord) -> None:
+        """Watch a managed engine with the timeout configured for it (``engines[].timeout_s``), if any."""
         known = {c.endpoint.name: c.endpoint for c in self.collector.collectors}  # type: ignore[attr-defined]
-        ep = rec.endpoint()
+        base = known.get(rec.name) or self._configured().get(rec.name)
+        timeout_s = base.timeout_s if base is not None else EngineEndpoint(rec.name, rec.url).timeout_s
+        ep = EngineEndpoint(rec.name, rec.url, rec.max_num_seqs, timeout_s)
         if known.get(rec.name) != ep:
             self.collector.add_endpoint(ep)  # type: ignore[attr-defined]
 
     def managed(self, name: str | None) -> EngineRecord | None:
+        """The live record of an engine infertop started, or None (never raises: any name is shown)."""
         if name is None or self.engine_manager is None:
             return None
-        rec = self.engine_manager.status(name)
+        try:
+            rec = self.engine_manager.status(name)
+        except Exception:  # noqa: BLE001 — a name that is no state file name (URL, spaces) is simply not ours
+            return None
         return rec if rec is not None and rec.alive else None
 
+    def engine_denied_reason(self, action: str) -> str | None:
+        """Why a local-engine key cannot act now (shown when it is pressed)."""
+        if action not in ENGINE_ACTIONS:
+            return None
+        if self.settings.read_only:  # type: ignore[attr-defined]
+            return "read-only mode: nothing can be changed"
+        if self.engine_manager is None:
+            return "local engine control is not ready"
+        if action == "engine_new":
+            if not self.settings.config.profiles:  # type: ignore[attr-defined]
+                return "no launch profiles in the config: add a 'profiles:' section (see README)"
+            return None
+        name = self.selected_engine_name()  # type: ignore[attr-defined]
+        if name is None:
+            return "select an engine in the Engines pane first"
+        if self.managed(name) is None:
+            return f"{name} was not started by infertop: it can be watched, not stopped or changed"
+        return None
+
     def engine_action_state(self, action: str) -> bool | None:
-        """For check_action: None hides (read-only), False greys out (not applicable)."""
+        """For check_action: None hides (read-only), False greys out (not applicable here)."""
         if self.settings.read_only:  # type: ignore[attr-defined]
             return None
-        if action == "engine_new":
-            return bool(self.settings.config.profiles)  # type: ignore[attr-defined]
-        return self.managed(self.selected_engine_name()) is not None  # type: ignore[attr-defined]
+        return self.engine_denied_reason(action) is None
 
     # ----- actions -------------------------------------------------------
     def action_engine_new(self) -> None:
         profiles = self.settings.config.profiles  # type: ignore[attr-defined]
         if not profiles:
-            self.notify("no launch profiles: add a 'profiles:' section to the config (see README)", severity="warning")  # type: ignore[attr-defined]
+            self.notify(self.engine_denied_reason("engine_new") or "", severity="warning", markup=False)  # type: ignore[attr-defined]
             return
-        self.push_screen(ProfilePicker(profiles), self._confirm_start)  # type: ignore[attr-defined]
+        self.push_screen(ProfilePicker(profiles), self._start_profile)  # type: ignore[attr-defined]
 
-    def _confirm_start(self, name: str | None) -> None:
-        if not name:
-            return
-        from ..control.engines import build_command
-
-        profile = self.settings.config.profiles[name]  # type: ignore[attr-defined]
-        cmd = " ".join(build_command(profile, module=self.engine_manager.module))
-        body = f"Start engine [b]{name}[/b] on {profile.host}:{profile.port}:\n\n{cmd}"
-        self.push_screen(ConfirmDialog("Start a local vLLM engine?", body),  # type: ignore[attr-defined]
-                         partial(self._run_start, name) )
-
-    def _run_start(self, name: str, ok: bool) -> None:
-        if not ok:
+    def _start_profile(self, name: str | None) -> None:
+        if not name or self.engine_manager is None:
             return
         profile = self.settings.config.profiles[name]  # type: ignore[attr-defined]
-        mgr = self.engine_manager
+        self._engine_flow(EngineAction(self.engine_manager, "start", name, profile=profile, profile_name=name))
 
-        def run(progress):
-            return mgr.start(name, profile, progress=follow(progress), profile_name=name)
-
-        self._operation(f"Starting {name}", run)
+    def _profile_of(self, rec: EngineRecord) -> ProfileConfig | None:
+        return self.settings.config.profiles.get(rec.profile_name)  # type: ignore[attr-defined]
 
     def action_engine_stop(self) -> None:
         rec = self.managed(self.selected_engine_name())  # type: ignore[attr-defined]
-        if rec is None:
-            return
-        grace = self.settings.config.profiles.get(rec.profile_name)  # type: ignore[attr-defined]
-        body = (f"Stop [b]{rec.name}[/b] (pid {rec.pid}, {rec.url}): SIGTERM — vLLM drains in-flight requests — "
-                f"then SIGKILL of its process group after {grace.stop_grace_s if grace else 30:.0f} s.")
-        self.push_screen(ConfirmDialog("Stop engine?", body), partial(self._run_simple, "stop", rec.name))  # type: ignore[attr-defined]
+        if rec is not None and self.engine_manager is not None:
+            self._engine_flow(EngineAction(self.engine_manager, "stop", rec.name, profile=self._profile_of(rec),
+                                           stats=lambda r: self._latest_stats(r.name)))
 
     def action_engine_restart(self) -> None:
         rec = self.managed(self.selected_engine_name())  # type: ignore[attr-defined]
-        if rec is None:
-            return
-        body = f"Restart [b]{rec.name}[/b] with the same arguments: drain, stop, start, wait for /health.\n\n{rec.command()}"
-        self.push_screen(ConfirmDialog("Restart engine?", body), partial(self._run_simple, "restart", rec.name))  # type: ignore[attr-defined]
-
-    def _run_simple(self, what: str, name: str, ok: bool) -> None:
-        if not ok:
-            return
-        mgr = self.engine_manager
-
-        def run(progress):
-            cb = follow(progress)
-            return mgr.stop(name, progress=cb) if what == "stop" else mgr.restart(name, progress=cb)
-
-        self._operation(f"{what.capitalize()} {name}", run)
+        if rec is not None and self.engine_manager is not None:
+            self._engine_flow(EngineAction(self.engine_manager, "restart", rec.name, profile=self._profile_of(rec),
+                                           stats=lambda r: self._latest_stats(r.name)))
 
     def action_engine_set_seqs(self) -> None:
         rec = self.managed(self.selected_engine_name())  # type: ignore[attr-defined]
         if rec is None:
             return
-        self.push_screen(ArgsDialog(rec.name, "max_num_seqs", rec.max_num_seqs), partial(self._confirm_set, rec))  # type: ignore[attr-defined]
-
-    def _confirm_set(self, rec: EngineRecord, changes: dict | None) -> None:
-        if not changes:
+        busy = next((r for r in self.action_board.runs() if r.kind.object_key == f"engine:{rec.name}"), None)
+        if busy is not None:
+            self.notify(f"{busy.title} is still running: one action at a time on it", severity="warning",  # type: ignore[attr-defined]
+                        markup=False)
             return
-        lines = "\n".join(f"  {k}: {rec.args.get(k)} → {v}" for k, v in changes.items())
-        body = (f"Change [b]{rec.name}[/b]:\n{lines}\n\nThen: drain (SIGTERM, in-flight requests finish), restart "
-                "with the new value, wait for /health, verify the running process took it. If the new "
-                "value fails to start, the old one is restored.")
-        self.push_screen(ConfirmDialog("Change engine arguments?", body), partial(self._run_set, rec.name, changes))  # type: ignore[attr-defined]
 
-    def _run_set(self, name: str, changes: dict, ok: bool) -> None:
-        if not ok:
-            return
-        mgr = self.engine_manager
-        latest = self._latest_stats
+        def chosen(changes: dict | None, rec: EngineRecord = rec) -> None:
+            if changes and self.engine_manager is not None:
+                self._engine_flow(EngineAction(self.engine_manager, "set", rec.name, profile=self._profile_of(rec),
+                                               changes=changes, stats=lambda r: self._latest_stats(r.name)))
 
-        def run(progress):
-            return mgr.set_args(name, changes, progress=follow(progress), stats=lambda rec: latest(rec.name))
+        self.push_screen(ArgsDialog(rec.name, "max_num_seqs", rec.max_num_seqs), chosen)  # type: ignore[attr-defined]
 
-        self._operation(f"Change {name}", run)
-
-    def _latest_stats(self, name: str):
+    def _latest_stats(self, name: str) -> EngineStats | None:
         """The collector's view when it is current; None makes the manager scrape
         the engine itself (right after a restart the snapshot still says down)."""
         snap = self.snapshot  # type: ignore[attr-defined]
         s = None if snap is None else snap.by_name().get(name)
         return s if s is not None and s.state == "up" and s.running is not None else None
 
-    def _operation(self, title: str, run) -> None:
-        def done(result: object) -> None:
-            self.log_event(f"{title}: {describe_result(result).splitlines()[0]}")  # type: ignore[attr-defined]
+    def _engine_flow(self, kind: EngineAction) -> None:
+        def done(_outcome: Outcome) -> None:
+            result = kind.result
             rec = getattr(result, "record", result)
             if isinstance(rec, EngineRecord) and rec.alive:
                 self._watch(rec)
-            if isinstance(result, StopResult):
+            if isinstance(result, StopResult) and result.name not in self._configured():
                 self.collector.remove_endpoint(result.name)  # type: ignore[attr-defined]
             self.refresh_bindings()  # type: ignore[attr-defined]
 
-        self.push_screen(OperationScreen(title, run, describe_result, on_done=done))  # type: ignore[attr-defined]
+        self.start_action(kind, on_done=done)

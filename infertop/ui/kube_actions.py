@@ -5,27 +5,27 @@ blocking client runs in thread workers (``asyncio.to_thread``); informers
 (``sources/kube.py``) keep the cluster view current and a timer repaints the
 pane (ages tick; only changed cells go out). While reads fail the pane is
 stale (the header says since when and why, objects are dimmed); when every
-resource was read again, permissions are re-checked. Every action follows the same flow
-(:meth:`KubeActions._kube_flow`): fresh read → pure plan (diff) → server
-dry run → :class:`ConfirmScreen` → execute → follow with progress → audit;
-a 409 re-reads and asks again, a 403 hides the action from then on.
+resource was read again, permissions are re-checked. Every action is a
+:class:`~infertop.control.kube.KubeAction` handed to the one action pipeline
+(:meth:`~infertop.ui.action_runner.ActionRunner.start_action`): fresh read →
+pure plan (diff) → server dry run → ``ConfirmScreen`` → execute (audit
+intent first) → follow in the background → audit outcome; a 409 re-reads and
+asks again, a 403 disables the action for that kind and namespace.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 from rich.text import Text
 from textual.widgets import TabbedContent
 
-from ..config import KubeConfig, default_state_dir
+from ..config import KubeConfig
 from ..control.audit import AuditLog
-from ..control.kube import KubeControl, Permissions, PlanError, Progress, check_permissions
+from ..control.kube import KubeAction, KubeControl, Permissions, check_permissions
 from ..domain.kube import ClusterSnapshot, HpaView, NodeView, PodView, WorkloadView
 from ..sources.kube import (
     ClusterWatcher,
@@ -37,7 +37,7 @@ from ..sources.kube import (
     read_cluster,
     session_for,
 )
-from .screens.confirm import ConfirmScreen
+from .action_runner import ActionRunner
 from .screens.kube_dialogs import ChoiceDialog, args_dialog, configmap_dialog, hpa_dialog, scale_dialog, text_dialog
 from .widgets.cluster import ClusterPane
 
@@ -55,11 +55,16 @@ KEY_HINTS = (  # (action, key, word) for the Cluster pane's key line
     ("kube_context", "K", "ctx"), ("kube_namespace", "^N", "ns"),
 )
 MAX_SCRAPED_PODS = 64
-NOT_CONFIGURED = ("Kubernetes is not configured. Run with --context NAME [--namespace NS] (or set kube.context / "
-                  "kube.namespaces in the config file), or press K to pick a context from your kubeconfig.")
+NOT_CONFIGURED = ("Kubernetes is not configured: run with --context NAME [--namespace NS], set kube.context in "
+                  "the config file, or press K to pick a context from your kubeconfig.")
 
 
-class KubeActions:
+# action → which selected object it acts on (for per-kind, per-namespace permissions)
+KUBE_TARGET = {"kube_scale": "workload", "kube_args": "workload", "kube_restart": "workload", "kube_hpa": "hpa",
+               "kube_delete_pod": "pod", "kube_drain_pod": "pod", "kube_cordon": "node", "kube_drain_node": "node"}
+
+
+class KubeActions(ActionRunner):
     """Mixin for InfertopApp. Needs ``settings``, ``collector``, ``log_event``, ``query_one``, ``notify``."""
 
     kube_session: KubeSession | None = None
@@ -70,7 +75,6 @@ class KubeActions:
     kube_loads: dict = {}
     kube_error: str | None = None
     kube_connecting: bool = False
-    kube_busy: str | None = None  # the action running now
     kube_running_text: str = ""
     _kube_rendered = -1
     _kube_poll_at = 0.0
@@ -97,9 +101,7 @@ class KubeActions:
         return self.settings.config.kube  # type: ignore[attr-defined]
 
     def kube_audit(self) -> AuditLog:
-        s = self.settings  # type: ignore[attr-defined]
-        path = s.config.audit_log or (Path(getattr(s, "state_dir", None) or default_state_dir()) / "audit.jsonl")
-        return AuditLog(path)
+        return self.audit_log()
 
     def kube_setup(self) -> None:
         """On mount: connect when configured; repaint the pane every kube.refresh_s."""
@@ -165,7 +167,7 @@ class KubeActions:
         self.kube_connecting = False
         self.kube_error = None
         self.kube_session, self.kube_watcher, self.kube_perms = session, watcher, perms
-        self.kube_control = KubeControl(session, self.kube_audit(), self.kube_cfg)
+        self.kube_control = KubeControl(session, self.kube_audit(), self.kube_cfg, watcher=watcher)
         self.kube_snapshot = snap
         self.kube_loads = {}
         self.kube_perm_checks += 1
@@ -368,25 +370,57 @@ class KubeActions:
         self._pane().set_keys(" ".join(parts))  # type: ignore[attr-defined]
 
     # ----- capabilities ----------------------------------------------------------
+    def _kube_scope(self, action: str) -> tuple[str | None, str | None]:
+        """(namespace, kind) of the object ``action`` would act on: the Cluster pane's selection."""
+        want = KUBE_TARGET.get(action)
+        try:
+            if action == "kube_configmap":
+                _view, obj = self._pane().selected()
+                ns = getattr(obj, "namespace", None) or (self.kube_session.namespaces[0] if self.kube_session else None)
+                return ns, "ConfigMap"
+            target = self._kube_target(want) if want else None
+        except Exception:  # noqa: BLE001 — the pane is not mounted (yet): any object
+            return None, None
+        if target is None:
+            return None, None
+        if isinstance(target, WorkloadView):
+            return target.namespace, target.kind
+        if isinstance(target, HpaView):
+            return target.namespace, "HorizontalPodAutoscaler"
+        if isinstance(target, PodView):
+            return target.namespace, "Pod"
+        return None, "Node"
+
+    def kube_denied_reason(self, action: str) -> str | None:
+        """Why a Kubernetes key cannot act now (shown when it is pressed)."""
+        if action not in KUBE_ACTIONS:
+            return None
+        if action in ("cluster_view", "kube_context"):
+            return None
+        if self.kube_session is None:
+            return ("Kubernetes is not connected: " + self.kube_error) if self.kube_error else \
+                "Kubernetes is not configured: press K to pick a context"
+        if action == "kube_namespace":
+            return None
+        if self.settings.read_only:  # type: ignore[attr-defined]
+            return "read-only mode: nothing can be changed"
+        perm = KUBE_MUTATING.get(action)
+        if perm is None or self.kube_perms is None:
+            return None
+        ns, kind = self._kube_scope(action)
+        return self.kube_perms.denied(perm, ns, kind)
+
     def kube_action_state(self, action: str) -> bool | None:
-        """For check_action: None hides (read-only, not connected, not permitted), True shows."""
+        """For check_action: None hides (read-only, not connected, not permitted here), True shows.
+
+        Permissions are those of the selected object's kind and namespace (deny
+        only ``deployments/scale``: S is hidden on a Deployment, offered on a StatefulSet)."""
         if action in ("cluster_view", "kube_context"):
             return True
-        if self.kube_session is None:
-            return None
-        if action == "kube_namespace":
-            return True
-        if self.settings.read_only:  # type: ignore[attr-defined]
-            return None
-        perm = KUBE_MUTATING.get(action)
-        if perm is None:
-            return True
-        if self.kube_perms is not None and self.kube_perms.allows(perm) is False:
-            return None
-        return True
+        return None if self.kube_denied_reason(action) else True
 
     def _kube_denied(self, action: str, namespace: str | None, kind: str | None) -> None:
-        """The server said 403: hide the action from now on."""
+        """The server said 403: disable the action for that kind and namespace from now on."""
         if self.kube_perms is None:
             return
         perm = KUBE_MUTATING.get(action)
@@ -443,11 +477,19 @@ class KubeActions:
         return None
 
     def _start(self, coro) -> None:
-        if self.kube_busy:
-            coro.close()
-            self.notify(f"Wait: {self.kube_busy} is still running.", severity="warning")  # type: ignore[attr-defined]
-            return
-        self.run_worker(coro, group="kube-action", exit_on_error=False)  # type: ignore[attr-defined]
+        """The input dialog of an action (then the pipeline); never blocks actions on other objects."""
+        self.run_worker(coro, group="kube-input", exit_on_error=False)  # type: ignore[attr-defined]
+
+    def _kube_busy(self, kind: str, namespace: str | None, name: str) -> bool:
+        """Refuse, before any dialog, a second action on an object that has one in flight."""
+        if self.kube_session is None:
+            return False
+        key = f"kube:{self.kube_session.context}:{kind}/{namespace or ''}/{name}"
+        run = next((r for r in self.action_board.runs() if r.kind.object_key == key), None)
+        if run is not None:
+            self.notify(f"{run.title} is still running ({run.status_text()}): one action at a time on it; "  # type: ignore[attr-defined]
+                        "press a to see the running actions", severity="warning", timeout=6, markup=False)
+        return run is not None
 
     # ----- the actions -----------------------------------------------------------
     def action_cluster_view(self) -> None:
@@ -458,50 +500,50 @@ class KubeActions:
 
     def action_kube_scale(self) -> None:
         w = self._need("workload", "workloads", "a Deployment or StatefulSet")
-        if w is not None:
+        if w is not None and not self._kube_busy(w.kind, w.namespace, w.name):
             self._start(self._scale_flow(w))
 
     async def _scale_flow(self, w: WorkloadView) -> None:
         values = await self.push_screen_wait(scale_dialog(w.ref, w.desired))  # type: ignore[attr-defined]
         if values:
-            await self._kube_flow("scale", w.kind, w.namespace, w.name, replicas=values["replicas"])
+            self._kube_flow("scale", w.kind, w.namespace, w.name, replicas=values["replicas"])
 
     def action_kube_hpa(self) -> None:
         h = self._need("hpa", "hpas", "an HPA (or a workload that has one)")
-        if h is not None:
+        if h is not None and not self._kube_busy("HorizontalPodAutoscaler", h.namespace, h.name):
             self._start(self._hpa_flow(h))
 
     async def _hpa_flow(self, h: HpaView) -> None:
         values = await self.push_screen_wait(hpa_dialog(f"HPA {h.namespace}/{h.name}", h.min_replicas,  # type: ignore[attr-defined]
                                                         h.max_replicas))
         if values:
-            await self._kube_flow("hpa", "HorizontalPodAutoscaler", h.namespace, h.name,
-                                  min_replicas=values["min"], max_replicas=values["max"])
+            self._kube_flow("hpa", "HorizontalPodAutoscaler", h.namespace, h.name,
+                            min_replicas=values["min"], max_replicas=values["max"])
 
     def action_kube_args(self) -> None:
         w = self._need("workload", "workloads", "a Deployment or StatefulSet")
-        if w is not None:
+        if w is not None and not self._kube_busy(w.kind, w.namespace, w.name):
             self._start(self._args_flow(w))
 
     async def _args_flow(self, w: WorkloadView) -> None:
         values = await self.push_screen_wait(args_dialog(w.ref, w.container, w.args))  # type: ignore[attr-defined]
         if values:
-            await self._kube_flow("args", w.kind, w.namespace, w.name, abortable=True, changes=values["changes"],
-                                  container=w.container or "")
+            self._kube_flow("args", w.kind, w.namespace, w.name, changes=values["changes"],
+                            container=w.container or "")
 
     def action_kube_restart(self) -> None:
         w = self._need("workload", "workloads", "a Deployment or StatefulSet")
-        if w is not None:
-            self._start(self._kube_flow("restart", w.kind, w.namespace, w.name, abortable=True))
+        if w is not None and not self._kube_busy(w.kind, w.namespace, w.name):
+            self._kube_flow("restart", w.kind, w.namespace, w.name)
 
     def action_kube_delete_pod(self) -> None:
         p = self._need("pod", "pods", "a pod")
-        if p is not None:
-            self._start(self._kube_flow("delete_pod", "Pod", p.namespace, p.name, abortable=True))
+        if p is not None and not self._kube_busy("Pod", p.namespace, p.name):
+            self._kube_flow("delete_pod", "Pod", p.namespace, p.name)
 
     def action_kube_drain_pod(self) -> None:
         p = self._need("pod", "pods", "a pod")
-        if p is not None:
+        if p is not None and not self._kube_busy("Pod", p.namespace, p.name):
             self._start(self._drain_pod_flow(p))
 
     async def _drain_pod_flow(self, p: PodView) -> None:
@@ -513,17 +555,17 @@ class KubeActions:
             hint="The pod leaves its Service first (label patch), then infertop watches "
                  "vllm:num_requests_running + waiting fall to 0. Abort (a) puts the label back."))
         if choice:
-            await self._kube_flow("drain_pod", "Pod", p.namespace, p.name, abortable=True, then=choice)
+            self._kube_flow("drain_pod", "Pod", p.namespace, p.name, then=choice)
 
     def action_kube_cordon(self) -> None:
         n = self._need("node", "nodes", "a node (or a pod on it)")
-        if n is not None:
-            self._start(self._kube_flow("uncordon" if n.cordoned else "cordon", "Node", None, n.name))
+        if n is not None and not self._kube_busy("Node", None, n.name):
+            self._kube_flow("uncordon" if n.cordoned else "cordon", "Node", None, n.name)
 
     def action_kube_drain_node(self) -> None:
         n = self._need("node", "nodes", "a node (or a pod on it)")
-        if n is not None:
-            self._start(self._kube_flow("drain_node", "Node", None, n.name, abortable=True))
+        if n is not None and not self._kube_busy("Node", None, n.name):
+            self._kube_flow("drain_node", "Node", None, n.name)
 
     def action_kube_configmap(self) -> None:
         if self.kube_session is None:
@@ -544,8 +586,8 @@ class KubeActions:
         default = self.kube_cfg.configmap if self.kube_cfg.configmap in names or not names else names[0]
         values = await self.push_screen_wait(configmap_dialog(namespace, names, default))  # type: ignore[attr-defined]
         if values:
-            await self._kube_flow("configmap", "ConfigMap", namespace, values["name"], key=values["key"],
-                                  value=values["value"])
+            self._kube_flow("configmap", "ConfigMap", namespace, values["name"], key=values["key"],
+                            value=values["value"])
 
     def action_kube_context(self) -> None:
         self.run_worker(self._context_flow(), group="kube-nav", exclusive=True, exit_on_error=False)  # type: ignore[attr-defined]
@@ -592,75 +634,17 @@ class KubeActions:
             self._pane().show_message(f"Kubernetes: switching to {choice}…", "dim")  # type: ignore[attr-defined]
             self.kube_connect(session.context, [n.strip() for n in choice.split(",") if n.strip()])
 
-    # ----- the one flow ----------------------------------------------------------
-    async def _kube_flow(self, action: str, kind: str, namespace: str | None, name: str, *,
-                         abortable: bool = False, **params: Any) -> str:
-        """Plan → dry run → confirm → execute → follow → audit. Returns the final result."""
+    # ----- the one pipeline -------------------------------------------------------
+    def _kube_flow(self, action: str, kind: str, namespace: str | None, name: str, **params: Any) -> bool:
+        """Hand the action to the pipeline (plan → dry run → confirm → execute → follow → audit)."""
         control = self.kube_control
         if control is None or self.settings.read_only:  # type: ignore[attr-defined]
-            return "refused"
+            return False
         ui_action = "kube_cordon" if action in ("cordon", "uncordon") else f"kube_{action}"
-        label = f"{action.replace('_', ' ')} {kind.lower()} {namespace + '/' if namespace else ''}{name}"
-        self.kube_busy = label
-        screen = ConfirmScreen(f"{label}", dry_run="pending")
-        self.push_screen(screen)  # type: ignore[attr-defined]
-        note: str | None = None
-        try:
-            while True:
-                try:
-                    plan = await asyncio.to_thread(control.prepare, action, kind, namespace, name, **params)
-                except (KubeError, PlanError) as e:
-                    if isinstance(e, KubeError) and e.status == 403:
-                        self._kube_denied(ui_action, namespace, kind)
-                    screen.set_error(str(e))
-                    return "failed"
-                screen.set_title(plan.title)
-                notes = list(plan.steps) + [f"! {w}" for w in plan.warnings]
-                notes.append(f"context {control.session.context}, user {control.session.user or '?'}")
-                screen.set_plan(plan.summary, plan.diff, notes, note)
-                dry = await asyncio.to_thread(control.dry_run, plan)
-                if not dry.ok:
-                    await asyncio.to_thread(control.record_dry_run_failure, plan, dry)
-                    if dry.status == 403:
-                        self._kube_denied(ui_action, namespace, kind)
-                    screen.set_dry_run(False, f"dry run failed — nothing was changed: {dry.message}")
-                    self.log_event(f"[red]{plan.title}: dry run failed:[/red] {dry.message}")  # type: ignore[attr-defined]
-                    return "failed"
-                screen.set_dry_run(True, dry.message, dry.warnings)
-                if await screen.decision() != "confirm":
-                    return "cancelled"
-                abort = threading.Event()
-                screen.start_running(abortable=abortable, on_abort=abort.set)
 
-                def progress(p: Progress, screen=screen, title=plan.title) -> None:
-                    self.call_from_thread(self._kube_progress, screen, title, p)  # type: ignore[attr-defined]
+        def done(_outcome: Any) -> None:
+            self.run_worker(self._kube_refresh(), group="kube-refresh-after", exit_on_error=False)  # type: ignore[attr-defined]
 
-                outcome = await asyncio.to_thread(control.execute, plan, progress, abort)
-                self.kube_running_text = ""
-                if outcome.result == "conflict":
-                    note = ("⚠ The object changed since it was read (409 Conflict): it was read again — "
-                            "review the change below and confirm again.")
-                    self.log_event(f"[yellow]{plan.title}: 409 conflict — re-read, confirm again[/yellow]")  # type: ignore[attr-defined]
-                    continue
-                if outcome.status == 403:
-                    self._kube_denied(ui_action, namespace, kind)
-                style = "green" if outcome.ok else ("yellow" if outcome.result == "aborted" else "red")
-                self.log_event(f"[{style}]{plan.title}: {outcome.result}[/{style}] — {outcome.message}")  # type: ignore[attr-defined]
-                if screen.is_attached:
-                    screen.finish(outcome.ok, outcome.message, outcome.result)
-                else:
-                    self.notify(f"{plan.title}: {outcome.message}", severity="information" if outcome.ok  # type: ignore[attr-defined]
-                                else "error", timeout=8)
-                await self._kube_refresh()
-                return outcome.result
-        finally:
-            self.kube_busy = None
-            self.kube_running_text = ""
-
-    def _kube_progress(self, screen: ConfirmScreen, title: str, p: Progress) -> None:
-        text = p.text + (f" ({p.countdown_s:.0f} s)" if p.countdown_s is not None and "retry" not in p.text else "")
-        self.kube_running_text = f"{title}: {text}"
-        if screen.is_attached:
-            screen.set_progress(text, p.fraction)
-        else:
-            self._kube_render()
+        return self.start_action(KubeAction(control, action, kind, namespace, name, **params), on_done=done,
+                                 on_forbidden=lambda: self._kube_denied(ui_action, namespace, kind),
+                                 preflight_name="dry run")

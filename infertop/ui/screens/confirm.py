@@ -1,4 +1,4 @@
-"""A generic confirmation dialog for anything that changes something.
+"""The one confirmation dialog of the action pipeline (Kubernetes, local engines, what comes next).
 
 It shows the exact change (a one-line summary and a diff), the result of a
 server-side dry run, what will happen step by step and any warnings; then,
@@ -15,7 +15,8 @@ Lifecycle (driven by the caller, usually from an async worker)::
         ... screen.set_progress("2/5 ready", 0.4) ...   # from the worker: app.call_from_thread
         screen.finish(True, "replicas 3 → 5: 5/5 ready")
 
-Keys: ``y`` confirms (only once the dry run passed), ``n``/Esc cancels;
+Keys: ``y`` confirms (only once the dry run passed; Enter never does: the
+focus sits on Cancel), ``n``/Esc cancels;
 while running ``a`` aborts (when the action can be aborted) and Esc hides
 the dialog (the action goes on; its result goes to the Log pane); when done
 Esc/Enter closes. The dismiss value is ``"cancelled"``, ``"hidden"``, or
@@ -31,6 +32,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Button, ProgressBar, Static
 
@@ -149,9 +151,16 @@ class ConfirmScreen(ModalScreen[str]):
         return Text(self._message or "", style="bold yellow")
 
     def _render_state(self) -> None:
-        """Paint every part from the current state (setters may run before the screen is mounted)."""
-        if not getattr(self, "_mounted_ok", False):
+        """Paint every part from the current state (setters may run before the screen is mounted,
+        or while it is being dismissed)."""
+        if not getattr(self, "_mounted_ok", False) or not self.is_attached:
             return
+        try:
+            self._paint()
+        except NoMatches:
+            pass  # dismissed meanwhile (hidden): nothing to paint
+
+    def _paint(self) -> None:
         self.query_one("#confirm-title", Static).update(self.title_text)
         self.query_one("#confirm-change", Static).update(
             self._change or ("" if self.state == DONE else "reading the live object…"))

@@ -1,16 +1,15 @@
-"""Dialogs for local engines: pick a profile, edit arguments, confirm, follow progress."""
+"""Dialogs for local engines: pick a profile, edit an argument. (Confirmation and progress: the one
+:class:`~infertop.ui.screens.confirm.ConfirmScreen` of the action pipeline.)"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, OptionList, RichLog, Static
+from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 DIALOG_CSS = """
@@ -46,33 +45,6 @@ class ProfilePicker(ModalScreen[str | None]):
     @on(OptionList.OptionSelected)
     def _picked(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(event.option.id)
-
-
-class ConfirmDialog(ModalScreen[bool]):
-    """Show exactly what will happen; Enter or y confirms, Esc or n cancels."""
-
-    BINDINGS = [Binding("escape,n", "dismiss(False)", "Cancel"), Binding("y", "dismiss(True)", "Confirm")]
-    DEFAULT_CSS = DIALOG_CSS.format(name="ConfirmDialog")
-
-    def __init__(self, title: str, body: str) -> None:
-        super().__init__()
-        self.title_text = title
-        self.body = body
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Static(self.title_text, classes="title")
-            yield Static(self.body)
-            with Horizontal(classes="buttons"):
-                yield Button("Cancel (n)", id="no")
-                yield Button("Confirm (y)", id="yes", variant="warning")
-
-    def on_mount(self) -> None:
-        self.query_one("#yes", Button).focus()
-
-    @on(Button.Pressed)
-    def _button(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "yes")
 
 
 class ArgsDialog(ModalScreen[dict | None]):
@@ -119,79 +91,3 @@ class ArgsDialog(ModalScreen[dict | None]):
         n = self._parse(event.value)
         if n is not None and n != self.old:
             self.dismiss({self.key: n})
-
-
-class Feedback:
-    """Thread-safe progress channel of an :class:`OperationScreen`."""
-
-    def __init__(self, line: Callable[[str], None], status: Callable[[str], None]) -> None:
-        self.line = line
-        self.status = status
-
-
-class OperationScreen(ModalScreen[object]):
-    """Runs a blocking engine operation in a thread worker and shows its progress.
-
-    ``run(progress)`` is called in a thread with a :class:`Feedback`:
-    ``progress.line(text)`` appends to the log, ``progress.status(text)``
-    replaces the live status line. The result (or the exception) goes to
-    ``on_done`` when the operation finishes; Esc closes the screen then.
-    """
-
-    BINDINGS = [Binding("escape", "close", "Close")]
-    DEFAULT_CSS = DIALOG_CSS.format(name="OperationScreen") + """
-    OperationScreen RichLog { height: 14; border: none; background: $surface; }
-    """
-
-    def __init__(self, title: str, run: Callable[[Callable[[str], None]], object],
-                 describe: Callable[[object], str], on_done: Callable[[object], None] | None = None) -> None:
-        super().__init__()
-        self.title_text = title
-        self.run_op = run
-        self.describe = describe
-        self.on_done = on_done
-        self.result: object = None
-        self.done = False
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Static(self.title_text, classes="title")
-            yield RichLog(id="op-log", wrap=True, markup=False, max_lines=500)
-            yield Static("working…", id="op-status")
-
-    def on_mount(self) -> None:
-        self._work()
-
-    def _line(self, text: str) -> None:
-        self.query_one("#op-log", RichLog).write(text)
-
-    def _status(self, text: str) -> None:
-        if not self.done:
-            self.query_one("#op-status", Static).update(text)
-
-    @work(thread=True, exclusive=True, group="engine-op", exit_on_error=False)
-    def _work(self) -> None:
-        progress = Feedback(lambda t: self.app.call_from_thread(self._line, t),
-                            lambda t: self.app.call_from_thread(self._status, t))
-        try:
-            result = self.run_op(progress)
-        except Exception as e:  # noqa: BLE001 — shown in place, never a traceback
-            result = e
-        self.app.call_from_thread(self._finish, result)
-
-    def _finish(self, result: object) -> None:
-        self.result, self.done = result, True
-        if self.on_done is not None:
-            self.on_done(result)
-        ok = not isinstance(result, Exception)
-        summary = self.describe(result)
-        self._line(summary)
-        status = self.query_one("#op-status", Static)
-        status.update(Text.from_markup(("[green]done[/green]: " if ok else "[red]failed[/red]: ")
-                                       + Text(summary.splitlines()[0]).markup + "   [dim](Esc closes)[/dim]"))
-
-    def action_close(self) -> None:
-        if self.done:
-            self.dismiss(self.result)
-        else:
-            self.notify("still running: Esc closes this once it has finished", severity="warning", timeout=3)

@@ -30,6 +30,14 @@ class HelpScreen(ModalScreen[None]):
         self.read_only = read_only
         self._width = 0
 
+    def _offered(self, action: str) -> bool:
+        """Only what may run: the same gate as the key bindings (RBAC per kind and namespace…).
+        Greyed-out actions (False: e.g. no local engine selected) are listed; hidden ones (None) are not."""
+        try:
+            return self.app.check_action(action, ()) is not None
+        except Exception:  # noqa: BLE001 — a gate that cannot decide hides nothing
+            return True
+
     def compose(self) -> ComposeResult:
         mode = "  (read-only: actions that change anything are disabled)" if self.read_only else ""
         closers = ", ".join(key_display(k) for k in CLOSE_KEYS.split(","))
@@ -51,7 +59,7 @@ class HelpScreen(ModalScreen[None]):
         if screen_width == self._width:
             return
         self._width = screen_width
-        actions = visible_actions(self.read_only)
+        actions = [a for a in visible_actions(self.read_only) if self._offered(a.action.split("(")[0])]
         keys = [a.display_keys for a in actions]
         key_w = max(len("Key"), *(len(k) for k in keys))
         group_w = max(len("Group"), *(len(a.group) for a in actions))

@@ -19,6 +19,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable
 
+from ...text import plain
 from ...domain.kube import ClusterSnapshot, EventView, HpaView, NodeView, PodView, WorkloadView
 from ...format import DASH, count_human, age_short
 from .lean import LeanLines
@@ -78,6 +79,8 @@ class KubeTable(LeanLines, DataTable):
         return self._order[self.cursor_row]
 
     def update_rows(self, rows: list[tuple[str, list]]) -> None:
+        # Object names, event messages and args come from the API server: never markup.
+        rows = [(k, [c if isinstance(c, Text) else Text(plain(c)) for c in cells]) for k, cells in rows]
         order = [k for k, _ in rows]
         if order != self._order:
             selected = self.selected_key
@@ -105,7 +108,7 @@ class ClusterPane(Vertical):
 
     DEFAULT_CSS = """
     ClusterPane { height: 1fr; }
-    ClusterPane #cluster-header { height: auto; max-height: 2; padding: 0 1; }
+    ClusterPane #cluster-header { height: auto; max-height: 4; padding: 0 1; }
     ClusterPane #cluster-tabs { height: 1; padding: 0 1; }
     ClusterPane ContentSwitcher { height: 1fr; }
     ClusterPane #cluster-detail { height: 4; padding: 0 1; border-top: solid $panel; color: $text-muted; }

@@ -137,7 +137,7 @@ class EnginesTable(LeanTable):
             return f"{s.state} {age_short(f.age_s)}"  # stale values: how old they are
         return fmt(s)
 
-    def _style(self, key: str, s: EngineStats, text: str) -> Text | str:
+    def _style(self, key: str, s: EngineStats, text: str) -> Text:
         if key == "state":
             return Text(text, style=_STATE_STYLE.get(s.state, "dim"))
         f = self._fresh.get(s.name)
@@ -154,7 +154,7 @@ class EnginesTable(LeanTable):
                     return Text(text, style="bold red")
         if key == "wait" and s.waiting:
             return Text(text, style="yellow")
-        return text
+        return Text(text)  # a str cell is parsed as markup by DataTable; names and models are label values
 
     def matches(self, s: EngineStats) -> bool:
         f = self.filter_text.lower()

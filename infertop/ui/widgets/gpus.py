@@ -301,7 +301,7 @@ def render_cell(c: Cell) -> Text | str:
         t = Text(c.text, style=c.style)
         t.append(c.bar, style="green")
         return t
-    return Text(c.text, style=c.style) if c.style else c.text
+    return Text(c.text, style=c.style or "")  # never a str: DataTable would parse it as markup
 
 
 def _plain(c: Cell) -> str:
