@@ -262,3 +262,36 @@ def test_observe_copies_only_an_engine_that_was_polled():
     assert joiner._last_good["beta"] is not kept["beta"] and joiner._last_good["beta"].running == 5
     state = joiner.build()
     assert [e.stats.running for e in state.engines] == [1, 5]
+
+
+# ----- window buckets in one pass -------------------------------------------------------------
+def test_all_window_buckets_in_one_pass_equal_each_histogram_read_alone():
+    from infertop.analysis.engine_stats import QUANTILES, all_window_buckets, derive, quantile, window_buckets
+    from infertop.state.window import CounterWindow
+
+    window = CounterWindow(60)
+    les = ("0.01", "0.05", "0.1", "0.5", "1.0", "+Inf")
+    for t in range(4):
+        raw = {"requests": 10.0 * t, "not@a-bound": float(t)}
+        for h, scale in (("ttft", 3), ("itl", 11), ("e2e", 2), ("queue", 1)):
+            for i, le in enumerate(les):
+                raw[f"{h}@{le}"] = float(t * scale * (i + 1))
+        window.add(float(t), raw)
+    together = all_window_buckets(window)
+    assert set(together) == {"ttft", "itl", "e2e", "queue"}  # "not@a-bound" is no bucket
+    for h in together:
+        assert sorted(together[h]) == sorted(window_buckets(window, h))
+    stats = derive(EngineStats(name="e", url="u"), window, {"running": 1.0})
+    for h, q, attr in QUANTILES:
+        assert getattr(stats, attr) == quantile(window, h, q) and getattr(stats, attr) is not None
+
+
+async def test_the_app_observes_each_engine_as_it_is_polled(scripted):
+    from vllm_text import v1_doc
+
+    srv = scripted().serve_engine(v1_doc(engines={"0": {"running": 3}}))
+    app = InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False)), endpoints=[EngineEndpoint("one", srv.url)]),
+                      poll=False)
+    async with app.run_test(size=(120, 40)):
+        await app.collector.poll_collector(app.collector.collectors[0])
+        assert app.joiner._last_good["one"].running == 3  # kept before any tick

@@ -110,7 +110,7 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         self.joiner = FleetJoiner(self.collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s,
                                   mode=settings.mode, engine_pods=settings.engine_pods, wall=settings.wall_clock)
         self.state: FleetState | None = None  # the state on screen
-        self.collector.on_update = self._on_collected
+        self.collector.on_polled = self._on_polled
         # GPUs: NVML (in a thread inside poll), dcgm-exporter URLs, Prometheus. Tests pass their own.
         self.gpu_collector = gpu_collector or GpuCollector(cfg.gpu, cfg.prometheus, dcgm_urls=settings.dcgm_urls)
         self._gpu_states: dict[str, str] = {}
@@ -254,8 +254,8 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
             return None
         return FleetSnapshot(taken_at=st.taken_at, engines=tuple(e.stats for e in st.engines if e.fresh))
 
-    def _on_collected(self, snap) -> None:
-        self.joiner.observe()
+    def _on_polled(self, collector) -> None:
+        self.joiner.observe([collector])
 
     # ----- rendering ----------------------------------------------------
     def tick(self) -> None:
