@@ -258,14 +258,20 @@ async def test_every_visible_copy_of_a_metric_is_equal(sim_cluster):
                 == seconds_human(f.ttft_p99_s)
             # the sparkline's newest point is the number beside it
             assert app.history.series("__fleet__", "running")[-1] == pytest.approx(f.running)
+            hot = cells(app, "#hot")
+            alerts = [str(line.render()) for line in app.query(".alert-line").results()]
+            # the Engines pane, shown as a user would, is painted from the same tick
+            await pilot.press("2")
+            await pilot.pause()
+            assert app.state.fleet is f
+            main = cells(app, "#engines-table")
+            await pilot.press("1")
             # the Engines table and the hot list show the same cells for the same engine
-            main, hot = cells(app, "#engines-table"), cells(app, "#hot")
             for name, row in hot.items():
                 for key, text in row.items():
                     assert main[name][key] == text, (name, key)
             # every alert's value is the one in the table beside it
-            for line in app.query(".alert-line").results():
-                text = str(line.render())
+            for text in alerts:
                 m = re.match(r"● (\S+) — (.*)", text)
                 if not m:
                     continue
@@ -321,10 +327,13 @@ async def test_tui_and_snapshot_render_the_same_numbers_from_one_recorded_state(
     app = InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False)), endpoints=[]), poll=False)
     async with app.run_test(size=(160, 40)) as pilot:
         app.show_state(state)
+        await pilot.press("2")  # the Engines pane
         await pilot.pause()
         tui = cells(app, "#engines-table")
         for name in ("alpha", "beta"):
             t = table[name]
             assert [tui[name]["run"], tui[name]["wait"], tui[name]["kv"]] == [t[3], t[4], t[5]]
+        await pilot.press("1")
+        await pilot.pause()
         assert text_of(app, "#tile-running .tile-value") == count_human(state.fleet.running) == "9"
         assert text_of(app, "#tile-kv .tile-value") == f"{pct_human(30.0)}/{pct_human(50.0)}"

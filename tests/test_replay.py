@@ -88,7 +88,17 @@ async def live_cells(state: FleetState) -> tuple[dict, str, str]:
     async with app.run_test(size=(140, 40)) as pilot:
         app.show_state(state)
         await pilot.pause()
-        return cells(app), text_of(app, "#tile-running .tile-value"), text_of(app, "#statusbar")
+        return await cells_then_overview(app, pilot)
+
+
+async def cells_then_overview(app, pilot) -> tuple[dict, str, str]:
+    """The Engines table (shown as a user would), then the Overview tile and the status bar."""
+    await pilot.press("2")
+    await pilot.pause()
+    table = cells(app)
+    await pilot.press("1")
+    await pilot.pause()
+    return table, text_of(app, "#tile-running .tile-value"), text_of(app, "#statusbar")
 
 
 def replay_app(path, clock: Clock, **kw) -> InfertopApp:
@@ -109,7 +119,7 @@ async def test_replay_paints_the_recorded_state_as_live_did(tmp_path):
         app._replay_jump()
         await pilot.pause()
         assert app.state.tick == states[25].tick
-        replayed = (cells(app), text_of(app, "#tile-running .tile-value"), text_of(app, "#statusbar"))
+        replayed = await cells_then_overview(app, pilot)
         # the sparkline history was rebuilt from the ticks before the position
         assert len(app.history.series("__fleet__", "running")) >= 20
         # step back and forward one tick: the state on screen follows

@@ -110,6 +110,8 @@ async def test_bad_data_keeps_app_running(scripted):
             await app.poll_now()
         await pilot.pause()
         assert "bad down: garbage /metrics" in text_of(app, "#statusbar")
+        await pilot.press("2")  # the Engines pane
+        await pilot.pause()
         assert table_rows(app)["good"][1] == "up"
         assert app.is_running
 

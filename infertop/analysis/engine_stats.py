@@ -67,6 +67,39 @@ def derive(base: EngineStats, window: CounterWindow, gauges: dict[str, float]) -
         "prefix_cache_hit_pct": prefix_pct,
         "window_s": window.span_s or None,
     }
+    buckets = all_window_buckets(window)  # one pass over the samples, not one per quantile
     for hist, q, attr in QUANTILES:
-        fields[attr] = quantile(window, hist, q)
+        b = buckets.get(hist)
+        v = histogram_quantile(q, b) if b else None
+        fields[attr] = None if v is None or math.isnan(v) else v
     return replace(base, **fields)
+
+
+_LE: dict[str, tuple[str, float] | None] = {}  # "hist@le" → (hist, le): the same keys every poll
+_LE_MAX = 4096  # a source inventing new bounds every poll cannot grow it without limit
+
+
+def all_window_buckets(window: CounterWindow) -> dict[str, list[tuple[float, float]]]:
+    """(le, increase over the window) of every bucket, by histogram: what
+    :func:`window_buckets` gives for each histogram, in one pass."""
+    edges = window.edges()
+    if edges is None:
+        return {}
+    (_, first), (_, last) = edges
+    out: dict[str, list[tuple[float, float]]] = {}
+    for key, v in last.items():
+        split = _LE.get(key, False)
+        if split is False:
+            hist, sep, le = key.partition("@")
+            try:
+                split = (hist, float(le)) if sep else None
+            except ValueError:
+                split = None  # not a bucket
+            if len(_LE) >= _LE_MAX:
+                _LE.clear()
+            _LE[key] = split
+        if split is not None:
+            v0 = first.get(key)
+            if v0 is not None:
+                out.setdefault(split[0], []).append((split[1], v - v0))
+    return out

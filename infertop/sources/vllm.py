@@ -397,6 +397,8 @@ class FleetCollector:
             self.collectors.append(self._collector(ep))
         self.history = HistoryStore(history_capacity)
         self.on_update = on_update
+        # called with the one collector just polled: O(1) per poll where on_update builds a fleet snapshot
+        self.on_polled: Callable[[EngineCollector], None] | None = None
         self._tasks: dict[str, asyncio.Task] | None = None
         self._stopped: asyncio.Event | None = None
 
@@ -425,6 +427,8 @@ class FleetCollector:
             self._record(stats)
         except Exception as exc:  # noqa: BLE001 — becomes that engine's error state; polling goes on
             c._failed(exc, c.clock(), internal=True)
+        if self.on_polled is not None:
+            self.on_polled(c)
         if self.on_update is not None:
             self.on_update(self.snapshot())
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -307,6 +307,7 @@ class FleetJoiner:
         self._last_good_at: dict[str, float] = {}  # monotonic time of each engine's last good sample
         self._down_since: dict[str, float] = {}
         self._source_down_since: dict[str, float] = {}
+        self._observed: dict[int, tuple[Any, Any]] = {}  # id(collector) → (stats, health) last observed
         # inputs handed in by other pollers
         self.gpu_rows: list[GpuStats] = []
         self.gpu_health: list[SourceHealth] = []
@@ -406,12 +407,19 @@ class FleetJoiner:
                            since=since, last_ok_at=wall(h.last_ok_at), age_s=age, latency_s=h.latency_s,
                            stale=bool(h.ok and age is not None and age > self.stale_after_s))
 
-    def observe(self) -> None:
+    def observe(self, collectors: Sequence[Any] | None = None) -> None:
         """Remember each engine's last good values (call after every poll, so a
-        good sample followed by a failure before the next tick is not lost)."""
+        good sample followed by a failure before the next tick is not lost);
+        ``collectors``: only these (the one just polled), default all."""
         now, mono = self.wall(), self.mono()
-        for c in self.collector.collectors:
+        for c in self.collector.collectors if collectors is None else collectors:
             h: SourceHealth = c.health
+            # A poll replaces a collector's stats list and health: the same objects mean
+            # nothing new, so each poll costs one copy of its own engine, not of the fleet.
+            seen = self._observed.get(id(c))
+            if seen is not None and seen[0] is c.stats and seen[1] is h:
+                continue
+            self._observed[id(c)] = (c.stats, h)
             for s in c.stats:
                 if h.ok and s.state in (UP, DEGRADED):
                     self._last_good[s.name] = replace(s, **{f: _clean(getattr(s, f)) for f in _VALUE_FIELDS})

@@ -35,6 +35,7 @@ from .actions import ACTIONS, bindings, footer_panes, key_display
 from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
 from .commands import InfertopCommands
+from .driver import default_driver_class
 from .screens.engine_detail import EngineDetailScreen
 from .screens.gpu_detail import GpuDetailScreen
 from .screens.help import HelpScreen
@@ -80,7 +81,10 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
     Screen { layout: vertical; }
-    #topbar { height: 1; background: $panel; padding: 0 1; }
+    #topbar-row { height: 1; background: $panel; }
+    #topbar { height: 1; width: 1fr; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    #clock { height: 1; width: 10; padding: 0 1; text-style: bold; }
+    #clock.replay { width: 21; }
     #statusbar { height: 1; background: $panel; padding: 0 1; }
     TabbedContent { height: 1fr; }
     TabPane { padding: 0; }
@@ -93,7 +97,7 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
 
     def __init__(self, settings: Settings, *, poll: bool = True, gpu_collector: GpuCollector | None = None) -> None:
         self.settings = settings
-        super().__init__()
+        super().__init__(driver_class=default_driver_class())  # only changed cells go to the terminal
         cfg = settings.config
         self.collector = FleetCollector(
             settings.endpoints,
@@ -106,7 +110,7 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         self.joiner = FleetJoiner(self.collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s,
                                   mode=settings.mode, engine_pods=settings.engine_pods, wall=settings.wall_clock)
         self.state: FleetState | None = None  # the state on screen
-        self.collector.on_update = self._on_collected
+        self.collector.on_polled = self._on_polled
         # GPUs: NVML (in a thread inside poll), dcgm-exporter URLs, Prometheus. Tests pass their own.
         self.gpu_collector = gpu_collector or GpuCollector(cfg.gpu, cfg.prometheus, dcgm_urls=settings.dcgm_urls)
         self._gpu_states: dict[str, str] = {}
@@ -121,7 +125,10 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
 
     # ----- layout -------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield QuietStatic(id="topbar")
+        with Horizontal(id="topbar-row"):
+            yield QuietStatic(id="topbar")
+            # The tick's time in a widget of its own: a new second repaints its 8 cells, not the header.
+            yield QuietStatic(id="clock", classes="replay" if self.player is not None else "")
         with TabbedContent(id="panes", initial="overview"):
             with TabPane("1 Overview", id="overview"):
                 yield Overview(self.settings.config.slo, id="overview-pane")
@@ -251,8 +258,8 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
             return None
         return FleetSnapshot(taken_at=st.taken_at, engines=tuple(e.stats for e in st.engines if e.fresh))
 
-    def _on_collected(self, snap) -> None:
-        self.joiner.observe()
+    def _on_polled(self, collector) -> None:
+        self.joiner.observe([collector])
 
     # ----- rendering ----------------------------------------------------
     def tick(self) -> None:
@@ -289,15 +296,22 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         self._paint(state)
 
     def _paint(self, state: FleetState) -> None:
+        """The header, the status bar and the pane on view, all from ``state``. A pane
+        out of view is painted from the state on screen when it is shown (_pane_activated)."""
         main = self.main
         self._render_top()
         gpu_health = [_health(src, state.taken_at) for src in state.sources if src.kind in GPU_KINDS]
         main.query_one("#statusbar", QuietStatic).show(status_line(state, gpu_status_parts(gpu_health, state.taken_at)))
-        overview = main.query_one(Overview)
-        overview.show_state(state, self.history)
-        main.query_one("#engines-table", EnginesTable).update_state(state)
-        self._render_engine_trends(state)
-        self._render_gpus(state)
+        pane = main.query_one("#panes", TabbedContent).active
+        if pane == "overview":
+            overview = main.query_one(Overview)
+            overview.show_state(state, self.history)
+            overview.show_gpus(summarize(list(state.gpus)), configured=state.gpus_configured)
+        elif pane == "engines":
+            main.query_one("#engines-table", EnginesTable).update_state(state)
+            self._render_engine_trends(state)
+        if pane == "gpus" or isinstance(self.screen, GpuDetailScreen):
+            self._render_gpus(state)
         if self.player is not None:
             self._render_recorded_cluster(state)
         if isinstance(self.screen, EngineDetailScreen):
@@ -338,12 +352,11 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
             self.main.query_one("#e-ttft", Trend).show(hist.series(name, "ttft_p99_s", n), seconds_human(s.ttft_p99_s))
 
     def _render_gpus(self, state: FleetState) -> None:
-        """GPU pane, Overview GPU tiles and an open GPU detail, from the state's GPUs."""
+        """GPU pane and an open GPU detail, from the state's GPUs."""
         rows = list(state.gpus)
         health = [_health(src, state.taken_at) for src in state.sources if src.kind in GPU_KINDS]
         pane = self.main.query_one(GpusPane)
         pane.show(rows, health, trends=True)
-        self.main.query_one(Overview).show_gpus(summarize(rows), configured=state.gpus_configured)
         if isinstance(self.screen, GpuDetailScreen):
             r = pane.gpu(self.screen.gpu_id)
             self.screen.show(r.gpu if r is not None else None)
@@ -380,6 +393,7 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         text = Text()
         text.append("infertop", style="bold")
         text.append(f" · {mode} · {n} engine{'s' if n != 1 else ''} · {src}")
+        clock = ""
         if self.player is not None:
             p = self.player
             text = Text()
@@ -387,13 +401,13 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
             text.append(f" · {Path(s.replay_path or '').name} · ")
             text.append("paused" if p.paused else f"×{p.speed:g}", style="bold yellow")
             if self.state is not None:
-                text.append(f" · {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.state.taken_at))}",
-                            style="bold")
+                clock = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.state.taken_at))
         elif self.state is not None:
-            text.append(f" · {time.strftime('%H:%M:%S', time.localtime(self.state.taken_at))}", style="bold")
+            clock = time.strftime('%H:%M:%S', time.localtime(self.state.taken_at))
             if s.record_path:
                 text.append(" · ● rec", style="red" if self.state_log.error is None else "yellow")
         self.main.query_one("#topbar", QuietStatic).show(text)
+        self.main.query_one("#clock", QuietStatic).show(clock)
 
     def _note_state_changes(self, engines) -> None:
         for e in engines:
@@ -442,9 +456,14 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
     @on(TabbedContent.TabActivated, "#panes")
     def _pane_activated(self) -> None:
         self.refresh_bindings()  # the footer shows the keys of the pane on view (a click on a tab too)
+        self.render_snapshot()  # a pane is painted only while on view: bring it to the state on screen
+
 
     def action_show_pane(self, pane: str) -> None:
-        self.main.query_one("#panes", TabbedContent).active = pane
+        tabs = self.main.query_one("#panes", TabbedContent)
+        if tabs.active != pane:
+            tabs.active = pane
+            self.render_snapshot()  # now, so that the first frame of the pane shows the state on screen
         self.refresh_bindings()
         if pane == "engines":
             self.main.query_one("#engines-table", EnginesTable).focus()

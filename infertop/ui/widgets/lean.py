@@ -72,15 +72,19 @@ class LeanTable(LeanLines, DataTable):
         row_key = RowKey(row)
         data = self._data[row_key]
         cols = []
+        wider = {}
         for column, value in values.items():
             col_key = ColumnKey(column)
             width = self.columns[col_key].content_width
             if len(str(getattr(value, "plain", value))) > width:
-                for c, v in values.items():
-                    self.update_cell(row, c, v, update_width=True)
-                return
+                wider[column] = value  # only a cell that widens its column needs measuring
+                continue
             data[col_key] = value
             cols.append(self._column_locations.get(col_key))
+        if wider:
+            for column, value in wider.items():
+                self.update_cell(row, column, value, update_width=True)
+            return  # update_cell repaints the whole table (the other cells were set above)
         self._update_count += 1  # invalidates DataTable's row render cache
         y = self._row_locations.get(row_key)
         first = self._get_cell_region(Coordinate(y, min(cols)))

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from rich.text import Text
 from textual.containers import Vertical
+from textual.geometry import Region
 from textual.widget import Widget
 from textual.widgets import Label, Static
 
@@ -20,13 +21,29 @@ class QuietStatic(Static):
     on a slow SSH link every repaint costs bytes."""
 
     _last: object = None
+    _lines: int | None = None  # lines of the content shown (0: empty)
 
     def show(self, content: Text | str) -> None:
         key = content.markup if isinstance(content, Text) else content
         if key == self._last:
             return
         self._last = key
-        self.update(content)
+        plain = content.plain if isinstance(content, Text) else content
+        lines = plain.count("\n") + 1 if plain else 0
+        layout = not self._fixed_size(lines)
+        self._lines = lines
+        self.update(content, layout=layout)
+
+    def _fixed_size(self, lines: int) -> bool:
+        """True when new content cannot change this widget's size: then it repaints
+        without a layout pass of the whole screen (a tile value, an alert line)."""
+        st = self.styles
+        if st.width is not None and st.width.is_auto:
+            return False
+        if st.height is not None and not st.height.is_auto:
+            return True
+        # auto height: a line that never wraps keeps its height while its line count holds
+        return st.text_wrap == "nowrap" and lines > 0 and lines == self._lines
 
 
 def _present(v: float | None) -> bool:
@@ -48,20 +65,36 @@ def _unit_format(value_text: str) -> Callable[[float], str] | None:
     return None
 
 
-def bars(data: Sequence[float | None], width: int, height: int, top: float) -> list[str]:
+def bucket_max(points: list[float | None], width: int, first: int) -> list[float | None]:
+    """At most ``width`` buckets of ``k`` points each (their largest value, None when
+    none is present), bounded at multiples of ``k`` of the points' absolute index
+    (``first`` is the index of ``points[0]``): while a series scrolls, the older
+    buckets keep their points and only the newest one changes until it is full.
+    A partial oldest bucket (its older points already dropped) is left out."""
+    k = -(-len(points) // width)
+    out: list[float | None] = []
+    start = 0
+    head = first % k
+    if head:  # the oldest bucket lost points: leave it out rather than show it shrinking
+        start = k - head
+    for i in range(start, len(points), k):
+        out.append(max((v for v in points[i:i + k] if _present(v)), default=None))
+    return out[-width:]
+
+
+def bars(data: Sequence[float | None], width: int, height: int, top: float, first: int = 0) -> list[str]:
     """Rows of block characters (top row first) for ``data`` on the scale 0..``top``.
 
     One bar per point, newest on the right; more points than ``width`` are
-    bucketed (the bucket's largest value). A missing point (None, NaN) is a
-    gap, never a zero; a zero is the lowest eighth, so it still shows.
+    bucketed (the bucket's largest value, see :func:`bucket_max`; ``first`` is
+    the absolute index of ``data[0]``). A missing point (None, NaN) is a gap,
+    never a zero; a zero is the lowest eighth, so it still shows.
     """
     if width <= 0 or height <= 0:
         return []
     points = list(data)
     if len(points) > width:
-        step = len(points) / width
-        buckets = [points[int(i * step): int((i + 1) * step)] for i in range(width)]
-        points = [max((v for v in b if _present(v)), default=None) for b in buckets]
+        points = bucket_max(points, width, first)
     cells = height * 8
     levels: list[int | None] = [None] * (width - len(points))
     for v in points:
@@ -104,22 +137,48 @@ class ScaledSparkline(LeanLines, Widget):
         self.data: tuple[float | None, ...] = ()
         self.top = 1.0
         self.top_text = ""
+        self.first = 0  # absolute index of data[0] (bucket boundaries)
+        self._rows: list[str] | None = None  # the rows last painted, with their axis
+        self._rows_size = (0, 0)
 
-    def plot(self, data: Sequence[float | None], top: float, top_text: str) -> None:
-        if (tuple(data), top, top_text) == (self.data, self.top, self.top_text):
+    def plot(self, data: Sequence[float | None], top: float, top_text: str, first: int = 0) -> None:
+        """Show ``data`` on 0..``top``; repaints only the columns whose bars changed."""
+        if (tuple(data), top, top_text, first) == (self.data, self.top, self.top_text, self.first):
             return
-        self.data, self.top, self.top_text = tuple(data), top, top_text
-        self.refresh()
+        self.data, self.top, self.top_text, self.first = tuple(data), top, top_text, first
+        old, rows = self._rows, self._lines()
+        if old is None or rows is None or len(old) != len(rows) or self._rows_size != self.size:
+            self.refresh()
+            return
+        changed = [c for r in range(len(rows)) for c in range(len(rows[r]))
+                   if c >= len(old[r]) or rows[r][c] != old[r][c]]
+        if not changed:
+            self._rows = rows
+            return
+        left, right = min(changed), max(changed)
+        self.refresh(Region(left, 0, right - left + 1, len(rows)))  # e.g. the newest bar alone
+
+    def _lines(self) -> list[str] | None:
+        """Each row as drawn: the axis (scale, ▕) then the bars; None: nothing to draw."""
+        width, height = self.size.width, self.size.height
+        axis = max(len(self.top_text), 1)
+        if not self.data or width <= axis + 2 or height <= 0:
+            return None
+        rows = bars(self.data, width - axis - 1, height, self.top, self.first)
+        return [f"{self.top_text if i == 0 else ('0' if i == height - 1 else ''):>{axis}}▕{row}"
+                for i, row in enumerate(rows)]
 
     def render(self) -> Text:
         width, height = self.size.width, self.size.height
         axis = max(len(self.top_text), 1)
         text = Text(no_wrap=True, overflow="crop")
-        if not self.data or width <= axis + 2 or height <= 0:
+        lines = self._lines()
+        self._rows, self._rows_size = lines, self.size
+        if lines is None:
             return text  # no trend yet: nothing, not a flat line that reads as zero
         bar_style = self.get_component_rich_style("sparkline--bar")
         axis_style = self.get_component_rich_style("sparkline--axis")
-        rows = bars(self.data, width - axis - 1, height, self.top)
+        rows = [line[axis + 1:] for line in lines]
         for i, row in enumerate(rows):
             label = self.top_text if i == 0 else ("0" if i == height - 1 else "")
             text.append(f"{label:>{axis}}▕", style=axis_style)
@@ -144,6 +203,8 @@ class Trend(Vertical):
         self.title = title
         self._label_text = ""
         self._fmt: Callable[[float], str] | None = None
+        self._series: list[float | None] = []  # the last data, NaN as None
+        self._first = 0  # absolute index of the series' first point (see bucket_max)
 
     def compose(self):
         yield Label(self.title)
@@ -157,7 +218,8 @@ class Trend(Vertical):
         label = f"{self.title}  {value_text}"
         if label != self._label_text:
             self._label_text = label
-            self.query_one(Label).update(Text(label))
+            self.query_one(Label).update(Text(label), layout=False)  # one line of fixed width
+        self._follow(data)
         self._fmt = fmt or _unit_format(value_text) or self._fmt or rate_human
         if percent is None:
             percent = self._fmt is pct_human
@@ -169,4 +231,19 @@ class Trend(Vertical):
         if top <= 0:
             top = 1.0  # all zero: the lowest bars, on a scale of 0..1
         top_text = self._fmt(top)
-        self.query_one(ScaledSparkline).plot(data, top, top_text)
+        self.query_one(ScaledSparkline).plot(data, top, top_text, self._first)
+
+    def _follow(self, data: Sequence[float | None]) -> None:
+        """Count the points that scrolled out, so that bucket boundaries stay with
+        their points: the same series shifted by one moves ``_first`` by one; any
+        other change (another engine selected, a gap) starts counting afresh."""
+        series = [v if _present(v) else None for v in data]
+        prev = self._series
+        if series == prev:
+            return
+        n = len(series)
+        if n and n == len(prev) and series[:-1] == prev[1:]:
+            self._first += 1
+        elif not (n == len(prev) + 1 and series[:-1] == prev):
+            self._first = 0
+        self._series = series

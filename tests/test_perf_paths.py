@@ -1,0 +1,297 @@
+"""The TUI's cheap paths show what the full paths showed: cell-diffed output gives
+the same screen, sparklines bucketed on absolute sample index, a pane painted
+only while on view, lines that repaint without layout, observe per poll."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import select
+import struct
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pyte
+from rich.text import Text
+from textual.app import App
+from textual.widgets import TabbedContent
+
+from infertop.config import Config, GpuConfig
+from infertop.domain.engine import EngineStats
+from infertop.domain.source import SourceHealth
+from infertop.sources.vllm import EngineEndpoint
+from infertop.state.fleet import FleetJoiner
+from infertop.ui.app import InfertopApp, Settings
+from infertop.ui.driver import CellDiff
+from infertop.ui.widgets.lean import LeanTable
+from infertop.ui.widgets.panels import QuietStatic, ScaledSparkline, Trend, bars
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ----- cell-diffed output ------------------------------------------------------------
+def screen_cells(screen: pyte.Screen) -> list[list[tuple]]:
+    return [[(c.data, c.fg, c.bg, c.bold, c.italics, c.underscore, c.reverse, c.strikethrough)
+             for c in (screen.buffer[y][x] for x in range(screen.columns))] for y in range(screen.lines)]
+
+
+def test_cell_diff_sends_only_the_changed_cells():
+    diff = CellDiff(20, 3)
+    first = diff.frame("\x1b[1;1H\x1b[1mTTFT 116ms\x1b[0m\x1b[2;1Hsteady line")
+    assert "TTFT 116ms" in first and "steady line" in first
+    again = diff.frame("\x1b[1;1H\x1b[1mTTFT 117ms\x1b[0m\x1b[2;1Hsteady line")
+    assert "7" in again and "116" not in again and "steady" not in again  # one cell, not two lines
+    # nothing changed: only the cursor goes where the app left it
+    assert diff.frame("\x1b[1;1H\x1b[1mTTFT 117ms\x1b[0m") == "\x1b[1;11H"
+    # a style change alone is a change
+    restyled = diff.frame("\x1b[2;1H\x1b[31msteady line\x1b[0m")
+    assert "steady line" in restyled and "31" in restyled
+    # an erase makes the model forget: the next frame is sent whole
+    diff.frame("\x1b[2J")
+    assert "TTFT 117ms" in diff.frame("\x1b[1;1H\x1b[1mTTFT 117ms\x1b[0m")
+
+
+def run_child_in_pty(out: Path, state_dir: Path, deadline_s: float = 120.0) -> int:
+    """tests/driver_child.py in a 120x40 pseudo-terminal; its output is drained here."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a terminal of 120x40, then the TUI
+        try:
+            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+            os.execv(sys.executable, [sys.executable, str(REPO / "tests" / "driver_child.py"), str(out),
+                                      str(state_dir)])
+        finally:
+            os._exit(127)
+    end = time.monotonic() + deadline_s
+    try:
+        while time.monotonic() < end:
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if ready:
+                try:
+                    if not os.read(fd, 65536):
+                        break
+                except OSError:  # the child closed the terminal
+                    break
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+        else:
+            os.kill(pid, 9)
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    finally:
+        os.close(fd)
+
+
+def test_cell_diffed_stream_paints_the_same_screen_as_the_app_wrote(tmp_path, monkeypatch):
+    # The TUI runs in a real terminal with the driver; every write is kept twice, as
+    # the app wrote it and as it was sent. Replayed through a terminal emulator, both
+    # give the same screen (characters and attributes) after every write: through
+    # ticks, pane switches, the help screen opening and closing and a resize.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(REPO / "tests")]))
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLORTERM", "truecolor")
+    monkeypatch.delenv("TEXTUAL_DRIVER", raising=False)
+    out = tmp_path / "frames.json"
+    assert run_child_in_pty(out, tmp_path / "state") == 0
+    frames = json.loads(out.read_text())
+    assert len(frames) > 50
+    assert {(c, r) for _, _, c, r in frames} == {(120, 40), (100, 30)}  # the resize happened
+    written_screen, sent_screen = pyte.Screen(120, 40), pyte.Screen(120, 40)
+    written_stream, sent_stream = pyte.Stream(written_screen), pyte.Stream(sent_screen)
+    for i, (written, sent, cols, rows) in enumerate(frames):
+        if (written_screen.columns, written_screen.lines) != (cols, rows):
+            written_screen.resize(rows, cols)
+            sent_screen.resize(rows, cols)
+        written_stream.feed(written)
+        sent_stream.feed(sent)
+        assert screen_cells(sent_screen) == screen_cells(written_screen), f"write {i} differs"
+    assert "β-engine" in "\n".join(written_screen.display)  # the run ended on the Engines pane
+    later = frames[len(frames) // 2:]  # ticks after the first paint: only changed cells go out
+    assert sum(len(s) for _, s, _, _ in later) < 0.7 * sum(len(w) for w, _, _, _ in later)
+
+
+# ----- sparklines ----------------------------------------------------------------------
+def test_buckets_keep_their_points_while_the_series_scrolls():
+    series = [float((i * 37) % 23) for i in range(400)]
+    width, height, span = 22, 2, 120
+    k = -(-span // width)
+    shots = [bars(series[s:s + span], width, height, 23.0, first=s) for s in range(k * 3)]
+    for s in range(1, len(shots)):
+        before, after = shots[s - 1], shots[s]
+        if (s + span - 1) % k == 0:
+            continue  # the newest point starts a bucket: the bars move one column left
+        changed = {c for r in range(height) for c in range(width) if before[r][c] != after[r][c]}
+        assert changed <= {width - 1}, (s, changed)  # only the newest bar
+    # each bar is the largest value of its k points, counted from the absolute index
+    full = bars(series[6:6 + span], width, 1, 23.0, first=6)[0]
+    top = bars([max(series[i:i + k]) for i in range(6, 6 + span, k)][-width:], width, 1, 23.0)[0]
+    assert full == top
+
+
+class TrendApp(App):
+    def compose(self):
+        yield Trend("Running", id="t")
+
+
+async def test_a_scrolling_trend_repaints_only_its_newest_columns():
+    app = TrendApp()
+    series = [float((i * 37) % 23) + 1 for i in range(200)]
+    async with app.run_test(size=(40, 6)) as pilot:
+        trend = app.query_one(Trend)
+        spark = app.query_one(ScaledSparkline)
+        trend.show(series[:120], "5")
+        trend.show(series[1:121], "5")  # the newest point starts a bucket
+        await pilot.pause()
+        painted = str(spark.render()).splitlines()
+        width = spark.size.width
+        # the next tick inside a bucket: only the columns on the right are dirty
+        trend.show(series[2:122], "6")
+        assert spark._repaint_regions and all(r.x >= width - 3 for r in spark._repaint_regions)
+        await pilot.pause()
+        now = str(spark.render()).splitlines()
+        assert [row[:-2] for row in now] == [row[:-2] for row in painted]
+        # another engine's series: everything is drawn again
+        trend.show([1.0] * 120, "1")
+        await pilot.pause()
+        assert str(spark.render()).splitlines()[1].endswith("█" * 10)
+
+
+# ----- lines of fixed size ---------------------------------------------------------------
+class LinesApp(App):
+    CSS = """
+    #fixed { height: 1; }
+    #auto { text-wrap: nowrap; }
+    """
+
+    def compose(self):
+        yield QuietStatic(id="fixed")
+        yield QuietStatic(id="auto")
+        yield LeanTable(id="table")
+
+
+async def test_fixed_lines_repaint_without_layout_and_others_still_grow():
+    app = LinesApp()
+    async with app.run_test(size=(40, 12)) as pilot:
+        fixed, auto = app.query_one("#fixed", QuietStatic), app.query_one("#auto", QuietStatic)
+        fixed.show("one")
+        auto.show("one")
+        await pilot.pause()
+        fixed.show(Text("two"))
+        assert not fixed._layout_required  # its size cannot change
+        auto.show("two")
+        assert not auto._layout_required  # one line, never wrapped: the same height
+        auto.show("two\nlines")
+        assert auto._layout_required
+        await pilot.pause()
+        assert str(fixed.render()) == "two" and auto.size.height == 2
+
+
+async def test_a_wider_cell_widens_its_column_and_the_other_cells_update():
+    app = LinesApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        t = app.query_one(LeanTable)
+        t.add_column("name", key="name")
+        t.add_column("run", key="run")
+        t.add_column("kv", key="kv")
+        t.add_row("a", "1", "5%", key="a")
+        await pilot.pause()
+        t.set_cells("a", {"run": "123456789", "kv": "7%"})
+        await pilot.pause()
+        assert [str(c) for c in t.get_row("a")] == ["a", "123456789", "7%"]
+        assert t.columns["run"].content_width >= 9
+
+
+# ----- the pane on view -------------------------------------------------------------------
+class Engine:
+    def __init__(self, name: str, running: int) -> None:
+        self.endpoint = EngineEndpoint(name, "http://127.0.0.1:9", max_num_seqs=8)
+        self.windows: dict = {}
+        self.set(running)
+
+    def set(self, running: int) -> None:
+        self.stats = [EngineStats(name=self.endpoint.name, url=self.endpoint.url, state="up", running=running,
+                                  max_num_seqs=8, scraped_at=time.time())]
+        self.health = SourceHealth(self.endpoint.name, "vllm", True, last_ok_at=time.monotonic())
+
+
+class Fleet:
+    def __init__(self, *engines: Engine) -> None:
+        self.collectors = list(engines)
+
+
+def run_cell(app, name: str) -> str:
+    t = app.query_one("#engines-table")
+    return str(t.get_row(name)[2])
+
+
+async def test_a_pane_shown_later_shows_the_state_on_screen_at_once(tmp_path):
+    alpha = Engine("alpha", 1)
+    fleet = Fleet(alpha)
+    app = InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False)), state_dir=str(tmp_path)), poll=False)
+    app.joiner = FleetJoiner(fleet, slo=Config().slo, refresh_s=1.0, window_s=60.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.show_state(app.joiner.build())
+        await pilot.press("2")
+        await pilot.pause()
+        assert run_cell(app, "alpha") == "1"
+        await pilot.press("1")
+        for running in (2, 3, 4):  # ticks while the Engines pane is out of view
+            alpha.set(running)
+            app.show_state(app.joiner.build())
+        fleet.collectors.append(Engine("beta", 6))
+        app.show_state(app.joiner.build())
+        await pilot.pause()
+        # a click on the tab (not the key): the pane is painted from the state on screen
+        app.query_one("#panes", TabbedContent).active = "engines"
+        await pilot.pause()
+        assert run_cell(app, "alpha") == "4" and run_cell(app, "beta") == "6"
+        assert app.query_one("#tile-running .tile-value").render().plain == "10"
+
+
+def test_observe_copies_only_an_engine_that_was_polled():
+    alpha, beta = Engine("alpha", 1), Engine("beta", 2)
+    joiner = FleetJoiner(Fleet(alpha, beta), slo=Config().slo, refresh_s=1.0, window_s=60.0)
+    joiner.observe()
+    kept = dict(joiner._last_good)
+    beta.set(5)  # only beta was polled
+    joiner.observe()
+    assert joiner._last_good["alpha"] is kept["alpha"]
+    assert joiner._last_good["beta"] is not kept["beta"] and joiner._last_good["beta"].running == 5
+    state = joiner.build()
+    assert [e.stats.running for e in state.engines] == [1, 5]
+
+
+# ----- window buckets in one pass -------------------------------------------------------------
+def test_all_window_buckets_in_one_pass_equal_each_histogram_read_alone():
+    from infertop.analysis.engine_stats import QUANTILES, all_window_buckets, derive, quantile, window_buckets
+    from infertop.state.window import CounterWindow
+
+    window = CounterWindow(60)
+    les = ("0.01", "0.05", "0.1", "0.5", "1.0", "+Inf")
+    for t in range(4):
+        raw = {"requests": 10.0 * t, "not@a-bound": float(t)}
+        for h, scale in (("ttft", 3), ("itl", 11), ("e2e", 2), ("queue", 1)):
+            for i, le in enumerate(les):
+                raw[f"{h}@{le}"] = float(t * scale * (i + 1))
+        window.add(float(t), raw)
+    together = all_window_buckets(window)
+    assert set(together) == {"ttft", "itl", "e2e", "queue"}  # "not@a-bound" is no bucket
+    for h in together:
+        assert sorted(together[h]) == sorted(window_buckets(window, h))
+    stats = derive(EngineStats(name="e", url="u"), window, {"running": 1.0})
+    for h, q, attr in QUANTILES:
+        assert getattr(stats, attr) == quantile(window, h, q) and getattr(stats, attr) is not None
+
+
+async def test_the_app_observes_each_engine_as_it_is_polled(scripted):
+    from vllm_text import v1_doc
+
+    srv = scripted().serve_engine(v1_doc(engines={"0": {"running": 3}}))
+    app = InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False)), endpoints=[EngineEndpoint("one", srv.url)]),
+                      poll=False)
+    async with app.run_test(size=(120, 40)):
+        await app.collector.poll_collector(app.collector.collectors[0])
+        assert app.joiner._last_good["one"].running == 3  # kept before any tick
