@@ -23,7 +23,7 @@ from infertop.sources.vllm import EngineEndpoint, FleetCollector
 from vllm_text import v1_doc
 
 INTERVAL_S = 0.1
-RUN_S = 2.0
+RUN_S = 3.0
 RSS_LIMIT_BYTES = 96 * 2**20  # growth of this process over one case (the 60 MB body included)
 # Polls of the healthy engine may fall short of its solo run by this many: the two
 # loops start and stop a tick apart. One lockstep timeout would cost ~5 of ~20.
@@ -74,7 +74,7 @@ async def test_hostile_engine_next_to_a_healthy_one(case, healthy, scripted):
     bad = [e for e in snap.engines if e.url == srv.url]
 
     assert [e.state for e in good] == [UP]
-    assert solo_polls >= 3, solo_polls  # polled again and again (≈ RUN_S / INTERVAL_S on an idle machine)
+    assert solo_polls >= 2, solo_polls  # polled again and again (≈ RUN_S / INTERVAL_S on an idle machine)
     assert polls >= solo_polls - POLL_SLACK, (polls, solo_polls)
     if case.name == "many-series":  # an expensive document is polled less often (≤ 5 % of a core)
         assert fc.collectors[1].completed_polls < polls / 2
