@@ -82,7 +82,7 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
             except TimeoutError:
                 pass
             state = joiner.build()
-            log.add(state.taken_at, state.to_doc())
+            log.add(state.taken_at, state)
             if log.error:
                 print(f"infertop record: {log.error}", file=sys.stderr)
                 break

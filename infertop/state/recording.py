@@ -37,8 +37,9 @@ class StateLog:
             self._thread = threading.Thread(target=self._write, name="infertop-recorder", daemon=True)
             self._thread.start()
 
-    def add(self, ts: float, doc: dict) -> None:
-        """Keep this tick (and queue it for the recording)."""
+    def add(self, ts: float, doc: Any) -> None:
+        """Keep this tick (and queue it for the recording). ``doc`` is a document or anything with
+        ``to_doc()`` (a FleetState): it is turned into a document only when written, off this thread."""
         if self.recent and ts <= self.recent[-1][0]:
             return  # the same tick painted twice (a repaint): recorded once
         self.recent.append((ts, doc))
@@ -55,16 +56,18 @@ class StateLog:
             if item is None:
                 break
             try:
-                self._recorder.append(*item)
+                ts, doc = item
+                self._recorder.append(ts, _doc(doc))
             except Exception as e:  # noqa: BLE001 — a recording problem must not stop the console
                 self.error = f"recording {self.path}: {e}"
 
-    def window(self, seconds: float) -> list[tuple[float, dict]]:
-        """The ticks of the last ``seconds`` kept in memory, oldest first."""
+    def window(self, seconds: float) -> list[tuple[float, Any]]:
+        """The ticks of the last ``seconds`` kept in memory, oldest first (states or documents:
+        :func:`documents` turns them into documents, best in a worker thread)."""
         if not self.recent:
             return []
         start = self.recent[-1][0] - seconds
-        return [t for t in self.recent if t[0] >= start]
+        return [(ts, doc) for ts, doc in list(self.recent) if ts >= start]
 
     def close(self) -> None:
         """Write what is queued and close the recording."""
@@ -80,10 +83,19 @@ class StateLog:
             self._recorder = None
 
 
+def _doc(item: Any) -> dict:
+    return item.to_doc() if hasattr(item, "to_doc") else item
+
+
+def documents(ticks: Iterable[tuple[float, Any]]) -> list[tuple[float, dict]]:
+    """(ts, document) for each (ts, state or document)."""
+    return [(ts, _doc(item)) for ts, item in ticks]
+
+
 def save_bundle(path: str, states: Iterable[tuple[float, dict]], log_lines: list[str], audit_entries: list[dict],
                 config_text: str) -> str:
     """Write an incident bundle (replayable with ``infertop replay``); returns its path."""
     from .bundle import write_bundle
 
-    write_bundle(path, list(states), log_lines, audit_entries, config_text)
+    write_bundle(path, documents(states), log_lines, audit_entries, config_text)
     return path

@@ -289,7 +289,7 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         Every number on screen then comes from this one tick."""
         previous, self.state = self.state, state
         if self.player is None:
-            self.state_log.add(state.taken_at, state.to_doc())
+            self.state_log.add(state.taken_at, state)
         record_state(self.history, state)
         record_history(self.history, flatten(state.gpus))
         self._note_changes(previous, state)
