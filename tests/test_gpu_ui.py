@@ -98,10 +98,12 @@ async def test_throttling_gpu_with_reason_and_lost_gpu_failed_while_others_updat
         assert "gpu2 saturated → failed: NVML: GPU is lost" in log
         await pilot.press("4")
 
-        # small jitter inside the dead-band is not repainted; a real move is
+        # every move is shown at the next tick (no dead-band: the table, the trend and the
+        # Overview tile show the same value), and the trend label beside it agrees
         nv.gpus[0].util = 41
         await app.poll_gpus_now()
-        assert gpu_rows(app)["gpu0"]["util"].startswith("40%")
+        await pilot.pause()
+        assert gpu_rows(app)["gpu0"]["util"].startswith("41%")
         nv.gpus[0].util = 60
         await app.poll_gpus_now()
         assert gpu_rows(app)["gpu0"]["util"].startswith("60%")

@@ -2,8 +2,8 @@
 selected GPU's trends, and a plain notice when a GPU source is missing.
 
 Like the Engines table, rows are written cell by cell and only when the
-text changed; live values (utilisation, power, clocks, temperature) use a
-dead-band so sensor jitter does not cost bytes on a slow SSH link.
+text changed — never held back: the table, the trends and the Overview
+tiles show the same tick's values.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def _hw(words_source: GpuStats) -> bool:
 class Cell(NamedTuple):
     text: str
     style: str = ""
-    raw: float | None = None  # the number behind a live value (dead-band)
+    raw: float | None = None  # the number behind the text (tests read it)
     bar: str = ""  # appended in the bar style (utilisation)
 
 
@@ -274,28 +274,6 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("engine", "Engine"),
     ("name", "Name"),
 )
-# Dead-bands: ("abs", points) or ("rel", fraction). A live value is repainted
-# once it moved by more than this since it was last shown (or its style changed).
-DEADBANDS: dict[str, tuple[str, float]] = {
-    "util": ("abs", 3.0),
-    "mem": ("rel", 0.01),
-    "temp": ("abs", 1.5),
-    "power": ("rel", 0.03),
-    "clock": ("rel", 0.01),
-}
-
-
-def moved(old: float | None, new: float | None, band: tuple[str, float]) -> bool:
-    if old is None or new is None:
-        return old is not new
-    if old == new:
-        return False
-    kind, amount = band
-    if kind == "abs":
-        return abs(new - old) > amount
-    return abs(new - old) > amount * max(abs(old), abs(new))
-
-
 def render_cell(c: Cell) -> Text | str:
     if c.bar:
         t = Text(c.text, style=c.style)
@@ -355,10 +333,6 @@ class GpusTable(LeanTable):
                 new = cells[key]
                 old = shown.get(key)
                 if old is not None and _plain(old) == _plain(new) and old.style == new.style:
-                    continue
-                band = DEADBANDS.get(key)
-                if (band is not None and old is not None and old.style == new.style and old.raw is not None
-                        and new.raw is not None and not moved(old.raw, new.raw, band)):
                     continue
                 shown[key] = new
                 changed[key] = new
