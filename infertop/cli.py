@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
-from dataclasses import asdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from . import __version__
@@ -129,23 +130,13 @@ def _record(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"infertop: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    demo = None
     try:
-        demo, endpoints = start_engines(args, cfg)
-        if demo is not None:
-            from .snapshot import apply_demo_defaults
-
-            apply_demo_defaults(cfg)
-        dcgm_urls = ([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm)
-        return record_main(args, cfg, endpoints, dcgm_urls=dcgm_urls,
-                           engine_pods=demo.engine_pods if demo is not None else None,
-                           mode="demo" if demo is not None else "live")
+        with fleet_sources(args, cfg) as fleet:
+            return record_main(args, cfg, fleet.endpoints, dcgm_urls=fleet.dcgm_urls,
+                               engine_pods=fleet.engine_pods, mode=fleet.mode)
     except DemoError as e:
         print(f"infertop: demo: {e}", file=sys.stderr)
         return EXIT_FAILED
-    finally:
-        if demo is not None:
-            demo.stop()
 
 
 def _replay(argv: list[str]) -> int:
@@ -319,6 +310,42 @@ def start_engines(args: argparse.Namespace, cfg: Config):
     return demo, demo.endpoints + endpoints_for(cfg, args.engine, default_local=False)
 
 
+@dataclass
+class Fleet:
+    """What a command watches: the engines (the simulator's with --demo), dcgm URLs, pod → engine map."""
+
+    endpoints: list[EngineEndpoint]
+    dcgm_urls: list[str]
+    engine_pods: dict[str, str]
+    state_dir: str | None = None
+    demo: bool = False
+
+    @property
+    def mode(self) -> str:
+        return "demo" if self.demo else "live"
+
+
+@contextmanager
+def fleet_sources(args: argparse.Namespace, cfg: Config, notes: list[str] | None = None) -> Iterator[Fleet]:
+    """Start the simulator with --demo (and apply the demo's SLO targets), yield the
+    :class:`Fleet`, stop the simulator on the way out. Raises DemoError."""
+    demo, endpoints = start_engines(args, cfg)
+    try:
+        if demo is not None:
+            if notes is not None:
+                notes.append(f"Demo: {len(demo.endpoints)} simulated vLLM engines with bursty load (infertop sim).")
+            from .snapshot import apply_demo_defaults
+
+            apply_demo_defaults(cfg, notes)
+        yield Fleet(endpoints=endpoints,
+                    dcgm_urls=([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm),
+                    engine_pods=dict(demo.engine_pods) if demo is not None else {},
+                    state_dir=demo.state_dir if demo is not None else None, demo=demo is not None)
+    finally:
+        if demo is not None:
+            demo.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -353,33 +380,21 @@ def tui_main(args: argparse.Namespace) -> int:
     from .crash import run_tui
     from .ui.app import InfertopApp, Settings  # textual only for the TUI
 
-    demo = None
     try:
-        demo, endpoints = start_engines(args, cfg)
-        if demo is not None:
-            notes.append(f"Demo: {len(demo.endpoints)} simulated vLLM engines with bursty load (infertop sim).")
-            from .snapshot import apply_demo_defaults
-
-            apply_demo_defaults(cfg, notes)
-        dcgm_urls = ([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm)
-        settings = Settings(config=cfg, endpoints=endpoints, read_only=cfg.read_only,
-                            mode="demo" if args.demo else "local", notes=notes, dcgm_urls=dcgm_urls,
-                            engine_pods=demo.engine_pods if demo is not None else {},
-                            state_dir=demo.state_dir if demo is not None else None,
-                            record_path=args.record)
-        return run_tui(InfertopApp(settings))
+        with fleet_sources(args, cfg, notes) as fleet:
+            settings = Settings(config=cfg, endpoints=fleet.endpoints, read_only=cfg.read_only,
+                                mode="demo" if fleet.demo else "local", notes=notes, dcgm_urls=fleet.dcgm_urls,
+                                engine_pods=fleet.engine_pods, state_dir=fleet.state_dir, record_path=args.record)
+            return run_tui(InfertopApp(settings))
     except DemoError as e:
         print(f"infertop: demo: {e}", file=sys.stderr)
         return EXIT_FAILED
-    finally:
-        if demo is not None:
-            demo.stop()
 
 
 def snapshot_main(argv: list[str]) -> int:
     """Collect for one window and print the fleet state; the exit code says whether all is well
     (see :mod:`infertop.snapshot`)."""
-    from .snapshot import apply_demo_defaults, collect_state, exit_code, print_table, write_json
+    from .snapshot import collect_state, exit_code, print_table, write_json
 
     args = build_snapshot_parser().parse_args(argv)
     try:
@@ -387,21 +402,13 @@ def snapshot_main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"infertop: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    demo = None
     try:
-        demo, endpoints = start_engines(args, cfg)
-        if demo is not None:
-            apply_demo_defaults(cfg)
-        dcgm_urls = ([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm)
-        state = asyncio.run(collect_state(endpoints, cfg, args.window, dcgm_urls=dcgm_urls,
-                                          engine_pods=demo.engine_pods if demo is not None else None,
-                                          mode="demo" if demo is not None else "live"))
+        with fleet_sources(args, cfg) as fleet:
+            state = asyncio.run(collect_state(fleet.endpoints, cfg, args.window, dcgm_urls=fleet.dcgm_urls,
+                                              engine_pods=fleet.engine_pods, mode=fleet.mode))
     except DemoError as e:
         print(f"infertop: demo: {e}", file=sys.stderr)
-        return 1
-    finally:
-        if demo is not None:
-            demo.stop()
+        return EXIT_FAILED
     if args.json:
         write_json(state, sys.stdout)
     else:

@@ -155,14 +155,7 @@ class _LifecycleMixin(_StoreMixin):
         }
         self._watch_child(proc)
         self._track(st)
-        try:
-            self._write_state(name, st)
-        except OSError as e:
-            # Untracked it would be an orphan nobody can stop: stop it again.
-            self._kill_now(st, self.failure_grace_s)
-            raise EngineStartError(f"engine state cannot be written ({self.state_path(name)}: "
-                                   f"{e.strerror or e}); the engine was stopped again",
-                                   log_path=str(log_path), pid=proc.pid) from None
+        self._write_state_or_stop(name, st, log_path)
         with self._lock:
             self._exited.pop(name, None)
             self._adopted.discard(name)
@@ -187,15 +180,20 @@ class _LifecycleMixin(_StoreMixin):
         startup = time.monotonic() - t_spawn
         self._track(st)
         st.update(phase="running", healthy_at=time.time(), startup_s=startup)
+        self._write_state_or_stop(name, st, log_path)
+        emit("healthy", f"healthy after {startup:.1f} s (pid {proc.pid}, port {port})", pid=proc.pid, force=True)
+        return self._record(st)
+
+    def _write_state_or_stop(self, name: str, st: dict, log_path) -> None:
+        """Write the engine's state file; an engine that cannot be tracked would be an
+        orphan nobody can stop, so when the write fails it is stopped again."""
         try:
             self._write_state(name, st)
         except OSError as e:
             self._kill_now(st, self.failure_grace_s)
             raise EngineStartError(f"engine state cannot be written ({self.state_path(name)}: "
                                    f"{e.strerror or e}); the engine was stopped again",
-                                   log_path=str(log_path), pid=proc.pid) from None
-        emit("healthy", f"healthy after {startup:.1f} s (pid {proc.pid}, port {port})", pid=proc.pid, force=True)
-        return self._record(st)
+                                   log_path=str(log_path), pid=st.get("pid")) from None
 
     def _wait_healthy(self, proc: subprocess.Popen, st: dict, follower: _LogFollower, emit: _Emitter,
                       timeout: float, t_spawn: float) -> str | None:

@@ -56,8 +56,8 @@ def boot_id() -> str:
         return ""
 
 
-def group_members(pgid: int) -> list[ProcStat]:
-    """Live (not zombie) processes whose process group is ``pgid``."""
+def live_processes(keep) -> list[ProcStat]:
+    """Live (not zombie) processes whose stat ``keep`` accepts."""
     out = []
     try:
         entries = os.listdir("/proc")
@@ -67,9 +67,14 @@ def group_members(pgid: int) -> list[ProcStat]:
         if not entry.isdigit():
             continue
         st = read_stat(int(entry))
-        if st is not None and st.pgrp == pgid and st.state not in ("Z", "X"):
+        if st is not None and st.state not in ("Z", "X") and keep(st):
             out.append(st)
     return out
+
+
+def group_members(pgid: int) -> list[ProcStat]:
+    """Live (not zombie) processes whose process group is ``pgid``."""
+    return live_processes(lambda st: st.pgrp == pgid)
 
 
 def session_members(sid: int) -> list[ProcStat]:
@@ -79,11 +84,7 @@ def session_members(sid: int) -> list[ProcStat]:
     while a session or group still carries it, so with a start-time check
     this names one engine's processes even after its leader died.
     """
-    out = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return out
+    return live_processes(lambda st: st.session == sid)
     for entry in entries:
         if not entry.isdigit():
             continue

@@ -34,6 +34,7 @@ from .status import alert_changes, status_line
 from .actions import ACTIONS, bindings, footer_panes, key_display
 from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
+from .replay_actions import ReplayActions
 from .commands import InfertopCommands
 from .driver import default_driver_class
 from .screens.engine_detail import EngineDetailScreen
@@ -76,7 +77,7 @@ class Settings:
     replay_path: str | None = None
 
 
-class InfertopApp(EngineActions, KubeActions, App[None]):
+class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
@@ -566,112 +567,6 @@ class InfertopApp(EngineActions, KubeActions, App[None]):
         self.kube_shutdown()
         await self.gpu_collector.aclose()
         await asyncio.to_thread(self.state_log.close)
-
-    # ----- replay and incident bundles -------------------------------------
-    def replay_tick(self) -> None:
-        """Show the recorded ticks that became due (the last one is the state on screen)."""
-        if not self.is_running or self.player is None:
-            return
-        ticks = self.player.due()
-        for _, doc in ticks[:-1]:
-            record_state(self.history, FleetState.from_doc(doc))  # sparklines keep every tick
-        if ticks:
-            self.show_state(FleetState.from_doc(ticks[-1][1]))
-        else:
-            self._render_top()
-
-    def _replay_jump(self) -> None:
-        """After a seek or a step: rebuild the sparklines from the ticks before the new position."""
-        p = self.player
-        pos = p.position()
-        if pos is None:
-            return
-        clear = getattr(self.history, "clear", None)
-        if clear is not None:
-            clear()
-        span = 120 * self.settings.config.refresh_s
-        for _, doc in list(p.replay.iter(pos - span, pos))[:-1]:
-            record_state(self.history, FleetState.from_doc(doc))
-        self.replay_tick()
-
-    def action_replay_toggle(self) -> None:
-        paused = self.player.toggle()
-        self.notify("replay paused" if paused else f"replay playing at ×{self.player.speed:g}", timeout=2)
-        self._render_top()
-
-    def action_replay_step(self, ticks: int) -> None:
-        self.player.step(ticks)
-        self._replay_jump()
-
-    def action_replay_speed(self, faster: bool) -> None:
-        speed = self.player.faster() if faster else self.player.slower()
-        self.notify(f"replay speed ×{speed:g}", timeout=2)
-        self._render_top()
-
-    def action_replay_seek(self) -> None:
-        from .screens.seek import SeekScreen
-
-        def done(text: str | None) -> None:
-            if not text:
-                return
-            from ..flight_cli import parse_at
-
-            try:
-                ts = parse_at(text, self.player.replay.span())
-            except ValueError as e:
-                self.notify(str(e), severity="warning")
-                return
-            self.player.seek(ts)
-            self._replay_jump()
-
-        self.push_screen(SeekScreen(), done)
-
-    def action_save_bundle(self) -> None:
-        """Write the last minutes of state, the Log pane, the audit lines and the redacted config to one file."""
-        from ..config import default_state_dir
-        from ..state.recording import BUNDLE_S
-
-        states = self.state_log.window(BUNDLE_S)
-        if not states:
-            self.notify("nothing to save yet: no tick recorded", severity="warning")
-            return
-        s = self.settings
-        state_dir = Path(s.state_dir or default_state_dir())
-        path = state_dir / f"incident-{time.strftime('%Y%m%d-%H%M%S')}.infertop"
-        audit_path = s.config.audit_log or (state_dir / "audit.jsonl")
-        config_path = s.config.source
-        log_lines = list(self.log_lines)
-        start = states[0][0]
-        self.notify(f"saving an incident bundle ({len(states)} ticks)…", timeout=2)
-
-        def work() -> str:
-            from ..control.audit import AuditLog
-            from ..state.recording import save_bundle
-
-            audit = [e for e in AuditLog(audit_path).entries() if (e.get("ts") or 0) >= start]
-            try:
-                config_text = Path(config_path).read_text(encoding="utf-8") if config_path else ""
-            except OSError:
-                config_text = ""
-            state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            return save_bundle(str(path), states, log_lines, audit, config_text)
-
-        def finished(result: object) -> None:
-            if isinstance(result, BaseException):
-                self.notify(f"incident bundle not saved: {result}", severity="error")
-                self.log_event(Text(f"incident bundle not saved: {result}"))
-            else:
-                self.notify(f"incident bundle saved: {result} (infertop replay FILE)", timeout=8)
-                self.log_event(Text(f"incident bundle saved: {result} — {len(states)} ticks; infertop replay {result}"))
-
-        async def run() -> None:
-            try:
-                result: object = await asyncio.to_thread(work)
-            except Exception as e:  # noqa: BLE001 — one line, never a traceback
-                result = e
-            finished(result)
-
-        self.run_worker(run(), group="bundle", exit_on_error=False)
 
     async def action_refresh_now(self) -> None:
         if self.player is None:

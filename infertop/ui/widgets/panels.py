@@ -169,7 +169,7 @@ class ScaledSparkline(LeanLines, Widget):
                 for i, row in enumerate(rows)]
 
     def render(self) -> Text:
-        width, height = self.size.width, self.size.height
+        height = self.size.height
         axis = max(len(self.top_text), 1)
         text = Text(no_wrap=True, overflow="crop")
         lines = self._lines()
