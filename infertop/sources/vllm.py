@@ -14,6 +14,7 @@ in one engine's poll becomes that engine's error state; its loop goes on.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 import json
 import random
 import time
@@ -184,6 +185,9 @@ class EngineCollector:
         self.vllm_version: str | None = None
         self.completed_polls = 0  # polls finished, successful or not
         self.cost_s = 0.0  # CPU seconds the last document took to parse and derive
+        # The last few costs: pacing goes by their minimum, so a document that is costly every
+        # time slows its own polls, while one garbage-collection pause in a parse does not.
+        self._costs: deque[float] = deque(maxlen=3)
         # names other endpoints use: a derived name never takes one
         self._reserved = reserved or (lambda: set())
         self._names: dict[tuple[str, str], str] = {}  # label set → its unique display name
@@ -221,7 +225,7 @@ class EngineCollector:
         The jitter spreads the retries of engines that failed together.
         """
         if self.health.consecutive_failures == 0:
-            return max(interval_s, COST_FACTOR * self.cost_s)
+            return max(interval_s, COST_FACTOR * min(self._costs, default=0.0))
         return interval_s * (1.0 - RETRY_JITTER * self._rng.random())
 
     async def poll(self, client: httpx.AsyncClient | None = None) -> list[EngineStats]:
@@ -271,6 +275,7 @@ class EngineCollector:
             t0 = time.thread_time()
             stats = [self._derive(s, version, now, problem, len(samples) > 1) for s in samples]
             self.cost_s += time.thread_time() - t0
+            self._costs.append(self.cost_s)
         except Exception as exc:  # noqa: BLE001 — a bug or an input nobody foresaw: shown, polling goes on
             return self._failed(exc, started, internal=True)
         self.health = SourceHealth(
