@@ -68,6 +68,12 @@ async def test_hostile_engine_next_to_a_healthy_one(case, healthy, scripted):
     case.setup(srv)
     rss_before = rss_bytes()
     solo_polls, polls, fc = await side_by_side(healthy.url, EngineEndpoint("bad", srv.url, timeout_s=case.timeout_s))
+    if polls < solo_polls - POLL_SLACK:
+        # Measured once more: a one-off stall of this process (a cold import on a fresh clone) can
+        # fall on either run; an engine that really slows its neighbour does so both times.
+        await fc.aclose()
+        solo_polls, polls, fc = await side_by_side(healthy.url,
+                                                   EngineEndpoint("bad", srv.url, timeout_s=case.timeout_s))
     growth = rss_bytes() - rss_before
     snap = fc.snapshot()
     good = [e for e in snap.engines if e.url == healthy.url]

@@ -257,9 +257,15 @@ def test_set_max_num_seqs_under_load_fails_no_accepted_request(
         assert tally(at_term).get("ok", 0) >= res.stop.in_flight_before  # all the engine held finished
         # vLLM 0.32 shuts its tokenizer pool first on SIGTERM: a request the HTTP server had
         # read but not yet handed to the engine gets HTTP 500 (never accepted, never started).
-        for o in accepted + during:
+        for o in accepted:
             if o.kind == "http_5xx":
                 assert "cannot schedule new futures after shutdown" in o.detail, o.detail
+        # Requests sent after SIGTERM reach a server that is shutting down: its tokenizer pool
+        # first, then its engine core once the drain is over; either answer is vLLM's refusal.
+        for o in during:
+            if o.kind == "http_5xx":
+                assert ("cannot schedule new futures after shutdown" in o.detail
+                        or "EngineCore encountered an issue" in o.detail), o.detail
 
         seen, samples = observe(rec.url, 8, 8)
         assert seen, f"never saw running == 8 with requests waiting; samples: {samples[-10:]}"
