@@ -120,6 +120,27 @@ class KubeActions(ActionRunner):
             self.kube_watcher.stop()
             self.kube_watcher = None
 
+    def _kube_retire(self, old: KubeSession) -> None:
+        """A session replaced by a context (or namespace) switch: closed now, or — while an action
+        started on it still runs — kept for that action's follow and closed when it ends."""
+        self._kube_retired = [*getattr(self, "_kube_retired", ()), old]
+        self._kube_close_retired()
+
+    def _kube_close_retired(self) -> None:
+        retired = getattr(self, "_kube_retired", ())
+        if not retired:
+            return
+        busy = {id(getattr(getattr(r.kind, "control", None), "session", None)) for r in self.action_board.runs()}
+        keep = [s for s in retired if id(s) in busy]
+        for s in retired:
+            if id(s) not in busy:
+                s.close()
+        self._kube_retired = keep
+
+    def _actions_changed(self) -> None:
+        super()._actions_changed()
+        self._kube_close_retired()  # an action ended: the session of a context left meanwhile may go
+
     def kube_connect(self, context: str | None = None, namespaces: list[str] | None = None) -> None:
         """Connect (or switch context / namespaces) in a thread worker."""
         self.kube_connecting = True
@@ -163,7 +184,7 @@ class KubeActions(ActionRunner):
         old = self.kube_session
         self.kube_shutdown()
         if old is not None and old.api_client is not session.api_client:
-            old.close()
+            self._kube_retire(old)
         self.kube_connecting = False
         self.kube_error = None
         self.kube_session, self.kube_watcher, self.kube_perms = session, watcher, perms

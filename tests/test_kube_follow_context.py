@@ -1,0 +1,106 @@
+"""A Kubernetes follow outlives a context switch (Pilot, API emulator).
+
+The follow of a scale keeps the session (and client) of the context it was
+started in until it ends: switching the context meanwhile neither fails it
+nor audits it as failed; it ends ``ok`` when its pods become ready, or
+``aborted`` when the operator aborts it, and its audit names the context it
+ran in. The old session's client is closed once no follow needs it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from test_kube_ui import NS, TOKEN, audit, confirm, connected, make_app, ready, set_input, until
+
+from infertop.ui.screens.actions_list import ActionsListScreen
+from infertop.ui.screens.confirm import ConfirmScreen
+from infertop.ui.screens.kube_dialogs import ChoiceDialog, FormDialog
+
+import pytest
+
+
+@pytest.fixture
+def emu(kube_emulator):
+    return kube_emulator(TOKEN, reconcile_interval=0.2)
+
+
+def two_contexts(emu, tmp_path):
+    emu.add_namespace("team-b")
+    emu.add_deployment("team-b", "mistral", replicas=1)
+    doc = emu.kubeconfig(context="lab", namespace=NS)
+    doc["contexts"].append({"name": "lab-b", "context": {"cluster": "lab", "user": "tester", "namespace": "team-b"}})
+    path = tmp_path / "kc"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+async def start_stuck_scale(pilot, app, pane) -> ConfirmScreen:
+    assert pane.select("workloads", "Deployment/default/slow")
+    await pilot.press("S")
+    form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen)
+    await set_input(pilot, form, "replicas", "2")
+    await pilot.press("enter")
+    screen = await confirm(pilot, app, "replicas 1 → 2", press=False)
+    await pilot.press("y")
+    await until(pilot, lambda: "ImagePullBackOff" in screen.progress_text, message=screen.progress_text)
+    return screen
+
+
+async def switch_to_lab_b(pilot, app, screen: ConfirmScreen):
+    """Hide the running scale and switch the context; returns the scale's run (what the list shows)."""
+    (run,) = app.action_board.in_flight()
+    await pilot.press("escape")  # hide the running scale; it goes on
+    await until(pilot, lambda: len(app.screen_stack) == 1)
+    await pilot.press("K")
+    dialog = await until(pilot, lambda: isinstance(app.screen, ChoiceDialog) and app.screen)
+    assert [oid for oid, _ in dialog.options] == ["lab", "lab-b"]
+    await pilot.press("down", "enter")
+    await until(pilot, lambda: app.kube_session is not None and app.kube_session.context == "lab-b",
+                message="context switch")
+    await pilot.pause(0.3)  # ~6 follow polls at 0.05 s on the old context's session
+    assert run.in_flight, run.status_text()
+    return run
+
+
+async def test_a_follow_survives_a_context_switch_and_ends_ok(emu, tmp_path):
+    emu.fail_image("registry.local/slow*")
+    emu.add_deployment(NS, "slow", replicas=1, image="registry.local/slow:1")
+    app = make_app(tmp_path, two_contexts(emu, tmp_path), stuck_after_s=600.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = await connected(pilot, app)
+        first = app.kube_session
+        screen = await start_stuck_scale(pilot, app, pane)
+        run = await switch_to_lab_b(pilot, app, screen)
+        assert app.kube_session is not first
+        assert app._kube_retired == [first]  # kept open for the follow
+        emu.clear_failures()  # the pods start: the scale completes, followed on the old context
+        await until(pilot, lambda: run.outcome is not None, message=run.status_text())
+        assert run.outcome.result == "ok", run.outcome
+        assert ready(emu, "slow", 2)
+        await until(pilot, lambda: app._kube_retired == [], message="the old session is closed once its follow ended")
+        assert len(first.api_client.rest_client.pool_manager.pools) == 0  # closed: no pooled connection left
+    (outcome,) = [e for e in audit(tmp_path) if e.get("action") == "kube.scale"]
+    assert (outcome["result"], outcome["context"]) == ("ok", "lab"), outcome
+
+
+async def test_a_follow_aborted_after_a_context_switch_is_audited_aborted(emu, tmp_path):
+    emu.fail_image("registry.local/slow*")
+    emu.add_deployment(NS, "slow", replicas=1, image="registry.local/slow:1")
+    app = make_app(tmp_path, two_contexts(emu, tmp_path), stuck_after_s=600.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = await connected(pilot, app)
+        screen = await start_stuck_scale(pilot, app, pane)
+        await switch_to_lab_b(pilot, app, screen)
+        await pilot.press("a")  # the list of running actions: the scale on context lab is there
+        listing = await until(pilot, lambda: isinstance(app.screen, ActionsListScreen) and app.screen)
+        assert [title for _, title, _ in listing.runs] == ["Scale: deployment default/slow"]
+        await pilot.press("enter")
+        reopened = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen)
+        assert reopened.state == "running"
+        await pilot.press("a")
+        await until(pilot, lambda: reopened.state == "done", message=reopened.progress_text)
+        assert reopened.result == "aborted", reopened.result_text
+        assert "the change itself stays applied" in reopened.result_text
+    (outcome,) = [e for e in audit(tmp_path) if e.get("action") == "kube.scale"]
+    assert (outcome["result"], outcome["context"]) == ("aborted", "lab"), outcome
