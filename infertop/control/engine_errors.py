@@ -32,6 +32,10 @@ class NotOurProcessError(EngineError):
     """The recorded PID now belongs to another process: refused, nothing signalled."""
 
 
+class EngineAborted(EngineError):
+    """The operator aborted the action; ``reason`` says what state the engine is left in."""
+
+
 class AuditRefusedError(EngineError):
     """The audit log cannot be written: the action was refused before anything was done."""
 

@@ -29,7 +29,14 @@ from .engine_command import (
     drain_timeout_for,
     effective_args,
 )
-from .engine_errors import EngineError, EngineStartError, EngineStopError, NotOurProcessError, PortInUseError
+from .engine_errors import (
+    EngineAborted,
+    EngineError,
+    EngineStartError,
+    EngineStopError,
+    NotOurProcessError,
+    PortInUseError,
+)
 from .engine_progress import _Emitter, _InFlightWatcher, drain_counts
 from .engine_state import (
     _ENGINE_STOPPED,
@@ -66,9 +73,12 @@ class _LifecycleMixin(_StoreMixin):
 
     def _do_start(self, name: str, profile: ProfileConfig, overrides: dict[str, Any], profile_name: str,
                   emit: _Emitter, timeout_s: float | None, *, restarts: int,
-                  before_spawn: Callable[[list[str]], None] | None = None) -> EngineRecord:
+                  before_spawn: Callable[[list[str]], None] | None = None,
+                  abort: threading.Event | None = None, leave_on_abort: bool = False) -> EngineRecord:
         """Spawn and wait healthy.  ``before_spawn(cmd)`` runs after every check, right before
-        the spawn (the audit intent); an exception from it cancels the start."""
+        the spawn (the audit intent); an exception from it cancels the start.  ``abort`` stops
+        the wait for /health: the engine is then stopped again, or — ``leave_on_abort`` (a
+        restart) — left as it is, still starting, and :class:`EngineAborted` says so."""
         drain = drain_timeout_for(profile, overrides, self.module)
         run_profile = replace(profile, shutdown_timeout=drain) if drain is not None else profile
         args = effective_args(run_profile, overrides)
@@ -164,7 +174,19 @@ class _LifecycleMixin(_StoreMixin):
         timeout = float(timeout_s if timeout_s is not None else profile.start_timeout_s)
         follower = _LogFollower(log_path, offset)
         try:
-            reason = self._wait_healthy(proc, st, follower, emit, timeout, t_spawn)
+            reason = self._wait_healthy(proc, st, follower, emit, timeout, t_spawn, abort)
+        except EngineAborted:
+            if not leave_on_abort:
+                self._kill_now(st, self.failure_grace_s)
+                self._drop_state(name)
+                raise
+            self._track(st)
+            with contextlib.suppress(OSError):
+                self._write_state(name, st)
+            raise EngineAborted(
+                f"aborted while waiting for /health ({time.monotonic() - t_spawn:.0f} s of {timeout:g} s): "
+                f"the engine (pid {proc.pid}, {_kv_args(overrides)}) is left as it is, still starting; "
+                f"`infertop engine status {name}` shows whether it comes up") from None
         except BaseException:  # interrupted (Ctrl-C, worker cancelled): leave nothing running
             self._kill_now(st, self.failure_grace_s)
             self._drop_state(name)
@@ -196,8 +218,8 @@ class _LifecycleMixin(_StoreMixin):
                                    log_path=str(log_path), pid=st.get("pid")) from None
 
     def _wait_healthy(self, proc: subprocess.Popen, st: dict, follower: _LogFollower, emit: _Emitter,
-                      timeout: float, t_spawn: float) -> str | None:
-        """Poll until /health is 200 (None) or a failure reason."""
+                      timeout: float, t_spawn: float, abort: threading.Event | None = None) -> str | None:
+        """Poll until /health is 200 (None) or a failure reason; EngineAborted once ``abort`` is set."""
         health_url = st["url"] + "/health"
         last_err = "no answer yet"
         last_track = time.monotonic()
@@ -205,6 +227,8 @@ class _LifecycleMixin(_StoreMixin):
         reason: str | None = None
         with httpx.Client(timeout=httpx.Timeout(2.0, connect=1.0), trust_env=False) as client:
             while True:
+                if abort is not None and abort.is_set():
+                    raise EngineAborted("aborted while waiting for /health")
                 follower.poll()
                 lines = follower.all_lines()
                 rc = proc.returncode
@@ -236,13 +260,16 @@ class _LifecycleMixin(_StoreMixin):
                     reason = f"not healthy after {timeout:g} s (/health: {last_err})"
                     break
                 emit("waiting", f"waiting for /health ({elapsed:.0f} s of {timeout:g} s)",
-                     log_line=follower.last_line(), pid=proc.pid)
+                     log_line=follower.last_line(), pid=proc.pid, countdown_s=timeout - elapsed)
                 if time.monotonic() - last_track >= 2.0:  # EngineCore, workers: record them as they appear
                     last_track = time.monotonic()
                     if self._track(st):
                         with contextlib.suppress(OSError):
                             self._write_state(st["name"], st)
-                time.sleep(self.poll_interval_s)
+                if abort is not None:
+                    abort.wait(self.poll_interval_s)
+                else:
+                    time.sleep(self.poll_interval_s)
         return reason
 
     def _describe_port_owner(self, port: int) -> str:
@@ -294,7 +321,8 @@ class _LifecycleMixin(_StoreMixin):
         return grace
 
     def _do_stop(self, st: dict, grace_s: float | None, emit: _Emitter,
-                 before_signal: Callable[[dict], None] | None = None) -> StopResult:
+                 before_signal: Callable[[dict], None] | None = None,
+                 abort: threading.Event | None = None) -> StopResult:
         """SIGTERM the main (API-server) process: vLLM drains its in-flight requests for
         ``--shutdown-timeout`` and stops its EngineCore and workers itself.  Only after
         ``grace_s`` does the whole engine get SIGKILL.  Processes left once the main one
@@ -303,6 +331,9 @@ class _LifecycleMixin(_StoreMixin):
         ``before_signal(info)`` runs after every check, right before the first signal
         (the audit intent: ``info`` holds the pids and the in-flight count); an
         exception from it cancels the stop with nothing signalled.
+
+        ``abort`` stops the waiting (never the signal already sent): :class:`EngineAborted`
+        says what the engine is doing then (vLLM drains on and exits by itself; no SIGKILL).
         """
         name, pid = st["name"], int(st["pid"])
         kind, why = self._identity(st)
@@ -323,6 +354,8 @@ class _LifecycleMixin(_StoreMixin):
         before_n = aborted0 = None
         if kind == "alive":
             before_n, aborted0 = drain_counts(st["url"], min(self.observe_timeout_s, 3.0))
+        if abort is not None and abort.is_set():
+            raise EngineAborted(f"aborted before anything was signalled: engine {name!r} runs on (pid {pid})")
         if before_signal is not None:
             before_signal({"pids": [m.pid for m in members], "in_flight": before_n,
                            "main": "alive" if kind == "alive" else why})
@@ -348,7 +381,7 @@ class _LifecycleMixin(_StoreMixin):
                 signalled = f"main process {pid}"
                 emit("draining", f"SIGTERM sent to the main process {pid}{_in_flight_text(before_n)}; "
                      "vLLM drains in-flight requests "
-                     f"(SIGKILL after {grace:g} s)", pid=pid, in_flight=before_n, force=True)
+                     f"(SIGKILL after {grace:g} s)", pid=pid, in_flight=before_n, force=True, countdown_s=grace)
             else:
                 self._signal_members(st, signal.SIGTERM)
                 leftovers_termed = True
@@ -395,8 +428,20 @@ class _LifecycleMixin(_StoreMixin):
                 elif main_alive:
                     n = watcher.value if watcher is not None else None
                     msg = f"draining ({n} in flight)" if n is not None else "draining"
-                    emit("draining", f"{msg}, {elapsed:.0f} s of {grace:g} s grace", in_flight=n, pid=pid)
-                time.sleep(min(self.poll_interval_s, 0.2))
+                    emit("draining", f"{msg}, {elapsed:.0f} s of {grace:g} s grace", in_flight=n, pid=pid,
+                         countdown_s=grace - elapsed)
+                if abort is not None and abort.is_set():
+                    n = watcher.value if watcher is not None else None
+                    drain = (st.get("args") or {}).get("shutdown_timeout")
+                    raise EngineAborted(
+                        f"aborted during the drain, {elapsed:.0f} s after SIGTERM to the {signalled}: the engine "
+                        f"is still stopping ({_in_flight_text(n).strip(' ()') or 'in flight unknown'}); vLLM drains "
+                        f"on and exits by itself{f' within its {drain:g} s shutdown timeout' if drain else ''}; "
+                        f"no SIGKILL is sent (`infertop engine stop {name}` ends it)")
+                if abort is not None:
+                    abort.wait(min(self.poll_interval_s, 0.2))
+                else:
+                    time.sleep(min(self.poll_interval_s, 0.2))
         finally:
             if watcher is not None:
                 watcher.close()
@@ -490,6 +535,10 @@ def _hint(lines: list[str]) -> str:
         return (" — the profile's python has no vLLM; set `python:` to the vLLM virtualenv's "
                 "python (`python -m infertop.control.vllm_env --check` prints it)")
     return ""
+
+
+def _kv_args(d: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in d.items()) or "its recorded arguments"
 
 
 def _in_flight_text(n: int | None) -> str:

@@ -34,10 +34,14 @@ class EngineProgress:
     log_line: str | None = None  # the engine's latest log line (start)
     in_flight: int | None = None  # running + waiting from /metrics (stop), None when unknown
     pid: int | None = None
+    countdown_s: float | None = None  # seconds left of the step's bound (drain grace, health timeout)
 
     def line(self) -> str:
         """One printable line, as the headless CLI shows it."""
         text = f"[{self.elapsed_s:6.1f}s] {self.name}: {self.message}"
+        if self.countdown_s is not None:
+            s = max(0, int(round(self.countdown_s)))
+            text += f" ({s // 60}:{s % 60:02d} left)"
         if self.log_line:
             text += f"  | {self.log_line}"
         return text
@@ -56,7 +60,8 @@ class _Emitter:
         return time.monotonic() - self.t0
 
     def __call__(self, phase: str, message: str, *, log_line: str | None = None,
-                 in_flight: int | None = None, pid: int | None = None, force: bool = False) -> None:
+                 in_flight: int | None = None, pid: int | None = None, force: bool = False,
+                 countdown_s: float | None = None) -> None:
         if self.cb is None:
             return
         now = time.monotonic()
@@ -66,7 +71,8 @@ class _Emitter:
                 or (key != self._last and now - self._last_t >= 0.25)):
             return
         self._last, self._last_t = key, now
-        event = EngineProgress(self.name, self.action, phase, now - self.t0, message, log_line, in_flight, pid)
+        event = EngineProgress(self.name, self.action, phase, now - self.t0, message, log_line, in_flight, pid,
+                               countdown_s)
         try:
             self.cb(event)
         except Exception:  # noqa: BLE001 — a broken callback never breaks an action

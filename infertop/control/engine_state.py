@@ -113,6 +113,7 @@ class StopResult:
     in_flight_after: int | None = None  # at the last scrape before the server went away
     failed: int | None = None  # requests aborted during the stop (vLLM's abort counter), if known
     signalled: str = ""  # what got SIGTERM first: "main process 1234"
+    gateway: str = ""  # the drain at a gateway in front, and its undrain (empty: no gateway)
 
 
 @dataclass(frozen=True, slots=True)

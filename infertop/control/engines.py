@@ -91,6 +91,7 @@ from .engine_command import (
 )
 from .engine_errors import (
     AuditRefusedError,
+    EngineAborted,
     EngineBusyError,
     EngineError,
     EngineNotFound,
@@ -102,7 +103,9 @@ from .engine_errors import (
     SetArgsError,
     VerifyError,
 )
+from .engine_gateway import GatewayStep, append_note
 from .engine_lifecycle import _LifecycleMixin
+from .gateway_drain import GatewayDrain
 from .engine_progress import (
     EngineProgress,
     Progress,
@@ -451,13 +454,17 @@ class EngineManager(_LifecycleMixin):
         return rec
 
     def stop(self, name: str, grace_s: float | None = None, progress: Progress | None = None, *,
-             unaudited: bool = False) -> StopResult:
+             unaudited: bool = False, abort: threading.Event | None = None,
+             gateway: GatewayDrain | None = None) -> StopResult:
         """SIGTERM the main process (vLLM drains), SIGKILL the engine after ``grace_s``; nothing is left.
 
         ``grace_s`` defaults to the profile's ``stop_grace_s``, at least
-        ``shutdown_timeout`` + 10 s.  Raises NotOurProcessError (refused,
-        nothing signalled), EngineNotFound, EngineBusyError, EngineStopError,
-        AuditRefusedError.
+        ``shutdown_timeout`` + 10 s.  With ``gateway`` (the infertop gateway in
+        front of the engine) the engine is drained there first and undrained
+        after (:class:`~infertop.control.engine_gateway.GatewayStep`).
+        ``abort`` stops the waiting (EngineAborted says in what state).  Raises
+        NotOurProcessError (refused, nothing signalled), EngineNotFound,
+        EngineBusyError, EngineStopError, AuditRefusedError, EngineAborted.
         """
         emit = _Emitter(progress, name, "stop")
         audit = _Audit(self, "engine.stop", name, unaudited)
@@ -466,9 +473,21 @@ class EngineManager(_LifecycleMixin):
             with self._operation(name):
                 st = self._require_state(name)
                 old = st.get("args")
-                res = self._do_stop(st, grace_s, emit,
-                                    before_signal=lambda info: audit.intent(old=old, check=info,
-                                                                            grace_s=grace_s))
+                step = self._gateway_step(gateway, st, emit, abort, unaudited)
+                try:
+                    if step is not None:
+                        step.begin(self._grace_for(st, grace_s), int(st["pid"]))
+                    res = self._do_stop(st, grace_s, emit, abort=abort,
+                                        before_signal=lambda info: audit.intent(old=old, check=info,
+                                                                                grace_s=grace_s))
+                except EngineError as e:
+                    if step is not None:
+                        append_note(e, step.end(failed=True))
+                    raise
+                if step is not None:
+                    note = step.end(failed=False)
+                    res = replace(res, reason=f"{step.summary()}; {res.reason}; {note}",
+                                  gateway=f"{step.summary()}; {note}")
         except EngineError as e:
             audit.failed(e, old=old)
             raise
@@ -480,6 +499,22 @@ class EngineManager(_LifecycleMixin):
                       stop_s=_r(res.seconds), exit_code=res.exit_code)
         return res
 
+    def _grace_for(self, st: Mapping[str, Any], grace_s: float | None) -> float:
+        return float(grace_s) if grace_s is not None else self._default_grace(st)
+
+    def _gateway_step(self, gateway: GatewayDrain | None, st: Mapping[str, Any], emit: _Emitter,
+                      abort: threading.Event | None, unaudited: bool) -> GatewayStep | None:
+        """The gateway step for a running engine (nothing to drain for one already gone, or not ours)."""
+        if gateway is None or self._identity(st)[0] != "alive":
+            return None
+        audit = self.audit
+        if unaudited:
+            try:
+                audit.check_writable()
+            except OSError:
+                audit = None
+        return GatewayStep(gateway, str(st["name"]), audit, emit, abort, min(self.poll_interval_s, 0.25))
+
     def restart(
         self,
         name: str,
@@ -490,9 +525,13 @@ class EngineManager(_LifecycleMixin):
         grace_s: float | None = None,
         timeout_s: float | None = None,
         unaudited: bool = False,
+        abort: threading.Event | None = None,
+        gateway: GatewayDrain | None = None,
     ) -> EngineRecord:
         """Stop (drain) and start again with the recorded profile (or ``profile``),
-        the overrides set before, and ``overrides`` on top."""
+        the overrides set before, and ``overrides`` on top.  ``gateway``: drained there
+        first, undrained once healthy (or on failure); ``abort`` as for :meth:`stop`,
+        and while waiting for /health the new engine is left as it is."""
         emit = _Emitter(progress, name, "restart")
         audit = _Audit(self, "engine.restart", name, unaudited)
         old = new = None
@@ -503,10 +542,21 @@ class EngineManager(_LifecycleMixin):
                 prof = self._profile_for(st, profile)
                 over = normalize_overrides(prof, {**(st.get("overrides") or {}), **dict(overrides or {})})
                 new = effective_args(prof, over)
-                self._do_stop(st, grace_s, emit,
-                              before_signal=lambda info: audit.intent(old=old, new=new, check=info))
-                rec = self._do_start(name, prof, over, st.get("profile_name") or name, emit, timeout_s,
-                                     restarts=int(st.get("restarts", 0)) + 1)
+                step = self._gateway_step(gateway, st, emit, abort, unaudited)
+                try:
+                    if step is not None:
+                        step.begin(self._grace_for(st, grace_s), int(st["pid"]))
+                    self._do_stop(st, grace_s, emit, abort=abort,
+                                  before_signal=lambda info: audit.intent(old=old, new=new, check=info))
+                    rec = self._do_start(name, prof, over, st.get("profile_name") or name, emit, timeout_s,
+                                         restarts=int(st.get("restarts", 0)) + 1, abort=abort,
+                                         leave_on_abort=True)
+                except EngineError as e:
+                    if step is not None:
+                        append_note(e, step.end(failed=True))
+                    raise
+                if step is not None:
+                    emit("done", f"{step.summary()}; {step.end(failed=False)}", pid=rec.pid, force=True)
         except EngineError as e:
             audit.failed(e, old=old, new=new)
             if not isinstance(e, (EngineBusyError, NotOurProcessError, AuditRefusedError)):
@@ -531,6 +581,8 @@ class EngineManager(_LifecycleMixin):
         stats: Callable[[EngineRecord], EngineStats | None] | None = None,
         profile: ProfileConfig | None = None,
         unaudited: bool = False,
+        abort: threading.Event | None = None,
+        gateway: GatewayDrain | None = None,
     ) -> SetResult:
         """Change launch arguments: drain → restart with them → wait healthy → verify.
 
@@ -544,6 +596,10 @@ class EngineManager(_LifecycleMixin):
         ``before``/``after`` come from ``stats(record)`` when given (the TUI
         passes its collector's latest stats: instant), else from one scrape
         of /metrics bounded by ``observe_timeout_s`` (None if it fails).
+
+        ``gateway`` (an infertop gateway in front): drained there first, its
+        in-flight followed to 0, undrained once the new engine is verified (or
+        on any failure).  ``abort``: as for :meth:`restart`.
         """
         emit = _Emitter(progress, name, "set")
         audit = _Audit(self, "engine.set", name, unaudited)
@@ -571,38 +627,49 @@ class EngineManager(_LifecycleMixin):
                 old_over = dict(st.get("overrides") or {})
                 new_over = normalize_overrides(prof, {**old_over, **changes})
                 before = self._stats(self._record(st), stats) if kind == "alive" else None
-                stop_res = self._do_stop(
-                    st, grace_s, emit,
-                    before_signal=lambda info: audit.intent(old=old_vals, new=new_vals, check=info,
-                                                            diff=f"{_kv(old_vals)} → {_kv(new_vals)}"))
-                restarts = int(st.get("restarts", 0)) + 1
+                step = self._gateway_step(gateway, st, emit, abort, unaudited)
                 try:
-                    rec = self._do_start(name, prof, new_over, st.get("profile_name") or name, emit,
-                                         timeout_s, restarts=restarts)
-                except EngineStartError as e:
-                    if not rollback:
-                        raise SetArgsError(f"engine did not start with {_kv(new_vals)}: {e.reason}; "
-                                           "it is stopped", log_tail=e.log_tail) from None
-                    emit("rollback", f"new arguments failed ({e.reason}); starting again with {_kv(old_vals)}",
-                         force=True)
+                    if step is not None:
+                        step.begin(self._grace_for(st, grace_s), int(st["pid"]))
+                    stop_res = self._do_stop(
+                        st, grace_s, emit, abort=abort,
+                        before_signal=lambda info: audit.intent(old=old_vals, new=new_vals, check=info,
+                                                                diff=f"{_kv(old_vals)} → {_kv(new_vals)}"))
+                    restarts = int(st.get("restarts", 0)) + 1
                     try:
-                        self._do_start(name, prof, old_over, st.get("profile_name") or name, emit, timeout_s,
-                                       restarts=restarts)
-                    except EngineError as e2:
-                        raise SetArgsError(
-                            f"engine did not start with {_kv(new_vals)}: {e.reason}; rollback to "
-                            f"{_kv(old_vals)} failed too: {e2.reason}; it is stopped",
-                            log_tail=e.log_tail) from None
-                    raise SetArgsError(f"engine did not start with {_kv(new_vals)}: {e.reason}; "
-                                       f"rolled back to {_kv(old_vals)}", log_tail=e.log_tail,
-                                       rolled_back=True) from None
-                emit("verifying", "verifying the new arguments took effect", pid=rec.pid, force=True)
-                verified = self._verify_args(rec, changes)
-                if check is not None:
-                    msg = check(rec)
-                    if msg:
-                        raise VerifyError(f"behaviour check failed: {msg}")
-                after = self._stats(rec, stats)
+                        rec = self._do_start(name, prof, new_over, st.get("profile_name") or name, emit,
+                                             timeout_s, restarts=restarts, abort=abort, leave_on_abort=True)
+                    except EngineStartError as e:
+                        if not rollback:
+                            raise SetArgsError(f"engine did not start with {_kv(new_vals)}: {e.reason}; "
+                                               "it is stopped", log_tail=e.log_tail) from None
+                        emit("rollback", f"new arguments failed ({e.reason}); starting again with {_kv(old_vals)}",
+                             force=True)
+                        try:
+                            self._do_start(name, prof, old_over, st.get("profile_name") or name, emit, timeout_s,
+                                           restarts=restarts, abort=abort, leave_on_abort=True)
+                        except EngineError as e2:
+                            raise SetArgsError(
+                                f"engine did not start with {_kv(new_vals)}: {e.reason}; rollback to "
+                                f"{_kv(old_vals)} failed too: {e2.reason}; it is stopped",
+                                log_tail=e.log_tail) from None
+                        raise SetArgsError(f"engine did not start with {_kv(new_vals)}: {e.reason}; "
+                                           f"rolled back to {_kv(old_vals)}", log_tail=e.log_tail,
+                                           rolled_back=True) from None
+                    emit("verifying", "verifying the new arguments took effect", pid=rec.pid, force=True)
+                    verified = self._verify_args(rec, changes)
+                    if check is not None:
+                        msg = check(rec)
+                        if msg:
+                            raise VerifyError(f"behaviour check failed: {msg}")
+                    after = self._stats(rec, stats)
+                except EngineError as e:
+                    if step is not None:
+                        append_note(e, step.end(failed=True))
+                    raise
+                if step is not None:
+                    note = step.end(failed=False)
+                    stop_res = replace(stop_res, gateway=f"{step.summary()}; {note}")
                 total = time.monotonic() - t0
                 emit("done", f"{_kv(old_vals)} → {_kv(new_vals)} in {total:.1f} s", pid=rec.pid, force=True)
         except EngineError as e:
@@ -614,7 +681,7 @@ class EngineManager(_LifecycleMixin):
             raise audit.fs_error(e) from None
         audit.ok(old=old_vals, new=new_vals, pid=rec.pid, startup_s=_r(rec.startup_s), total_s=_r(total),
                  verified=verified, in_flight_before=stop_res.in_flight_before,
-                 in_flight_after=stop_res.in_flight_after, failed=stop_res.failed)
+                 in_flight_after=stop_res.in_flight_after, failed=stop_res.failed, gateway=stop_res.gateway or None)
         self._history(name, "set", "ok", old=old_vals, new=new_vals, pid=rec.pid, args=rec.args,
                       startup_s=_r(rec.startup_s), total_s=_r(total), stop_s=_r(stop_res.seconds))
         return SetResult(name, True, old_vals, new_vals, rec, verified, before, after, stop_res,
@@ -713,7 +780,8 @@ class _Audit:
     def failed(self, e: EngineError, **details: Any) -> None:
         if isinstance(e, AuditRefusedError):
             return  # nothing could be written, nothing was done
-        result = "refused" if isinstance(e, NotOurProcessError) else "failed"
+        result = ("refused" if isinstance(e, NotOurProcessError)
+                  else "aborted" if isinstance(e, EngineAborted) else "failed")
         self._outcome(result, reason=e.reason, **details)
 
     def fs_error(self, e: OSError) -> EngineError:

@@ -20,6 +20,7 @@ from rich.markup import escape
 from ..config import ProfileConfig, default_state_dir
 from ..control.audit import AuditLog
 from ..control.engines import EngineError, EngineManager, EngineRecord, SetResult, StopResult
+from ..control.gateway_drain import GatewayDrain, find_gateway
 from ..control.pipeline import ActionRefused, Outcome, Preflight, Progress, ProgressFn, Review
 from ..domain.engine import EngineStats
 from ..format import count_human, seconds_human
@@ -45,6 +46,8 @@ def describe_result(result: object) -> str:
             def st(s):
                 return "—" if s is None else f"running {count_human(s.running)}, waiting {count_human(s.waiting)}"
             line += f"\nbefore: {st(b)}\nafter:  {st(a)}"
+        if result.stop is not None and result.stop.gateway:
+            line += f"\ngateway: {result.stop.gateway}"
         return line
     if isinstance(result, StopResult):
         return result.reason
@@ -74,27 +77,67 @@ class EngineAction:
     """A local engine action as the pipeline runs it (:class:`~infertop.control.pipeline.ActionKind`).
 
     The manager writes the audit (intent before the signal, outcome after), so
-    ``audits_itself``. A start can be aborted while it waits for /health (the
-    manager then stops what it spawned: nothing is left running); a drain is
-    not interrupted half-way — the countdown shows how long it may take.
+    ``audits_itself``. Every one can be aborted: a start while it waits for
+    /health (the manager then stops what it spawned: nothing is left running);
+    a stop / restart / change while it drains (at the gateway: nothing is
+    signalled and the gateway takes the engine back; after SIGTERM: vLLM
+    drains on and exits by itself) or waits for the new engine's /health (it
+    is left as it is) — the outcome says which state the engine is in.
+
+    When an infertop gateway fronts the engine (``config`` names it), the
+    engine is drained there first and undrained once healthy again; without
+    one the confirmation warns that requests arriving while vLLM drains get
+    HTTP 500.
     """
 
     audits_itself = True
 
     def __init__(self, mgr: EngineManager, verb: str, name: str, *, profile: ProfileConfig | None = None,
                  profile_name: str | None = None, changes: dict | None = None,
-                 stats: Callable[[EngineRecord], EngineStats | None] | None = None) -> None:
+                 stats: Callable[[EngineRecord], EngineStats | None] | None = None,
+                 config: Any = None) -> None:
         self.mgr, self.verb, self.name = mgr, verb, name
         self.profile, self.profile_name, self.changes = profile, profile_name, dict(changes or {})
         self.stats = stats or (lambda rec: None)
-        self.abortable = verb == "start"
+        self.config = config
+        self.gateway: GatewayDrain | None = None
+        self.gateway_warnings: list[str] = []
+        self.abortable = True
         self.action = f"engine.{verb}"
         self.target = f"engine {name}"
         self.object_key = f"engine:{name}"
         self.result: object = None
+        self.gateway_note = ""
         grace = profile.stop_grace_s if profile is not None else 30.0
-        start = profile.start_timeout_s if profile is not None else 300.0
-        self.timeout_s: float | None = {"start": start, "stop": grace + 10.0}.get(verb, grace + 10.0 + start)
+        self.grace_s = grace
+        self.start_s = profile.start_timeout_s if profile is not None else 300.0
+        self.timeout_s: float | None = {"start": self.start_s, "stop": grace + 10.0}.get(
+            verb, grace + 10.0 + self.start_s)
+
+    def _find_gateway(self, rec: EngineRecord) -> None:
+        """Ask the gateways the config names which one fronts this engine (blocking, short timeouts)."""
+        self.gateway, self.gateway_warnings = None, []
+        if self.config is None:
+            return
+        try:
+            self.gateway, self.gateway_warnings = find_gateway(self.config, rec.name, rec.url)
+        except Exception as e:  # noqa: BLE001 — a gateway that cannot be asked is a warning, never a crash
+            self.gateway_warnings = [f"the gateway cannot be asked: {type(e).__name__}"]
+        if self.gateway is not None:
+            self.timeout_s = (self.timeout_s or 0.0) + self.grace_s  # the drain there comes first
+
+    def _drain_notes(self, grace: float) -> list[str]:
+        gw = self.gateway
+        if gw is not None:
+            return [f"drain at {gw.label} first: it sends {self.name} nothing new (requests wait in its queue or "
+                    f"go to its other engines); wait up to {grace:g} s for its in-flight there to reach 0",
+                    f"then SIGTERM: vLLM finishes what it still has; killed if still there after {grace:g} s",
+                    f"undrain at {gw.label} once done (also if anything fails or is aborted)"]
+        notes = [f"drain: SIGTERM, vLLM finishes in-flight requests; killed if still there after {grace:g} s",
+                 "! no infertop gateway in front of this engine: requests arriving while vLLM drains get HTTP 500 "
+                 "from vLLM 0.32 (it stops taking new ones on SIGTERM) — run `infertop gateway` in front of it "
+                 "(config `gateway:` lists it) and they wait in the gateway's queue instead"]
+        return notes + [f"! {w}" for w in self.gateway_warnings]
 
     def audit_details(self) -> dict[str, Any]:
         return {}
@@ -123,12 +166,13 @@ class EngineAction:
         if owner:
             notes.append(f"! {self.name} was {owner}: acting on it here affects whoever uses it")
         grace = self.profile.stop_grace_s if self.profile is not None else 30.0
-        drain = (f"drain: SIGTERM, vLLM finishes in-flight requests; killed if still there after {grace:g} s")
+        self._find_gateway(rec)
+        drain = self._drain_notes(grace)
         if self.verb == "stop":
-            return Review(f"Stop engine {self.name}{by}", f"stop {self.name}", "", tuple([drain] + notes))
+            return Review(f"Stop engine {self.name}{by}", f"stop {self.name}", "", tuple(drain + notes))
         if self.verb == "restart":
             return Review(f"Restart engine {self.name}{by}", f"restart {self.name} with the same arguments", "",
-                          tuple([drain, "start again, wait for /health", rec.command()] + notes))
+                          tuple(drain + ["start again, wait for /health", rec.command()] + notes))
         old = {k: rec.args.get(k) for k in self.changes}
         if all(old[k] == v for k, v in self.changes.items()):
             raise ActionRefused(f"{self.name} already runs with {self.changes}: nothing to change")
@@ -137,8 +181,8 @@ class EngineAction:
                                               [f"{k}: {v}" for k, v in self.changes.items()],
                                               f"{self.name} (now)", f"{self.name} (after)", lineterm=""))
         return Review(f"Change engine {self.name}{by}", summary, diff,
-                      tuple([drain, "restart with the new value, wait for /health, verify the running process "
-                                    "took it; if it fails to start, the old value is restored"] + notes))
+                      tuple(drain + ["restart with the new value, wait for /health, verify the running process "
+                                     "took it; if it fails to start, the old value is restored"] + notes))
 
     def preflight(self) -> Preflight:
         if self.verb == "start":
@@ -165,32 +209,43 @@ class EngineAction:
         return Preflight(True, f"{self.name} is running (pid {rec.pid}); in flight now: {_stats_text(s)}")
 
     def execute(self, progress: ProgressFn, abort: threading.Event) -> Outcome:
+        started = self.verb == "start"
+
         def cb(ev: Any) -> None:
-            if self.abortable and abort.is_set():
+            if started and abort.is_set():
                 # raised inside the manager's wait for /health: it kills what it spawned and audits the failure
                 raise EngineError("start aborted by the operator")
+            if ev.phase == "undrained":
+                self.gateway_note = ev.message
             text = ev.message + (f" — {ev.log_line}" if getattr(ev, "log_line", None) else "")
-            progress(Progress(text))
+            progress(Progress(text, countdown_s=getattr(ev, "countdown_s", None)))
 
+        gw = self.gateway
         try:
             if self.verb == "start":
                 assert self.profile is not None
                 result: object = self.mgr.start(self.name, self.profile, progress=cb, profile_name=self.profile_name)
             elif self.verb == "stop":
-                result = self.mgr.stop(self.name, progress=cb)
+                result = self.mgr.stop(self.name, progress=cb, abort=abort, gateway=gw)
             elif self.verb == "restart":
-                result = self.mgr.restart(self.name, progress=cb)
+                result = self.mgr.restart(self.name, progress=cb, abort=abort, gateway=gw)
             else:
-                result = self.mgr.set_args(self.name, self.changes, progress=cb, stats=self.stats)
+                result = self.mgr.set_args(self.name, self.changes, progress=cb, stats=self.stats, abort=abort,
+                                           gateway=gw)
         except EngineError as e:
             self.result = e
-            if self.abortable and abort.is_set():
+            if started and abort.is_set():
                 return Outcome("aborted", f"start of {self.name} aborted: what was spawned is stopped, "
                                           "nothing is left running")
+            if type(e).__name__ == "EngineAborted":
+                return Outcome("aborted", describe_result(e))
             refused = type(e).__name__ in ("NotOurProcessError", "EngineBusyError")
             return Outcome("refused" if refused else "failed", describe_result(e))
         self.result = result
-        return Outcome("ok", "; ".join(describe_result(result).splitlines()))
+        text = "; ".join(describe_result(result).splitlines())
+        if self.gateway_note and self.gateway_note not in text:
+            text += f"; {self.gateway_note}"
+        return Outcome("ok", text)
 
 
 class EngineActions(ActionRunner):
@@ -287,13 +342,15 @@ class EngineActions(ActionRunner):
         rec = self.managed(self.selected_engine_name())  # type: ignore[attr-defined]
         if rec is not None and self.engine_manager is not None:
             self._engine_flow(EngineAction(self.engine_manager, "stop", rec.name, profile=self._profile_of(rec),
-                                           stats=lambda r: self._latest_stats(r.name)))
+                                           stats=lambda r: self._latest_stats(r.name),
+                                           config=self.settings.config))  # type: ignore[attr-defined]
 
     def action_engine_restart(self) -> None:
         rec = self.managed(self.selected_engine_name())  # type: ignore[attr-defined]
         if rec is not None and self.engine_manager is not None:
             self._engine_flow(EngineAction(self.engine_manager, "restart", rec.name, profile=self._profile_of(rec),
-                                           stats=lambda r: self._latest_stats(r.name)))
+                                           stats=lambda r: self._latest_stats(r.name),
+                                           config=self.settings.config))  # type: ignore[attr-defined]
 
     def action_engine_set_seqs(self) -> None:
         rec = self.managed(self.selected_engine_name())  # type: ignore[attr-defined]
@@ -308,7 +365,8 @@ class EngineActions(ActionRunner):
         def chosen(changes: dict | None, rec: EngineRecord = rec) -> None:
             if changes and self.engine_manager is not None:
                 self._engine_flow(EngineAction(self.engine_manager, "set", rec.name, profile=self._profile_of(rec),
-                                               changes=changes, stats=lambda r: self._latest_stats(r.name)))
+                                               changes=changes, stats=lambda r: self._latest_stats(r.name),
+                                               config=self.settings.config))  # type: ignore[attr-defined]
 
         self.push_screen(ArgsDialog(rec.name, "max_num_seqs", rec.max_num_seqs), chosen)  # type: ignore[attr-defined]
 
@@ -323,6 +381,8 @@ class EngineActions(ActionRunner):
         def done(_outcome: Outcome) -> None:
             result = kind.result
             rec = getattr(result, "record", result)
+            if isinstance(result, EngineError):  # aborted or failed half-way: watch what runs now, if anything
+                rec = self.managed(kind.name)
             if isinstance(rec, EngineRecord) and rec.alive:
                 self._watch(rec)
             if isinstance(result, StopResult) and result.name not in self._configured():
