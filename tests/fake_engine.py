@@ -29,6 +29,12 @@ flags, e.g. ``--fake-start-delay 3``):
                                 ``== start`` / ``== SIGTERM`` line) when it
                                 starts and when SIGTERM arrives: what an audit
                                 log held at those moments.
+``FAKE_ENGINE_TOKEN_S=S``       POST /v1/completions streams ``max_tokens``
+                                (≤ 200) tokens, one every S seconds (default
+                                0.02); requests beyond --max-num-seqs wait.
+                                Like vLLM 0.32, once SIGTERM arrives new
+                                requests get HTTP 500 while the accepted ones
+                                finish (count in ``vllm:num_requests_running``).
 ``FAKE_ENGINE_CHILD=1``         start a child process in the same process
                                 group (like vLLM's EngineCore) that lives
                                 until the server exits or is killed;
@@ -58,6 +64,7 @@ FAKE_OPTIONS = {
     "child": ("FAKE_ENGINE_CHILD", int, 0),
     "hang_after_stop": ("FAKE_ENGINE_HANG_AFTER_STOP", int, 0),
     "snapshot": ("FAKE_ENGINE_SNAPSHOT", str, ""),
+    "token_s": ("FAKE_ENGINE_TOKEN_S", float, 0.02),
 }
 
 
@@ -92,14 +99,20 @@ class State:
         self.draining_since: float | None = None
         self.generation_tokens = 0
         self.lock = threading.Lock()
+        self.serving = 0  # completions in flight (real requests)
+        self.slots = threading.BoundedSemaphore(max(1, args.max_num_seqs))
 
     def in_flight_now(self) -> tuple[int, int]:
-        """Running and waiting; during a drain they fall linearly to 0."""
+        """Running and waiting (configured + real requests); during a drain the configured ones fall
+        linearly to 0."""
         with self.lock:
-            if self.draining_since is None or self.args.drain_s <= 0:
-                return self.running, self.waiting
-            left = max(0.0, 1 - (time.monotonic() - self.draining_since) / self.args.drain_s)
-            return round(self.running * left), round(self.waiting * left)
+            real = self.serving
+            running, waiting = self.running, self.waiting
+            if self.draining_since is not None and self.args.drain_s > 0:
+                left = max(0.0, 1 - (time.monotonic() - self.draining_since) / self.args.drain_s)
+                running, waiting = round(running * left), round(waiting * left)
+        seqs = max(1, self.args.max_num_seqs)
+        return running + min(real, seqs), waiting + max(0, real - seqs)
 
     def metrics(self) -> str:
         running, waiting = self.in_flight_now()
@@ -157,6 +170,46 @@ def make_handler(state: State):
                 self._send(200, json.dumps({"version": "0.0.0-fake"}), "application/json")
             else:
                 self._send(404, "not found")
+
+        def do_POST(self):  # noqa: N802
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+            except ValueError:
+                self._send(400, json.dumps({"error": {"message": "bad JSON"}}), "application/json")
+                return
+            if self.path != "/v1/completions":
+                self._send(404, "not found")
+                return
+            if state.draining_since is not None:  # vLLM 0.32 after SIGTERM
+                self._send(500, json.dumps({"error": {"message": "cannot schedule new futures after shutdown",
+                                                      "type": "InternalServerError", "code": 500}}),
+                           "application/json")
+                return
+            with state.lock:
+                state.serving += 1
+            try:
+                self._complete(body)
+            finally:
+                with state.lock:
+                    state.serving -= 1
+
+        def _complete(self, body: dict) -> None:
+            n = max(1, min(200, int(body.get("max_tokens") or 16)))
+            with state.slots:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for i in range(n):
+                    time.sleep(state.args.token_s)
+                    chunk = {"id": "cmpl-fake", "object": "text_completion", "model": state.name,
+                             "choices": [{"index": 0, "text": " x", "finish_reason": "length" if i == n - 1 else None}]}
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
 
     return Handler
 

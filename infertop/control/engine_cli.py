@@ -33,6 +33,7 @@ from typing import Any
 
 from ..config import ConfigError, default_config_path, default_state_dir, load_config
 from .audit import AuditLog, default_audit_path
+from .gateway_drain import GatewayDrain, find_gateway
 from .engines import (
     DEFAULT_MODULE,
     AuditRefusedError,
@@ -184,6 +185,27 @@ def _fail(e: EngineError) -> int:
     return EXIT_FAILED
 
 
+NO_GATEWAY = ("no infertop gateway in front of {name}: requests arriving while vLLM drains get HTTP 500 from "
+              "vLLM 0.32; run `infertop gateway` in front of it (config `gateway:` lists it) and they wait in "
+              "its queue instead")
+
+
+def _gateway_for(cfg, mgr: EngineManager, name: str) -> GatewayDrain | None:
+    """The infertop gateway fronting a running engine (config ``gateway:`` / ``queues.gateways``), said
+    on stdout either way; None when there is none (or the engine is not running)."""
+    rec = mgr.managed(name)
+    if rec is None:
+        return None
+    gw, warnings = find_gateway(cfg, name, rec.url)
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr, flush=True)
+    if gw is None:
+        print(f"note: {NO_GATEWAY.format(name=name)}", flush=True)
+    else:
+        print(f"{name}: drained at {gw.label} first (engine {gw.engine!r} there), undrained once done", flush=True)
+    return gw
+
+
 def main(argv: list[str]) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -233,21 +255,24 @@ def _run(args: argparse.Namespace, cfg) -> int:
             print(f"{rec.name}: running, pid {rec.pid}, {rec.url}, healthy after {rec.startup_s:.1f} s")
             return EXIT_OK
         if args.action == "stop":
-            res = mgr.stop(args.name, args.grace, progress, unaudited=unaudited)
+            res = mgr.stop(args.name, args.grace, progress, unaudited=unaudited,
+                           gateway=_gateway_for(cfg, mgr, args.name))
             print(f"{res.name}: stopped ({res.reason})")
             return EXIT_OK
         if args.action == "restart":
             cur = mgr.status(args.name)
             profile = cfg.profiles.get(cur.profile_name) if cur is not None else None
             rec = mgr.restart(args.name, overrides, profile=profile, progress=progress,
-                              grace_s=args.grace, timeout_s=args.timeout, unaudited=unaudited)
+                              grace_s=args.grace, timeout_s=args.timeout, unaudited=unaudited,
+                              gateway=_gateway_for(cfg, mgr, args.name))
             print(f"{rec.name}: restarted, pid {rec.pid}, healthy after {rec.startup_s:.1f} s")
             return EXIT_OK
         if args.action == "set":
             cur = mgr.status(args.name)
             profile = cfg.profiles.get(cur.profile_name) if cur is not None else None
             res = mgr.set_args(args.name, overrides, progress, grace_s=args.grace, timeout_s=args.timeout,
-                               rollback=not args.no_rollback, profile=profile, unaudited=unaudited)
+                               rollback=not args.no_rollback, profile=profile, unaudited=unaudited,
+                               gateway=_gateway_for(cfg, mgr, args.name))
             if not res.changed:
                 print(f"{res.name}: unchanged ({', '.join(f'{k}={v}' for k, v in res.new.items())})")
                 return EXIT_OK
@@ -256,6 +281,8 @@ def _run(args: argparse.Namespace, cfg) -> int:
                   f"{res.total_s:.1f} s end to end (healthy after {res.startup_s:.1f} s)")
             if res.stop is not None:
                 print(f"{res.name}: drain: {res.stop.reason}")
+                if res.stop.gateway:
+                    print(f"{res.name}: gateway: {res.stop.gateway}")
             return EXIT_OK
         if args.action == "status":
             if args.name:

@@ -38,6 +38,7 @@ class GatewayStep:
         self.in_flight_at_signal: int | None = None
         self.wait_s: float | None = None
         self.note = ""  # what end() did, one line
+        self.cap_note = ""
 
     @property
     def target(self) -> str:
@@ -98,17 +99,58 @@ class GatewayStep:
         self.gw.undrain()
         return Outcome("ok", f"undrained at {self.gw.label}")
 
-    def end(self, *, failed: bool) -> str:
-        """Undrain when this step drained (also after a failure or an abort); returns the note."""
+    def retune_cap(self, old_seqs: object, new_seqs: object) -> None:
+        """The gateway's cap for the engine followed its max_num_seqs: follow the change (audited)."""
+        if not isinstance(new_seqs, int) or isinstance(new_seqs, bool) or old_seqs == new_seqs:
+            return
+        try:
+            cap = self.gw.state().get("cap")
+        except GatewayError:
+            return
+        if cap != old_seqs:
+            return  # a cap of its own: the operator's to change
+        out = run_audited(self.audit, "gateway.cap", self.target,
+                          {"engine": self.name, "old": {"cap": cap}, "new": {"cap": new_seqs},
+                           "why": f"max_num_seqs {old_seqs} → {new_seqs}"}, lambda: self._cap(new_seqs))
+        self.cap_note = (f"its cap there {cap} → {new_seqs}" if out.ok
+                         else f"! its cap at {self.gw.label} stays {cap}: {out.message}")
+        self.emit("verifying", self.cap_note, force=True)
+
+    def _cap(self, cap: int) -> Outcome:
+        self.gw.set_cap(cap)
+        return Outcome("ok", f"cap {cap} at {self.gw.label}")
+
+    def _wait_up(self, timeout_s: float) -> bool:
+        """Until the gateway sees the engine up again (its next /metrics poll): an undrained engine it
+        still thinks down would make it answer 502 to the requests waiting for it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if self.gw.state().get("up"):
+                    return True
+            except GatewayError:
+                pass
+            if time.monotonic() >= deadline or self.abort.is_set():
+                return False
+            self.emit("undraining", f"waiting for {self.gw.label} to see the engine up",
+                      countdown_s=deadline - time.monotonic())
+            time.sleep(self.poll_s)
+
+    def end(self, *, failed: bool, up_timeout_s: float = 15.0) -> str:
+        """Undrain when this step drained (also after a failure or an abort); returns the note.
+        After a success, first wait (≤ ``up_timeout_s``) until the gateway sees the engine up."""
         if not self.drained:
             self.note = "" if self.in_flight_before is None else f"left as it was at {self.gw.label}"
             return self.note
+        seen_up = True if failed else self._wait_up(up_timeout_s)
         out = run_audited(self.audit, "gateway.undrain", self.target,
                           {"engine": self.name, "why": "the action failed" if failed else "engine healthy again"},
                           self._undrain)
         if out.ok:
             self.drained = False
             self.note = f"undrained at {self.gw.label}: it takes requests again"
+            if not seen_up:
+                self.note += f" (it did not see the engine up within {up_timeout_s:g} s)"
         else:
             self.note = (f"! still drained at {self.gw.label}: undrain failed ({out.message}); undrain it with "
                          f"POST /admin/engines/{self.gw.engine}/undrain")
@@ -121,7 +163,8 @@ class GatewayStep:
             return ""
         waited = f" in {self.wait_s:.1f} s" if self.wait_s is not None else ""
         return (f"drained at {self.gw.label} first ({self.in_flight_before} in flight there → "
-                f"{_n(self.in_flight_at_signal)} at the signal{waited})")
+                f"{_n(self.in_flight_at_signal)} at the signal{waited})"
+                + (f"; {self.cap_note}" if self.cap_note else ""))
 
 
 def _int(v: object) -> int | None:

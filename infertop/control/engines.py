@@ -662,6 +662,8 @@ class EngineManager(_LifecycleMixin):
                         msg = check(rec)
                         if msg:
                             raise VerifyError(f"behaviour check failed: {msg}")
+                    if step is not None and "max_num_seqs" in changes:
+                        step.retune_cap(old_vals.get("max_num_seqs"), changes["max_num_seqs"])
                     after = self._stats(rec, stats)
                 except EngineError as e:
                     if step is not None:

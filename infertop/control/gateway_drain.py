@@ -66,12 +66,13 @@ def gateway_refs(config: Any) -> list[GatewayRef]:
     ``admin_listen``) and every ``queues.gateways`` entry with an ``admin_url``."""
     out: list[GatewayRef] = []
     gw = _get(config, "gateway")
-    admin = _get(gw, "admin_listen") if gw is not None else None
+    listed = list(_get(gw, "engines") or ()) if gw is not None else []
+    admin = _get(gw, "admin_listen") if listed else None  # a section without engines runs no gateway
     if admin:
         engines = []
-        for e in _get(gw, "engines") or ():
-            name, url = _get(e, "name") or "", _get(e, "url") or ""
-            engines.append((str(name), str(url)))
+        for e in listed:
+            url = str(_get(e, "url") or "")
+            engines.append((str(_get(e, "name") or url), url))
         listen = _get(gw, "listen") or admin
         out.append(GatewayRef(_http(admin), f"gateway {listen}",
                               _token(_get(gw, "admin_token_env"), _get(gw, "admin_token_file")), tuple(engines)))
@@ -111,11 +112,11 @@ class GatewayDrain:
     def __repr__(self) -> str:
         return f"GatewayDrain({self.ref.admin_url!r}, engine={self.engine!r})"
 
-    def _request(self, method: str, path: str) -> Any:
+    def _request(self, method: str, path: str, body: dict | None = None) -> Any:
         headers = {"Authorization": f"Bearer {self.ref.token}"} if self.ref.token else {}
         try:
             with httpx.Client(timeout=self.timeout_s, trust_env=False) as c:
-                r = c.request(method, self.ref.admin_url + path, headers=headers)
+                r = c.request(method, self.ref.admin_url + path, headers=headers, json=body)
         except httpx.HTTPError as e:
             raise GatewayError(f"{self.label}: admin API unreachable ({type(e).__name__})") from None
         try:
@@ -149,6 +150,9 @@ class GatewayDrain:
 
     def undrain(self) -> dict:
         return self._request("POST", f"/admin/engines/{_quote(self.engine)}/undrain")
+
+    def set_cap(self, cap: int) -> dict:
+        return self._request("PATCH", f"/admin/engines/{_quote(self.engine)}", {"cap": int(cap)})
 
 
 def _quote(name: str) -> str:
