@@ -106,6 +106,12 @@ def _sim(argv: list[str]) -> int:
     return sim_main(argv)
 
 
+def _gateway(argv: list[str]) -> int:
+    from .gateway.cli import main as gateway_main
+
+    return gateway_main(argv)
+
+
 def _engine(argv: list[str]) -> int:
     from .control.engine_cli import main as engine_main
 
@@ -201,6 +207,8 @@ COMMANDS: dict[str, Command] = {
     "record": Command("append the fleet state to a flight recording each tick, headless (cron, systemd)", _record),
     "replay": Command("play a recording or an incident bundle through the panes", _replay, frozenset({"theme"})),
     "sim": Command("run simulated vLLM engines, GPUs and load (what --demo starts)", _sim, frozenset()),
+    "gateway": Command("OpenAI-compatible priority proxy in front of the engines (see: gateway --help)",
+                       _gateway, frozenset({"config"})),
 }
 _FLAG_NAMES = {"window_s": "--window"}  # dest -> flag where they differ
 
