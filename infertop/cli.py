@@ -334,6 +334,22 @@ class Fleet:
 
 
 @contextmanager
+def _watch_demo_gateway(cfg: Config, demo, notes: list[str] | None) -> None:
+    """The demo's gateway goes into the config the Queue pane reads (``queues.gateways``)."""
+    gw = getattr(demo, "gateway", None)
+    queues = getattr(cfg, "queues", None)
+    if gw is None:
+        return
+    if notes is not None:
+        notes.append(f"Demo: the infertop gateway at {gw.url} (admin {gw.admin_url}) sends mixed-class load "
+                     "(realtime / batch / background) to the engines.")
+    if queues is not None:
+        from .config import QueueGatewayConfig
+
+        queues.gateways.append(QueueGatewayConfig(url=gw.url, name="demo-gateway", admin_url=gw.admin_url,
+                                                  token_env=gw.token_env))
+
+
 def fleet_sources(args: argparse.Namespace, cfg: Config, notes: list[str] | None = None) -> Iterator[Fleet]:
     """Start the simulator with --demo (and apply the demo's SLO targets), yield the
     :class:`Fleet`, stop the simulator on the way out. Raises DemoError."""
@@ -345,6 +361,7 @@ def fleet_sources(args: argparse.Namespace, cfg: Config, notes: list[str] | None
             from .snapshot import apply_demo_defaults
 
             apply_demo_defaults(cfg, notes)
+            _watch_demo_gateway(cfg, demo, notes)
         yield Fleet(endpoints=endpoints,
                     dcgm_urls=([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm),
                     engine_pods=dict(demo.engine_pods) if demo is not None else {},
