@@ -333,7 +333,6 @@ class Fleet:
         return "demo" if self.demo else "live"
 
 
-@contextmanager
 def _watch_demo_gateway(cfg: Config, demo, notes: list[str] | None) -> None:
     """The demo's gateway goes into the config the Queue pane reads (``queues.gateways``)."""
     gw = getattr(demo, "gateway", None)
@@ -350,6 +349,7 @@ def _watch_demo_gateway(cfg: Config, demo, notes: list[str] | None) -> None:
                                                   token_env=gw.token_env))
 
 
+@contextmanager
 def fleet_sources(args: argparse.Namespace, cfg: Config, notes: list[str] | None = None) -> Iterator[Fleet]:
     """Start the simulator with --demo (and apply the demo's SLO targets), yield the
     :class:`Fleet`, stop the simulator on the way out. Raises DemoError."""
