@@ -124,6 +124,12 @@ class EngineState:
         """Could take requests at all (is up and not draining)."""
         return self.up and not self.draining
 
+    @property
+    def awaited(self) -> bool:
+        """Routable, or draining: a drained engine comes back with its undrain (an engine action drains it
+        while it restarts), so requests wait in the queue for it instead of getting 502."""
+        return self.routable or self.draining
+
 
 class PolicyError(ValueError):
     """A bad value for a class or engine setting (the admin API answers 400 with it)."""
@@ -197,15 +203,15 @@ class Policy:
         return True
 
     def can_route(self, p: Pending) -> bool:
-        return any(e.routable and e.name not in p.excluded for e in self.engines.values())
+        return any(e.awaited and e.name not in p.excluded for e in self.engines.values())
 
     def unroutable(self) -> list[Pending]:
-        """Take out of the queues every request no engine could take (all down, draining, or
-        failed it); the server answers them 502."""
+        """Take out of the queues every request no engine could take (all down, or failed it; a
+        draining one is awaited); the server answers them 502."""
         out: list[Pending] = []
         if self.queued == 0:
             return out
-        routable = {e.name for e in self.engines.values() if e.routable}
+        routable = {e.name for e in self.engines.values() if e.awaited}
         for c in self.classes.values():
             for fid, q in list(c.flows.items()):
                 keep = deque()
