@@ -328,3 +328,43 @@ def test_which_gateway_fronts_an_engine():
     assert drain is None and len(warnings) == 1
     assert warnings[0].startswith("gateway 127.0.0.1:8100: admin API unreachable") and "cannot be drained" in warnings[0]
     assert isinstance(GatewayDrain(refs[0], "tiny"), GatewayDrain)
+
+
+async def test_tui_change_drains_at_the_gateway_and_says_so(env, tmp_path):
+    from test_engine_ui import until
+
+    from infertop.ui.app import InfertopApp, Settings
+    from infertop.ui.screens.confirm import ConfirmScreen
+    from infertop.ui.screens.engine_dialogs import ArgsDialog
+
+    profile = fake_profile(env)
+    gw = Gateway(tmp_path, [{"name": "e", "url": "e", "cap": 16}], {"e": profile})
+    try:
+        cfg = load_config(gw.config)
+        rec = env.manager().start("e", env.profiles["e"])
+        s = Settings(config=cfg, endpoints=[], state_dir=str(env.state_dir), engine_module=FAKE)
+        app = InfertopApp(s, poll=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.engine_manager is not None and app.managed("e") is not None,
+                        message="re-adopted")
+            await app.workers.wait_for_complete()
+            await pilot.press("2")
+            await app.poll_now()
+            await pilot.pause()
+            await pilot.press("m")
+            assert isinstance(app.screen, ArgsDialog)
+            await pilot.press("end", "backspace", "8", "enter")
+            screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok
+                                 and app.screen, message="check")
+            notes = "\n".join(screen.notes)
+            assert f"drain at gateway 127.0.0.1:{gw.port} first" in notes and "undrain" in notes, notes
+            assert "no infertop gateway" not in notes
+            await pilot.press("y")
+            await until(pilot, lambda: screen.state == "done", message=screen.progress_text)
+            assert screen.result == "ok", screen.result_text
+            assert f"undrained at gateway 127.0.0.1:{gw.port}" in screen.result_text
+            assert gw.engine("e")["draining"] is False
+            assert app.managed("e").pid != rec.pid
+            app.engine_manager.stop("e")
+    finally:
+        gw.stop()
