@@ -209,3 +209,12 @@ async def test_a_slow_start_can_be_aborted_and_leaves_nothing_running(tmp_path):
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
     audit = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
     assert [(e["action"], e["result"]) for e in audit if "result" in e] == [("engine.start", "failed")]
+
+
+
+def test_a_trend_painted_before_it_is_composed_does_not_crash():
+    """The tick may paint an engine's detail screen while its Trend widgets are still being composed
+    (seen in a tmux walk: Enter on an engine → crash NoMatches 'Label' on Trend); the next tick paints."""
+    from infertop.ui.widgets.panels import Trend
+
+    Trend("Running").show([1.0, 2.0], "2")  # not composed: nothing to paint into yet, no exception

@@ -215,6 +215,8 @@ class Trend(Vertical):
         """``data`` oldest first (None or NaN: no value); ``fmt`` writes the scale
         (default: in the unit of ``value_text``); ``percent``: 0..100 (default: when
         ``value_text`` ends in %)."""
+        if not self.children:  # not composed yet (a screen pushed this tick): the next tick shows it
+            return
         label = f"{self.title}  {value_text}"
         if label != self._label_text:
             self._label_text = label
