@@ -218,3 +218,17 @@ def test_a_trend_painted_before_it_is_composed_does_not_crash():
     from infertop.ui.widgets.panels import Trend
 
     Trend("Running").show([1.0, 2.0], "2")  # not composed: nothing to paint into yet, no exception
+
+
+async def test_an_engine_detail_painted_in_the_turn_it_is_pushed_does_not_crash(tmp_path):
+    """Seen in a tmux walk: Enter on an engine, and the tick painted the detail screen before it was
+    composed → crash NoMatches '#detail-body'."""
+    app = InfertopApp(settings(tmp_path), poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.workers.wait_for_complete()
+        screen = EngineDetailScreen("fake", app.history)
+        app.push_screen(screen)
+        app._show_detail(screen)  # the same turn: not composed yet
+        await pilot.pause()
+        app._show_detail(screen)
+        assert app.screen is screen and "no longer configured" in str(screen.query_one("#detail-body").render())

@@ -71,8 +71,7 @@ class GatewayStep:
         while True:
             if self.abort.is_set():
                 raise EngineAborted(f"aborted while draining at {self.gw.label} ({_n(n)} in flight there): "
-                                    f"nothing was signalled; the engine runs on (pid {pid})"
-                                    + ("; the gateway sends it requests again" if self.drained else ""))
+                                    f"nothing was signalled; the engine runs on (pid {pid})")
             try:
                 n = self.gw.in_flight()
             except GatewayError as e:

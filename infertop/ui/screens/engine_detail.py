@@ -82,8 +82,14 @@ class EngineDetailScreen(Screen[None]):
                         yield Trend(title, id=f"trend-{key}")
         yield Footer()
 
+    def _composed(self) -> bool:
+        """A tick may paint this screen in the turn it is pushed (or popped): before compose, nothing to do."""
+        return bool(self.query("#detail-local"))
+
     def show_local(self, rec, history: list[dict], log_tail: list[str], gpus: list[str] | None = None) -> None:
         """Launch arguments, process, GPUs, restart history and log tail of an engine infertop manages."""
+        if not self._composed():
+            return
         box = self.query_one("#detail-local", QuietStatic)
         gpu_line = f"[b]GPUs[/b] {escape(', '.join(plain(g) for g in gpus)) if gpus else 'none mapped to this engine'}"
         if rec is None:
@@ -113,6 +119,8 @@ class EngineDetailScreen(Screen[None]):
         box.show("\n".join(lines))
 
     def show(self, s: EngineStats | None, freshness=None) -> None:
+        if not self._composed():
+            return
         body = self.query_one("#detail-body", QuietStatic)
         if s is None:
             body.show(Text(f"{plain(self.engine_name)} is no longer configured."))
