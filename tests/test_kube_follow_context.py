@@ -4,7 +4,8 @@ The follow of a scale keeps the session (and client) of the context it was
 started in until it ends: switching the context meanwhile neither fails it
 nor audits it as failed; it ends ``ok`` when its pods become ready, or
 ``aborted`` when the operator aborts it, and its audit names the context it
-ran in. The old session's client is closed once no follow needs it.
+ran in. The old session's client is closed once no follow needs it. Also: a pod drain on
+a pod whose metrics cannot be read warns before confirmation and counts down.
 """
 
 from __future__ import annotations
@@ -104,3 +105,38 @@ async def test_a_follow_aborted_after_a_context_switch_is_audited_aborted(emu, t
         assert "the change itself stays applied" in reopened.result_text
     (outcome,) = [e for e in audit(tmp_path) if e.get("action") == "kube.scale"]
     assert (outcome["result"], outcome["context"]) == ("aborted", "lab"), outcome
+
+
+async def test_a_pod_drain_on_unreadable_metrics_warns_before_confirmation_and_counts_down(emu, tmp_path):
+    """Issue 9: the pod drain said so only after confirmation, then waited 600 s without a countdown."""
+    import socket
+
+    from test_kube_ui import rows
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]  # nothing listens here: the pod's /metrics cannot be read
+    emu.set_pod_endpoint("blind-*", "127.0.0.1", dead_port)
+    emu.add_deployment(NS, "blind", replicas=1)
+    emu.add_service(NS, "blind", {"app": "blind"})
+    emu.wait_until(lambda: ready(emu, "blind", 1))
+    app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"), drain_timeout_s=600.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = await connected(pilot, app)
+        await pilot.press("v")  # pods
+        (pod,) = list(rows(pane, "pods"))
+        assert pane.select("pods", pod)
+        await pilot.press("D")
+        await until(pilot, lambda: isinstance(app.screen, ChoiceDialog))
+        await pilot.press("enter")
+        screen = await confirm(pilot, app, press=False)  # the check ran before confirmation…
+        assert any(n.startswith("! the pod's in-flight requests cannot be read now") for n in screen.notes), \
+            screen.notes
+        await pilot.press("y")
+        await until(pilot, lambda: "cannot read the engine's in-flight requests" in screen.progress_text,
+                    message=screen.progress_text)
+        assert "left" in screen.progress_text  # …and the wait counts down to drain_timeout_s
+        await pilot.press("a")
+        await until(pilot, lambda: screen.state == "done", message=screen.progress_text)
+        assert screen.result == "aborted" and "labels restored" in screen.result_text
+    assert emu.get("pods", pod.split("/")[1], NS)["metadata"]["labels"].get("app") == "blind"
