@@ -123,3 +123,21 @@ async def test_tui_aborts_a_change_during_its_drain_and_says_what_state_the_engi
         assert alive(pid)
         assert app.action_board.runs() == []
         app.engine_manager.stop("fake", grace_s=0.5)
+
+
+async def test_keys_typed_ahead_in_the_running_actions_list_close_it_once(tmp_path):
+    """Seen in a tmux walk on a busy host: Enter then `a` in the list of running actions popped two
+    screens → crash ScreenStackError."""
+    from infertop.ui.screens.actions_list import ActionsListScreen
+
+    app = InfertopApp(settings(tmp_path), poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.workers.wait_for_complete()
+        picked = []
+        listing = ActionsListScreen([("engine:x", "Stop engine x", "draining")])
+        app.push_screen(listing, picked.append)
+        await pilot.pause()
+        listing.query_one("#actions-list").action_select()  # Enter…
+        listing.action_close()  # …and `a`, handled before the list is gone
+        await pilot.pause()
+        assert app.is_running and len(app.screen_stack) == 1 and len(picked) == 1  # one answer, one pop

@@ -29,6 +29,7 @@ class ActionsListScreen(ModalScreen[str | None]):
     def __init__(self, runs: list[tuple[str, str, str]]) -> None:
         super().__init__()
         self.runs = list(runs)  # (key, title, status)
+        self._answered = False
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -58,10 +59,16 @@ class ActionsListScreen(ModalScreen[str | None]):
     @on(OptionList.OptionSelected)
     def _picked(self, event: OptionList.OptionSelected) -> None:
         event.stop()
-        self.dismiss(event.option.id)
+        self._close(event.option.id)
 
     def action_close(self) -> None:
-        self.dismiss(None)
+        self._close(None)
+
+    def _close(self, key: str | None) -> None:
+        # once: keys typed ahead (Enter, then a) would pop the screen below it too (a crash on a busy host)
+        if not self._answered:
+            self._answered = True
+            self.dismiss(key)
 
 
 class QuitScreen(ModalScreen[bool]):
