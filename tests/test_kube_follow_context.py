@@ -75,6 +75,7 @@ async def test_a_follow_survives_a_context_switch_and_ends_ok(emu, tmp_path):
         run = await switch_to_lab_b(pilot, app, screen)
         assert app.kube_session is not first
         assert app._kube_retired == [first]  # kept open for the follow
+        assert app.kube_running_text.startswith("Scale: deployment default/slow (context lab): ")
         emu.clear_failures()  # the pods start: the scale completes, followed on the old context
         await until(pilot, lambda: run.outcome is not None, message=run.status_text())
         assert run.outcome.result == "ok", run.outcome
@@ -95,7 +96,7 @@ async def test_a_follow_aborted_after_a_context_switch_is_audited_aborted(emu, t
         await switch_to_lab_b(pilot, app, screen)
         await pilot.press("a")  # the list of running actions: the scale on context lab is there
         listing = await until(pilot, lambda: isinstance(app.screen, ActionsListScreen) and app.screen)
-        assert [title for _, title, _ in listing.runs] == ["Scale: deployment default/slow"]
+        assert [title for _, title, _ in listing.runs] == ["Scale: deployment default/slow (context lab)"]
         await pilot.press("enter")
         reopened = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen)
         assert reopened.state == "running"

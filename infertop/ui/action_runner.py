@@ -235,7 +235,7 @@ class ActionRunner:
         """Tell the panes and an open list what runs now."""
         runs = self.action_board.in_flight()
         kube = [r for r in runs if r.kind.action.startswith("kube.")]
-        text = " · ".join(f"{r.title}: {self._action_text(r)}" for r in kube)
+        text = " · ".join(f"{self._run_title(r)}: {self._action_text(r)}" for r in kube)
         if getattr(self, "kube_running_text", None) != text and hasattr(self, "kube_running_text"):
             self.kube_running_text = text
             render = getattr(self, "_kube_render", None)
@@ -246,14 +246,20 @@ class ActionRunner:
                     pass
         for screen in self.screen_stack:  # type: ignore[attr-defined]
             if isinstance(screen, ActionsListScreen):
-                screen.show([(r.kind.object_key, r.title, self._action_text(r)) for r in runs])
+                screen.show([(r.kind.object_key, self._run_title(r), self._action_text(r)) for r in runs])
+
+    def _run_title(self, run: ActionRun) -> str:
+        """The run's title, naming its Kubernetes context when that is no longer the one on view."""
+        ctx = getattr(getattr(getattr(run.kind, "control", None), "session", None), "context", None)
+        now = getattr(getattr(self, "kube_session", None), "context", None)
+        return f"{run.title} (context {ctx})" if ctx and now and ctx != now else run.title
 
     def action_actions_list(self) -> None:
         runs = self.action_board.in_flight()
         if not runs:
             self.notify("no action is running", timeout=3)  # type: ignore[attr-defined]
             return
-        screen = ActionsListScreen([(r.kind.object_key, r.title, self._action_text(r)) for r in runs])
+        screen = ActionsListScreen([(r.kind.object_key, self._run_title(r), self._action_text(r)) for r in runs])
         self.push_screen(screen, self._reopen)  # type: ignore[attr-defined]
 
     def _reopen(self, key: str | None) -> None:
