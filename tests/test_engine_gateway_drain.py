@@ -57,7 +57,7 @@ class Gateway:
                            "engines": engines},
                "profiles": profiles}
         self.config.write_text(json.dumps(doc))  # JSON is YAML
-        env = dict(os.environ, PYTHONPATH=os.getcwd())
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))  # this tree's infertop
         self.log = open(tmp / "gateway.log", "wb")  # noqa: SIM115 — closed in stop()
         self.proc = subprocess.Popen([sys.executable, "-m", "infertop", "gateway", "--config", str(self.config)],
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env)
