@@ -218,7 +218,7 @@ class ScalingPolicy:
             why = ", ".join(f"{s.name} missing ({s.why or 'no data'})" for s in missing)
             return record(rule=STALE, action=REFUSED, reason=f"refused: {why}")
         ratio = max(s.value / s.target for s in present)  # type: ignore[operator]
-        if missing and ratio <= 1 + p.tolerance:
+        if missing and ratio <= 1 + p.tolerance + 1e-9:
             why = ", ".join(f"{s.name} missing ({s.why or 'no data'})" for s in missing)
             return record(ratio=ratio, rule=STALE, action=REFUSED,
                           reason=f"refused: {why}: no scale-down on partial inputs")
@@ -226,7 +226,7 @@ class ScalingPolicy:
         formula = math.ceil(max(cur, 1) * ratio - 1e-9)
         rule = ""
         wanted = formula
-        if abs(ratio - 1) <= p.tolerance:
+        if abs(ratio - 1) <= p.tolerance + 1e-9:  # 5.5 / 5 is 1.1000000000000001
             wanted, rule = cur, TOLERANCE
         if wanted > hi:
             wanted, rule = hi, MAX
