@@ -24,9 +24,10 @@ class AdvisorScale(KubeAction):
     """The scale action of one advisor change: refuses a count that moved since the decision and
     carries the advisor's reason into the audit summary."""
 
-    def __init__(self, control: KubeControl, apply: Apply) -> None:
+    def __init__(self, control: KubeControl, apply: Apply, *, by: str = "advisor auto") -> None:
         super().__init__(control, "scale", apply.kind, apply.namespace, apply.name, replicas=apply.desired)
         self.apply = apply
+        self.by = by  # "advisor auto", or "advisor, confirmed" (the operator applied a recommendation)
 
     def plan(self):
         review = super().plan()
@@ -35,14 +36,19 @@ class AdvisorScale(KubeAction):
             if cur.params.get("from") != self.apply.current:
                 raise PlanError(f"{cur.target} has {cur.params.get('from')} replicas now, not "
                                 f"{self.apply.current} as decided: not applied")
-            self.current = dataclasses.replace(cur, summary=f"{cur.summary} (advisor auto: {self.apply.reason})")
+            self.current = dataclasses.replace(cur, summary=f"{cur.summary} ({self.by}: {self.apply.reason})")
         return review
 
 
 def apply_scale(control: KubeControl, apply: Apply, *, abort: threading.Event | None = None,
                 progress: Callable[[Progress], None] | None = None) -> Outcome:
     """Plan, dry-run and execute (audited) one advisor change; one-line outcome, never an exception."""
-    action = AdvisorScale(control, apply)
+    return run_unconfirmed(AdvisorScale(control, apply), abort=abort, progress=progress)
+
+
+def run_unconfirmed(action: AdvisorScale, *, abort: threading.Event | None = None,
+                    progress: Callable[[Progress], None] | None = None) -> Outcome:
+    """The pipeline's steps without the confirmation: plan → dry run → audited execute."""
     try:
         action.plan()
     except (PlanError, KubeError) as e:
