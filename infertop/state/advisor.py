@@ -5,10 +5,9 @@ named in ``advisor.workloads``):
 
 * current replicas: its ``spec.replicas`` (what the scale action changes);
   untrusted while the cluster reads are stale;
-* queue depth: the fleet's ``queues`` slot when the Queue helper fills it
-  with an entry for this workload (``workload`` = ``Deployment/ns/name``, or
-  ``deployment`` + ``namespace``; ``depth``/``queue_depth``), else the sum of
-  vLLM ``waiting`` over the workload's engines;
+* queue depth: the gateway / endpoint-picker queue in front of the workload
+  when the fleet's ``queues`` slot has one (see :func:`_queue_from_slot`),
+  else the sum of vLLM ``waiting`` over the workload's engines;
 * p99: the configured quantile (TTFT p99 by default) of its engines over the
   window — their histogram windows merged, as ``histogram_quantile(sum by
   (le))``, or the slowest engine's own p99 where no windows are at hand
@@ -79,9 +78,8 @@ def _pod_engine(pod: Any, by_url: Mapping[str, str], names: set[str], engine_pod
     url = pod.engine_url
     if url and url in by_url:
         return by_url[url]
-    if pod.name in engine_pods:
-        return engine_pods[pod.name]
-    return pod.name if pod.name in names else None
+    name = engine_pods.get(pod.name, pod.name)
+    return name if name in names else None
 
 
 def workload_engines(state: Any, snap: ClusterSnapshot,
@@ -104,18 +102,35 @@ def _wanted(cfg_workloads: Sequence[str], w: WorkloadView) -> bool:
     return w.name in cfg_workloads or f"{w.namespace}/{w.name}" in cfg_workloads
 
 
-def _queue_from_slot(queues: Sequence[dict], w: WorkloadView) -> Signal | None:
-    """The Queue helper's depth for ``w`` (gateway / endpoint-picker queue), when the slot has one."""
+def _queue_from_slot(queues: Sequence[Any], w: WorkloadView, engines: Sequence[str]) -> Signal | None:
+    """The gateway / endpoint-picker queue in front of ``w``, when the fleet's ``queues`` slot has one.
+
+    A queue source (the Queue helper's ``QueueSource``: ``queued``, ``freshness``, ``engines`` each with the
+    watched ``engine`` it is) counts for ``w`` when every engine behind it is one of ``w``'s: a gateway in
+    front of several workloads cannot say whose its queue is. A plain dict entry names its workload
+    (``workload`` = ``Deployment/ns/name``, or ``deployment`` + ``namespace``) with ``depth``."""
+    mine = set(engines)
     for q in queues:
-        if not isinstance(q, dict):
+        if isinstance(q, dict):
+            match = q.get("workload") == w.key or (
+                q.get("deployment") == w.name and q.get("namespace", w.namespace) == w.namespace)
+            depth = q.get("depth", q.get("queue_depth"))
+            if match and (depth is None or isinstance(depth, (int, float))):
+                status = str(q.get("status") or ("fresh" if depth is not None else MISSING))
+                return Signal("queue depth", None if depth is None else float(depth), 0.0, status=status,
+                              age_s=q.get("age_s"), why=q.get("why") or q.get("error"))
             continue
-        match = q.get("workload") == w.key or (
-            q.get("deployment") == w.name and q.get("namespace", w.namespace) == w.namespace)
-        depth = q.get("depth", q.get("queue_depth"))
-        if match and (depth is None or isinstance(depth, (int, float))):
-            status = str(q.get("status") or ("fresh" if depth is not None else MISSING))
-            return Signal("queue depth", None if depth is None else float(depth), 0.0, status=status,
-                          age_s=q.get("age_s"), why=q.get("why") or q.get("error"))
+        behind = {getattr(e, "engine", None) for e in getattr(q, "engines", None) or ()} - {None}
+        if not mine or not behind or not behind <= mine:
+            continue
+        fr = getattr(q, "freshness", None)
+        depth = getattr(q, "queued", None)
+        status = getattr(fr, "status", "fresh") if depth is not None or fr is None else MISSING
+        if status == MISSING and getattr(fr, "status", None) == STALE_STATUS:
+            status = STALE_STATUS
+        why = getattr(fr, "reason", None) or (getattr(q, "missing", None) or {}).get("queued")
+        return Signal("queue depth", None if depth is None else float(depth), 0.0, status=status,
+                      age_s=getattr(fr, "age_s", None), why=why)
     return None
 
 
@@ -138,7 +153,7 @@ def workload_inputs(state: Any, w: WorkloadView, hpa: HpaView | None, engines: S
     else:
         status, why = "fresh", None
 
-    queue = _queue_from_slot(state.queues, w)
+    queue = _queue_from_slot(state.queues, w, [e.name for e in known])
     if queue is None:
         waits = [e.stats.waiting for e in es if e.stats.waiting is not None]
         qv = float(sum(waits)) if waits and status != MISSING else None
