@@ -190,9 +190,20 @@ async def test_mode_auto_applies_kill_switch_stops_it_and_targets_change(emu, si
         assert isinstance(app.screen, FormDialog)  # refused: not a number, nothing changed
         form.query_one("#field-queue").value = "8"
         form.query_one("#field-p99").value = "1500"
+        form.query_one("#field-min").value = "3"
+        form.query_one("#field-max").value = "2"
+        form.submit()
+        await pilot.pause()
+        assert isinstance(app.screen, FormDialog)  # min above max: refused
+        form.query_one("#field-min").value = "2"
+        form.query_one("#field-max").value = "6"
         form.submit()
         await until(pilot, lambda: app.advisor.policy.policy.target_queue_depth == 8.0, message="targets")
-        assert app.advisor.policy.policy.target_p99_s == 1.5
+        p = app.advisor.policy.policy
+        assert (p.target_p99_s, p.min_replicas, p.max_replicas) == (1.5, 2, 6)
+        assert row(pane, W)[3] == "1-10"  # shown from the next tick
+        await tick(pilot, app, clock, 1.0)
+        assert row(pane, W)[3] == "2-6"
 
 
 async def test_no_auto_and_read_only_keep_auto_off(emu, sim, tmp_path):

@@ -10,7 +10,9 @@ then, like the HPA controller, every ``wanted`` is remembered and the one
 acted on is stabilised: a scale-up goes to the *lowest* value wanted during
 the last ``scale_up_window_s`` (a burst must last before replicas are
 added), a scale-down to the *highest* value wanted during the last
-``scale_down_window_s`` (one quiet minute never removes replicas). After
+``scale_down_window_s`` (one quiet minute never removes replicas). The
+first time a workload is seen its current count counts as wanted, so
+neither happens before a window has passed since infertop started. After
 each change of the replica count (applied here, or made by anyone else) no
 change is recommended for ``cooldown_s``.
 

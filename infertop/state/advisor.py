@@ -208,10 +208,14 @@ class Advisor:
         self.mode = mode
         return None
 
-    def set_targets(self, *, queue_depth: float | None = None, p99_s: float | None = None) -> None:
+    def set_targets(self, *, queue_depth: float | None = None, p99_s: float | None = None,
+                    min_replicas: int | None = None, max_replicas: int | None = None) -> None:
+        """New targets (and the bounds of workloads no HPA targets) from the next evaluation on."""
         p = self.policy.policy
         self.policy.policy = replace(p, target_queue_depth=queue_depth or p.target_queue_depth,
-                                     target_p99_s=p99_s or p.target_p99_s)
+                                     target_p99_s=p99_s or p.target_p99_s,
+                                     min_replicas=p.min_replicas if min_replicas is None else min_replicas,
+                                     max_replicas=p.max_replicas if max_replicas is None else max_replicas)
 
     def note_applied(self, workload: str, now: float, outcome: str) -> None:
         """An apply (auto or confirmed) ended: the cooldown starts from its end."""

@@ -10,8 +10,8 @@ tick's ``autoscalers`` slot carries its decisions. Keys:
   with ``--no-auto`` or ``--read-only``;
 * ``X`` — the kill switch (any pane): auto decisions are only recommended
   until pressed again;
-* ``T`` — the targets (queue depth, p99); bounds are the HPA's (``H`` edits
-  them) or the config's.
+* ``T`` — the targets (queue depth, p99) and the bounds of workloads no HPA
+  targets (an HPA's bounds are its own: ``H`` edits them).
 
 In auto mode each change the advisor decides is applied by
 :func:`~infertop.state.advisor_apply.run_unconfirmed` in a thread (one
@@ -117,7 +117,9 @@ class AutoscalerActions:
             if state.cluster is None:
                 header.append("\nKubernetes is not configured: the advisor needs the Deployments (--context NAME, "
                               "or press K).", style="yellow")
-        header.append("\np apply · o mode · X kill switch · T targets · H HPA min/max (Cluster pane)", style="dim")
+        keys = "o mode · X kill switch · T targets" if self.settings.read_only else (  # type: ignore[attr-defined]
+            "p apply · o mode · X kill switch · T targets · H HPA min/max (Cluster pane)")
+        header.append(f"\n{keys}", style="dim")
         pane.show(state.autoscalers, header, adv.series if adv is not None else None)
 
     # ----- capabilities ----------------------------------------------------------
@@ -214,18 +216,28 @@ class AutoscalerActions:
                 return "queue depth target must be a number > 0"
             if number(values["p99"]) is None:
                 return "p99 target must be a number of milliseconds > 0"
+            lo, hi = values["min"], values["max"]
+            if not isinstance(lo, int) or not isinstance(hi, int) or lo < 0 or hi < 1:
+                return "min must be a whole number ≥ 0 and max ≥ 1"
+            if lo > hi:
+                return "min must not exceed max"
             return None
 
         values = await self.push_screen_wait(FormDialog(  # type: ignore[attr-defined]
             "Advisor targets",
             [FormField("queue", "Target queue depth", f"{p.target_queue_depth:g}", "e.g. 5"),
              FormField("p99", f"Target {adv.p99_metric.removesuffix('_s')} (ms)", f"{p.target_p99_s * 1000:g}",
-                       "e.g. 2000")],
-            hint="Applies from the next tick (this session; advisor: in the config keeps it). Esc cancels.",
+                       "e.g. 2000"),
+             FormField("min", "Min replicas (workloads without an HPA)", str(p.min_replicas), "", "integer"),
+             FormField("max", "Max replicas (workloads without an HPA)", str(p.max_replicas), "", "integer")],
+            hint="Applies from the next tick, this session (the advisor: config section keeps it). An HPA's "
+                 "bounds are its own: H edits them. Esc cancels.",
             validate=validate))
         if not values:
             return
         q, ms = number(values["queue"]), number(values["p99"])
-        adv.set_targets(queue_depth=q, p99_s=ms / 1000 if ms else None)
-        self.log_event(f"advisor targets → queue depth {q:g}, p99 {ms:g} ms")  # type: ignore[attr-defined]
+        adv.set_targets(queue_depth=q, p99_s=ms / 1000 if ms else None, min_replicas=values["min"],
+                        max_replicas=values["max"])
+        self.log_event(f"advisor targets → queue depth {q:g}, p99 {ms:g} ms; bounds without an HPA "  # type: ignore[attr-defined]
+                       f"{values['min']}-{values['max']}")
         self.render_snapshot()  # type: ignore[attr-defined]
