@@ -239,6 +239,7 @@ class Advisor:
         cluster_why = None if c.freshness.status == "fresh" else f"stale ({c.freshness.reason or 'reads failing'})"
         now = state.taken_at
         eng = workload_engines(state, snap, self.engine_pods)
+        explained = _explanations(snap, now)
         out = []
         for w in snap.workloads:
             names = eng.get(w.key, [])
@@ -255,7 +256,7 @@ class Advisor:
                 if rec.action == APPLIED and rec.desired is not None and rec.current is not None:
                     self._applies.append(Apply(w.key, w.kind, w.namespace, w.name, rec.current, rec.desired,
                                                rec.reason))
-            out.append(self._view(w, hpa, names, rec, now))
+            out.append(self._view(w, hpa, names, rec, now, explained.get((w.kind, w.namespace, w.name))))
         return out
 
     def _log(self, rec: DecisionRecord) -> None:
@@ -278,7 +279,7 @@ class Advisor:
         s.append((rec.at, q.value if q is not None else None, p.value if p is not None else None))
 
     def _view(self, w: WorkloadView, hpa: HpaView | None, engines: list[str], rec: DecisionRecord | None,
-              now: float) -> dict:
+              now: float, explained: Any = None) -> dict:
         p = self.policy.policy
         log = list(reversed(self.logs.get(w.key, ())))[:10]
         lines = []
@@ -286,7 +287,7 @@ class Advisor:
             lines.append({"source": "infertop", "name": "advisor", "current": rec.current, "desired": rec.desired,
                           "min_replicas": rec.min_replicas, "max_replicas": rec.max_replicas,
                           "why": rec.reason})
-        lines.extend(other_autoscalers(hpa))
+        lines.extend(other_autoscalers(hpa, explained))
         return {
             "workload": w.key, "kind": w.kind, "namespace": w.namespace, "name": w.name,
             "engines": list(engines), "current": w.desired, "ready": w.ready,
@@ -305,13 +306,37 @@ class Advisor:
         }
 
 
-def other_autoscalers(hpa: HpaView | None) -> list[dict]:
+_SHORT_KIND = {"HorizontalPodAutoscaler": "HPA", "ScaledObject": "KEDA", "VariantAutoscaling": "WVA"}
+
+
+def _explanations(snap: ClusterSnapshot, now: float) -> dict:
+    """(kind, namespace, name) → the autoscalers analysis of that workload, when that module is there."""
+    try:
+        from ..analysis.autoscalers import explain_workloads  # the autoscalers helper's analysis
+    except ImportError:
+        return {}
+    try:
+        return {(x.kind, x.namespace, x.name): x for x in explain_workloads(snap, now)}
+    except Exception:  # noqa: BLE001 — an explanation that fails must not stop the advisor: the HPA line stays
+        return {}
+
+
+def other_autoscalers(hpa: HpaView | None, explained: Any = None) -> list[dict]:
     """What the cluster's autoscalers that target a workload decided, one line each.
 
-    Hook: the HPA object as the cluster state carries it. The autoscalers
-    analysis (``analysis/autoscalers.py``: KEDA ScaledObjects, llm-d variant
-    autoscalers, HPA events and "why not scaling" in words) extends this
-    list when it is there."""
+    With the autoscalers analysis (``analysis/autoscalers.py``: HPA, KEDA
+    ScaledObjects, llm-d variant autoscalers, "why not scaling" in words)
+    every one of them; without it, the HPA object as the cluster state
+    carries it (its conditions' explanation, else its metrics)."""
+    if explained is not None and getattr(explained, "autoscalers", None):
+        out = []
+        for a in explained.autoscalers:
+            why = "; ".join(w.text for w in getattr(a, "why_not", ()) or ()) or ", ".join(
+                f"{m.name} {m.current or '?'}/{m.target or '?'}" for m in getattr(a, "metrics", ()) or ())
+            out.append({"source": _SHORT_KIND.get(a.kind, a.kind), "name": f"{a.namespace}/{a.name}",
+                        "current": a.current, "desired": a.desired, "min_replicas": a.min_replicas,
+                        "max_replicas": a.max_replicas, "why": why})
+        return out
     if hpa is None:
         return []
     return [{"source": "HPA", "name": f"{hpa.namespace}/{hpa.name}", "current": hpa.current_replicas,
