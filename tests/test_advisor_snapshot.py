@@ -45,7 +45,7 @@ async def test_snapshot_table_and_json_carry_the_autoscaler_view(emu, tmp_path):
         "Deployment/default/vllm", ["llama"], 2, "HPA default/vllm", "recommend")
     latest = view["latest"]
     # one evaluation: the start of the scale-up window holds it (the advisor needs 30 s of the burst)
-    assert latest["rule"] == "stabilisation" and latest["action"] == "none"
+    assert latest["rule"] == "stabilisation" and latest["action"] == "none", latest["reason"]
     assert latest["reason"].startswith("2 → 2: wants 3, held by the scale-up window 30 s (30 s left): "
                                        "queue depth 26.0 > 5")
     assert [(a["source"], a["current"], a["desired"]) for a in view["autoscalers"]] == [

@@ -17,11 +17,12 @@ SLO = Slo(2.0, 0.04, 5.0, 1.0, 90.0)
 T0 = 1_800_000_000.0
 
 
-def engine(name: str, port: int, waiting: float | None, ttft_p99_s: float | None, status: str = FRESH) -> EngineState:
-    stats = EngineStats(name, f"http://127.0.0.1:{port}", UP if status == FRESH else DOWN, waiting=waiting,
-                        ttft_p99_s=ttft_p99_s)
-    reason = None if status == FRESH else "connection refused"
-    return EngineState(stats, Freshness(status, stats.url, T0, 1.0 if status != MISSING else None, None, reason))
+def engine(name: str, port: int, waiting: float | None, ttft_p99_s: float | None, status: str = FRESH, *,
+           up: bool | None = None, age_s: float = 1.0) -> EngineState:
+    up = status == FRESH if up is None else up
+    stats = EngineStats(name, f"http://127.0.0.1:{port}", UP if up else DOWN, waiting=waiting, ttft_p99_s=ttft_p99_s)
+    reason = None if status == FRESH else ("connection refused" if not up else f"no new sample for {age_s:.0f} s")
+    return EngineState(stats, Freshness(status, stats.url, T0, age_s if status != MISSING else None, None, reason))
 
 
 def pod(name: str, owner: str, port: int | None) -> PodView:
@@ -86,6 +87,14 @@ def test_guards_stale_engine_stale_cluster_and_unwatched_workloads():
     fresh = [engine("chat-1", 8001, 20.0, 3.0), engine("chat-2", 8002, 20.0, 3.0)]
     chat = by_name(a.evaluate(state(T0 + 1, fresh, cluster_status=STALE)))["chat"]
     assert chat["latest"]["reason"] == "refused: current replicas stale (connection refused)"
+    # answering, but its sample is old: stale for the advisor only past advisor.max_input_age_s (15 s)
+    slow = [engine("chat-1", 8001, 20.0, 3.0), engine("chat-2", 8002, 20.0, 3.0, status=STALE, up=True, age_s=4)]
+    chat = by_name(a.evaluate(state(T0 + 1.5, slow)))["chat"]
+    assert chat["latest"]["action"] == "recommended"
+    old = [engine("chat-1", 8001, 20.0, 3.0), engine("chat-2", 8002, 20.0, 3.0, status=STALE, up=True, age_s=20)]
+    chat = by_name(a.evaluate(state(T0 + 1.6, old)))["chat"]
+    assert chat["latest"]["reason"] == ("refused: queue depth stale (chat-2: no new sample for 20 s), "
+                                        "P99 stale (chat-2: no new sample for 20 s)")
     # a pod whose engine was never read yet is not there yet: the other engine decides
     young = [engine("chat-1", 8001, 20.0, 3.0), engine("chat-2", 8002, None, None, status=MISSING)]
     chat = by_name(a.evaluate(state(T0 + 2, young)))["chat"]

@@ -44,6 +44,7 @@ from ..analysis.scaling import (
     ScalingPolicy,
     Signal,
 )
+from ..domain.engine import DEGRADED, UP
 from ..domain.kube import ClusterSnapshot, HpaView, WorkloadView
 
 P99_HISTOGRAMS = {"ttft_p99_s": ("ttft", 0.99, "P99"), "e2e_p99_s": ("e2e", 0.99, "E2E P99"),
@@ -141,7 +142,10 @@ def workload_inputs(state: Any, w: WorkloadView, hpa: HpaView | None, engines: S
     known = [e for e in (state.engine(n) for n in engines) if e is not None]
     # an engine never read yet (a pod just started) is not there yet; one that stopped answering is stale
     es = [e for e in known if e.freshness.status != MISSING]
-    stale = [e for e in es if e.freshness.status != "fresh"]
+    # stale for the advisor: its last poll failed, or its sample is older than the advisor accepts (the
+    # fleet's own "stale" after 3 polls is stricter: a one-shot snapshot that reads a slow cluster is not stale)
+    stale = [e for e in es if e.freshness.status != "fresh" and (
+        e.stats.state not in (UP, DEGRADED) or (e.freshness.age_s or 0.0) > policy.max_input_age_s)]
     ages = [e.freshness.age_s for e in es if e.freshness.age_s is not None]
     age = max(ages) if ages else None
     if not es:
