@@ -50,7 +50,8 @@ async def test_snapshot_table_and_json_carry_the_autoscaler_view(emu, tmp_path):
                                        "queue depth 26.0 > 5")
     assert [(a["source"], a["current"], a["desired"]) for a in view["autoscalers"]] == [
         ("infertop", 2, 2), ("HPA", 2, 3)]
-    assert view["autoscalers"][1]["why"].startswith("ScalingLimited TooManyReplicas")
+    # the HPA's own words (with the autoscalers analysis: "at maxReplicas 3 (…)")
+    assert "the desired replica count is more than the maximum replica count" in view["autoscalers"][1]["why"]
 
     buf = io.StringIO()
     write_json(state, buf)
