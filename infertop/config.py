@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from .config_load import DEFAULT_LIMITS, ConfigError, compose, one_line, scalar_value, to_bytes
+from .gateway.config import GatewayConfig  # the `gateway:` section (infertop gateway)
 
 
 def bounded(default, lo: float, hi: float, *, lo_open: bool = False, **kw):
@@ -150,12 +151,6 @@ class AdvisorConfig:
         if self.min_replicas > self.max_replicas:
             errs.append(("min_replicas", f"must be <= max_replicas ({self.max_replicas}), got {self.min_replicas}"))
         return errs
-
-
-@dataclass
-class GatewayConfig:
-    url: str | None = None
-    token_file: str | None = None
 
 
 @dataclass
