@@ -67,6 +67,24 @@ class LeanTable(LeanLines, DataTable):
     update on a slow SSH link.
     """
 
+    def rename_row(self, old: str, new: str) -> None:
+        """Give row ``old`` (its place and cells) the key ``new``: a row handed from an
+        engine that left to one that arrived, without the relayout of a remove and an add."""
+        old_key, new_key = RowKey(old), RowKey(new)
+        self._data[new_key] = self._data.pop(old_key)
+        row = self.rows.pop(old_key)
+        row.key = new_key
+        self.rows[new_key] = row
+        locations = {key: self._row_locations.get(key) for key in self._row_locations}
+        locations[new_key] = locations.pop(old_key)
+        self._row_locations = type(self._row_locations)(locations)
+        if old_key in self._new_rows:
+            self._new_rows.discard(old_key)
+            self._new_rows.add(new_key)
+        self._updated_cells = {c for c in self._updated_cells if c.row_key != old_key}
+        self._update_count += 1
+        self.refresh()
+
     def set_cells(self, row: str, values: dict) -> None:
         """Update cells of one row; a value wider than its column relayouts."""
         row_key = RowKey(row)
