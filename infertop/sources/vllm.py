@@ -213,7 +213,7 @@ class EngineCollector:
         self._healthy: bool | None = None
         self._health_error: str | None = None
         self._client: LeanHttpClient | None = None
-        self._last_text: str | None = None  # the last /metrics body, and what it was read as
+        self._last_text: tuple[int, int] | None = None  # (length, hash) of the last /metrics body
         self._last_read: tuple[str, list[EngineSample]] | None = None
         self._rng = random.Random(hash(endpoint.name))
 
@@ -262,14 +262,15 @@ class EngineCollector:
                     text, health = (await asyncio.gather(*jobs, return_exceptions=True))[:2]
                 if isinstance(text, BaseException):
                     raise text
-                if text == self._last_text and self._last_read is not None:
+                seen = (len(text), hash(text))
+                if seen == self._last_text and self._last_read is not None:
                     # byte-identical to the last document (an idle engine): same samples, no parse
                     (version, samples), cost_s = self._last_read, 0.0
                 elif len(text) > THREAD_PARSE_BYTES:
                     version, samples, cost_s = await asyncio.to_thread(self._read, text)
                 else:
                     version, samples, cost_s = self._read(text)
-                self._last_text, self._last_read = text, (version, samples)
+                self._last_text, self._last_read = seen, (version, samples)
                 self.cost_s = cost_s
                 if not samples:
                     raise ScrapeError("no vllm: metrics at /metrics")
