@@ -204,6 +204,49 @@ async def test_a_wider_cell_widens_its_column_and_the_other_cells_update():
         assert t.columns["run"].content_width >= 9
 
 
+async def test_set_cells_re_renders_only_the_changed_cells_and_shows_them():
+    app = LinesApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        t = app.query_one(LeanTable)
+        for key in ("name", "run", "kv"):
+            t.add_column(key, key=key)
+        for name in ("a", "b", "c"):
+            t.add_row(name, "10", "50%", key=name)
+        await pilot.pause()
+        line_of = {name: 1 + i for i, name in enumerate("abc")}  # below the header
+        before = {name: "".join(seg.text for seg in t.render_line(y)) for name, y in line_of.items()}
+        cached = {k: t._cell_render_cache.get(k) for k in list(t._cell_render_cache.keys())}
+        t.set_cells("b", {"run": "11"})
+        await pilot.pause()
+        after = {name: "".join(seg.text for seg in t.render_line(y)) for name, y in line_of.items()}
+        assert after["b"] == before["b"].replace("10", "11", 1) and after["a"] == before["a"]
+        # every other cell kept its cached render (the same object); b's Run cell was rendered anew
+        for key, lines in cached.items():
+            now = t._cell_render_cache.get(key)
+            if (str(key[0].value), str(key[1].value)) == ("b", "run"):
+                assert now is not lines
+            else:
+                assert now is lines, key
+
+
+async def test_a_row_handed_to_another_engine_keeps_its_place_without_relayout():
+    app = LinesApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        t = app.query_one(LeanTable)
+        for key in ("name", "run"):
+            t.add_column(key, key=key)
+        for name in ("a", "b", "c"):
+            t.add_row(name, "1", key=name)
+        await pilot.pause()
+        t.rename_row("b", "z")
+        t.set_cells("z", {"name": "z", "run": "9"})
+        assert not app.screen._layout_required  # the table's size did not change
+        await pilot.pause()
+        assert [r.key.value for r in t.ordered_rows] == ["a", "z", "c"]
+        assert [str(c) for c in t.get_row("z")] == ["z", "9"]
+        assert "".join(seg.text for seg in t.render_line(2)).split()[:2] == ["z", "9"]
+
+
 # ----- the pane on view -------------------------------------------------------------------
 class Engine:
     def __init__(self, name: str, running: int) -> None:
