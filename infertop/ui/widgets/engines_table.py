@@ -351,8 +351,10 @@ class EnginesTable(LeanTable):
         if [row.key.value for row in self.ordered_rows] != order:
             self._reorder(order)
         self._order = order
-        if selected in order and self.cursor_row != order.index(selected):
-            self.move_cursor(row=order.index(selected))  # the cursor stays on the engine, not the row number
+        if selected in order and self.cursor_row != order.index(selected) and (self.limit is None or self.has_focus):
+            # The cursor stays on the engine, not the row number. Not in a top-N table nobody is on:
+            # each move is a highlight event, and the app refreshes its key bindings (the footer) on it.
+            self.move_cursor(row=order.index(selected))
 
     def _cells(self, item: EngineStats | Group) -> Cells:
         return item.cells(self.cols) if isinstance(item, Group) else self._engine_cells(item)
