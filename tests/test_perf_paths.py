@@ -338,3 +338,87 @@ async def test_the_app_observes_each_engine_as_it_is_polled(scripted):
     async with app.run_test(size=(120, 40)):
         await app.collector.poll_collector(app.collector.collectors[0])
         assert app.joiner._last_good["one"].running == 3  # kept before any tick
+
+
+# ----- the lean HTTP client of the engine polls -----------------------------------------------
+async def _raw_server(answers: list[bytes], close_after_each: bool):
+    """A loopback server answering each request with the next of ``answers`` (raw HTTP bytes)."""
+    import asyncio
+
+    served = {"connections": 0, "requests": 0}
+
+    async def handle(reader, writer):
+        served["connections"] += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                if not head:
+                    break
+                writer.write(answers[served["requests"] % len(answers)])
+                served["requests"] += 1
+                await writer.drain()
+                if close_after_each:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionResetError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", served
+
+
+async def test_lean_client_keeps_the_connection_and_reads_every_framing():
+    from infertop.sources.http_client import LeanHttpClient
+
+    answers = [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+               b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n",
+               b"HTTP/1.1 503 Busy\r\nContent-Length: 4\r\n\r\nbusy"]
+    server, url, served = await _raw_server(answers, close_after_each=False)
+    client = LeanHttpClient()
+    try:
+        assert await client.get(url + "/metrics", 100) == (200, b"hello")
+        assert await client.get(url + "/metrics", 100) == (200, b"abcde")
+        assert client.opened == 1 and served["connections"] == 1  # kept alive
+        assert await client.get(url + "/health", 100, any_status=True) == (503, b"")
+    finally:
+        await client.aclose()
+        server.close()
+
+
+async def test_lean_client_retries_once_on_a_connection_the_server_closed():
+    from infertop.sources.http_client import LeanHttpClient
+
+    # Answers without "Connection: close", then hangs up: the idle connection is dead.
+    server, url, served = await _raw_server([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"], close_after_each=True)
+    client = LeanHttpClient()
+    try:
+        for _ in range(3):
+            assert await client.get(url + "/metrics", 100) == (200, b"ok")
+        assert served["requests"] == 3 and client.opened == 3
+    finally:
+        await client.aclose()
+        server.close()
+
+
+async def test_lean_client_bounds_and_errors_are_one_line():
+    import pytest
+
+    from infertop.sources.http_client import HttpError, LeanHttpClient
+
+    answers = [b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + b"x" * 5000,
+               b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"400\r\n" + b"y" * 1024 + b"\r\n" * 1 + b"0\r\n\r\n",
+               b"garbage\r\n\r\n"]
+    server, url, _ = await _raw_server(answers, close_after_each=False)
+    client = LeanHttpClient()
+    try:
+        with pytest.raises(HttpError, match=r"^response too large \(5 KiB, limit 1 KiB\)$"):
+            await client.get(url, 1000)
+        with pytest.raises(HttpError, match=r"^response too large \(> 1 KiB\)$"):
+            await client.get(url, 1000)
+        with pytest.raises(HttpError, match="^bad HTTP response$"):
+            await client.get(url, 1000)
+    finally:
+        await client.aclose()
+        server.close()
+    with pytest.raises(HttpError, match="^connection refused$"):
+        await LeanHttpClient().get("http://127.0.0.1:9/metrics", 100)
