@@ -27,6 +27,7 @@ from ..format import count_human, seconds_human
 from ..sources.gpu import GpuCollector
 from ..sources.vllm import EngineEndpoint, FleetCollector
 from ..state.fleet import FleetJoiner, FleetState
+from ..state.engine_groups import GROUP_BY
 from ..state.fleet_history import record_state
 from ..state.history import HistoryStore
 from ..state.recording import StateLog
@@ -533,6 +534,16 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, AutoscalerActions, 
         table = self.main.query_one("#engines-table", EnginesTable)
         columns = [(PRESSURE, "Pressure (down, queued, slowest first)")] + [(k, HEADERS[k]) for k in SORTABLE]
         self.push_screen(SortPicker(columns, table.sort_key, table.descending), self._sort_picked)
+
+    def action_group_engines(self) -> None:
+        """``G``: group the Engines table by deployment, then model, then node, then not at all."""
+        if self.current_pane != "engines":
+            self.action_show_pane("engines")
+        table = self.main.query_one("#engines-table", EnginesTable)
+        cycle = (None, *GROUP_BY)
+        table.set_group_by(cycle[(cycle.index(table.group_by) + 1) % len(cycle)])
+        self.notify(f"engines grouped by {table.group_by}" if table.group_by else "engines not grouped", timeout=2)
+        self.render_snapshot(force=True)
 
     def _sort_picked(self, key: str | None) -> None:
         if key is None:
