@@ -10,7 +10,7 @@ Usage::
         api = kubernetes.config.new_client_from_config(config_file=emu.write_kubeconfig(tmp / "kc"))
         kubernetes.client.AppsV1Api(api).read_namespaced_deployment("vllm", "default")
 
-See ``tests/kube_emulator/__init__.py`` for the feature list and what is
+See ``infertop/sim/kube/__init__.py`` for the feature list and what is
 not emulated.
 """
 
