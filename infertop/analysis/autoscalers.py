@@ -408,7 +408,8 @@ def explain_hpa(h: HpaView, snap: ClusterSnapshot, wl: _Workload, now: float | N
         d = "down" if able.reason == "ScaleDownStabilized" else "up"
         why.append(WhyNot(STABILISING, f"inside the scale-{d} stabilisation window ({_window_s(h, d)} s)"
                           + (f": {able.message}" if able.message else "")))
-    elif current is not None and desired is not None and desired == current and now is not None:
+    elif current is not None and desired is not None and desired == current and now is not None \
+            and metric_problem is None:
         last = _parse_time(h.last_scale_time)
         d = "up" if above else "down" if below else None
         if d is not None and last is not None and now - last < _window_s(h, d):

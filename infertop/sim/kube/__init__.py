@@ -9,7 +9,11 @@ What it serves (see ``resources.py``): core/v1 pods (+status, eviction),
 nodes, events, configmaps, services, namespaces; apps/v1 deployments,
 statefulsets, replicasets (+status, scale); autoscaling/v2
 horizontalpodautoscalers; policy/v1 poddisruptionbudgets;
-authorization.k8s.io/v1 selfsubjectaccessreviews; discovery (``/version``,
+authorization.k8s.io/v1 selfsubjectaccessreviews; optional custom resources
+served only once installed (``KubeEmulator(custom_resources=…)`` /
+:meth:`KubeEmulator.install`): KEDA keda.sh/v1alpha1 scaledobjects and llm-d
+llmd.ai/v1alpha1 variantautoscalings (+status; ``add_scaled_object`` also
+makes the HPA KEDA would own); discovery (``/version``,
 ``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>[/<version>]``, with or
 without trailing slash).
 
@@ -32,13 +36,15 @@ update with partition), a scheduler (round-robin, cordons, taints,
 nodeSelector, ``nvidia.com/gpu``), a kubelet (IPs, container states,
 readiness delay, ImagePullBackOff / CrashLoopBackOff failure modes,
 termination), the disruption controller (PDB status), garbage collection,
-namespace termination, HPA status bookkeeping; Events for all of them.
+namespace termination, HPA status bookkeeping; Events for all of them; an HPA
+controller (``set_hpa_metrics``: tolerance, stabilisation windows, min/max,
+FailedGetPodsMetric, SuccessfulRescale; see ``hpa.py``) fed by a metrics source.
 
 Not emulated: server-side apply field ownership (an apply patch is a
 strategic merge, or a create), protobuf and Table output, aggregated
 discovery, admission webhooks, quotas/LimitRanges, CPU/memory scheduling,
 affinity other than nodeSelector, Endpoints/EndpointSlices, ControllerRevisions,
-real metrics for HPAs (their status is set by tests), TLS.
+a metrics API (an HPA's status is set by tests, or computed from ``set_hpa_metrics``'s source), TLS.
 """
 
 from .server import KubeEmulator, Request

@@ -887,7 +887,13 @@ class Controllers:
         else:
             if "currentReplicas" not in pinned:
                 status["currentReplicas"] = int((target.get("status") or {}).get("replicas") or 0)
-            if "conditions" not in pinned:
+            hpa_ctl = self.emu.hpa_controller
+            if hpa_ctl is not None and not pinned & {"desiredReplicas", "conditions"}:
+                match = selector_from_label_selector((target.get("spec") or {}).get("selector"))
+                pods = [p for p in self.store.iter(PODS, meta["namespace"])
+                        if match(p["metadata"].get("labels") or {}) and not is_terminating(p)]
+                hpa_ctl.sync(self, hpa, target_rt, target, pods)  # the conditions are its own
+            elif "conditions" not in pinned:
                 set_condition(conditions, "AbleToScale", "True", "ReadyForNewScale",
                               "recommended size matches current size", now)
                 if find_condition(conditions, "ScalingActive") is None:
