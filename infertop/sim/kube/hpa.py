@@ -66,9 +66,12 @@ def _fmt(value: float) -> str:
 class HpaController:
     """State the real controller keeps in memory: recommendations per HPA, last evaluation time."""
 
-    def __init__(self, source: MetricSource, sync_s: float = 15.0) -> None:
+    def __init__(self, source: MetricSource, sync_s: float = 15.0, *, seed_current: bool = False) -> None:
         self.source = source
         self.sync_s = sync_s
+        # as if the controller had been running: the first evaluation finds the current size among
+        # the recent recommendations, so a scale-down waits for its window (a fresh controller would not)
+        self.seed_current = seed_current
         self.recommendations: dict[tuple[str, str], list[tuple[float, int]]] = {}
         self.last_sync: dict[tuple[str, str], float] = {}
 
@@ -144,7 +147,8 @@ class HpaController:
             ctl.api.record_event(HPAS, hpa, "Warning",
                                  "FailedComputeMetricsReplicas",
                                  f"invalid metrics (1 invalid out of {len(spec.get('metrics') or [])}), first error "
-                                 f"is: failed to get {reason[9:].lower()}: {message}", COMPONENT)
+                                 f"is: failed to get {'pods' if reason == 'FailedGetPodsMetric' else 'external'} "
+                                 f"metric value: {message}", COMPONENT)
             status["desiredReplicas"] = current
             return
         proposal, metric = max(proposals) if proposals else (current, "")
@@ -152,6 +156,8 @@ class HpaController:
                       f"the HPA was able to successfully calculate a replica count from "
                       f"{'pods' if any(m.get('type') == 'Pods' for m in spec.get('metrics') or []) else 'external'}"
                       f" metric {metric}", ts)
+        if self.seed_current and key not in self.recommendations:
+            self.recommendations[key] = [(now - 1e-3, current)]
         recs = [(t, r) for t, r in self.recommendations.get(key, []) if now - t <= max(
             self._window(spec, "up"), self._window(spec, "down"))]
         recs.append((now, proposal))

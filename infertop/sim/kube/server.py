@@ -1275,10 +1275,12 @@ class KubeEmulator:
                "metadata": {"name": name, "namespace": namespace}, "spec": spec, "status": status}
         return self.api.create(resource_type("VariantAutoscaling"), namespace, obj, keep_status=True)
 
-    def set_hpa_metrics(self, source: MetricSource | None, sync_s: float = 15.0) -> None:
+    def set_hpa_metrics(self, source: MetricSource | None, sync_s: float = 15.0, *,
+                        seed_current: bool = False) -> None:
         """Turn on the HPA controller (``None``: off): every ``sync_s`` each HPA whose status is not
-        pinned is evaluated from ``source`` (see :mod:`.hpa`) and scales its target."""
-        self.hpa_controller = None if source is None else HpaController(source, sync_s)
+        pinned is evaluated from ``source`` (see :mod:`.hpa`) and scales its target. ``seed_current``:
+        act as a controller that has been running (a first scale-down waits for its window)."""
+        self.hpa_controller = None if source is None else HpaController(source, sync_s, seed_current=seed_current)
         self._poke()
 
     def record_event(self, kind: str, name: str, namespace: str | None, etype: str, reason: str, message: str,
