@@ -60,7 +60,9 @@ class SimKube:
         n = len(sim.engines)
         self.replicas = n if replicas is None else max(0, replicas)
         self.token = secrets.token_urlsafe(24)
-        self.emu = KubeEmulator(token=self.token, port=port, reconcile_interval=0.2, start_delay=start_delay_s,
+        # the reconcile loop reacts to every write at once; its interval only drives timed transitions
+        # (container start, termination), and each pass costs O(pods): 1 s keeps 500 pods cheap
+        self.emu = KubeEmulator(token=self.token, port=port, reconcile_interval=1.0, start_delay=start_delay_s,
                                 termination_delay=termination_delay_s, seed=sim.seed,
                                 custom_resources=("ScaledObject", "VariantAutoscaling"))
         self.hpa = hpa
@@ -83,6 +85,7 @@ class SimKube:
             hosts[host] = hosts.get(host, 0) + 1
         for host, gpus in hosts.items():
             emu.add_node(host, gpus=gpus)
+        emu.set_endpoint_allocator(self._allocate)
         first = sim.engines[0]
         emu.add_deployment(self.namespace, self.name, replicas=self.replicas, gpu_per_pod=1,
                            args=["--model", first.model, "--max-num-seqs", str(first.max_num_seqs)],
@@ -101,8 +104,15 @@ class SimKube:
     def wait_bound(self, timeout: float = 15.0) -> bool:
         """Wait until every pod the Deployment asks for at start (up to the GPUs) runs an engine."""
         want = min(self.replicas, len(self.sim.engines))
+        pods = self.emu.store._objects[("", "pods")]
+
+        def running() -> bool:
+            with self.emu.store.lock, self._lock:
+                return sum(1 for name in self.bound if ((pods.get((self.namespace, name)) or {}).get("status") or {})
+                           .get("phase") == "Running") >= want
+
         try:
-            self.emu.wait_until(lambda: len(self.bound) >= want, timeout=timeout)
+            self.emu.wait_until(running, timeout=timeout)
             return True
         except TimeoutError:
             return False
@@ -150,6 +160,25 @@ class SimKube:
         values = [float(self.sim.engines[i].core.num_running) for i in idx if i is not None]
         return values or None
 
+    def _allocate(self, namespace: str, pod_name: str) -> tuple[str, int] | None:
+        """The kubelet gives a new pod of the Deployment its address: a free engine's (started if stopped)."""
+        if namespace != self.namespace or not pod_name.startswith(self.name + "-"):
+            return None
+        engines = self.sim.engines
+        with self._lock:
+            if pod_name in self.bound:
+                return "127.0.0.1", engines[self.bound[pod_name]].port
+            used = set(self.bound.values())
+            free = next((i for i in range(len(engines)) if i not in used), None)
+            if free is None:
+                return None
+            self.bound[pod_name] = free
+        e = engines[free]
+        e.gpu.pod, e.gpu.namespace, e.gpu.container = pod_name, self.namespace, "vllm"
+        if not e.alive or e.fault is not None:
+            e.revive()  # a fresh engine process; the first pods take over the warmed-up engines as they are
+        return "127.0.0.1", e.port
+
     def _run(self) -> None:
         store = self.emu.store
         seen = -1
@@ -157,35 +186,29 @@ class SimKube:
             with store.lock:
                 store.changed.wait_for(lambda: store.resource_version != seen or self._stop.is_set(), timeout=0.5)
                 seen = store.resource_version
-            try:
-                self._sync()
-            except Exception:  # noqa: BLE001 — keep binding; the emulator records its own errors
-                import traceback
+                try:
+                    gone, leaving = self._scan()
+                except Exception:  # noqa: BLE001 — keep binding; the emulator records its own errors
+                    import traceback
 
-                self.emu.errors.append(traceback.format_exc())
+                    self.emu.errors.append(traceback.format_exc())
+                    continue
+            for i in leaving:
+                self.sim.engines[i].alive = False  # out of the Service: no new requests, in-flight ones drain
+            for i in gone:
+                self.sim.engines[i].kill()  # the pod is gone: so is its engine process
 
-    def _sync(self) -> None:
-        pods = {p["metadata"]["name"]: p for p in self.emu.list("pods", self.namespace, f"app={self.name}")}
-        engines = self.sim.engines
+    def _scan(self) -> tuple[list[int], list[int]]:
+        """(engines whose pod is gone, engines whose pod terminates); hold the store lock. No copies:
+        a pass over 500 pods costs a few dict lookups each."""
+        pods = self.emu.store._objects[("", "pods")]
+        gone, leaving = [], []
         with self._lock:
-            for pod_name in list(self.bound):
-                pod = pods.get(pod_name)
-                i = self.bound[pod_name]
-                if pod is None:  # gone: the engine process ends
+            for pod_name, i in list(self.bound.items()):
+                pod = pods.get((self.namespace, pod_name))
+                if pod is None:
                     del self.bound[pod_name]
-                    engines[i].kill()
-                elif (pod.get("metadata") or {}).get("deletionTimestamp"):
-                    engines[i].alive = False  # out of the Service: no new requests, in-flight ones drain
-            free = [i for i in range(len(engines)) if i not in self.bound.values()]
-            for pod_name, pod in sorted(pods.items()):
-                if pod_name in self.bound or not free or (pod.get("metadata") or {}).get("deletionTimestamp"):
-                    continue
-                if (pod.get("status") or {}).get("phase") != "Running":
-                    continue
-                i = free.pop(0)
-                e = engines[i]
-                self.emu.set_pod_endpoint(pod_name, "127.0.0.1", e.port, namespace=self.namespace)
-                e.gpu.pod, e.gpu.namespace, e.gpu.container = pod_name, self.namespace, "vllm"
-                if not e.alive or e.fault is not None:
-                    e.revive()  # a fresh engine process; the first pods take over the warmed-up engines as they are
-                self.bound[pod_name] = i
+                    gone.append(i)
+                elif pod["metadata"].get("deletionTimestamp") and self.sim.engines[i].alive:
+                    leaving.append(i)
+        return gone, leaving

@@ -716,10 +716,10 @@ class Controllers:
             node = nodes.get(node_name)
             if node is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 continue
-            self._sync_pod(clone(pod), node, now)
+            self._sync_pod(pod, node, now)
 
-    def _sync_pod(self, pod: dict, node: dict, now: float) -> None:
-        before = clone(pod)
+    def _sync_pod(self, stored: dict, node: dict, now: float) -> None:
+        before, pod = stored, clone(stored)  # one copy per pod and pass: the stored object is left untouched
         meta, spec = pod["metadata"], pod["spec"]
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         status = pod.setdefault("status", {})

@@ -1389,7 +1389,18 @@ class KubeEmulator:
                             ports.append({"name": "http", "containerPort": port, "protocol": "TCP"})
                     self.store.put(rt, pod)
 
+    def set_endpoint_allocator(self, allocate: Callable[[str, str], tuple[str, int | None] | None] | None) -> None:
+        """``allocate(namespace, pod_name)`` is asked first when the kubelet gives a pod its IP (under the
+        store lock: be quick, make no API request); ``(ip, port)`` points the pod there, None: as usual.
+        One call per pod, whatever the number of pods (``set_pod_endpoint`` patterns are scanned per pod)."""
+        self._allocator = allocate
+
     def _endpoint_for(self, namespace: str, name: str) -> tuple[str, int | None] | None:
+        allocate = getattr(self, "_allocator", None)
+        if allocate is not None:
+            got = allocate(namespace, name)
+            if got is not None:
+                return got
         for pattern, ns, ip, port in self._endpoints:
             if (ns is None or ns == namespace) and fnmatch.fnmatchcase(name, pattern):
                 return ip, port
