@@ -103,6 +103,26 @@ def test_a_deleted_pod_drains_then_its_engine_stops_and_a_replacement_takes_one(
     assert answers(new[0].engine_url)
 
 
+def test_a_pod_out_of_its_service_empties_its_engine_and_comes_back(sim_kube):
+    sim, kube, session = sim_kube(1, hpa=False)
+    (pod,) = read_cluster(session).pods
+    (engine,) = sim.engines
+    svc = kubernetes.client.CoreV1Api(session.api_client).read_namespaced_service("vllm", NS)
+    assert svc.spec.selector == {"app": "vllm", "infertop.io/serving": "true"}
+    sim.set_load("steady")
+    sim.advance(5.0)
+    assert engine.core.num_running > 0
+    core = kubernetes.client.CoreV1Api(session.api_client)
+    core.patch_namespaced_pod(pod.name, NS, [{"op": "remove", "path": "/metadata/labels/infertop.io~1serving"}])
+    wait_for(lambda: not engine.alive, what="the engine out of the Service")
+    sim.advance(120.0)  # no new requests: the in-flight ones finish
+    assert engine.core.num_running == 0 and engine.core.num_waiting == 0 and answers(engine.url)
+    core.patch_namespaced_pod(pod.name, NS, {"metadata": {"labels": {"infertop.io/serving": "true"}}})
+    wait_for(lambda: engine.alive, what="the engine back in the Service")
+    sim.advance(5.0)
+    assert engine.core.num_running > 0
+
+
 def test_the_hpa_at_its_maximum_explains_itself(sim_kube):
     # 2 engines on a 2-GPU node; the HPA may go to 3 and wants more: one pod cannot be placed
     sim, kube, session = sim_kube(2, hpa_max=3, hpa_target_running=1.0, hpa_sync_s=0.1)

@@ -16,9 +16,10 @@ Kubernetes API emulator on 127.0.0.1 holding
 - the events the controllers write (scheduling, rescale, …).
 
 Scaling the Deployment (by hand, by the HPA or by infertop) starts or stops
-engines: a new running pod revives a free engine, a deleted pod's engine
-stops (connection refused) once the pod is gone. While a pod terminates its
-engine gets no new requests (it is out of the Service) and drains.
+engines: a new pod revives a free engine, a deleted pod's engine stops
+(connection refused) once the pod is gone. While a pod terminates, or is
+drained (infertop's pod drain removes the ``infertop.io/serving`` label the
+Service selects on), its engine gets no new requests and empties.
 
 This package never imports textual or rich.
 """
@@ -40,6 +41,7 @@ __all__ = ["DEMO_CONTEXT", "SimKube"]
 
 DEMO_CONTEXT = "infertop-demo"
 RUNNING = "vllm:num_requests_running"
+SERVING = {"infertop.io/serving": "true"}
 
 
 class SimKube:
@@ -89,7 +91,10 @@ class SimKube:
         first = sim.engines[0]
         emu.add_deployment(self.namespace, self.name, replicas=self.replicas, gpu_per_pod=1,
                            args=["--model", first.model, "--max-num-seqs", str(first.max_num_seqs)],
-                           labels={"app": self.name, "app.kubernetes.io/name": "vllm"})
+                           labels={"app": self.name, "app.kubernetes.io/name": "vllm", **SERVING},
+                           selector={"app": self.name})
+        # the Service selects one label more than the Deployment: infertop's pod drain removes it
+        emu.add_service(self.namespace, self.name, selector={"app": self.name, **SERVING}, ports=(8000,))
         if self.hpa:
             emu.add_hpa(self.namespace, self.name, self.name, min_replicas=self.hpa_min, max_replicas=self.hpa_max,
                         metrics=[{"type": "Pods", "pods": {"metric": {"name": RUNNING}, "target": {
@@ -187,7 +192,7 @@ class SimKube:
                 store.changed.wait_for(lambda: store.resource_version != seen or self._stop.is_set(), timeout=0.5)
                 seen = store.resource_version
                 try:
-                    gone, leaving = self._scan()
+                    gone, leaving, back = self._scan()
                 except Exception:  # noqa: BLE001 — keep binding; the emulator records its own errors
                     import traceback
 
@@ -195,20 +200,26 @@ class SimKube:
                     continue
             for i in leaving:
                 self.sim.engines[i].alive = False  # out of the Service: no new requests, in-flight ones drain
+            for i in back:
+                self.sim.engines[i].alive = True
             for i in gone:
                 self.sim.engines[i].kill()  # the pod is gone: so is its engine process
 
-    def _scan(self) -> tuple[list[int], list[int]]:
-        """(engines whose pod is gone, engines whose pod terminates); hold the store lock. No copies:
-        a pass over 500 pods costs a few dict lookups each."""
+    def _scan(self) -> tuple[list[int], list[int], list[int]]:
+        """(engines whose pod is gone, engines whose pod left the Service — terminating or drained —,
+        engines whose pod is back in it); hold the store lock. No copies: a few dict lookups per pod."""
         pods = self.emu.store._objects[("", "pods")]
-        gone, leaving = [], []
+        gone, leaving, back = [], [], []
         with self._lock:
             for pod_name, i in list(self.bound.items()):
                 pod = pods.get((self.namespace, pod_name))
                 if pod is None:
                     del self.bound[pod_name]
                     gone.append(i)
-                elif pod["metadata"].get("deletionTimestamp") and self.sim.engines[i].alive:
-                    leaving.append(i)
-        return gone, leaving
+                else:
+                    labels = pod["metadata"].get("labels") or {}
+                    serving = not pod["metadata"].get("deletionTimestamp") and all(
+                        labels.get(k) == v for k, v in SERVING.items())
+                    if serving != self.sim.engines[i].alive:
+                        (back if serving else leaving).append(i)
+        return gone, leaving, back

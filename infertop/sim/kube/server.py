@@ -998,7 +998,7 @@ class KubeEmulator:
 
     def _workload(self, kind: str, namespace: str, name: str, replicas: int, image: str, args, labels,
                   gpu_per_pod, *, container_name: str, port: int | None, env, command, resources,
-                  annotations, template_annotations, extra_spec: dict) -> dict:
+                  annotations, template_annotations, extra_spec: dict, selector: dict | None = None) -> dict:
         self._ensure_namespace(namespace)
         labels = dict(labels or {"app": name})
         template: dict = {
@@ -1012,7 +1012,7 @@ class KubeEmulator:
             "apiVersion": "apps/v1",
             "kind": kind,
             "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": dict(labels)}, "template": template,
+            "spec": {"replicas": replicas, "selector": {"matchLabels": dict(selector or labels)}, "template": template,
                      **extra_spec},
         }
         if annotations:
@@ -1025,8 +1025,9 @@ class KubeEmulator:
                        port: int | None = 8000, env: dict | list | None = None, command: list[str] | None = None,
                        resources: dict | None = None, annotations: dict | None = None,
                        template_annotations: dict | None = None, strategy: dict | None = None,
-                       progress_deadline_seconds: int | None = None, min_ready_seconds: int | None = None) -> dict:
-        """Create a Deployment (labels default to ``{"app": name}``, also its selector)."""
+                       progress_deadline_seconds: int | None = None, min_ready_seconds: int | None = None,
+                       selector: dict | None = None) -> dict:
+        """Create a Deployment (labels default to ``{"app": name}``, also its selector unless ``selector``)."""
         extra: dict = {}
         if strategy:
             extra["strategy"] = strategy
@@ -1037,7 +1038,7 @@ class KubeEmulator:
         return self._workload("Deployment", namespace, name, replicas, image, args, labels, gpu_per_pod,
                               container_name=container_name, port=port, env=env, command=command,
                               resources=resources, annotations=annotations,
-                              template_annotations=template_annotations, extra_spec=extra)
+                              template_annotations=template_annotations, extra_spec=extra, selector=selector)
 
     def add_statefulset(self, namespace: str, name: str, replicas: int = 1,
                         image: str = "vllm/vllm-openai:v0.9.2", args: list[str] | None = None,
