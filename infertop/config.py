@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from .config_load import DEFAULT_LIMITS, ConfigError, compose, one_line, scalar_value, to_bytes
+from .gateway.config import GatewayConfig  # the `gateway:` section (infertop gateway)
 
 
 def bounded(default, lo: float, hi: float, *, lo_open: bool = False, **kw):
@@ -123,12 +124,6 @@ class KubeConfig:
         if self.drain_then not in ("delete", "scale-down"):
             errs.append(("drain_then", "must be delete or scale-down"))
         return errs
-
-
-@dataclass
-class GatewayConfig:
-    url: str | None = None
-    token_file: str | None = None
 
 
 @dataclass

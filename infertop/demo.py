@@ -47,9 +47,12 @@ class Demo:
     kubeconfig: str | None = None  # the simulated cluster's, when it serves one
     kube_context: str | None = None
     kube_namespace: str | None = None
+    gateway: object | None = None  # infertop.gateway.demo.DemoGateway: the gateway and its load
 
     def stop(self) -> None:
         """Stop the simulator and everything it started."""
+        if self.gateway is not None:
+            self.gateway.stop()
         if self.proc.poll() is not None:
             return
         try:
@@ -92,6 +95,12 @@ def start_demo(n_engines: int = 6, seed: int = 7, load: str = "bursty", timeout_
                 raise DemoError(f"simulator exited with code {proc.wait()}")
             parts = line.split()
             if parts[:1] == ["ready"]:
+                from .gateway.demo import start_demo_gateway
+
+                try:  # the gateway in front of the engines, with mixed-class load through it
+                    demo.gateway = start_demo_gateway([e.url for e in demo.endpoints])
+                except RuntimeError as e:
+                    raise DemoError(str(e)) from None
                 return demo
             if parts[:1] == ["engine"] and len(parts) >= 3:
                 opts = dict(p.split("=", 1) for p in parts[3:] if "=" in p)

@@ -161,7 +161,7 @@ def test_inside_a_stabilisation_window_from_the_controller_condition(emu, tmp_pa
 
 
 def test_inside_a_stabilisation_window_from_the_last_scale_time(emu, tmp_path):
-    now = time.time()
+    now = float(int(time.time()))  # lastScaleTime has whole seconds
     emu.add_deployment(NS, "vllm", replicas=6)
     emu.add_hpa(NS, "vllm", "vllm", max_replicas=8, desired_replicas=6, current_metrics=pods_metric("1"),
                 conditions=conds(), last_scale_time=now - 100, behavior={"scaleDown": {"stabilizationWindowSeconds": 180}})
