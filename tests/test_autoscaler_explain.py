@@ -163,13 +163,24 @@ def test_inside_a_stabilisation_window_from_the_controller_condition(emu, tmp_pa
 def test_inside_a_stabilisation_window_from_the_last_scale_time(emu, tmp_path):
     now = float(int(time.time()))  # lastScaleTime has whole seconds
     emu.add_deployment(NS, "vllm", replicas=6)
+    # a controller that gives no reason of its own (SucceededGetScale, not ScaleDownStabilized)
+    able = ("True", "SucceededGetScale", "the HPA controller was able to get the target's current scale")
     emu.add_hpa(NS, "vllm", "vllm", max_replicas=8, desired_replicas=6, current_metrics=pods_metric("1"),
-                conditions=conds(), last_scale_time=now - 100, behavior={"scaleDown": {"stabilizationWindowSeconds": 180}})
+                conditions=conds(able=able), last_scale_time=now - 100,
+                behavior={"scaleDown": {"stabilizationWindowSeconds": 180}})
     _, by_name = read(emu, tmp_path, now=now)
     a = hpa_of(by_name["vllm"])
     assert a.codes() == (STABILISING,)
     assert a.reason == "inside the scale-down stabilisation window: last scaled 100 s ago, 80 s left of 180 s"
     _, by_name = read(emu, tmp_path, now=now + 200)  # the window has passed: nothing holds it any more
+    assert STABILISING not in hpa_of(by_name["vllm"]).codes()
+    # "recommended size matches current size": the controller says it is not holding anything back
+    emu.set_hpa_status(NS, "vllm", conditions=conds())
+    _, by_name = read(emu, tmp_path, now=now)
+    assert STABILISING not in hpa_of(by_name["vllm"]).codes()
+    # 6 pods at 4.35 vs 5 (×0.87, outside the tolerance) still need ceil(6 × 0.87) = 6: no window holds them
+    emu.set_hpa_status(NS, "vllm", conditions=conds(able=able), current_metrics=pods_metric("4350m"))
+    _, by_name = read(emu, tmp_path, now=now)
     assert STABILISING not in hpa_of(by_name["vllm"]).codes()
 
 
@@ -413,8 +424,9 @@ def test_the_hpa_controller_holds_a_scale_down_inside_the_window(kube_emulator, 
 def test_the_watcher_sees_custom_resources_appear_and_change(kube_emulator, tmp_path):
     emu = kube_emulator(TOKEN, reconcile_interval=0.02, custom_resources=("ScaledObject", "VariantAutoscaling"))
     emu.add_deployment(NS, "vllm", replicas=1, gpu_per_pod=0)
+    metrics = MetricsServer(f'wva_desired_replicas{{variant_name="vllm",exported_namespace="{NS}"}} 2\n')
     session = connect(emu, tmp_path)
-    watcher = ClusterWatcher(session, KubeConfig(namespaces=[NS])).start()
+    watcher = ClusterWatcher(session, KubeConfig(namespaces=[NS], wva_metrics_url=metrics.url, refresh_s=0.1)).start()
     try:
         assert watcher.wait_synced(10)
         assert {inf.kind for inf in watcher.informers} >= {"scaledobjects", "variantautoscalings"}
@@ -423,7 +435,14 @@ def test_the_watcher_sees_custom_resources_appear_and_change(kube_emulator, tmp_
         emu.patch("scaledobjects", "vllm", {"metadata": {"annotations": {"autoscaling.keda.sh/paused": "true"}}},
                   NS, patch_type="merge")
         emu.wait_until(lambda: watcher.snapshot().scaled_objects[0].paused, timeout=10)
+        emu.add_variant_autoscaling(NS, "vllm", "vllm", current_replicas=1, desired_replicas=2)
+        emu.wait_until(lambda: [v.metric_desired_replicas for v in watcher.snapshot().variant_autoscalers] == [2.0],
+                       timeout=10)
         assert watcher.snapshot().errors == ()
+        metrics.close()  # the metrics source goes away: said once, the objects stay
+        emu.wait_until(lambda: watcher.snapshot().errors, timeout=10)
+        (err,) = watcher.snapshot().errors
+        assert err.startswith(f"wva_desired_replicas from {metrics.url}: ConnectError")
     finally:
         watcher.stop()
         watcher.join()

@@ -135,10 +135,16 @@ def test_the_hpa_at_its_maximum_explains_itself(sim_kube):
 
     def at_max():
         (w,) = explain_workloads(read_cluster(session), now=time.time())
-        (hpa,) = w.autoscalers
+        hpa = next(a for a in w.autoscalers if a.kind == "HorizontalPodAutoscaler")
         return (w, hpa) if AT_MAX in hpa.codes() and PENDING_GPU in hpa.codes() else None
 
     w, hpa = wait_for(at_max, what="the HPA at its maximum")
+    # beside it, the variant autoscaler's stand-in wants 12 / 1 running per replica: at its maximum too
+    wva = wait_for(lambda: next((a for w in explain_workloads(read_cluster(session), now=time.time())
+                                 for a in w.autoscalers if a.kind == "VariantAutoscaling" and a.desired == 3), None),
+                   what="the variant autoscaler's decision")
+    assert wva.codes()[0] == AT_MAX and "no HPA consumes wva_desired_replicas: nothing applies this decision" \
+        not in wva.notes  # 3 → 3: nothing to apply
     assert (hpa.current, hpa.desired, hpa.max_replicas) == (3, 3, 3)
     assert hpa.reason == "at maxReplicas 3 while vllm:num_requests_running 6 vs target 1 asks for more"
     pending = next(x for x in hpa.why_not if x.code == PENDING_GPU)

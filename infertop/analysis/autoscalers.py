@@ -409,10 +409,12 @@ def explain_hpa(h: HpaView, snap: ClusterSnapshot, wl: _Workload, now: float | N
         why.append(WhyNot(STABILISING, f"inside the scale-{d} stabilisation window ({_window_s(h, d)} s)"
                           + (f": {able.message}" if able.message else "")))
     elif current is not None and desired is not None and desired == current and now is not None \
-            and metric_problem is None:
+            and metric_problem is None and not (able is not None and able.reason == "ReadyForNewScale"):
+        # no word from the controller: the metrics would move it, and it scaled less than a window ago
         last = _parse_time(h.last_scale_time)
         d = "up" if above else "down" if below else None
-        if d is not None and last is not None and now - last < _window_s(h, d):
+        would = math.ceil(current * max(ratios)) if ratios else current
+        if d is not None and would != current and last is not None and now - last < _window_s(h, d):
             left = _window_s(h, d) - (now - last)
             why.append(WhyNot(STABILISING, f"inside the scale-{d} stabilisation window: last scaled "
                                            f"{_fmt_s(now - last)} ago, {_fmt_s(left)} left of {_window_s(h, d)} s"))

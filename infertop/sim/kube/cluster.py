@@ -13,6 +13,10 @@ Kubernetes API emulator on 127.0.0.1 holding
   whose maximum is above the GPU count: under load it scales up, the extra
   pods stay Pending for lack of ``nvidia.com/gpu`` and the HPA ends up at its
   maximum, explaining itself;
+- an llm-d VariantAutoscaling beside it (the type is installed, as KEDA's is)
+  whose desired allocation a stand-in optimiser sets every few seconds from
+  the engines' load (total running / the HPA's target): nothing applies it,
+  which its explanation says;
 - the events the controllers write (scheduling, rescale, …).
 
 Scaling the Deployment (by hand, by the HPA or by infertop) starts or stops
@@ -26,13 +30,16 @@ This package never imports textual or rich.
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .server import KubeEmulator
+from .util import format_time
 
 if TYPE_CHECKING:
     from .. import SimCluster
@@ -95,6 +102,10 @@ class SimKube:
                            selector={"app": self.name})
         # the Service selects one label more than the Deployment: infertop's pod drain removes it
         emu.add_service(self.namespace, self.name, selector={"app": self.name, **SERVING}, ports=(8000,))
+        emu.add_variant_autoscaling(self.namespace, self.name, self.name, model_id=first.model,
+                                    current_replicas=self.replicas, desired_replicas=self.replicas,
+                                    min_replicas=self.hpa_min, max_replicas=self.hpa_max)
+        self._wva_at = 0.0
         if self.hpa:
             emu.add_hpa(self.namespace, self.name, self.name, min_replicas=self.hpa_min, max_replicas=self.hpa_max,
                         metrics=[{"type": "Pods", "pods": {"metric": {"name": RUNNING}, "target": {
@@ -202,8 +213,31 @@ class SimKube:
                 self.sim.engines[i].alive = False  # out of the Service: no new requests, in-flight ones drain
             for i in back:
                 self.sim.engines[i].alive = True
+            if time.monotonic() - self._wva_at >= self.hpa_sync_s:
+                self._wva_at = time.monotonic()
+                self._optimise()
             for i in gone:
                 self.sim.engines[i].kill()  # the pod is gone: so is its engine process
+
+    def _optimise(self) -> None:
+        """The variant autoscaler's stand-in: enough replicas for the running requests at the HPA's target."""
+        with self._lock:
+            running = sum(self.sim.engines[i].core.num_running for i in self.bound.values())
+        deployment = self.emu.get("deployments", self.name, self.namespace)
+        if deployment is None:
+            return
+        want = max(self.hpa_min, min(self.hpa_max, math.ceil(running / self.hpa_target_running)))
+        va = self.emu.get("variantautoscalings", self.name, self.namespace) or {}
+        st = va.get("status") or {}
+        current = int((deployment.get("spec") or {}).get("replicas", 0))
+        if (st.get("currentAlloc") or {}).get("numReplicas") == current and \
+                (st.get("desiredOptimizedAlloc") or {}).get("numReplicas") == want:
+            return
+        self.emu.update_status("VariantAutoscaling", self.name, {
+            "currentAlloc": {"numReplicas": current, "accelerator": "H100"},
+            "desiredOptimizedAlloc": {"numReplicas": want, "accelerator": "H100",
+                                      "lastRunTime": format_time(self.emu.clock())},
+            "actuation": {"applied": True}}, self.namespace)
 
     def _scan(self) -> tuple[list[int], list[int], list[int]]:
         """(engines whose pod is gone, engines whose pod left the Service — terminating or drained —,
