@@ -473,6 +473,16 @@ def test_no_cluster_explains_nothing():
     assert explain_workloads(None) == []
 
 
+def test_trigger_metadata_keeps_no_secret():
+    from infertop.sources.kube_autoscalers import scaled_object_view
+
+    so = scaled_object_view({"metadata": {"name": "x", "namespace": NS}, "spec": {"triggers": [{
+        "type": "prometheus", "metadata": {"serverAddress": "http://admin:hunter2@prom:9090", "query": "up",
+                                           "threshold": "5", "authModes": "basic", "password": "hunter2"}}]}})
+    (t,) = so.triggers
+    assert t.metadata == {"serverAddress": "http://prom:9090", "query": "up", "threshold": "5"}
+
+
 @pytest.mark.parametrize("text, value", [("5", 5.0), ("500m", 0.5), ("1.5k", 1500.0), ("2Ki", 2048.0),
                                          ("80%", 80.0), ("1e3", 1000.0), (3, 3.0), ("x", None), ("", None),
                                          (None, None), ("5 apples", None)])

@@ -141,7 +141,8 @@ def test_the_hpa_at_its_maximum_explains_itself(sim_kube):
     w, hpa = wait_for(at_max, what="the HPA at its maximum")
     # beside it, the variant autoscaler's stand-in wants 12 / 1 running per replica: at its maximum too
     wva = wait_for(lambda: next((a for w in explain_workloads(read_cluster(session), now=time.time())
-                                 for a in w.autoscalers if a.kind == "VariantAutoscaling" and a.desired == 3), None),
+                                 for a in w.autoscalers if a.kind == "VariantAutoscaling"
+                                 and (a.current, a.desired) == (3, 3)), None),
                    what="the variant autoscaler's decision")
     assert wva.codes()[0] == AT_MAX and "no HPA consumes wva_desired_replicas: nothing applies this decision" \
         not in wva.notes  # 3 → 3: nothing to apply

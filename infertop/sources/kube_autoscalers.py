@@ -129,6 +129,11 @@ def behavior_view(raw: Any) -> HpaBehaviorView | None:
     return HpaBehaviorView(_rules(raw.get("scaleUp")), _rules(raw.get("scaleDown")))
 
 
+def _no_userinfo(value: str) -> str:
+    """``http://user:secret@prometheus:9090`` → ``http://prometheus:9090``: a password is never shown."""
+    return re.sub(r"(?<=://)[^/@\s]*@", "", value)
+
+
 def scaled_object_view(obj: dict) -> ScaledObjectView:
     meta, spec, st = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     ref = spec.get("scaleTargetRef") or {}
@@ -138,7 +143,7 @@ def scaled_object_view(obj: dict) -> ScaledObjectView:
     for i, t in enumerate(spec.get("triggers") or []):
         if not isinstance(t, dict):
             continue
-        md = {k: str(v) for k, v in (t.get("metadata") or {}).items() if k in _TRIGGER_KEYS}
+        md = {k: _no_userinfo(str(v)) for k, v in (t.get("metadata") or {}).items() if k in _TRIGGER_KEYS}
         name = str(t.get("name") or "")
         # status.health is keyed by the external metric name: s<i>-<type>[-…]
         h = next((v for k, v in health.items() if isinstance(v, dict) and (k.startswith(f"s{i}-") or (name and name in k))),
