@@ -363,6 +363,7 @@ def fleet_sources(args: argparse.Namespace, cfg: Config, notes: list[str] | None
             from .snapshot import apply_demo_defaults
 
             apply_demo_defaults(cfg, notes)
+            _use_demo_cluster(demo, cfg, notes)
             _watch_demo_gateway(cfg, demo, notes)
         yield Fleet(endpoints=endpoints,
                     dcgm_urls=([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm),
@@ -371,6 +372,18 @@ def fleet_sources(args: argparse.Namespace, cfg: Config, notes: list[str] | None
     finally:
         if demo is not None:
             demo.stop()
+
+
+def _use_demo_cluster(demo, cfg: Config, notes: list[str] | None) -> None:
+    """Watch the simulator's Kubernetes API unless the user configured a cluster of their own."""
+    if not demo.kubeconfig or cfg.kube.configured:
+        return
+    cfg.kube.kubeconfig, cfg.kube.context = demo.kubeconfig, demo.kube_context
+    cfg.kube.namespaces = [demo.kube_namespace] if demo.kube_namespace else []
+    cfg.kube.enabled = True
+    if notes is not None:
+        notes.append(f"Demo: a simulated Kubernetes cluster (context {demo.kube_context}): the engines are the pods "
+                     f"of Deployment {demo.kube_namespace}/vllm, with an HPA.")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -111,6 +111,7 @@ class KubeConfig:
     stuck_after_s: float = bounded(30.0, 1, 86400)
     eviction_retry_s: float = bounded(5.0, 0.1, 3600)  # wait after a 429 from a PodDisruptionBudget
     follow_poll_s: float = bounded(0.5, 0.05, 60)  # how often a running action re-reads what it follows
+    wva_metrics_url: str = ""  # /metrics URL or Prometheus base URL with llm-d's wva_desired_replicas
 
     @property
     def configured(self) -> bool:

@@ -11,6 +11,13 @@ from stdout::
 
 With ``--print-urls`` the lines are the bare URLs (engines first, the dcgm
 URL last), then ``ready``.
+
+With ``--kube-port P`` it also serves a Kubernetes API (the emulator in
+``infertop.sim.kube``) whose Deployment's pods are the engines, writes a
+kubeconfig (context ``infertop-demo``; ``--kubeconfig F``) and prints, before
+``ready``::
+
+    kube http://127.0.0.1:P kubeconfig=F context=infertop-demo namespace=inference
 """
 
 from __future__ import annotations
@@ -42,6 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall-clock second")
     p.add_argument("--warmup", type=float, default=0.0, metavar="S",
                    help="simulate S seconds of history before serving")
+    p.add_argument("--kube-port", type=int, default=None, metavar="P",
+                   help="also serve a Kubernetes API on 127.0.0.1:P (0: any free port) whose Deployment's pods "
+                        "are the engines, with an HPA, GPU nodes and events")
+    p.add_argument("--kubeconfig", default=None, metavar="F",
+                   help="where --kube-port writes its kubeconfig (default: <state dir>/sim/kubeconfig)")
+    p.add_argument("--kube-replicas", type=int, default=None, metavar="N",
+                   help="the Deployment's starting replicas (default: every engine)")
     return p
 
 
@@ -52,6 +66,9 @@ def main(argv: list[str]) -> int:
         return 2
     if args.max_num_seqs < 1:
         print("infertop sim: --max-num-seqs must be at least 1", file=sys.stderr)
+        return 2
+    if args.kube_port is not None and not 0 <= args.kube_port <= 65535:
+        print("infertop sim: --kube-port must be 0..65535", file=sys.stderr)
         return 2
     from . import SimCluster
 
@@ -73,7 +90,17 @@ def main(argv: list[str]) -> int:
         except OSError as e:
             print(f"infertop sim: cannot listen: {e}", file=sys.stderr)
             return 1
+        kube = None
         try:
+            if args.kube_port is not None:
+                from .kube.cluster import SimKube
+
+                try:
+                    kube = SimKube(cluster, port=args.kube_port, replicas=args.kube_replicas).start()
+                except OSError as e:
+                    print(f"infertop sim: cannot listen on the Kubernetes port: {e}", file=sys.stderr)
+                    return 1
+                kube.wait_bound()
             out = sys.stdout
             for e in cluster.engines:
                 if args.print_urls:
@@ -83,6 +110,9 @@ def main(argv: list[str]) -> int:
                     out.write(f"engine {e.index} {e.url} model={e.model} max_num_seqs={e.max_num_seqs}{pod}\n")
             if cluster.dcgm_url:
                 out.write((cluster.dcgm_url if args.print_urls else f"dcgm {cluster.dcgm_url}") + "\n")
+            if kube is not None:
+                path = kube.write_kubeconfig(args.kubeconfig or _default_kubeconfig())
+                out.write(f"kube {kube.url} kubeconfig={path} context={DEMO_CONTEXT} namespace={kube.namespace}\n")
             out.write("ready\n")
             out.flush()
             parent = os.getppid()
@@ -90,11 +120,22 @@ def main(argv: list[str]) -> int:
                 if args.exit_with_parent and os.getppid() != parent:
                     break  # re-parented: infertop died without stopping us
         finally:
+            if kube is not None:
+                kube.stop()
             cluster.stop()
     finally:
         for s, h in old.items():
             signal.signal(s, h)
     return 0
+
+
+def _default_kubeconfig():
+    from ..config import default_state_dir
+
+    return default_state_dir() / "sim" / "kubeconfig"
+
+
+DEMO_CONTEXT = "infertop-demo"
 
 
 if __name__ == "__main__":  # pragma: no cover
