@@ -47,6 +47,7 @@ class Pending:
     entered_at: float = 0.0  # when it entered its current class
     excluded: set[str] = field(default_factory=set)  # engines that failed it before it started
     resets: set[str] = field(default_factory=set)  # engines whose connection dropped it once (retried there)
+    attempts: int = 0  # failed tries before it started
     cancelled: bool = False
     queued: bool = False
     dispatched_cls: str | None = None  # the class it was dispatched from (for reserved-slot accounting)

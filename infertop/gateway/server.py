@@ -31,6 +31,7 @@ CLASS_HEADERS = ("x-gateway-inference-objective", "x-infertop-class")
 FAIRNESS_HEADERS = ("x-gateway-inference-fairness-id", "x-infertop-tenant")
 _PASS_HEADERS = ("Content-Type", "Cache-Control")  # from the engine's answer to the client
 _PRIORITY_REFUSED = b"priority scheduling is not enabled"
+MAX_ATTEMPTS = 3  # tries of one request on engines that failed it before it started
 
 
 def error_body(status: int, message: str, typ: str = "invalid_request_error") -> bytes:
@@ -214,7 +215,12 @@ class Gateway:
                     # a dropped keep-alive connection is retried once on the same engine
                     exclude = ns.code != "reset" or engine.name in p.resets
                     p.resets.add(engine.name)
+                    p.attempts += 1
                     again = pol.requeue(p, engine.name, loop.time(), exclude=exclude)
+                    if not again and ns.code != "connect" and p.attempts < MAX_ATTEMPTS:
+                        # no other engine: a transient failure (timeout, 5xx) is retried where it was
+                        p.excluded.discard(engine.name)
+                        again = pol.requeue(p, engine.name, loop.time(), exclude=False)
                     p.token = loop.create_future()
                     if not again:
                         code = 502
