@@ -62,7 +62,11 @@ async def _client(url: str, rate: float, duration_s: float) -> dict:
             tasks.append(asyncio.create_task(_one(s, url, ttfb, total, None)))
         results = await asyncio.gather(*tasks)
         errors = sum(1 for ok in results if not ok)
-    return {"ttfb": ttfb, "total": total, "errors": errors, "sent": n, "lag_max_s": lag_max}
+    return {"ttfb": ttfb, "total": total, "errors": errors, "sent": n, "lag_max_s": lag_max,
+            "error_kinds": ERROR_KINDS}
+
+
+ERROR_KINDS: dict[str, int] = {}
 
 
 async def _one(s, url: str, ttfb: list, total: list, _unused) -> bool:
@@ -77,8 +81,12 @@ async def _one(s, url: str, ttfb: list, total: list, _unused) -> bool:
             rest = await r.read()
             t2 = time.perf_counter()
             if r.status != 200 or not (first + rest).rstrip().endswith(b"[DONE]"):
+                key = f"http {r.status}"
+                ERROR_KINDS[key] = ERROR_KINDS.get(key, 0) + 1
                 return False
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        key = type(e).__name__
+        ERROR_KINDS[key] = ERROR_KINDS.get(key, 0) + 1
         return False
     ttfb.append(t1 - t)
     total.append(t2 - t)
@@ -278,7 +286,7 @@ def main() -> int:
                 results[(name, rate)] = r
                 print(f"{name:>17} @ {rate:6.0f}/s: ttfb p50 {ms(pct(r['ttfb'], .5))} p99 "
                       f"{ms(pct(r['ttfb'], .99))} ms, total p99 {ms(pct(r['total'], .99))} ms, "
-                      f"errors {r['errors']}/{r['sent']}, client lag max {r['lag_max_s'] * 1000:.1f} ms",
+                      f"errors {r['errors']}/{r['sent']} {r['error_kinds'] or ''}, client lag max {r['lag_max_s'] * 1000:.1f} ms",
                       file=sys.stderr)
 
         for rate in rates:
