@@ -261,6 +261,7 @@ def main() -> int:
     procs: list[subprocess.Popen] = []
     tmp = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     rows: list[str] = []
+    load_before = os.getloadavg()
     try:
         sim, sim_url = start_sim()
         procs.append(sim)
@@ -302,7 +303,7 @@ def main() -> int:
                     rows.append(f"| {rate:.0f} | {name} | not installed | | | | | | |")
                     continue
                 added = "—"
-                if name != "direct" and base:
+                if name != "direct" and base and r["ttfb"] and base["ttfb"]:
                     added = (f"{ms(pct(r['ttfb'], .5) - pct(base['ttfb'], .5))} / "
                              f"{ms(pct(r['ttfb'], .99) - pct(base['ttfb'], .99))}")
                 c = cpu.get((name, rate))
@@ -320,6 +321,9 @@ def main() -> int:
                 r = results.get((name, rate))
                 if r is None:
                     cells.append("—")
+                    continue
+                if not r["ttfb"] or not base["ttfb"]:
+                    cells.append("all failed ✗")
                     continue
                 added = pct(r["ttfb"], .99) - pct(base["ttfb"], .99)
                 ok = added < 0.005 and r["errors"] == 0
@@ -344,7 +348,9 @@ def main() -> int:
         "streaming chat completions, max_tokens 4, open-loop at a fixed rate from a separate client process; "
         f"{args.duration:g} s per target and rate, targets in turn. Times in ms. The client, the simulator and "
         "the proxy share the machine's CPUs, so the absolute figures include their contention; compare the "
-        "columns of one rate.",
+        "columns of one rate. Load average (1 min) at the start {:.1f}, at the end {:.1f}: other work on the "
+        "machine takes CPU from all three targets alike, but most from a single-threaded proxy.".format(
+            load_before[0], os.getloadavg()[0]),
         "",
         *rows,
         "",

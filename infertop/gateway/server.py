@@ -17,6 +17,7 @@ upstream request (the connection to the engine is closed).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sys
 from dataclasses import dataclass, field
@@ -43,6 +44,12 @@ def json_error(status: int, message: str, typ: str = "invalid_request_error") ->
     return web.Response(status=status, body=error_body(status, message, typ), content_type="application/json")
 
 
+class _PassThrough(web.StreamResponse):
+    """A streamed answer whose headers leave with its first chunk (one write, not two)."""
+
+    _send_headers_immediately = False
+
+
 class _NotStarted(Exception):
     """The engine failed the request before any byte reached the client (re-queue it)."""
 
@@ -54,6 +61,11 @@ class _NotStarted(Exception):
 class EngineOptions:
     timeout_s: float = 300.0
     connect_timeout_s: float = 2.0
+
+    @functools.cached_property
+    def client_timeout(self) -> aiohttp.ClientTimeout:
+        """No total limit (a long stream is fine); the engine must connect, and never go silent, for long."""
+        return aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s, sock_read=self.timeout_s)
 
 
 @dataclass
@@ -77,6 +89,7 @@ class Gateway:
         self.session: aiohttp.ClientSession | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.app = web.Application(client_max_size=state.max_body_bytes)
         self.app.router.add_post("/v1/completions", self.completions)
         self.app.router.add_post("/v1/chat/completions", self.completions)
@@ -86,11 +99,11 @@ class Gateway:
         self.app.on_startup.append(self._start)
         self.app.on_cleanup.append(self._stop)
 
-    @staticmethod
-    def now() -> float:
-        return asyncio.get_running_loop().time()
+    def now(self) -> float:
+        return (self._loop or asyncio.get_running_loop()).time()
 
     async def _start(self, app: web.Application) -> None:
+        self._loop = asyncio.get_running_loop()  # kept: looking it up costs a getpid() call each time
         if self.session is None:
             # no pool limit: the policy's caps bound what goes to each engine
             self.session = aiohttp.ClientSession(
@@ -124,7 +137,7 @@ class Gateway:
             if self._timer is not None:
                 self._timer.cancel()
             self._timer_at = wake
-            self._timer = asyncio.get_running_loop().call_at(wake + 0.0005, self._on_timer)
+            self._timer = (self._loop or asyncio.get_running_loop()).call_at(wake + 0.0005, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer, self._timer_at = None, None
@@ -188,7 +201,7 @@ class Gateway:
         if not isinstance(doc, dict):
             self.metrics.answered(cls, 400)
             return json_error(400, "Invalid JSON body: expected a JSON object")
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         p = Pending(origin=cls, fairness_id=fid, arrived_at=loop.time(), token=loop.create_future())
         pol = self.policy
         if not pol.can_route(p):
@@ -254,7 +267,7 @@ class Gateway:
         """Send to ``engine`` and stream its answer back. Raises _NotStarted to re-queue."""
         pol = self.policy
         opts = self.state.options.get(engine.name) or EngineOptions()
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=opts.connect_timeout_s, sock_read=opts.timeout_s)
+        timeout = opts.client_timeout
         headers = {"Content-Type": "application/json"}
         auth = request.headers.get("Authorization")
         if auth:
@@ -298,7 +311,7 @@ class Gateway:
 
     async def _stream(self, request: web.Request, engine: EngineState, resp: aiohttp.ClientResponse,
                       opts: EngineOptions) -> web.StreamResponse:
-        out = web.StreamResponse(status=resp.status, reason=resp.reason)
+        out = _PassThrough(status=resp.status, reason=resp.reason)
         for key in _PASS_HEADERS:
             v = resp.headers.get(key)
             if v is not None:
@@ -309,10 +322,16 @@ class Gateway:
         done = False
         try:
             await out.prepare(request)
-            async for chunk in resp.content.iter_any():
+            content = resp.content
+            async for chunk in content.iter_any():
+                if content.is_eof():  # the last chunk: it and the end of the answer in one write
+                    done = True
+                    await out.write_eof(chunk)
+                    break
                 await out.write(chunk)
-            done = True
-            await out.write_eof()
+            else:
+                done = True
+                await out.write_eof()
         except asyncio.TimeoutError:
             self.metrics.upstream_error(engine.name, "timeout")
             out.force_close()
