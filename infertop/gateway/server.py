@@ -239,7 +239,10 @@ class Gateway:
                         code = 502
                         return json_error(502, f"the request failed on every engine that could take it "
                                                f"(last: {engine.name}: {ns.code})", "upstream_error")
-                    self.engines_changed() if not engine.up else self.pump()
+                    if engine.up:
+                        self.pump()
+                    else:
+                        self.engines_changed()  # queued requests only it could take get their 502
         except asyncio.CancelledError:
             fut = p.token
             if p.queued:
