@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from .metrics import GatewayMetrics
 from .policy import EngineState, Pending, Policy, vllm_priority
@@ -90,6 +91,7 @@ class Gateway:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._urls: dict[tuple[str, str], URL] = {}
         self.app = web.Application(client_max_size=state.max_body_bytes)
         self.app.router.add_post("/v1/completions", self.completions)
         self.app.router.add_post("/v1/chat/completions", self.completions)
@@ -254,6 +256,14 @@ class Gateway:
         finally:
             self.metrics.answered(cls, code)
 
+    def _url(self, engine: EngineState, path: str) -> URL:
+        """The engine's URL for ``path``, parsed once (aiohttp would parse a string per request)."""
+        key = (engine.url, path)
+        url = self._urls.get(key)
+        if url is None:
+            url = self._urls[key] = URL(engine.url + path)
+        return url
+
     def _payload(self, engine: EngineState, body: bytes, doc: dict, p: Pending) -> bytes:
         if engine.priority_scheduling is False:
             return body
@@ -280,8 +290,8 @@ class Gateway:
             while True:
                 payload = self._payload(engine, body, doc, p)
                 try:
-                    resp = await self.session.post(engine.url + request.path, data=payload, headers=headers,
-                                                   timeout=timeout)
+                    resp = await self.session.post(self._url(engine, request.path), data=payload,
+                                                   headers=headers, timeout=timeout)
                 except aiohttp.ConnectionTimeoutError:
                     raise _NotStarted("timeout") from None
                 except asyncio.TimeoutError:
