@@ -229,3 +229,18 @@ async def test_command_serves_and_never_prints_the_token(tmp_path):
         await up.stop()
     assert proc.returncode == 0
     assert b"very-secret-token" not in out + err
+
+
+async def test_failing_metrics_take_an_engine_out_only_while_it_answers_nothing(gw, client):
+    g, up = await gw()
+    e = g.policy.engines["a"]
+    up.metrics_status = 500
+    for _ in range(3):  # answering requests: /metrics failing does not make it down
+        async with client.post(g.url + "/v1/completions", json={"prompt": "x"}) as r:
+            assert r.status == 200
+    await wait_for(lambda: g.probes[0].failures >= 3, what="failed polls")
+    assert e.up
+    e.answered_at = float("-inf")  # as if its last answer were long ago
+    await wait_for(lambda: not e.up, what="the engine to be taken out")
+    up.metrics_status = 200
+    await wait_for(lambda: e.up, what="the engine to come back")

@@ -115,6 +115,7 @@ class EngineState:
     vllm_waiting: float | None = None
     priority_scheduling: bool | None = None
     dispatches: int = 0
+    answered_at: float = float("-inf")  # when it last answered a proxied request (headers, status < 500)
 
     def as_dict(self) -> dict:
         return {"name": self.name, "url": self.url, "cap": self.cap, "in_flight": self.in_flight,

@@ -313,6 +313,7 @@ class Gateway:
             if resp.status >= 500:
                 resp.close()
                 raise _NotStarted(str(resp.status))
+            engine.answered_at = self.now()
             if engine.priority_scheduling is None and payload is not body and resp.status < 300:
                 engine.priority_scheduling = True
             if resp.status >= 400:
