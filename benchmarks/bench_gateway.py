@@ -44,6 +44,10 @@ NOTES = """## Notes
   prometheus_client's (last line above), and a scrape never takes the event loop for long.
 - vllm-router's TTFB p50 of ~40 ms at low rates, with a total time no longer than direct's, looks like
   Nagle's algorithm meeting delayed ACKs on one of its connections, not queueing.
+- Each target runs seconds after the others, so a busy machine moves the direct baseline too: a negative
+  "added" figure is that noise, and the sweep's "highest rate" is only as good as the baseline beside it.
+  Above ~700 req/s the client, the simulator and a proxy need more than these 2 CPUs; the gateway (one
+  Python thread, ~1 ms of CPU per request here) falls behind first.
 - A 502 from the gateway under overload: the simulator stopped accepting connections (connect timeouts,
   three tries); called directly, the same requests time out at the client instead.
 """
