@@ -324,7 +324,8 @@ class FleetJoiner:
 
     @property
     def stale_after_s(self) -> float:
-        return STALE_AFTER_POLLS * self.refresh_s
+        # a source refreshing slower than the ticks (Prometheus) is stale after its own polls
+        return STALE_AFTER_POLLS * max(self.refresh_s, getattr(self.collector, "interval_s", 0.0) or 0.0)
 
     # -- inputs -------------------------------------------------------------
     def set_gpus(self, rows: Iterable[GpuStats], health: Iterable[SourceHealth], configured: bool | None = None) -> None:
@@ -375,6 +376,8 @@ class FleetJoiner:
                    for e in engines]
         for h in self.gpu_health:
             sources.append(self._source(h, now, mono))
+        for h in getattr(self.collector, "source_health", ()):  # the Prometheus engines come through
+            sources.append(self._source(h, now, mono))
         cluster = self._cluster(now)
         if cluster is not None:
             f = cluster.freshness
@@ -389,6 +392,7 @@ class FleetJoiner:
                     self.slo.kv_cache_pct),
             engines=tuple(engines), fleet=fleet, alerts=tuple(alerts), sources=tuple(sources),
             gpus=tuple(gpus), gpus_configured=self.gpus_configured, cluster=cluster, mode=self.mode,
+            queues=tuple(getattr(self.collector, "queues", ())),
         )
 
     def _source(self, h: SourceHealth, now: float, mono: float) -> SourceState:
@@ -450,11 +454,12 @@ class FleetJoiner:
 
     def _gpus(self, engines: list[EngineState]) -> list[GpuStats]:
         rows = self.gpu_rows
-        if self.engine_pods:
+        pods = {**self.engine_pods, **getattr(self.collector, "engine_pods", {})}  # Prometheus: from pod labels
+        if pods:
             names = {e.name for e in engines}
             from ..sources.gpu import assign_pod_engines
 
-            rows = assign_pod_engines(rows, self.engine_pods, names)
+            rows = assign_pod_engines(rows, pods, names)
         return list(rows)
 
     def _cluster(self, now: float) -> ClusterState | None:
@@ -496,6 +501,10 @@ class FleetJoiner:
             itl_p95_s=_clean(fleet_quantile(windows, "itl", 0.95)),
             e2e_p99_s=_clean(fleet_quantile(windows, "e2e", 0.99)),
         )
+        computed = getattr(self.collector, "fleet_values", None)  # Prometheus: over every engine's buckets
+        if computed is not None:
+            view = replace(view, **{k: _clean(computed.get(k)) for k in ("ttft_p50_s", "ttft_p99_s", "itl_p95_s",
+                                                                         "e2e_p99_s")})
         missing = {f.name: "no engine up exports it, or no requests finished in the window"
                    for f in fields(FleetView) if f.name not in ("missing",) and getattr(view, f.name) is None}
         return replace(view, missing=missing)
