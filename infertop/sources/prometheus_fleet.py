@@ -103,7 +103,7 @@ class PromFleetSource:
     """
 
     def __init__(self, cfg: Any, *, prom: Any = None, clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, history_step_s: float | None = None) -> None:
         self.cfg = cfg
         self.url = str(cfg.url).rstrip("/")
         self.interval_s = float(cfg.interval_s)
@@ -114,6 +114,7 @@ class PromFleetSource:
         self.queries = FleetQueries(selector=cfg.selector, by=self.by, window_s=self.window_s,
                                     queue_promql=cfg.queue_promql)
         self.clock, self.wall = clock, wall
+        self.history_step_s = history_step_s  # the sparklines' step (the TUI's tick); default interval_s
         self._prom = prom
         self._by_key: dict[Key, PromEngine] = {}
         self.collectors: list[PromEngine] = []
@@ -138,7 +139,8 @@ class PromFleetSource:
         return FleetSnapshot(taken_at=self.wall(), engines=tuple(s for c in self.collectors for s in c.stats))
 
     def add_endpoint(self, ep: Any) -> None:
-        raise RuntimeError("engines come from Prometheus: add the engine to its scrape config")
+        """Nothing to add: an engine shows up once Prometheus scrapes it."""
+        return None
 
     def remove_endpoint(self, name: str) -> None:
         return None
@@ -222,7 +224,10 @@ class PromFleetSource:
             eng.missing_since = None
             if tkey in down:
                 self._engine_failed(eng, "target down in Prometheus (up == 0: its last scrape failed)", now, DOWN)
-            elif age is not None and age > self.cfg.stale_after_s:
+            elif age is None:  # rates still span old samples, but no current gauge: its series went stale
+                self._engine_failed(eng, "stale in Prometheus: no current sample (target gone or not scraped)",
+                                    now, DOWN)
+            elif age > self.cfg.stale_after_s:
                 self._engine_failed(eng, f"stale in Prometheus: newest sample {age:.0f} s old", now, DOWN)
             else:
                 eng.stats = [self._stats(eng, row, idx, wall if ts is None else ts)]
@@ -242,9 +247,10 @@ class PromFleetSource:
                    else "no series in Prometheus (target gone, or its series went stale)")
             self._engine_failed(eng, why, now, DOWN)
         self.collectors = sorted(self._by_key.values(), key=lambda e: e.endpoint.name)
-        pods = {}
+        pods: dict[str, str] = {}
         if "pod" in idx:
-            for eng in self.collectors:
+            # a pod's GPU goes to its engine that answers (not to a stale series of the same pod)
+            for eng in sorted(self.collectors, key=lambda e: e.health.ok):
                 pod = eng.key[idx["pod"]]
                 if pod:
                     pods[pod] = eng.endpoint.name
@@ -256,7 +262,9 @@ class PromFleetSource:
         url = instance if "://" in instance else (f"http://{instance}" if instance else self.url)
         if eng is None:
             ep = PromEndpoint(name=name, url=url, timeout_s=self.timeout_s)
-            eng = self._by_key[key] = PromEngine(ep, key, [EngineStats(name=name, url=url)],
+            model, rank = labels.get(self.cfg.model_label) or None, labels.get(self.cfg.engine_label) or None
+            eng = self._by_key[key] = PromEngine(ep, key, [EngineStats(name=name, url=url, model=model,
+                                                                       engine_label=rank)],
                                                  SourceHealth(name=name, kind="vllm", ok=False))
         elif eng.endpoint.name != name:
             eng.endpoint = replace(eng.endpoint, name=name)
@@ -304,7 +312,7 @@ class PromFleetSource:
         """Recent history with two range queries: (engine name | "__fleet__", field) → values,
         oldest first, one per ``step_s`` (a gap is None). {} when Prometheus cannot answer."""
         points = int(self.cfg.backfill_points if points is None else points)
-        step = float(step_s or self.interval_s)
+        step = float(step_s or self.history_step_s or self.interval_s)
         if points < 2 or not self.collectors:
             return {}
         end = self.wall()

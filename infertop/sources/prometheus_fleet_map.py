@@ -128,12 +128,16 @@ def engine_names(rows: Iterable[EngineRow], by: Sequence[str], name_labels: Sequ
         counts[b] = counts.get(b, 0) + 1
     out: dict[Key, str] = {}
     taken: set[str] = set()
+    def part(k: Key, label: str) -> str:
+        return k[idx[label]] if label in idx else ""
+
+    # a target serving several engines: "/model#rank", as a direct scrape names them
+    multi = {b for b in counts if counts[b] > 1
+             and len({(part(k, model_label), part(k, engine_label)) for k in keys if bases[k] == b}) > 1}
     for k in keys:
         name = bases[k]
-        if counts[name] > 1:
-            model = k[idx[model_label]] if model_label in idx else ""
-            rank = k[idx[engine_label]] if engine_label in idx else ""
-            name = f"{name}/{plain_text(model, 80) or '?'}#{plain_text(rank, 40) or '0'}"
+        if name in multi:
+            name = f"{name}/{plain_text(part(k, model_label), 80) or '?'}#{plain_text(part(k, engine_label), 40) or '0'}"
         unique, n = name, 2
         while unique in taken:
             unique, n = f"{name}~{n}", n + 1
