@@ -325,7 +325,7 @@ class PromFleetSource:
             self.query_count += 2
             engines = prom.custom_query_range(self.queries.engine_values(BACKFILL_FIELDS), t0, t1, f"{step:g}s",
                                               timeout=self.timeout_s)
-            fleet = prom.custom_query_range(self.queries.fleet_values(), t0, t1, f"{step:g}s",
+            fleet = prom.custom_query_range(self.queries.fleet_values(BACKFILL_FLEET_FIELDS), t0, t1, f"{step:g}s",
                                             timeout=self.timeout_s)
         except Exception:  # noqa: BLE001 — no history is not an error: the sparklines start empty
             return {}

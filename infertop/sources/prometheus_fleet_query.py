@@ -146,9 +146,10 @@ class FleetQueries:
         """Scrape health of every target (up == 0: the last scrape failed)."""
         return self.sel("up")
 
-    def fleet_values(self) -> str:
-        """Fleet-wide quantiles over every engine's buckets (``by ()``)."""
-        return " or ".join(tag(self.quantile_expr(h, q, "by (le)"), f) for h, q, f in FLEET_QUANTILES)
+    def fleet_values(self, fields: tuple[str, ...] | None = None) -> str:
+        """Fleet-wide quantiles over every engine's buckets (``by (le)`` only); ``fields``: a subset."""
+        return " or ".join(tag(self.quantile_expr(h, q, "by (le)"), f) for h, q, f in FLEET_QUANTILES
+                           if fields is None or f in fields)
 
     def queue(self) -> str:
         """The configured queue-depth PromQL (``{SEL}`` stands for the selector)."""
