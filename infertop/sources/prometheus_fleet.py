@@ -106,6 +106,7 @@ class PromFleetSource:
                  wall: Callable[[], float] = time.time, history_step_s: float | None = None) -> None:
         self.cfg = cfg
         self.url = str(cfg.url).rstrip("/")
+        self.name = f"{self.url} (engines)"  # beside the same Prometheus as a GPU source
         self.interval_s = float(cfg.interval_s)
         self.window_s = float(cfg.window_s)
         self.timeout_s = float(cfg.timeout_s)
@@ -118,7 +119,7 @@ class PromFleetSource:
         self._prom = prom
         self._by_key: dict[Key, PromEngine] = {}
         self.collectors: list[PromEngine] = []
-        self.health = SourceHealth(name=self.url, kind=KIND, ok=False)
+        self.health = SourceHealth(name=self.name, kind=KIND, ok=False)
         self.fleet_values: dict[str, float] = {}  # FleetView fields Prometheus computed over all engines
         self.queues: tuple[dict, ...] = ()
         self.engine_pods: dict[str, str] = {}  # pod → engine name (GPU rows carry the pod)
@@ -204,7 +205,7 @@ class PromFleetSource:
         if not rows:
             warnings.append("no vllm: series — is vLLM scraped by this Prometheus (prometheus.selector)?")
         warning = error_text("; ".join(warnings)) if warnings else None
-        self.health = SourceHealth(name=self.url, kind=KIND, ok=True, last_ok_at=now, latency_s=latency,
+        self.health = SourceHealth(name=self.name, kind=KIND, ok=True, last_ok_at=now, latency_s=latency,
                                    last_error=warning, last_error_at=now if warning else None)
         self.last = RefreshResult(self.query_count - sent0, len(rows), n_targets, len(down), latency)
         return self.last
@@ -299,7 +300,7 @@ class PromFleetSource:
     def _prometheus_failed(self, why: str, started: float) -> None:
         now = self.clock()
         h = self.health
-        self.health = SourceHealth(name=self.url, kind=KIND, ok=False, last_ok_at=h.last_ok_at,
+        self.health = SourceHealth(name=self.name, kind=KIND, ok=False, last_ok_at=h.last_ok_at,
                                    last_error=why, last_error_at=now, latency_s=now - started,
                                    consecutive_failures=h.consecutive_failures + 1)
         for eng in self.collectors:
