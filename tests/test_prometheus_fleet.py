@@ -341,3 +341,32 @@ async def test_run_refreshes_until_stopped_and_backfills_once(prom):
     await asyncio.wait_for(task, 5)
     assert len(got) == 1 and got[0]
     assert len([q for q in prom.queries if q[0] == "/api/v1/query_range"]) == 2
+
+
+async def test_the_tui_shows_the_engines_prometheus_knows_and_its_failure(prom):
+    from infertop.config import Config
+    from infertop.ui.app import InfertopApp, Settings
+    from infertop.ui.widgets.engines_table import EnginesTable
+
+    cfg = Config()
+    cfg.prometheus = PrometheusConfig(url=prom.url, timeout_s=2.0, backfill_points=0)
+    cfg.gpu.nvml = False
+    app = InfertopApp(Settings(config=cfg, prometheus=True), poll=False)
+    src = app.collector
+    assert isinstance(src, PromFleetSource)
+    src.wall = lambda: RECORDED_AT  # the recorded samples are current
+    async with app.run_test(size=(160, 50)) as pilot:
+        await app.poll_now()
+        await pilot.pause()
+        await pilot.press("2")
+        table = app.query_one("#engines-table", EnginesTable)
+        rows = {k.value: [str(getattr(c, "plain", c)) for c in table.get_row(k)] for k in table.rows}
+        live = {c.endpoint.name: c.stats[0] for c in src.collectors if c.health.ok}
+        assert len(rows) == 10 and set(live) <= set(rows)
+        for name, s in live.items():
+            assert rows[name][1] == "up" and rows[name][2] == f"{s.running:.0f}"
+        prom.stop()
+        await app.poll_now()
+        await pilot.pause()
+        status = str(getattr(app.query_one("#statusbar").render(), "plain", ""))
+        assert "connection refused" in status
