@@ -17,7 +17,13 @@ import pytest
 from infertop.config import ConfigError, PrometheusConfig, parse_config
 from infertop.domain.engine import DOWN, UP
 from infertop.sources.prometheus_fleet import BACKFILL_FIELDS, BACKFILL_FLEET_FIELDS, PromFleetSource, seed_history
-from infertop.sources.prometheus_fleet_query import ENGINE_FIELDS, FIELD_LABEL, FleetQueries
+from infertop.sources.prometheus_fleet_query import (
+    ENGINE_FIELDS,
+    FAST_FIELDS,
+    FIELD_LABEL,
+    LATENCY_FIELDS,
+    FleetQueries,
+)
 from infertop.state.fleet import FRESH, MISSING, STALE, FleetJoiner
 from infertop.state.history import HistoryStore
 from prom_api_server import PromApiServer
@@ -31,6 +37,24 @@ GONE = [f"127.0.0.1:39121/engine/{i}" for i in range(5)]  # a stopped sim: rates
 
 def fixture(name: str) -> dict:
     return json.loads((FIX / f"{name}.json").read_text())
+
+
+def answer_for(name: str, engines: dict | None = None) -> dict:
+    """The recorded answer of query ``name``; the engine queries are cut from the one recorded
+    answer for every engine field (each series carries its field tag)."""
+    fields = {"engines": FAST_FIELDS, **{f"latency_{h}": fs for h, fs in LATENCY_FIELDS.items()}}.get(name)
+    if fields is None:
+        return fixture(name)
+    doc = engines or fixture("engines")
+    result = [r for r in doc["data"]["result"] if r["metric"][FIELD_LABEL] in fields]
+    return {**doc, "data": {**doc["data"], "result": result}}
+
+
+def serve_engines(srv, engines: dict) -> None:
+    """Serve ``engines`` (a whole recorded engine answer, edited) for every engine query."""
+    for name, promql in srv.q.refresh().items():
+        if name == "engines" or name.startswith("latency_"):
+            srv.answers[promql] = answer_for(name, engines)
 
 
 def recorded(engines: dict, instance: str, field: str) -> float | None:
@@ -52,7 +76,7 @@ def prom():
     cfg = PrometheusConfig(url=srv.url)
     q = FleetQueries(by=cfg.by, window_s=cfg.window_s, queue_promql=cfg.queue_promql)
     for name, promql in q.refresh().items():
-        srv.answers[promql] = fixture(name)
+        srv.answers[promql] = answer_for(name)
     srv.range_answers[q.engine_values(BACKFILL_FIELDS)] = fixture("backfill_engines")
     fleet = fixture("backfill_fleet")  # recorded for the 4 fleet quantiles; the backfill asks for 3
     srv.range_answers[q.fleet_values(BACKFILL_FLEET_FIELDS)] = {
@@ -70,11 +94,13 @@ def source(srv: PromApiServer, wall: float = RECORDED_AT, **cfg) -> PromFleetSou
 
 # -- the PromQL ---------------------------------------------------------------------------------
 
-def test_a_refresh_is_four_queries_whatever_the_fleet_size_with_every_field_tagged_once():
+def test_a_refresh_is_a_fixed_set_of_queries_whatever_the_fleet_size_with_every_field_tagged_once():
     q = FleetQueries(selector='job="vllm"', window_s=30)
     qs = q.refresh()
-    assert list(qs) == ["up", "engines", "fleet", "queue"]
-    engines = qs["engines"]
+    assert list(qs) == ["up", "engines", "queue", "latency_ttft", "latency_itl", "latency_e2e", "latency_queue",
+                        "fleet"]
+    assert list(q.fast()) == ["up", "engines", "queue"]
+    engines = " or ".join(v for k, v in qs.items() if k == "engines" or k.startswith("latency_"))
     tags = re.findall(rf'"{FIELD_LABEL}", "([a-z0-9_]+)"', engines)
     assert sorted(tags) == sorted(ENGINE_FIELDS) and len(tags) == len(set(tags))
     # grouped by the engine labels, never per engine
@@ -130,8 +156,9 @@ def test_bad_prometheus_keys_are_one_line_errors(text, error):
 def test_recorded_answers_become_engines_with_their_values_and_states(prom):
     src = source(prom)
     result = src.refresh()
-    assert result.error is None and result.queries == 4 and len(prom.queries) == 4
-    assert [p for p, _ in prom.queries] == ["/api/v1/query"] * 4
+    # the first refresh waits for the latency queries too: 3 fast + 5 latency
+    assert result.error is None and result.queries == 8 and len(prom.queries) == 8
+    assert [p for p, _ in prom.queries] == ["/api/v1/query"] * 8
     assert result.targets == 6 and result.targets_down == 0
     assert src.health.ok and src.health.last_error is None
     engines = fixture("engines")
@@ -158,6 +185,48 @@ def test_recorded_answers_become_engines_with_their_values_and_states(prom):
     assert {src.engine_pods[p] for p in src.engine_pods} == {by_url[f"http://{i}"].endpoint.name for i in LIVE}
     assert set(src.fleet_values) == {"ttft_p50_s", "ttft_p99_s", "itl_p95_s", "e2e_p99_s"}
     assert src.queues[0]["depth"] == float(fixture("queue")["data"]["result"][0]["value"][1])
+
+
+def test_latency_quantiles_are_read_at_most_every_latency_interval_and_kept_between(prom):
+    now = [1000.0]
+    src = PromFleetSource(PrometheusConfig(url=prom.url, latency_interval_s=5.0), wall=lambda: RECORDED_AT,
+                          clock=lambda: now[0])
+    assert src.refresh().queries == 8
+    live = next(c for c in src.collectors if c.health.ok)
+    ttft = live.stats[0].ttft_p99_s
+    assert ttft is not None
+    now[0] += 2.0
+    assert src.refresh().queries == 3  # gauges and rates only
+    assert live.stats[0].ttft_p99_s == ttft and live.stats[0].running is not None
+    now[0] += 3.5  # due: sent now, taken by the refresh after they arrive
+    assert src.refresh().queries == 8
+    deadline = time.monotonic() + 10
+    while src._latency_futures is not None and time.monotonic() < deadline:
+        src.refresh()
+    assert src._latency_at == now[0] and src.health.last_error is None
+
+
+def test_failing_latency_queries_leave_the_gauges_and_say_so(prom):
+    now = [1000.0]
+    src = PromFleetSource(PrometheusConfig(url=prom.url, latency_interval_s=5.0), wall=lambda: RECORDED_AT,
+                          clock=lambda: now[0])
+    src.refresh()
+    for name, promql in prom.q.latency().items():
+        del prom.answers[promql]  # Prometheus answers 400 to them from now on
+    now[0] += 5.0
+    src.refresh()
+    deadline = time.monotonic() + 10
+    while src._latency_futures is not None and time.monotonic() < deadline:
+        src.refresh()
+    live = next(c for c in src.collectors if c.health.ok)
+    assert src.health.ok and src.health.last_error == "latency quantiles: HTTP 400"
+    assert live.stats[0].ttft_p99_s is not None  # the last good ones, for a while
+    now[0] += 30.0
+    src.refresh()
+    while src._latency_futures is not None and time.monotonic() < deadline:
+        src.refresh()
+    live = next(c for c in src.collectors if c.health.ok)
+    assert live.stats[0].ttft_p99_s is None and live.stats[0].running is not None and src.fleet_values == {}
 
 
 def test_the_fleet_state_is_the_one_direct_scraping_builds(prom):
@@ -267,7 +336,7 @@ def test_label_values_are_plain_text(prom):
     for item in engines["data"]["result"]:
         if item["metric"].get("instance") == LIVE[0]:
             item["metric"]["pod"] = "[bold red]evil\x1b[2J\npod"
-    prom.answers[prom.q.engine_values()] = engines
+    serve_engines(prom, engines)
     src = source(prom)
     src.refresh()
     names = [c.endpoint.name for c in src.collectors]
@@ -302,8 +371,8 @@ def test_backfill_reads_two_range_queries_into_the_sparkline_history(prom):
     assert [None if v != v else v for v in got] == shifted
 
 
-def test_one_refresh_of_500_engines_is_still_four_queries(prom):
-    """The engine count never changes the number of queries: 500 label sets, 4 requests."""
+def test_one_refresh_of_500_engines_is_still_eight_queries(prom):
+    """The engine count never changes the number of queries: 500 label sets, 8 requests."""
     base = fixture("engines")["data"]["result"]
     big = []
     for i in range(100):
@@ -312,10 +381,10 @@ def test_one_refresh_of_500_engines_is_still_four_queries(prom):
             m["pod"] = f"{m['pod']}-{i}"
             m["instance"] = f"{m['instance']}-{i}"
             big.append({"metric": m, "value": item["value"]})
-    prom.answers[prom.q.engine_values()] = {"status": "success", "data": {"resultType": "vector", "result": big}}
+    serve_engines(prom, {"status": "success", "data": {"resultType": "vector", "result": big}})
     src = source(prom)
     res = src.refresh()
-    assert res.queries == 4 and len(prom.queries) == 4 and len(src.collectors) == 1000
+    assert res.queries == 8 and len(prom.queries) == 8 and len(src.collectors) == 1000
     assert sum(c.health.ok for c in src.collectors) == 500
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -129,6 +130,15 @@ class PromFleetSource:
         self.on_update: Callable[[FleetSnapshot], None] | None = None
         self.on_backfill: Callable[[dict[tuple[str, str], list[float | None]]], None] | None = None
         self._stop: asyncio.Event | None = None
+        self.latency_interval_s = float(cfg.latency_interval_s)
+        self._fast_pool: ThreadPoolExecutor | None = None
+        self._slow_pool: ThreadPoolExecutor | None = None
+        self._latency_futures: dict[str, Future] | None = None
+        self._latency_started: float | None = None  # monotonic: the latency queries last sent
+        self._latency_at: float | None = None  # monotonic: their answers last taken
+        self._latency: dict[Key, dict[str, float]] = {}
+        self._latency_error: str | None = None
+        self._first = True  # the first refresh waits for the latency answers
 
     # -- FleetCollector's face ---------------------------------------------------
     @property
@@ -162,36 +172,58 @@ class PromFleetSource:
                                            timeout=self.timeout_s)
         return self._prom
 
-    def _query(self, promql: str) -> list:
-        self.query_count += 1
-        return self._connect().custom_query(promql, timeout=self.timeout_s)
-
     # -- one refresh (blocking: call from a thread) ------------------------------
+    def _pools(self) -> tuple[ThreadPoolExecutor, ThreadPoolExecutor]:
+        if self._fast_pool is None or self._slow_pool is None:
+            self._fast_pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="infertop-prom")
+            self._slow_pool = ThreadPoolExecutor(max_workers=5, thread_name_prefix="infertop-prom-latency")
+        return self._fast_pool, self._slow_pool
+
     def refresh(self) -> RefreshResult:
-        """Run this refresh's queries and update every engine; never raises."""
+        """Run this refresh's queries and update every engine; never raises.
+
+        The fast queries (up, gauges and rates, queue depth) run in parallel on every
+        refresh. The latency queries (quantiles, one per histogram, and the fleet's) run
+        in parallel too, at most every ``latency_interval_s`` and without holding up the
+        refresh after the first one: a window quantile barely moves in a second."""
         started = self.clock()
-        sent0 = self.query_count
+        sent = 0
         try:
-            qs = self.queries.refresh()
-            up = self._query(qs["up"])
-            values = self._query(qs["engines"])
-            fleet = self._query(qs["fleet"])
+            prom = self._connect()
+            fast_pool, slow_pool = self._pools()
+            if self._latency_futures is None and (
+                    self._latency_started is None or started - self._latency_started >= self.latency_interval_s):
+                self._latency_started = started
+                self._latency_futures = {n: slow_pool.submit(prom.custom_query, q, timeout=self.timeout_s)
+                                         for n, q in self.queries.latency().items()}
+                sent += len(self._latency_futures)
+            fast = {n: fast_pool.submit(prom.custom_query, q, timeout=self.timeout_s)
+                    for n, q in self.queries.fast().items()}
+            sent += len(fast)
+            self.query_count += sent
+            up = fast["up"].result()
+            values = fast["engines"].result()
             try:
-                queue = scalar(self._query(qs["queue"]))
+                queue = scalar(fast["queue"].result())
                 queue_error = None
             except Exception as exc:  # noqa: BLE001 — a bad queue_promql must not hide the engines
                 queue, queue_error = None, describe_prom_error(exc, self.timeout_s)
+            if self._first and self._latency_futures is not None:
+                self._first = False
+                wait(self._latency_futures.values())  # the first view is complete
         except Exception as exc:  # noqa: BLE001 — shown, never raised
             why = describe_prom_error(exc, self.timeout_s)
             self._prometheus_failed(why, started)
-            self.last = RefreshResult(self.query_count - sent0, len(self.collectors), 0, 0,
+            self.last = RefreshResult(sent, len(self.collectors), 0, 0,
                                       self.clock() - started, why)
             return self.last
         now = self.clock()
+        self._collect_latency(now)
         rows, dropped = engine_rows(values, self.by)
+        for key, row in rows.items():
+            row.values.update(self._latency.get(key, ()))
         down, n_targets = targets_down(up, self.target_labels)
         self._apply(rows, down, now)
-        self.fleet_values = tagged_values(fleet)
         self.queues = ({"source": KIND, "promql": self.queries.queue(), "depth": queue,
                         "error": queue_error},)
         latency = now - started
@@ -204,11 +236,37 @@ class PromFleetSource:
             warnings.append(f"{dropped} more engines not shown (narrow prometheus.selector)")
         if not rows:
             warnings.append("no vllm: series — is vLLM scraped by this Prometheus (prometheus.selector)?")
+        if self._latency_error:
+            warnings.append(f"latency quantiles: {self._latency_error}")
         warning = error_text("; ".join(warnings)) if warnings else None
         self.health = SourceHealth(name=self.name, kind=KIND, ok=True, last_ok_at=now, latency_s=latency,
                                    last_error=warning, last_error_at=now if warning else None)
-        self.last = RefreshResult(self.query_count - sent0, len(rows), n_targets, len(down), latency)
+        self.last = RefreshResult(sent, len(rows), n_targets, len(down), latency)
         return self.last
+
+    def _collect_latency(self, now: float) -> None:
+        """Take the latency answers once all have arrived; keep the previous ones for a
+        while when they fail (then they are dropped: no data, not 0)."""
+        futures = self._latency_futures
+        if futures is None or not all(f.done() for f in futures.values()):
+            return
+        self._latency_futures = None
+        try:
+            results = {n: f.result() for n, f in futures.items()}
+        except Exception as exc:  # noqa: BLE001 — the gauges and rates still show
+            self._latency_error = describe_prom_error(exc, self.timeout_s)
+            if self._latency_at is None or now - self._latency_at > 3 * self.latency_interval_s + self.timeout_s:
+                self._latency, self.fleet_values = {}, {}
+            return
+        latency: dict[Key, dict[str, float]] = {}
+        for name, result in results.items():
+            if name == "fleet":
+                continue
+            rows, _ = engine_rows(result, self.by)
+            for key, row in rows.items():
+                latency.setdefault(key, {}).update(row.values)
+        self._latency, self.fleet_values = latency, tagged_values(results["fleet"])
+        self._latency_at, self._latency_error = now, None
 
     def _apply(self, rows: dict[Key, EngineRow], down: set[Key], now: float) -> None:
         names = engine_names(rows.values(), self.by, self.cfg.name_labels, self.cfg.engine_label,
@@ -402,6 +460,11 @@ class PromFleetSource:
         self.close()
 
     def close(self) -> None:
+        for pool in (self._fast_pool, self._slow_pool):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+        self._fast_pool = self._slow_pool = None
+        self._latency_futures = None
         session = getattr(self._prom, "_session", None)
         if session is not None:
             session.close()

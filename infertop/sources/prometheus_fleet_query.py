@@ -62,8 +62,12 @@ CLOCK_METRIC = "vllm:num_requests_running"
 DEFAULT_QUEUE_PROMQL = ("sum(infertop_gateway_queue_size) or sum(llm_d_epp_flow_control_queue_size) "
                         "or sum(inference_extension_flow_control_queue_size) or sum(vllm:num_requests_waiting{SEL})")
 
-ENGINE_FIELDS = (tuple(GAUGES) + ("kv_cache_pct",) + tuple(RATES) + ("prefix_cache_hit_pct",)
-                 + tuple(f for _, _, f in QUANTILES) + ("sample_ts",))
+#: fields of the "engines" query (cheap: one gauge or rate per engine) …
+FAST_FIELDS = tuple(GAUGES) + ("kv_cache_pct",) + tuple(RATES) + ("prefix_cache_hit_pct", "sample_ts")
+#: … and of the latency queries, one per histogram (each quantile re-reads every bucket series of
+#: the window: at 500 engines these are most of Prometheus' work, so they run in parallel, less often)
+LATENCY_FIELDS = {hist: tuple(f for h, _, f in QUANTILES if h == hist) for hist in HISTOGRAMS}
+ENGINE_FIELDS = FAST_FIELDS + tuple(f for fs in LATENCY_FIELDS.values() for f in fs)
 
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -155,7 +159,16 @@ class FleetQueries:
         """The configured queue-depth PromQL (``{SEL}`` stands for the selector)."""
         return self.queue_promql.replace("{SEL}", "{" + self.selector + "}" if self.selector else "")
 
+    def fast(self) -> dict[str, str]:
+        """name → PromQL read every refresh: target health, gauges and rates, queue depth."""
+        return {"up": self.up(), "engines": self.engine_values(FAST_FIELDS), "queue": self.queue()}
+
+    def latency(self) -> dict[str, str]:
+        """name → PromQL of the quantiles: one query per histogram, and the fleet-wide ones."""
+        out = {f"latency_{h}": self.engine_values(fields) for h, fields in LATENCY_FIELDS.items()}
+        out["fleet"] = self.fleet_values()
+        return out
+
     def refresh(self) -> dict[str, str]:
-        """name → PromQL of one refresh (the GPU query is the GPU source's own)."""
-        return {"up": self.up(), "engines": self.engine_values(), "fleet": self.fleet_values(),
-                "queue": self.queue()}
+        """Every query of a full refresh (the GPU query is the GPU source's own): a fixed set."""
+        return {**self.fast(), **self.latency()}

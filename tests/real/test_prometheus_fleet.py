@@ -198,7 +198,7 @@ async def test_values_match_a_direct_scrape_of_the_same_engines(prometheus, sim)
     assert {e.index: e.core.now for e in sim.engines} == frozen
     src = _source(prometheus.url)
     res = src.refresh()
-    assert res.error is None and res.queries == 4 and res.engines == N and res.targets_down == 0
+    assert res.error is None and res.queries == 8 and res.engines == N and res.targets_down == 0
     by_url = {c.endpoint.url: c.stats[0] for c in src.collectors}
     scraped = {c.endpoint.url: c.stats[0] for c in direct.collectors}
     assert set(by_url) == set(scraped) == {e.url for e in sim.engines}
