@@ -439,3 +439,28 @@ async def test_the_tui_shows_the_engines_prometheus_knows_and_its_failure(prom):
         await pilot.pause()
         status = str(getattr(app.query_one("#statusbar").render(), "plain", ""))
         assert "connection refused" in status
+
+
+def test_prometheus_flag_errors_are_one_line_exit_2(capsys, tmp_path):
+    from infertop.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("{}\n")
+    assert main(["snapshot", "--config", str(cfg), "--prometheus", "ftp://p:9090"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--prometheus: must be an http:// or https:// URL" in err
+
+
+def test_snapshot_json_through_the_cli_reads_the_engines_from_prometheus(prom, capsys, tmp_path, monkeypatch):
+    """The recorded samples are old by the wall clock: every engine is reported stale, exit 1."""
+    from infertop.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("gpu: {nvml: false}\nprometheus: {backfill_points: 0}\n")
+    code = main(["snapshot", "--json", "--config", str(cfg), "--prometheus", prom.url])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1 and len(doc["engines"]) == 10
+    assert {e["url"] for e in doc["engines"]} == {f"http://{i}" for i in LIVE + GONE}
+    assert all(e["freshness"]["status"] == "missing" and e["freshness"]["reason"].startswith("stale in Prometheus")
+               for e in doc["engines"])
+    assert [s["ok"] for s in doc["sources"] if s["name"] == f"{prom.url} (engines)"] == [True]
