@@ -48,7 +48,7 @@ from .prometheus_fleet_map import (
     targets_down,
 )
 from .prometheus_fleet_query import ENGINE_FIELDS, FleetQueries
-from .sanitize import clean_engine, error_text
+from .sanitize import clean_engine, error_text, plain_or_none, plain_text
 
 KIND = "prometheus"
 #: an engine absent from Prometheus this long is dropped from the fleet
@@ -81,6 +81,7 @@ class PromEngine:
     windows: dict = field(default_factory=dict)  # fleet quantiles come from Prometheus, not from windows
     completed_polls: int = 0
     missing_since: float | None = None  # monotonic: its series vanished from Prometheus
+    values: dict[str, float] = field(default_factory=dict)  # what the stats were made from
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,7 +290,10 @@ class PromFleetSource:
             elif age > self.cfg.stale_after_s:
                 self._engine_failed(eng, f"stale in Prometheus: newest sample {age:.0f} s old", now, DOWN)
             else:
-                eng.stats = [self._stats(eng, row, idx, wall if ts is None else ts)]
+                # the same samples as last refresh (Prometheus scrapes less often than we ask): same stats
+                if row.values != eng.values or not eng.health.ok or eng.stats[0].name != eng.endpoint.name:
+                    eng.stats = [self._stats(eng, row, idx, wall if ts is None else ts)]
+                    eng.values = row.values
                 eng.health = SourceHealth(name=eng.endpoint.name, kind="vllm", ok=True, last_ok_at=now,
                                           latency_s=self.health.latency_s)
                 eng.completed_polls += 1
@@ -317,11 +321,12 @@ class PromFleetSource:
 
     def _engine(self, key: Key, name: str, labels: Mapping[str, str]) -> PromEngine:
         eng = self._by_key.get(key)
-        instance = labels.get("instance", "")
-        url = instance if "://" in instance else (f"http://{instance}" if instance else self.url)
         if eng is None:
+            instance = plain_text(labels.get("instance", ""))
+            url = instance if "://" in instance else (f"http://{instance}" if instance else self.url)
             ep = PromEndpoint(name=name, url=url, timeout_s=self.timeout_s)
-            model, rank = labels.get(self.cfg.model_label) or None, labels.get(self.cfg.engine_label) or None
+            model = plain_or_none(labels.get(self.cfg.model_label))
+            rank = plain_or_none(labels.get(self.cfg.engine_label))
             eng = self._by_key[key] = PromEngine(ep, key, [EngineStats(name=name, url=url, model=model,
                                                                        engine_label=rank)],
                                                  SourceHealth(name=name, kind="vllm", ok=False))
@@ -334,11 +339,11 @@ class PromFleetSource:
         key = row.key
         model_label, engine_label = self.cfg.model_label, self.cfg.engine_label
         rank = key[idx[engine_label]] if engine_label in idx else ""
-        extra = {n: row.labels[n] for n in self.target_labels if row.labels.get(n)}
+        extra = {n: plain_text(row.labels[n]) for n in self.target_labels if row.labels.get(n)}
         stats = EngineStats(
             name=eng.endpoint.name, url=eng.endpoint.url, state=UP,
-            model=(key[idx[model_label]] if model_label in idx else "") or None,
-            engine_label=rank or None, metrics_version="v1" if rank else "v0",
+            model=plain_or_none(key[idx[model_label]] if model_label in idx else ""),
+            engine_label=plain_or_none(rank), metrics_version="v1" if rank else "v0",
             scraped_at=sampled_at, window_s=self.window_s,
             extra=extra, **{f: v.get(f) for f in _STAT_FIELDS},
         )

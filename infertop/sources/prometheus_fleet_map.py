@@ -22,7 +22,7 @@ Key = tuple[str, ...]
 
 @dataclass(slots=True)
 class EngineRow:
-    """One engine's labels and the values Prometheus gave for it."""
+    """One engine's labels (as Prometheus sent them) and the values it gave for it."""
 
     key: Key
     labels: dict[str, str]
@@ -32,17 +32,17 @@ class EngineRow:
 def sample_value(item: Mapping[str, Any]) -> float | None:
     """The float of an instant-vector sample; None for NaN, ±Inf or garbage."""
     value = item.get("value")
-    if not isinstance(value, (list, tuple)) or len(value) < 2:
+    if type(value) is not list or len(value) < 2:  # noqa: E721 — JSON arrays are lists
         return None
     try:
         v = float(value[1])
     except (TypeError, ValueError):
         return None
-    return v if math.isfinite(v) else None
+    return v if -math.inf < v < math.inf else None
 
 
 def engine_key(labels: Mapping[str, str], by: Sequence[str]) -> Key:
-    return tuple(str(labels.get(name, "")) for name in by)
+    return tuple([str(labels.get(name, "")) for name in by])
 
 
 def engine_rows(result: Iterable[Mapping[str, Any]], by: Sequence[str],
@@ -51,19 +51,20 @@ def engine_rows(result: Iterable[Mapping[str, Any]], by: Sequence[str],
     rows: dict[Key, EngineRow] = {}
     dropped: set[Key] = set()
     for item in result:
-        metric = item.get("metric") if isinstance(item, Mapping) else None
-        if not isinstance(metric, Mapping):
+        # JSON objects are dicts: isinstance(dict) is much cheaper than the Mapping ABC at 10 000 series
+        metric = item.get("metric") if isinstance(item, dict) else None
+        if not isinstance(metric, dict):
             continue
         fld = metric.get(FIELD_LABEL)
         if not isinstance(fld, str):
             continue
-        key = engine_key(metric, by)
+        key = tuple([str(metric.get(name, "")) for name in by])
         row = rows.get(key)
         if row is None:
             if len(rows) >= max_engines:
                 dropped.add(key)
                 continue
-            row = rows[key] = EngineRow(key, {n: plain_text(str(metric.get(n, "")), 200) for n in by})
+            row = rows[key] = EngineRow(key, dict(zip(by, key)))  # raw: made plain text where shown
         v = sample_value(item)
         if v is not None:
             row.values[fld] = v

@@ -423,10 +423,12 @@ class FleetJoiner:
             seen = self._observed.get(id(c))
             if seen is not None and seen[0] is c.stats and seen[1] is h:
                 continue
+            same_stats = seen is not None and seen[0] is c.stats  # a new read of the same values (Prometheus)
             self._observed[id(c)] = (c.stats, h)
             for s in c.stats:
                 if h.ok and s.state in (UP, DEGRADED):
-                    self._last_good[s.name] = replace(s, **{f: _clean(getattr(s, f)) for f in _VALUE_FIELDS})
+                    if not same_stats or s.name not in self._last_good:
+                        self._last_good[s.name] = replace(s, **{f: _clean(getattr(s, f)) for f in _VALUE_FIELDS})
                     self._last_good_at[s.name] = h.last_ok_at if h.last_ok_at is not None else mono
                     self._down_since.pop(s.name, None)
                 elif s.state != UNKNOWN or h.last_error_at is not None:
