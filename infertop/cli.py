@@ -136,7 +136,7 @@ def _record(argv: list[str]) -> int:
     try:
         with fleet_sources(args, cfg) as fleet:
             return record_main(args, cfg, fleet.endpoints, dcgm_urls=fleet.dcgm_urls,
-                               engine_pods=fleet.engine_pods, mode=fleet.mode)
+                               engine_pods=fleet.engine_pods, mode=fleet.mode, prometheus=fleet.prometheus)
     except DemoError as e:
         print(f"infertop: demo: {e}", file=sys.stderr)
         return EXIT_FAILED

@@ -464,3 +464,27 @@ def test_snapshot_json_through_the_cli_reads_the_engines_from_prometheus(prom, c
     assert all(e["freshness"]["status"] == "missing" and e["freshness"]["reason"].startswith("stale in Prometheus")
                for e in doc["engines"])
     assert [s["ok"] for s in doc["sources"] if s["name"] == f"{prom.url} (engines)"] == [True]
+
+
+def test_headless_record_reads_the_engines_from_prometheus(prom, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from infertop.state.fleet import FleetState
+    from infertop.state.replay import Replay
+
+    config = tmp_path / "c.yaml"
+    config.write_text("gpu:\n  nvml: false\nrefresh_s: 0.2\nwindow_s: 10\nprometheus: {interval_s: 0.2}\n")
+    path = tmp_path / "rec.infertop"
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, "-m", "infertop", "--config", str(config), "record", str(path),
+                        "--prometheus", prom.url, "--duration", "2s"], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    with Replay(str(path)) as rp:
+        st = FleetState.from_doc(rp.at(rp.span()[1])[1])
+    # by the wall clock the recorded samples are old: every engine is there, stale in Prometheus
+    assert {e.stats.url for e in st.engines} == {f"http://{i}" for i in LIVE + GONE}
+    assert all(e.freshness.reason.startswith("stale in Prometheus") for e in st.engines)
+    assert len([q for q in prom.queries if q[0] == "/api/v1/query"]) >= 8 + 3

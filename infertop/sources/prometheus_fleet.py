@@ -130,7 +130,7 @@ class PromFleetSource:
         self.on_polled: Callable[[Any], None] | None = None
         self.on_update: Callable[[FleetSnapshot], None] | None = None
         self.on_backfill: Callable[[dict[tuple[str, str], list[float | None]]], None] | None = None
-        self._stop: asyncio.Event | None = None
+        self._stopped: asyncio.Event | None = None  # named as FleetCollector's: record and snapshot stop it
         self.latency_interval_s = float(cfg.latency_interval_s)
         self._fast_pool: ThreadPoolExecutor | None = None
         self._slow_pool: ThreadPoolExecutor | None = None
@@ -437,10 +437,10 @@ class PromFleetSource:
 
     async def run(self) -> None:
         """Refresh every ``interval_s`` until :meth:`stop`; the first refresh is followed by the backfill."""
-        self._stop = asyncio.Event()
+        self._stopped = asyncio.Event()
         first = True
         try:
-            while not self._stop.is_set():
+            while not self._stopped.is_set():
                 started = self.clock()
                 await self.poll_once()
                 if first and self.health.ok:
@@ -451,15 +451,15 @@ class PromFleetSource:
                             self.on_backfill(series)
                 delay = max(0.05, self.interval_s - (self.clock() - started))
                 try:
-                    await asyncio.wait_for(self._stop.wait(), timeout=delay)
+                    await asyncio.wait_for(self._stopped.wait(), timeout=delay)
                 except TimeoutError:
                     pass
         finally:
             await self.aclose()
 
     def stop(self) -> None:
-        if self._stop is not None:
-            self._stop.set()
+        if self._stopped is not None:
+            self._stopped.set()
 
     async def aclose(self) -> None:
         self.close()
