@@ -1,11 +1,13 @@
 """Engines from Prometheus: the fleet source for hundreds of engines.
 
 Instead of scraping every engine, infertop asks the Prometheus that already
-scrapes them. A refresh costs a fixed handful of HTTP queries whatever the
-number of engines (:meth:`FleetQueries.refresh`): ``up``, one query for every
-per-engine value (grouped ``by`` the engine labels), one for the fleet-wide
-quantiles and one for the queue depth. GPU rows come from the same
-Prometheus through :class:`~infertop.sources.prom_gpu.PromGpuSource`.
+scrapes them. A refresh costs a fixed set of HTTP queries whatever the
+number of engines (:class:`FleetQueries`), each grouped ``by`` the engine
+labels: ``up``, one query for the gauges and rates, and the queue depth on
+every refresh; the latency quantiles (one query per histogram, and the
+fleet-wide ones) at most every ``latency_interval_s``, in parallel. GPU rows
+come from the same Prometheus through
+:class:`~infertop.sources.prom_gpu.PromGpuSource`.
 
 The result feeds the same fleet state as direct scraping: each engine is a
 small collector-like object (``stats``, ``health``, ``windows``, ``endpoint``)

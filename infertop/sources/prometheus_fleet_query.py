@@ -1,11 +1,12 @@
-"""PromQL for the Prometheus fleet source: a fixed handful of queries per
+"""PromQL for the Prometheus fleet source: a fixed set of queries per
 refresh, whatever the number of engines.
 
 Every per-engine value is one sub-expression aggregated ``by`` the labels
 that identify an engine, tagged with the field it fills through
-``label_replace(…, "infertop_field", "<field>", …)``, and all of them are
-joined with ``or`` into ONE query. V0/V1 renames are ``or`` fallbacks inside
-a sub-expression (the first name wins per engine). Pure: no I/O.
+``label_replace(…, "infertop_field", "<field>", …)``; sub-expressions are
+joined with ``or`` into a few queries (the gauges and rates in one, the
+quantiles of each histogram in one). V0/V1 renames are ``or`` fallbacks
+inside a sub-expression (the first name wins per engine). Pure: no I/O.
 """
 
 from __future__ import annotations
