@@ -118,11 +118,14 @@ def measure_prometheus(url: str, n: int, refreshes: int, window_s: float) -> dic
     src = PromFleetSource(PrometheusConfig(url=url, window_s=window_s, timeout_s=10, interval_s=1.0))
     joiner = FleetJoiner(src, slo=Slo(), refresh_s=1.0, window_s=window_s)
     src.refresh()  # connection set up, first parse
-    walls, cpus, queries, engines = [], [], [], []
+    walls, cpus, queries, engines, alone = [], [], [], [], []
     for _ in range(refreshes):
         started = time.monotonic()
         c0 = time.process_time()
+        busy = src._latency_futures is not None  # a quantile round still running in Prometheus
         res = src.refresh()
+        if not busy and src._latency_futures is None:
+            alone.append(res.latency_s)
         joiner.observe()
         state = joiner.build()
         cpus.append(time.process_time() - c0)
@@ -133,6 +136,8 @@ def measure_prometheus(url: str, n: int, refreshes: int, window_s: float) -> dic
     src.close()
     return {"n": n, "queries": max(queries), "queries_min": min(queries), "fresh": min(engines),
             "wall_mean_s": statistics.mean(walls), "wall_max_s": max(walls),
+            "alone_n": len(alone), "alone_mean_s": statistics.mean(alone) if alone else None,
+            "alone_max_s": max(alone) if alone else None,
             "cpu_mean_s": statistics.mean(cpus), "cpu_max_s": max(cpus)}
 
 
@@ -184,14 +189,17 @@ def run_size(n: int, args, direct: bool) -> dict:
 def table(rows: list[dict], args) -> str:
     out = [f"Prometheus scrape interval {args.scrape:g} s, rate window {args.window:g} s, "
            f"{args.refreshes} refreshes at 1 s per size; CPU is this process' (the refresh and the tick).", "",
-           "| engines | HTTP queries / refresh | fresh engines | refresh wall mean / max | infertop CPU / refresh "
-           "mean / max | infertop % of a core at 1 s | direct scraping % of a core | sim % | Prometheus % |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "| engines | HTTP queries / refresh | fresh engines | refresh wall mean / max | … with no quantile round "
+           "in flight (n) | infertop CPU / refresh mean / max | infertop % of a core at 1 s | direct scraping % of a "
+           "core | sim % | Prometheus % |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         direct = "—" if r["direct_cpu_pct"] is None else f"{r['direct_cpu_pct']:.1f}"
         q = f"{r['queries']}" if r["queries"] == r["queries_min"] else f"{r['queries_min']}–{r['queries']}"
+        alone = ("—" if r["alone_mean_s"] is None else
+                 f"{r['alone_mean_s'] * 1000:.0f} / {r['alone_max_s'] * 1000:.0f} ms ({r['alone_n']})")
         out.append(f"| {r['n']} | {q} | {r['fresh']} | {r['wall_mean_s'] * 1000:.0f} / {r['wall_max_s'] * 1000:.0f} ms"
-                   f" | {r['cpu_mean_s'] * 1000:.0f} / {r['cpu_max_s'] * 1000:.0f} ms"
+                   f" | {alone} | {r['cpu_mean_s'] * 1000:.0f} / {r['cpu_max_s'] * 1000:.0f} ms"
                    f" | {100 * r['cpu_mean_s']:.1f} | {direct} | {r['sim_cpu_pct']:.0f} | {r['prom_cpu_pct']:.0f} |")
     if len(rows) >= 2:
         a, b = rows[0], rows[-1]

@@ -87,7 +87,7 @@ class PrometheusConfig:
     # Engines from Prometheus instead of scraping each one: None (auto) when no engines are listed
     engines: bool | None = None
     interval_s: float = bounded(2.0, 0.1, 3600)  # one refresh (a fixed handful of queries) per interval
-    latency_interval_s: float = bounded(5.0, 0.1, 3600)  # the quantile queries (the costly ones) at most this often
+    latency_interval_s: float = bounded(15.0, 0.1, 3600)  # the quantile queries (the costly ones) at most this often
     window_s: float = bounded(60.0, 1, 86400)  # rate() and histogram_quantile() window
     selector: str = ""  # extra matchers for every vLLM series, e.g. job="vllm"
     queue_promql: str = DEFAULT_QUEUE_PROMQL  # fleet queue depth; {SEL} stands for the selector

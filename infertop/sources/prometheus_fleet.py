@@ -179,7 +179,7 @@ class PromFleetSource:
     def _pools(self) -> tuple[ThreadPoolExecutor, ThreadPoolExecutor]:
         if self._fast_pool is None or self._slow_pool is None:
             self._fast_pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="infertop-prom")
-            self._slow_pool = ThreadPoolExecutor(max_workers=5, thread_name_prefix="infertop-prom-latency")
+            self._slow_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infertop-prom-latency")
         return self._fast_pool, self._slow_pool
 
     def refresh(self) -> RefreshResult:
