@@ -109,6 +109,12 @@ def _sim(argv: list[str]) -> int:
     return sim_main(argv)
 
 
+def _gateway(argv: list[str]) -> int:
+    from .gateway.cli import main as gateway_main
+
+    return gateway_main(argv)
+
+
 def _engine(argv: list[str]) -> int:
     from .control.engine_cli import main as engine_main
 
@@ -204,6 +210,8 @@ COMMANDS: dict[str, Command] = {
     "record": Command("append the fleet state to a flight recording each tick, headless (cron, systemd)", _record),
     "replay": Command("play a recording or an incident bundle through the panes", _replay, frozenset({"theme"})),
     "sim": Command("run simulated vLLM engines, GPUs and load (what --demo starts)", _sim, frozenset()),
+    "gateway": Command("OpenAI-compatible priority proxy in front of the engines (see: gateway --help)",
+                       _gateway, frozenset({"config"})),
 }
 _FLAG_NAMES = {"window_s": "--window"}  # dest -> flag where they differ
 
@@ -240,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", dest="window_s", type=_bounded(Config, "window_s"), metavar="S",
                    help="sliding window for rates and percentiles (default 60; at least twice --refresh)")
     p.add_argument("--record", metavar="FILE", help="append every tick to a flight recording (infertop replay FILE)")
+    p.add_argument("--no-auto", action="store_true",
+                   help="the scaling advisor never applies a change by itself (advisor.mode auto becomes recommend)")
     p.add_argument("command", nargs="?", choices=list(COMMANDS), metavar="COMMAND", help=argparse.SUPPRESS)
     p.add_argument("command_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p
@@ -346,6 +356,22 @@ class Fleet:
         return "demo" if self.demo else "live"
 
 
+def _watch_demo_gateway(cfg: Config, demo, notes: list[str] | None) -> None:
+    """The demo's gateway goes into the config the Queue pane reads (``queues.gateways``)."""
+    gw = getattr(demo, "gateway", None)
+    queues = getattr(cfg, "queues", None)
+    if gw is None:
+        return
+    if notes is not None:
+        notes.append(f"Demo: the infertop gateway at {gw.url} (admin {gw.admin_url}) sends mixed-class load "
+                     "(realtime / batch / background) to the engines.")
+    if queues is not None:
+        from .config import QueueGatewayConfig
+
+        queues.gateways.append(QueueGatewayConfig(url=gw.url, name="demo-gateway", admin_url=gw.admin_url,
+                                                  token_env=gw.token_env))
+
+
 @contextmanager
 def fleet_sources(args: argparse.Namespace, cfg: Config, notes: list[str] | None = None) -> Iterator[Fleet]:
     """Start the simulator with --demo (and apply the demo's SLO targets), yield the
@@ -358,6 +384,8 @@ def fleet_sources(args: argparse.Namespace, cfg: Config, notes: list[str] | None
             from .snapshot import apply_demo_defaults
 
             apply_demo_defaults(cfg, notes)
+            _use_demo_cluster(demo, cfg, notes)
+            _watch_demo_gateway(cfg, demo, notes)
         from_prom = prometheus_engines(args, cfg)
         if from_prom and notes is not None:
             skipped = f" ({len(cfg.engines) + len(args.engine)} listed engines are not scraped)" if (
@@ -371,6 +399,18 @@ def fleet_sources(args: argparse.Namespace, cfg: Config, notes: list[str] | None
     finally:
         if demo is not None:
             demo.stop()
+
+
+def _use_demo_cluster(demo, cfg: Config, notes: list[str] | None) -> None:
+    """Watch the simulator's Kubernetes API unless the user configured a cluster of their own."""
+    if not demo.kubeconfig or cfg.kube.configured:
+        return
+    cfg.kube.kubeconfig, cfg.kube.context = demo.kubeconfig, demo.kube_context
+    cfg.kube.namespaces = [demo.kube_namespace] if demo.kube_namespace else []
+    cfg.kube.enabled = True
+    if notes is not None:
+        notes.append(f"Demo: a simulated Kubernetes cluster (context {demo.kube_context}): the engines are the pods "
+                     f"of Deployment {demo.kube_namespace}/vllm, with an HPA.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -412,7 +452,7 @@ def tui_main(args: argparse.Namespace) -> int:
             settings = Settings(config=cfg, endpoints=fleet.endpoints, read_only=cfg.read_only,
                                 mode="demo" if fleet.demo else "local", notes=notes, dcgm_urls=fleet.dcgm_urls,
                                 engine_pods=fleet.engine_pods, state_dir=fleet.state_dir, record_path=args.record,
-                                prometheus=fleet.prometheus)
+                                prometheus=fleet.prometheus, no_auto=args.no_auto)
             return run_tui(InfertopApp(settings))
     except DemoError as e:
         print(f"infertop: demo: {e}", file=sys.stderr)

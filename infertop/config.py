@@ -25,6 +25,7 @@ import yaml
 
 from .config_load import DEFAULT_LIMITS, ConfigError, compose, one_line, scalar_value, to_bytes
 from .sources.prometheus_fleet_query import DEFAULT_QUEUE_PROMQL, check_label_name
+from .gateway.config import GatewayConfig  # the `gateway:` section (infertop gateway)
 
 
 def bounded(default, lo: float, hi: float, *, lo_open: bool = False, **kw):
@@ -149,6 +150,7 @@ class KubeConfig:
     stuck_after_s: float = bounded(30.0, 1, 86400)
     eviction_retry_s: float = bounded(5.0, 0.1, 3600)  # wait after a 429 from a PodDisruptionBudget
     follow_poll_s: float = bounded(0.5, 0.05, 60)  # how often a running action re-reads what it follows
+    wva_metrics_url: str = ""  # /metrics URL or Prometheus base URL with llm-d's wva_desired_replicas
 
     @property
     def configured(self) -> bool:
@@ -164,9 +166,31 @@ class KubeConfig:
 
 
 @dataclass
-class GatewayConfig:
-    url: str | None = None
-    token_file: str | None = None
+class AdvisorConfig:
+    """The scaling advisor (analysis/scaling.py): targets, bounds, windows, mode."""
+
+    mode: str = "recommend"  # off, recommend, auto
+    target_queue_depth: float = bounded(5.0, 0, 1e9, lo_open=True)
+    target_p99_s: float | None = bounded(None, 0, 86400, lo_open=True)  # None: the SLO's target of p99_metric
+    p99_metric: str = "ttft_p99_s"  # ttft_p99_s, e2e_p99_s or queue_p99_s
+    min_replicas: int = bounded(1, 0, 100_000)  # when no HPA targets the workload (else the HPA's)
+    max_replicas: int = bounded(10, 1, 100_000)
+    tolerance: float = bounded(0.10, 0, 10)
+    cooldown_s: float = bounded(60.0, 0, 86400)
+    scale_up_window_s: float = bounded(30.0, 0, 86400)
+    scale_down_window_s: float = bounded(300.0, 0, 86400)
+    max_input_age_s: float = bounded(15.0, 0.1, 86400)  # an older input refuses the decision
+    workloads: list[str] = field(default_factory=list)  # NAME or NS/NAME; empty: every workload with engines
+
+    def validate(self) -> list[tuple[str, str]]:
+        errs = bounds_errors(self)
+        if self.mode not in ("off", "recommend", "auto"):
+            errs.append(("mode", f"must be off, recommend or auto, got {self.mode!r}"))
+        if self.p99_metric not in ("ttft_p99_s", "e2e_p99_s", "queue_p99_s"):
+            errs.append(("p99_metric", f"must be ttft_p99_s, e2e_p99_s or queue_p99_s, got {self.p99_metric!r}"))
+        if self.min_replicas > self.max_replicas:
+            errs.append(("min_replicas", f"must be <= max_replicas ({self.max_replicas}), got {self.min_replicas}"))
+        return errs
 
 
 @dataclass
@@ -221,6 +245,7 @@ class Config:
     prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
     kube: KubeConfig = field(default_factory=KubeConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    advisor: AdvisorConfig = field(default_factory=AdvisorConfig)
     profiles: dict[str, ProfileConfig] = field(default_factory=dict)
     # Where it came from: the path, or None when running on defaults.
     source: str | None = field(default=None, metadata={"internal": True})

@@ -19,6 +19,13 @@ For hundreds of engines behind a real Prometheus::
 serves every engine on one port by path (``http://HOST:P/engine/<i>``, its
 ``/metrics`` rendered at most once a second) and writes the file_sd targets
 (one per engine, with pod / namespace / instance labels) before ``ready``.
+
+With ``--kube-port P`` it also serves a Kubernetes API (the emulator in
+``infertop.sim.kube``) whose Deployment's pods are the engines, writes a
+kubeconfig (context ``infertop-demo``; ``--kubeconfig F``) and prints, before
+``ready``::
+
+    kube http://127.0.0.1:P kubeconfig=F context=infertop-demo namespace=inference
 """
 
 from __future__ import annotations
@@ -64,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="simulation step in seconds (default 0.05; 0.25 with --shared-port)")
     fleet.add_argument("--lean", action="store_true",
                        help="leave out the HTTP-server and process metric families (smaller documents)")
+    p.add_argument("--kube-port", type=int, default=None, metavar="P",
+                   help="also serve a Kubernetes API on 127.0.0.1:P (0: any free port) whose Deployment's pods "
+                        "are the engines, with an HPA, GPU nodes and events")
+    p.add_argument("--kubeconfig", default=None, metavar="F",
+                   help="where --kube-port writes its kubeconfig (default: <state dir>/sim/kubeconfig)")
+    p.add_argument("--kube-replicas", type=int, default=None, metavar="N",
+                   help="the Deployment's starting replicas (default: every engine)")
     return p
 
 
@@ -103,6 +117,9 @@ def main(argv: list[str]) -> int:
              "tick_s": args.tick if args.tick is not None else (0.25 if shared else 0.05)}
     if args.lean:
         extra.update(http_metrics=False, process_metrics=False)
+    if args.kube_port is not None and not 0 <= args.kube_port <= 65535:
+        print("infertop sim: --kube-port must be 0..65535", file=sys.stderr)
+        return 2
     from . import SimCluster
 
     stop = threading.Event()
@@ -125,7 +142,17 @@ def main(argv: list[str]) -> int:
         except OSError as e:
             print(f"infertop sim: cannot listen or write: {e}", file=sys.stderr)
             return 1
+        kube = None
         try:
+            if args.kube_port is not None:
+                from .kube.cluster import SimKube
+
+                try:
+                    kube = SimKube(cluster, port=args.kube_port, replicas=args.kube_replicas).start()
+                except OSError as e:
+                    print(f"infertop sim: cannot listen on the Kubernetes port: {e}", file=sys.stderr)
+                    return 1
+                kube.wait_bound()
             out = sys.stdout
             for e in cluster.engines:
                 if args.print_urls:
@@ -137,6 +164,9 @@ def main(argv: list[str]) -> int:
                 out.write((cluster.dcgm_url if args.print_urls else f"dcgm {cluster.dcgm_url}") + "\n")
             if args.file_sd and not args.print_urls:
                 out.write(f"file_sd {args.file_sd}\n")
+            if kube is not None:
+                path = kube.write_kubeconfig(args.kubeconfig or _default_kubeconfig())
+                out.write(f"kube {kube.url} kubeconfig={path} context={DEMO_CONTEXT} namespace={kube.namespace}\n")
             out.write("ready\n")
             out.flush()
             parent = os.getppid()
@@ -144,11 +174,22 @@ def main(argv: list[str]) -> int:
                 if args.exit_with_parent and os.getppid() != parent:
                     break  # re-parented: infertop died without stopping us
         finally:
+            if kube is not None:
+                kube.stop()
             cluster.stop()
     finally:
         for s, h in old.items():
             signal.signal(s, h)
     return 0
+
+
+def _default_kubeconfig():
+    from ..config import default_state_dir
+
+    return default_state_dir() / "sim" / "kubeconfig"
+
+
+DEMO_CONTEXT = "infertop-demo"
 
 
 if __name__ == "__main__":  # pragma: no cover

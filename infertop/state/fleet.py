@@ -321,6 +321,8 @@ class FleetJoiner:
         self.cluster_api_calls: int | None = None
         self.kube_configured = False
         self.extra_sources: list[SourceState] = []
+        # the scaling advisor (state/advisor.py): (state, engine name → its counter windows) → the autoscalers slot
+        self.autoscalers: Callable[[FleetState, Mapping[str, list]], Sequence[dict]] | None = None
 
     @property
     def stale_after_s(self) -> float:
@@ -358,6 +360,7 @@ class FleetJoiner:
         now, mono = self.wall(), self.mono()
         engines: list[EngineState] = []
         windows = []
+        engine_windows: dict[str, list] = {}
         sources: list[SourceState] = []
         for c in self.collector.collectors:
             h: SourceHealth = c.health
@@ -367,6 +370,8 @@ class FleetJoiner:
                 windows.extend(c.windows.values())
             for s in c.stats:
                 engines.append(self._engine(s, h, fresh_poll, now, mono))
+                if fresh_poll:
+                    engine_windows[s.name] = list(c.windows.values())
         gpus = self._gpus(engines)
         by_engine: dict[str, list[str]] = {}
         for g in gpus:
@@ -386,7 +391,7 @@ class FleetJoiner:
         sources.extend(self.extra_sources)
         fleet = self._fleet(engines, windows)
         alerts = self._alerts(engines)
-        return FleetState(
+        state = FleetState(
             tick=self.tick, taken_at=now, refresh_s=self.refresh_s, window_s=self.window_s,
             slo=Slo(self.slo.ttft_p99_s, self.slo.itl_p95_s, self.slo.e2e_p99_s, self.slo.queue_p99_s,
                     self.slo.kv_cache_pct),
@@ -394,6 +399,9 @@ class FleetJoiner:
             gpus=tuple(gpus), gpus_configured=self.gpus_configured, cluster=cluster, mode=self.mode,
             queues=tuple(getattr(self.collector, "queues", ())),
         )
+        if self.autoscalers is not None:
+            state = replace(state, autoscalers=tuple(self.autoscalers(state, engine_windows)))
+        return state
 
     def _source(self, h: SourceHealth, now: float, mono: float) -> SourceState:
         def wall(t: float | None) -> float | None:

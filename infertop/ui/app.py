@@ -27,6 +27,7 @@ from ..format import count_human, seconds_human
 from ..sources.gpu import GpuCollector
 from ..sources.vllm import EngineEndpoint, FleetCollector
 from ..state.fleet import FleetJoiner, FleetState
+from ..state.engine_groups import GROUP_BY
 from ..state.fleet_history import record_state
 from ..state.history import HistoryStore
 from ..state.recording import StateLog
@@ -34,6 +35,7 @@ from .status import alert_changes, status_line
 from .actions import ACTIONS, bindings, footer_panes, key_display
 from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
+from .autoscaler_actions import ADVISOR_ACTIONS, AutoscalerActions
 from .replay_actions import ReplayActions
 from .commands import InfertopCommands
 from .driver import default_driver_class
@@ -42,13 +44,14 @@ from .screens.gpu_detail import GpuDetailScreen
 from .screens.help import HelpScreen
 from .screens.sort_picker import SortPicker
 from .themes import load_themes
+from .widgets.autoscaler import AutoscalerPane
 from .widgets.cluster import ClusterPane
 from .widgets.engines_table import HEADERS, PRESSURE, RESORT_EVERY_S, SORTABLE, EnginesTable
 from .widgets.gpus import GpusPane, GpusTable, engine_refs, gpu_status_parts, record_history, flatten, summarize
 from .widgets.overview import Overview
 from .widgets.panels import QuietStatic, Trend
 
-PANES = ("overview", "engines", "log", "gpus", "cluster")
+PANES = ("overview", "engines", "log", "gpus", "cluster", "autoscaler")
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
 REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_speed", "replay_seek"}
 # Keys of one pane (not the engine actions: they also act on an open engine detail).
@@ -76,9 +79,10 @@ class Settings:
     replay: Any = None  # a state.replay.Player: the panes show a recording instead of live sources
     replay_path: str | None = None
     prometheus: bool = False  # engines from cfg.prometheus (PromFleetSource) instead of scraping each
+    no_auto: bool = False  # --no-auto: the scaling advisor never applies by itself
 
 
-class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
+class InfertopApp(ReplayActions, EngineActions, KubeActions, AutoscalerActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
@@ -118,6 +122,7 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
         self.joiner = FleetJoiner(self.collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s,
                                   mode=settings.mode, engine_pods=settings.engine_pods, wall=settings.wall_clock)
         self.state: FleetState | None = None  # the state on screen
+        self.advisor_setup()
         self.collector.on_polled = self._on_polled
         # GPUs: NVML (in a thread inside poll), dcgm-exporter URLs, Prometheus. Tests pass their own.
         self.gpu_collector = gpu_collector or GpuCollector(cfg.gpu, cfg.prometheus, dcgm_urls=settings.dcgm_urls)
@@ -154,6 +159,8 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
                 yield GpusPane(self.history, id="gpus-pane")
             with TabPane("5 Cluster", id="cluster"):
                 yield ClusterPane(id="cluster-pane")
+            with TabPane("7 Autoscaler", id="autoscaler"):
+                yield AutoscalerPane(id="autoscaler-pane")
         yield QuietStatic(id="statusbar")
         # Compact, without ^P (in help): at 80 columns the pane's keys and "q Quit" must all fit.
         yield Footer(show_command_palette=False, compact=True)
@@ -276,6 +283,7 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
             return
         self._join_cluster()
         self.show_state(self.joiner.build())
+        self.advisor_after_tick()
 
     def _join_cluster(self) -> None:
         """Hand the Cluster pane's latest read (or its error) to the fleet state."""
@@ -320,6 +328,8 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
             self._render_engine_trends(state)
         if pane == "gpus" or isinstance(self.screen, GpuDetailScreen):
             self._render_gpus(state)
+        if pane == "autoscaler":
+            self.render_autoscaler(state)
         if self.player is not None:
             self._render_recorded_cluster(state)
         if isinstance(self.screen, EngineDetailScreen):
@@ -448,6 +458,8 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
             return self.engine_action_state(action)
         if action in KUBE_ACTIONS:
             return self.kube_action_state(action)
+        if action in ADVISOR_ACTIONS:
+            return self.advisor_action_state(action)
         if action == "gpu_detail":  # Enter means "GPU detail" only on the GPUs pane
             tabs = self.screen.query("#panes")
             return bool(tabs) and tabs.first(TabbedContent).active == "gpus"
@@ -481,6 +493,8 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
             self.main.query_one(ClusterPane).focus_table()
         elif pane == "log":
             self.main.query_one("#log-view", RichLog).focus()  # arrows scroll the log
+        elif pane == "autoscaler":
+            self.main.query_one(AutoscalerPane).table.focus()
         else:
             # Nothing of another pane may keep the focus: TabbedContent would switch back to it.
             self.main.set_focus(None)
@@ -527,6 +541,16 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
         table = self.main.query_one("#engines-table", EnginesTable)
         columns = [(PRESSURE, "Pressure (down, queued, slowest first)")] + [(k, HEADERS[k]) for k in SORTABLE]
         self.push_screen(SortPicker(columns, table.sort_key, table.descending), self._sort_picked)
+
+    def action_group_engines(self) -> None:
+        """``G``: group the Engines table by deployment, then model, then node, then not at all."""
+        if self.current_pane != "engines":
+            self.action_show_pane("engines")
+        table = self.main.query_one("#engines-table", EnginesTable)
+        cycle = (None, *GROUP_BY)
+        table.set_group_by(cycle[(cycle.index(table.group_by) + 1) % len(cycle)])
+        self.notify(f"engines grouped by {table.group_by}" if table.group_by else "engines not grouped", timeout=2)
+        self.render_snapshot(force=True)
 
     def _sort_picked(self, key: str | None) -> None:
         if key is None:
