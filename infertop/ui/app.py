@@ -78,6 +78,7 @@ class Settings:
     record_path: str | None = None  # --record FILE: append every tick to a flight recording
     replay: Any = None  # a state.replay.Player: the panes show a recording instead of live sources
     replay_path: str | None = None
+    prometheus: bool = False  # engines from cfg.prometheus (PromFleetSource) instead of scraping each
     no_auto: bool = False  # --no-auto: the scaling advisor never applies by itself
 
 
@@ -104,12 +105,18 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, AutoscalerActions, 
         self.settings = settings
         super().__init__(driver_class=default_driver_class())  # only changed cells go to the terminal
         cfg = settings.config
-        self.collector = FleetCollector(
-            settings.endpoints,
-            interval_s=cfg.refresh_s,
-            window_s=cfg.window_s,
-            history_capacity=2,  # sparklines are recorded from the fleet state, one sample per tick
-        )
+        if settings.prometheus:
+            from ..sources.prometheus_fleet import PromFleetSource, seed_history
+
+            self.collector = PromFleetSource(cfg.prometheus, history_step_s=cfg.refresh_s)
+            self.collector.on_backfill = lambda series: seed_history(self.history, series)
+        else:
+            self.collector = FleetCollector(
+                settings.endpoints,
+                interval_s=cfg.refresh_s,
+                window_s=cfg.window_s,
+                history_capacity=2,  # sparklines are recorded from the fleet state, one sample per tick
+            )
         self.history = HistoryStore(max(2, int(cfg.history_s / cfg.refresh_s)))
         self.poll = poll
         self.joiner = FleetJoiner(self.collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s,
