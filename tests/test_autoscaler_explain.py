@@ -490,3 +490,12 @@ def test_trigger_metadata_keeps_no_secret():
                                          (None, None), ("5 apples", None)])
 def test_quantities(text, value):
     assert parse_quantity(text) == value
+
+
+def test_metric_values_read_as_numbers_not_milli_quantities():
+    """An HPA reports averages as quantities ("21500m"); the why-not line says 21.5, as an operator reads it."""
+    from infertop.analysis.autoscalers import MetricLine, _metric_text
+
+    line = MetricLine("vllm:num_requests_running", "Pods", "21500m", "8", 21.5 / 8)
+    assert _metric_text(line) == "vllm:num_requests_running 21.5 vs target 8"
+    assert _metric_text(MetricLine("queue", "External", None, "500m", None)) == "queue n/a vs target 0.5"

@@ -340,8 +340,17 @@ def _metric_lines(h: HpaView) -> tuple[MetricLine, ...]:
     return tuple(MetricLine(m.name, m.type, m.current, m.target, _ratio(m.current, m.target)) for m in h.metrics)
 
 
+def _quantity_text(q: str | None) -> str:
+    """A Kubernetes quantity as an operator reads it: "21500m" → "21.5"; as given when it is not a number."""
+    v = parse_quantity(q)
+    if v is None:
+        return q or "?"
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
 def _metric_text(m: MetricLine) -> str:
-    return f"{m.name} {m.current if m.current is not None else 'n/a'} vs target {m.target or '?'}"
+    current = _quantity_text(m.current) if m.current is not None else "n/a"
+    return f"{m.name} {current} vs target {_quantity_text(m.target) if m.target else '?'}"
 
 
 def explain_hpa(h: HpaView, snap: ClusterSnapshot, wl: _Workload, now: float | None,
