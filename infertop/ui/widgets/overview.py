@@ -93,7 +93,7 @@ class Overview(Vertical):
     Overview.wide #overview-trends > .wide { display: block; }
     Overview #hot-title, Overview #alerts-title, Overview .alert-line { padding: 0 1; }
     Overview #hot { height: auto; max-height: 17; scrollbar-size-horizontal: 0; }
-    Overview .alert-line { height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    Overview .alert-line, Overview #alerts-title { height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, slo, **kwargs) -> None:
