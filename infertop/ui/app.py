@@ -171,6 +171,15 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, AutoscalerActions, 
     def get_key_display(self, binding: Binding) -> str:
         return binding.key_display or key_display(binding.key)
 
+    def refresh_bindings(self) -> None:
+        """Refresh the key line, unless the app is shutting down: a row highlighted while the screens are
+        being torn down must not raise ScreenStackError (seen under load in a kube freshness test)."""
+        try:
+            self.screen  # noqa: B018 — raises when no screen is left
+        except Exception:  # noqa: BLE001 — ScreenStackError / UnknownModeError while exiting
+            return
+        super().refresh_bindings()
+
     def on_mount(self) -> None:
         themes, problems = load_themes()
         for t in themes:
