@@ -140,6 +140,11 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         "poddisruptionbudget", ("pdb",), subresources=(_status("PodDisruptionBudget"),),
         has_status=True, tracks_generation=True,
     ),
+    # Custom resources: served only once installed (KubeEmulator.install_crd), like a CRD.
+    ResourceType(
+        "inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives", "InferenceObjective", True,
+        "inferenceobjective", tracks_generation=True, extra={"crd": True},
+    ),
     ResourceType(
         "authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview",
         False, "selfsubjectaccessreview", verbs=("create",),
@@ -202,24 +207,33 @@ def _group_doc(group: str) -> dict:
     return {"name": group, "versions": versions, "preferredVersion": versions[0]}
 
 
-def api_group_list() -> dict:
+def is_served(rt: ResourceType, installed: set[str]) -> bool:
+    """A built-in type always; a custom resource once its CRD is installed."""
+    return not rt.extra.get("crd") or rt.plural in installed
+
+
+def _group_served(group: str, installed: set[str]) -> bool:
+    return any(rt.group == group and is_served(rt, installed) for rt in RESOURCE_TYPES)
+
+
+def api_group_list(installed: set[str] = frozenset()) -> dict:
     return {
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": [_group_doc(g) for g in GROUP_VERSIONS if g],
+        "groups": [_group_doc(g) for g in GROUP_VERSIONS if g and _group_served(g, installed)],
     }
 
 
-def api_group(group: str) -> dict | None:
-    if not group or group not in GROUP_VERSIONS:
+def api_group(group: str, installed: set[str] = frozenset()) -> dict | None:
+    if not group or group not in GROUP_VERSIONS or not _group_served(group, installed):
         return None
     return {"kind": "APIGroup", "apiVersion": "v1", **_group_doc(group)}
 
 
-def api_resource_list(group: str, version: str) -> dict | None:
+def api_resource_list(group: str, version: str, installed: set[str] = frozenset()) -> dict | None:
     resources = []
     for rt in RESOURCE_TYPES:
-        if rt.group != group or rt.version != version:
+        if rt.group != group or rt.version != version or not is_served(rt, installed):
             continue
         entry = {
             "name": rt.plural,

@@ -258,11 +258,11 @@ class _Dispatch:
         elif parts[0] == "apis":
             if len(parts) == 1:
                 self._only_get()
-                return 200, R.api_group_list()
+                return 200, R.api_group_list(self.emu.installed_crds)
             group = parts[1]
             if len(parts) == 2:
                 self._only_get()
-                doc = R.api_group(group)
+                doc = R.api_group(group, self.emu.installed_crds)
                 if doc is None:
                     raise E.path_not_found()
                 return 200, doc
@@ -271,7 +271,7 @@ class _Dispatch:
             raise E.path_not_found()
         if not rest:
             self._only_get()
-            doc = R.api_resource_list(group, version)
+            doc = R.api_resource_list(group, version, self.emu.installed_crds)
             if doc is None:
                 raise E.path_not_found()
             return 200, doc
@@ -286,7 +286,7 @@ class _Dispatch:
         if not rest:
             raise E.path_not_found()
         rt = BY_PATH.get((group, version, rest[0]))
-        if rt is None or len(rest) > 3:
+        if rt is None or len(rest) > 3 or not R.is_served(rt, self.emu.installed_crds):
             raise E.path_not_found()
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
@@ -590,8 +590,15 @@ class KubeEmulator:
         self._threads: list[threading.Thread] = []
         self._stopping = False
         self._node_count = 0
+        self.installed_crds: set[str] = set()  # plurals of the custom resources served (install_crd)
         for ns in namespaces:
             self.add_namespace(ns)
+
+    def install_crd(self, plural: str = "inferenceobjectives") -> None:
+        """Serve an optional custom resource type (``extra={"crd": True}`` in resources.py), as installing its CRD."""
+        rt = R.BY_PLURAL[plural]
+        assert rt.extra.get("crd"), f"{plural} is a built-in type"
+        self.installed_crds.add(plural)
 
     # ---------------------------------------------------------- lifecycle
     def start(self) -> "KubeEmulator":
