@@ -25,6 +25,8 @@ from ..domain.gpu import classify
 from ..domain.source import SourceHealth
 from ..format import count_human, seconds_human
 from ..sources.gpu import GpuCollector
+from ..sources.queues import QueueFleet
+from ..sources.queues_config import queue_collectors
 from ..sources.vllm import EngineEndpoint, FleetCollector
 from ..state.fleet import FleetJoiner, FleetState
 from ..state.fleet_history import record_state
@@ -34,6 +36,7 @@ from .status import alert_changes, status_line
 from .actions import ACTIONS, bindings, footer_panes, key_display
 from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
+from .queue_actions import QUEUE_ACTIONS, QueueActions
 from .replay_actions import ReplayActions
 from .commands import InfertopCommands
 from .driver import default_driver_class
@@ -47,8 +50,9 @@ from .widgets.engines_table import HEADERS, PRESSURE, RESORT_EVERY_S, SORTABLE, 
 from .widgets.gpus import GpusPane, GpusTable, engine_refs, gpu_status_parts, record_history, flatten, summarize
 from .widgets.overview import Overview
 from .widgets.panels import QuietStatic, Trend
+from .widgets.queue import QueuePane
 
-PANES = ("overview", "engines", "log", "gpus", "cluster")
+PANES = ("overview", "engines", "log", "gpus", "cluster", "queues")
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
 REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_speed", "replay_seek"}
 # Keys of one pane (not the engine actions: they also act on an open engine detail).
@@ -77,7 +81,7 @@ class Settings:
     replay_path: str | None = None
 
 
-class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
+class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
@@ -114,6 +118,10 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
         self.collector.on_polled = self._on_polled
         # GPUs: NVML (in a thread inside poll), dcgm-exporter URLs, Prometheus. Tests pass their own.
         self.gpu_collector = gpu_collector or GpuCollector(cfg.gpu, cfg.prometheus, dcgm_urls=settings.dcgm_urls)
+        # Gateways and endpoint pickers: each polled by its own loop (tests poll them with poll_now).
+        self.queue_fleet = QueueFleet(queue_collectors(cfg, cfg.window_s) if settings.replay is None else [],
+                                      interval_s=cfg.refresh_s)
+        self.joiner.queue_collectors = self.queue_fleet.collectors
         self._gpu_states: dict[str, str] = {}
         self._gpu_logged_at: dict[str, float] = {}
         self._states: dict[str, str] = {}
@@ -147,6 +155,8 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
                 yield GpusPane(self.history, id="gpus-pane")
             with TabPane("5 Cluster", id="cluster"):
                 yield ClusterPane(id="cluster-pane")
+            with TabPane("6 Queue", id="queues"):
+                yield QueuePane(id="queue-pane")
         yield QuietStatic(id="statusbar")
         # Compact, without ^P (in help): at 80 columns the pane's keys and "q Quit" must all fit.
         yield Footer(show_command_palette=False, compact=True)
@@ -180,11 +190,21 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
         if self.poll:
             self.start_collection()
             self.start_gpu_collection()
+            if self.queue_fleet.collectors:
+                self.start_queue_collection()
 
     @work(exclusive=True, group="collect", exit_on_error=False)
     async def start_collection(self) -> None:
         """Poll loops run as an async worker: never block the UI, never overlap."""
         await self.collector.run()
+
+    @work(exclusive=True, group="queues", exit_on_error=False)
+    async def start_queue_collection(self) -> None:
+        """Gateways and endpoint pickers, each on its own loop (never overlapping)."""
+        try:
+            await self.queue_fleet.run()
+        finally:
+            await self.queue_fleet.aclose()
 
     @work(exclusive=True, group="gpu", exit_on_error=False)
     async def start_gpu_collection(self) -> None:
@@ -247,8 +267,8 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
         return self.main.query_one("#engines-table", EnginesTable).selected_engine
 
     async def poll_now(self) -> None:
-        """Poll every engine once and render a new tick (tests and Ctrl+R)."""
-        await self.collector.poll_once()
+        """Poll every engine (and queue source) once and render a new tick (tests and Ctrl+R)."""
+        await asyncio.gather(self.collector.poll_once(), self.queue_fleet.poll_once())
         self.tick()
 
     @property
@@ -311,6 +331,9 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
         elif pane == "engines":
             main.query_one("#engines-table", EnginesTable).update_state(state)
             self._render_engine_trends(state)
+        elif pane == "queues":
+            main.query_one(QueuePane).show_state(state)
+            self.probe_objectives()
         if pane == "gpus" or isinstance(self.screen, GpuDetailScreen):
             self._render_gpus(state)
         if self.player is not None:
@@ -441,6 +464,8 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
             return self.engine_action_state(action)
         if action in KUBE_ACTIONS:
             return self.kube_action_state(action)
+        if action in QUEUE_ACTIONS:
+            return self.queue_action_state(action)
         if action == "gpu_detail":  # Enter means "GPU detail" only on the GPUs pane
             tabs = self.screen.query("#panes")
             return bool(tabs) and tabs.first(TabbedContent).active == "gpus"
@@ -472,6 +497,8 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
             self.main.query_one(GpusTable).focus()
         elif pane == "cluster":
             self.main.query_one(ClusterPane).focus_table()
+        elif pane == "queues":
+            self.main.query_one(QueuePane).focus_table()
         elif pane == "log":
             self.main.query_one("#log-view", RichLog).focus()  # arrows scroll the log
         else:
@@ -572,7 +599,7 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, App[None]):
         if self.player is None:
             self.run_worker(self.kube_refresh_now(), group="kube-refresh-now", exclusive=True, exit_on_error=False)
         self.notify("polling every source now…", timeout=2)
-        await self.collector.poll_once()
+        await asyncio.gather(self.collector.poll_once(), self.queue_fleet.poll_once())
         await self.poll_gpus()
         self.tick()
         n = len(self.state.failing_sources()) if self.state is not None else 0

@@ -15,6 +15,7 @@ from ...analysis.alerts import CRITICAL, Alert
 from ...format import count_human, pct_human, rate_human, seconds_human
 from ...state.fleet import FleetState
 from ...state.fleet_history import FLEET
+from ...state.queues import queue_totals
 from ...state.history import HistoryStore
 from ...text import plain
 from .engines_table import EnginesTable
@@ -81,7 +82,11 @@ TILES = (
     ("gpu_temp", "Hottest GPU"),
     ("gpu_power", "GPU power"),
     ("gpu_errors", "GPU errors"),
+    # gateways / endpoint pickers (shown only when one is watched)
+    ("queued", "Gateway queued"),
+    ("queue_oldest", "Oldest wait"),
 )
+QUEUE_TILES = ("queued", "queue_oldest")
 
 
 class Overview(Vertical):
@@ -101,12 +106,15 @@ class Overview(Vertical):
         self.slo = slo
         self.alert_rows = 2  # alert lines that fit (set by the layout)
         self._engines = 0
+        self._queues = False  # a gateway or endpoint picker is watched: its tiles are shown
         self._alerts: list[Alert] = []
 
     def compose(self) -> ComposeResult:
         with Grid(id="tiles"):
             for key, label in TILES:
-                yield Tile(label, id=f"tile-{key}")
+                tile = Tile(label, id=f"tile-{key}")
+                tile.display = key not in QUEUE_TILES
+                yield tile
         with Horizontal(id="overview-trends"):
             yield Trend("Gen tokens/s", id="t-gen")
             yield Trend("Running", id="t-running")
@@ -136,7 +144,8 @@ class Overview(Vertical):
         self.set_class(width >= 160, "wide")
         grid = self.query_one("#tiles", Grid)
         grid.styles.grid_size_columns = cols
-        tile_lines = 2 * -(-len(TILES) // cols)
+        shown = len(TILES) - (0 if self._queues else len(QUEUE_TILES))
+        tile_lines = 2 * -(-shown // cols)
         trend = 3 if height < 34 else (5 if height < 48 else 7)
         self.query_one("#overview-trends").styles.height = trend
         left = height - tile_lines - trend - 3  # hot title, hot header, alerts title
@@ -178,6 +187,7 @@ class Overview(Vertical):
         tile("kv", f"{pct_human(f.kv_cache_pct_mean)}/{pct_human(f.kv_cache_pct_max)}",
              over(f.kv_cache_pct_max, slo.kv_cache_pct))
         tile("preempt", rate_human(f.preemptions_per_s), bad=bool(f.preemptions_per_s))
+        self._show_queues(state)
         n = 120
         self.query_one("#t-gen", Trend).show(history.series(FLEET, "generation_tokens_per_s", n),
                                              rate_human(f.generation_tokens_per_s), fmt=rate_human)
@@ -192,6 +202,23 @@ class Overview(Vertical):
                                                    percent=fmt is pct_human)
         self.query_one("#hot", EnginesTable).update_state(state)
         self.show_alerts(list(state.alerts))
+
+    def _show_queues(self, state: FleetState) -> None:
+        """Total queued in the gateways / pickers and the oldest wait (tiles shown only when one is watched)."""
+        watched = bool(state.queues)
+        if watched != self._queues:
+            self._queues = watched
+            for key in QUEUE_TILES:
+                self.query_one(f"#tile-{key}", Tile).display = watched
+            self._fit()
+        if not watched:
+            return
+        queued, oldest = queue_totals(state.queues)
+        worst = max((c.max_wait_s for q in state.queues if q.fresh for c in q.classes
+                     if c.max_wait_s is not None and c.oldest_wait_s is not None and c.oldest_wait_s > c.max_wait_s),
+                    default=None)
+        self.query_one("#tile-queued", Tile).set_value(count_human(queued), note="(6)")
+        self.query_one("#tile-queue_oldest", Tile).set_value(seconds_human(oldest), bad=worst is not None)
 
     def show_gpus(self, g, configured: bool = True) -> None:
         """GPU tiles from a :class:`~infertop.ui.widgets.gpus.GpuSummary` (live values with a dead-band)."""
