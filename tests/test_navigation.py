@@ -65,11 +65,11 @@ async def test_tab_and_shift_tab_switch_panes_from_a_focused_table_and_input(eng
         assert app.current_pane == "log"
         await pilot.press("tab")
         assert app.current_pane == "gpus" and isinstance(app.focused, GpusTable)
-        await pilot.press("tab", "tab")
+        await pilot.press("tab", "tab", "tab")
         assert app.current_pane == "overview"  # wraps around
         await pilot.press("shift+tab")
-        assert app.current_pane == "cluster"
-        await pilot.press("shift+tab", "shift+tab")
+        assert app.current_pane == "queues"
+        await pilot.press("shift+tab", "shift+tab", "shift+tab")
         assert app.current_pane == "log"
         await pilot.press("slash")  # the filter box has the focus
         assert isinstance(app.focused, Input)

@@ -82,11 +82,9 @@ TILES = (
     ("gpu_temp", "Hottest GPU"),
     ("gpu_power", "GPU power"),
     ("gpu_errors", "GPU errors"),
-    # gateways / endpoint pickers (shown only when one is watched)
-    ("queued", "Gateway queued"),
-    ("queue_oldest", "Oldest wait"),
 )
-QUEUE_TILES = ("queued", "queue_oldest")
+# gateways / endpoint pickers: mounted once one is watched
+QUEUE_TILES = (("queued", "GW queued"), ("queue_oldest", "Oldest wait"))
 
 
 class Overview(Vertical):
@@ -112,9 +110,7 @@ class Overview(Vertical):
     def compose(self) -> ComposeResult:
         with Grid(id="tiles"):
             for key, label in TILES:
-                tile = Tile(label, id=f"tile-{key}")
-                tile.display = key not in QUEUE_TILES
-                yield tile
+                yield Tile(label, id=f"tile-{key}")
         with Horizontal(id="overview-trends"):
             yield Trend("Gen tokens/s", id="t-gen")
             yield Trend("Running", id="t-running")
@@ -144,7 +140,7 @@ class Overview(Vertical):
         self.set_class(width >= 160, "wide")
         grid = self.query_one("#tiles", Grid)
         grid.styles.grid_size_columns = cols
-        shown = len(TILES) - (0 if self._queues else len(QUEUE_TILES))
+        shown = len(TILES) + (len(QUEUE_TILES) if self._queues else 0)
         tile_lines = 2 * -(-shown // cols)
         trend = 3 if height < 34 else (5 if height < 48 else 7)
         self.query_one("#overview-trends").styles.height = trend
@@ -208,8 +204,13 @@ class Overview(Vertical):
         watched = bool(state.queues)
         if watched != self._queues:
             self._queues = watched
-            for key in QUEUE_TILES:
-                self.query_one(f"#tile-{key}", Tile).display = watched
+            grid = self.query_one("#tiles", Grid)
+            for key, label in QUEUE_TILES:
+                found = grid.query(f"#tile-{key}")
+                if found:
+                    found.first().display = watched
+                elif watched:
+                    grid.mount(Tile(label, id=f"tile-{key}"))
             self._fit()
         if not watched:
             return
@@ -217,8 +218,14 @@ class Overview(Vertical):
         worst = max((c.max_wait_s for q in state.queues if q.fresh for c in q.classes
                      if c.max_wait_s is not None and c.oldest_wait_s is not None and c.oldest_wait_s > c.max_wait_s),
                     default=None)
-        self.query_one("#tile-queued", Tile).set_value(count_human(queued), note="(6)")
-        self.query_one("#tile-queue_oldest", Tile).set_value(seconds_human(oldest), bad=worst is not None)
+        self.call_after_refresh(self._queue_tiles, count_human(queued), seconds_human(oldest), worst is not None)
+
+    def _queue_tiles(self, queued: str, oldest: str, late: bool) -> None:
+        """The queue tiles' values (after a refresh: a tile mounted this tick is composed by then)."""
+        for key, value, bad in (("queued", queued, False), ("queue_oldest", oldest, late)):
+            found = self.query(f"#tile-{key}")
+            if found:
+                found.first(Tile).set_value(value, bad)
 
     def show_gpus(self, g, configured: bool = True) -> None:
         """GPU tiles from a :class:`~infertop.ui.widgets.gpus.GpuSummary` (live values with a dead-band)."""
