@@ -112,6 +112,12 @@ def _sim(argv: list[str]) -> int:
     return sim_main(argv)
 
 
+def _gateway(argv: list[str]) -> int:
+    from .gateway.cli import main as gateway_main
+
+    return gateway_main(argv)
+
+
 def _engine(argv: list[str]) -> int:
     from .control.engine_cli import main as engine_main
 
@@ -207,6 +213,8 @@ COMMANDS: dict[str, Command] = {
     "record": Command("append the fleet state to a flight recording each tick, headless (cron, systemd)", _record),
     "replay": Command("play a recording or an incident bundle through the panes", _replay, frozenset({"theme"})),
     "sim": Command("run simulated vLLM engines, GPUs and load (what --demo starts)", _sim, frozenset()),
+    "gateway": Command("OpenAI-compatible priority proxy in front of the engines (see: gateway --help)",
+                       _gateway, frozenset({"config"})),
 }
 _FLAG_NAMES = {"window_s": "--window"}  # dest -> flag where they differ
 
@@ -344,6 +352,22 @@ class Fleet:
         return "demo" if self.demo else "live"
 
 
+def _watch_demo_gateway(cfg: Config, demo, notes: list[str] | None) -> None:
+    """The demo's gateway goes into the config the Queue pane reads (``queues.gateways``)."""
+    gw = getattr(demo, "gateway", None)
+    queues = getattr(cfg, "queues", None)
+    if gw is None:
+        return
+    if notes is not None:
+        notes.append(f"Demo: the infertop gateway at {gw.url} (admin {gw.admin_url}) sends mixed-class load "
+                     "(realtime / batch / background) to the engines.")
+    if queues is not None:
+        from .config import QueueGatewayConfig
+
+        queues.gateways.append(QueueGatewayConfig(url=gw.url, name="demo-gateway", admin_url=gw.admin_url,
+                                                  token_env=gw.token_env))
+
+
 @contextmanager
 def fleet_sources(args: argparse.Namespace, cfg: Config, notes: list[str] | None = None) -> Iterator[Fleet]:
     """Start the simulator with --demo (and apply the demo's SLO targets), yield the
@@ -356,6 +380,7 @@ def fleet_sources(args: argparse.Namespace, cfg: Config, notes: list[str] | None
             from .snapshot import apply_demo_defaults
 
             apply_demo_defaults(cfg, notes)
+            _watch_demo_gateway(cfg, demo, notes)
         yield Fleet(endpoints=endpoints,
                     dcgm_urls=([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm),
                     engine_pods=dict(demo.engine_pods) if demo is not None else {},

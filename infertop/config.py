@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from .config_load import DEFAULT_LIMITS, ConfigError, compose, one_line, scalar_value, to_bytes
+from .gateway.config import GatewayConfig  # the `gateway:` section (infertop gateway)
 
 
 def bounded(default, lo: float, hi: float, *, lo_open: bool = False, **kw):
@@ -122,12 +123,6 @@ class KubeConfig:
         if self.drain_then not in ("delete", "scale-down"):
             errs.append(("drain_then", "must be delete or scale-down"))
         return errs
-
-
-@dataclass
-class GatewayConfig:
-    url: str | None = None
-    token_file: str | None = None
 
 
 def _http_url(value: str | None) -> str | None:
@@ -261,6 +256,8 @@ class Config:
     profiles: dict[str, ProfileConfig] = field(default_factory=dict)
     # Where it came from: the path, or None when running on defaults.
     source: str | None = field(default=None, metadata={"internal": True})
+    # The top-level sections the file sets (a `gateway:` section means: watch that gateway too).
+    sections: tuple[str, ...] = field(default=(), metadata={"internal": True})
 
     def validate(self) -> list[tuple[str, str]]:
         errs = bounds_errors(self) + cross_checks(self.refresh_s, self.window_s, self.history_s)
@@ -355,6 +352,8 @@ def parse_config(text: str | bytes, path: str = "<config>", *, pure_python: bool
         cfg = _build(Config, node, "", path, loader)
     except RecursionError:  # unreachable with the depth limit; never a traceback
         raise ConfigError(path, None, "", "too deeply nested") from None
+    if isinstance(node, yaml.MappingNode):
+        cfg.sections = tuple(str(k.value) for k, _ in node.value)
     _fill_names(cfg)
     return cfg
 

@@ -41,9 +41,12 @@ class Demo:
     dcgm_url: str | None = None
     engine_pods: dict[str, str] = field(default_factory=dict)  # pod → engine, as Kubernetes would tell
     state_dir: str = field(default_factory=lambda: str(demo_state_dir()))  # for Settings.state_dir
+    gateway: object | None = None  # infertop.gateway.demo.DemoGateway: the gateway and its load
 
     def stop(self) -> None:
         """Stop the simulator and everything it started."""
+        if self.gateway is not None:
+            self.gateway.stop()
         if self.proc.poll() is not None:
             return
         try:
@@ -82,6 +85,12 @@ def start_demo(n_engines: int = 6, seed: int = 7, load: str = "bursty", timeout_
                 raise DemoError(f"simulator exited with code {proc.wait()}")
             parts = line.split()
             if parts[:1] == ["ready"]:
+                from .gateway.demo import start_demo_gateway
+
+                try:  # the gateway in front of the engines, with mixed-class load through it
+                    demo.gateway = start_demo_gateway([e.url for e in demo.endpoints])
+                except RuntimeError as e:
+                    raise DemoError(str(e)) from None
                 return demo
             if parts[:1] == ["engine"] and len(parts) >= 3:
                 opts = dict(p.split("=", 1) for p in parts[3:] if "=" in p)

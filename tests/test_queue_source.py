@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from infertop.config import Config, QueueEppConfig, QueueGatewayConfig
+from infertop.config import Config, ConfigError, QueueEppConfig, QueueGatewayConfig, load_config
 from infertop.sources.expfmt import parse
 from infertop.sources.queues import QueueCollector, QueueEndpoint, metrics_url
 from infertop.sources.queues_config import queue_collectors, queue_endpoints
@@ -213,12 +213,29 @@ def test_config_sources_flags_and_the_own_gateway_section():
                                                   token_env="T"))
     cfg.queues.epp.append(QueueEppConfig(url="http://epp:9090", token_file="/var/run/token"))
     cfg.queues.budgets = {"batch": 60.0}
-    cfg.gateway.url = "127.0.0.1:8200"  # the config's own gateway server section: watched automatically
+    assert len(queue_endpoints(cfg)) == 2  # no gateway: section, no own gateway
+    cfg.sections = ("gateway",)  # the config's own gateway server section: watched automatically
+    cfg.gateway.listen = "0.0.0.0:8200"
     eps = queue_endpoints(cfg)
     assert [(e.name, e.kind, e.metrics_url) for e in eps] == [
         ("gw:8100", "gateway", "http://gw:8100/metrics"), ("gateway", "gateway", "http://127.0.0.1:8200/metrics"),
         ("epp epp:9090", "epp", "http://epp:9090/metrics")]
     assert eps[0].budgets["batch"] == 60.0 and eps[0].budgets["realtime"] == 1.0 and eps[0].budgets["code"] == 0.2
     assert len(queue_collectors(cfg, 60)) == 3
-    cfg.gateway.url = "http://gw:8100"  # the same gateway twice is watched once
+    assert (eps[1].admin_url, eps[1].token_env) == ("http://127.0.0.1:8101", "INFERTOP_GATEWAY_TOKEN")
+    cfg.gateway.listen = "gw:8100"  # the same gateway twice is watched once
     assert len(queue_endpoints(cfg)) == 2
+
+
+def test_a_gateway_section_in_the_file_is_watched_and_bad_queue_config_is_one_line(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("gateway:\n  listen: 127.0.0.1:8300\nqueues:\n  epp:\n    - url: http://epp:9090\n")
+    cfg = load_config(path)
+    assert [(e.name, e.metrics_url) for e in queue_endpoints(cfg)] == [
+        ("gateway", "http://127.0.0.1:8300/metrics"), ("epp epp:9090", "http://epp:9090/metrics")]
+    path.write_text("queues:\n  gateways:\n    - url: gw:8100\n")
+    with pytest.raises(ConfigError, match=r"c.yaml:3: queues.gateways\[0\].url: must start with http"):
+        load_config(path)
+    path.write_text("queues:\n  budgets: {batch: 0}\n")
+    with pytest.raises(ConfigError, match=r"c.yaml:2: queues.budgets.batch: must be > 0"):
+        load_config(path)

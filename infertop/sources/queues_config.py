@@ -32,15 +32,12 @@ def name_from_url(url: str) -> str:
 
 def own_gateway(cfg: Any) -> dict | None:
     """The config's ``gateway:`` server section as a watch entry (None when it has none)."""
-    gw = getattr(cfg, "gateway", None)
-    if gw is None:
+    gw = cfg.gateway
+    if "gateway" not in cfg.sections or not gw.listen:
         return None
-    url = _host_url(getattr(gw, "listen", None) or getattr(gw, "url", None))
-    if url is None:
-        return None
-    return {"url": url, "name": "gateway", "admin_url": _host_url(getattr(gw, "admin_listen", None)),
-            "token_env": getattr(gw, "admin_token_env", None),
-            "token_file": getattr(gw, "admin_token_file", None) or getattr(gw, "token_file", None)}
+    token_file = gw.admin_token_file
+    return {"url": _host_url(gw.listen), "name": "gateway", "admin_url": _host_url(gw.admin_listen),
+            "token_env": None if token_file else gw.admin_token_env, "token_file": token_file}
 
 
 def queue_endpoints(cfg: Any) -> list[QueueEndpoint]:
