@@ -1,0 +1,122 @@
+"""The Queue pane against the real ``infertop gateway`` (in this process, loopback ports):
+the console reads its /metrics and admin state, and a weight edited with ``w``
+changes how the gateway shares its dispatch slots."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from gateway_upstream import Upstream, start_gateway
+from infertop.config import Config, QueueGatewayConfig
+from infertop.ui.app import InfertopApp, Settings
+from infertop.ui.screens.confirm import ConfirmScreen
+from infertop.ui.screens.kube_dialogs import FormDialog
+from infertop.ui.widgets.queue import QueuePane
+
+TOKEN = "gateway-admin-token"
+CLIENTS_PER_CLASS = 6
+
+
+async def until(pilot, predicate, tries: int = 750, pause_s: float = 0.02, message: str = ""):
+    for _ in range(tries):
+        value = predicate()
+        if value:
+            return value
+        await pilot.pause(pause_s)
+    raise AssertionError(f"timed out waiting: {message or predicate}")
+
+
+@pytest.fixture
+async def gateway(monkeypatch):
+    monkeypatch.setenv("GW_TOKEN", TOKEN)
+    up = await Upstream("a").start()
+    up.delay_s = 0.004  # one slot (cap 1) and a short request: both classes stay backlogged
+    g = await start_gateway([up], token=TOKEN, caps={"a": 1},
+                            classes=[{"name": "realtime", "priority": 100, "weight": 8.0, "max_wait_s": 60.0},
+                                     {"name": "batch", "priority": 50, "weight": 2.0, "max_wait_s": 60.0}])
+    stop = asyncio.Event()
+    statuses: dict[int, int] = {}
+
+    async def client(session: aiohttp.ClientSession, cls: str) -> None:
+        body = {"model": "tiny", "prompt": "hi", "max_tokens": 1}
+        while not stop.is_set():
+            async with session.post(g.url + "/v1/completions", json=body, headers={"x-infertop-class": cls}) as r:
+                await r.read()
+                statuses[r.status] = statuses.get(r.status, 0) + 1
+
+    session = aiohttp.ClientSession()
+    load = [asyncio.create_task(client(session, cls)) for cls in ("realtime", "batch")
+            for _ in range(CLIENTS_PER_CLASS)]
+    g.statuses = statuses  # answers the load got (every one must be a 200)
+    yield g
+    stop.set()
+    await asyncio.gather(*load, return_exceptions=True)
+    await session.close()
+    await g.stop()
+    await up.stop()
+
+
+def shares(pane: QueuePane) -> dict[str, float | None]:
+    q = pane.sources[0]
+    return {c.name: c.share_pct for c in q.classes}
+
+
+async def test_a_weight_edited_in_the_pane_changes_the_gateways_shares(gateway, tmp_path):
+    cfg = Config(audit_log=str(tmp_path / "audit.jsonl"), window_s=1.5)
+    cfg.queues.gateways.append(QueueGatewayConfig(url=gateway.url, name="gw", admin_url=gateway.admin_url,
+                                                  token_env="GW_TOKEN"))
+    app = InfertopApp(Settings(config=cfg, endpoints=[], state_dir=str(tmp_path / "state")), poll=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("6")
+        pane = app.query_one(QueuePane)
+
+        async def polled_shares():
+            await app.poll_now()
+            return shares(pane)
+
+        # 8 : 2 while both classes are backlogged: realtime gets ~80 % of the dispatches
+        before = None
+        for _ in range(150):
+            got = await polled_shares()
+            if got.get("realtime") is not None and got["realtime"] > 0 and len(pane.sources[0].classes) == 2:
+                before = got
+                if 70 <= got["realtime"] <= 90:
+                    break
+            await pilot.pause(0.05)
+        assert before is not None and 70 <= before["realtime"] <= 90, before
+        q = pane.sources[0]
+        assert q.admin == "ok" and q.klass("batch").depth and q.klass("realtime").depth  # both backlogged
+        assert [(e.name, e.cap) for e in q.engines] == [("a", 1)]
+        # w on batch: weight 2 → 8
+        pane.classes_table.move_cursor(row=1)
+        await pilot.pause()
+        assert pane.selected_class == ("gw", "batch")
+        await pilot.press("w")
+        form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen)
+        form.query_one("#field-weight").value = "8"
+        form.submit()
+        screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok is not None
+                             and app.screen, message="dry run")
+        assert screen.dry_run_ok, screen.dry_run_text
+        assert screen.change == "weight 2 → 8"
+        assert gateway.policy.classes["batch"].weight == 2  # the dry run changed nothing
+        await pilot.press("y")
+        await until(pilot, lambda: screen.state == "done", message="weight change")
+        assert screen.result == "ok", screen.result_text
+        assert gateway.policy.classes["batch"].weight == 8
+        await pilot.press("escape")
+        # 8 : 8 — the shares move to about half each over the next window, no request dropped
+        after = None
+        for _ in range(150):
+            after = await polled_shares()
+            if after.get("batch") is not None and 40 <= after["batch"] <= 60:
+                break
+            await pilot.pause(0.05)
+        assert after is not None and 40 <= after["batch"] <= 60, (before, after)
+        await app.poll_now()
+        assert pane.sources[0].klass("batch").weight == 8
+        print(f"shares before {before}, after {after}; answers {gateway.statuses}")
+        assert set(gateway.statuses) == {200} and sum(gateway.statuses.values()) > 100
