@@ -106,6 +106,7 @@ async def test_the_queue_pane_reflects_a_burst_and_goes_stale(gateway, tmp_path)
         assert "stale" in header and "connection refused" in header
         assert cell(classes, 1, "depth") == "7" and "dim" in str(classes.get_row_at(1)[3].style)
         assert any(s.kind == "gateway" and not s.ok for s in app.state.sources)
+        assert "✗ gateway gw: connection refused" in app.query_one("#statusbar").render().plain
 
 
 async def test_editing_a_weight_goes_through_the_pipeline_and_a_401_is_a_clear_refusal(gateway, tmp_path):
