@@ -120,3 +120,26 @@ async def test_a_weight_edited_in_the_pane_changes_the_gateways_shares(gateway, 
         assert pane.sources[0].klass("batch").weight == 8
         print(f"shares before {before}, after {after}; answers {gateway.statuses}")
         assert set(gateway.statuses) == {200} and sum(gateway.statuses.values()) > 100
+
+
+async def test_admin_errors_of_the_real_gateway_are_one_line_refusals(gateway, monkeypatch):
+    from infertop.control.gateway_actions import ClassEdit, EngineDrain, GatewayAdmin
+    from infertop.control.pipeline import ActionRefused
+    from infertop.sources.queues import QueueEndpoint
+
+    admin = GatewayAdmin(QueueEndpoint("gw", "gateway", gateway.url + "/metrics", admin_url=gateway.admin_url,
+                                       token_env="GW_TOKEN"))
+    with pytest.raises(ActionRefused, match="gateway gw has no class 'nope'") as e:
+        await asyncio.to_thread(ClassEdit(admin, "nope", {"weight": 3}).plan)
+    assert e.value.status == 404
+    bad = ClassEdit(admin, "batch", {"reserved_slots": 1.5})
+    await asyncio.to_thread(bad.plan)
+    pre = await asyncio.to_thread(bad.preflight)
+    assert not pre.ok and pre.status == 400 and pre.message.startswith("gateway gw: 400: ")
+    assert gateway.policy.classes["batch"].reserved_slots == 0
+    with pytest.raises(ActionRefused, match="is already serving"):
+        await asyncio.to_thread(EngineDrain(admin, "a", False).plan)
+    monkeypatch.setenv("GW_TOKEN", "wrong")
+    with pytest.raises(ActionRefused, match=r"refused the admin token \(401\)") as e:
+        await asyncio.to_thread(admin.state)
+    assert e.value.status == 401 and "wrong" not in str(e.value)

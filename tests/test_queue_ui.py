@@ -209,9 +209,11 @@ async def test_without_admin_access_or_read_only_the_keys_say_why(gateway, tmp_p
         assert app.check_action("queue_edit", ()) is None and app.check_action("queue_drain", ()) is None
 
 
-@pytest.mark.parametrize("installed", [True, False])
-async def test_inference_objective_priority_against_the_emulator(kube_emulator, tmp_path, installed):
+@pytest.mark.parametrize("installed,permitted", [(True, True), (False, True), (True, False)])
+async def test_inference_objective_priority_against_the_emulator(kube_emulator, tmp_path, installed, permitted):
     emu = kube_emulator(KUBE_TOKEN, reconcile_interval=0.2)
+    if not permitted:
+        emu.set_rules([(["get", "list", "watch"], "*", "*")])
     if installed:
         emu.install_crd("inferenceobjectives")
         emu.create({"apiVersion": "inference.networking.x-k8s.io/v1alpha2", "kind": "InferenceObjective",
@@ -224,9 +226,11 @@ async def test_inference_objective_priority_against_the_emulator(kube_emulator, 
         app.tick()
         await until(pilot, lambda: app.objective_api is not None or app.objective_why != "Kubernetes is not connected",
                     message="InferenceObjectives probed")
-        if not installed:
+        if not (installed and permitted):
             assert app.objective_api is None
-            assert app.objective_why == "the InferenceObjective resource type is not installed on this cluster"
+            assert app.objective_why == ("the InferenceObjective resource type is not installed on this cluster"
+                                         if not installed else
+                                         "not permitted to patch InferenceObjectives in namespace default")
             assert app.check_action("queue_objective", ()) is False
             await pilot.press("o")
             await pilot.pause()

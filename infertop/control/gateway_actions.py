@@ -54,9 +54,13 @@ class GatewayAdmin:
             raise ActionRefused(f"gateway {self.name}: {e}") from None
         url = self.base + path + ("?dry_run=1" if dry_run else "")
         try:
-            with httpx.Client(timeout=self.timeout_s, trust_env=False) as client:
-                resp = client.request(method, url, json=body, headers={"Authorization": f"Bearer {token}"})
-                raw = resp.content[: MAX_ANSWER_BYTES + 1]
+            with httpx.Client(timeout=self.timeout_s, trust_env=False) as client, client.stream(
+                    method, url, json=body, headers={"Authorization": f"Bearer {token}"}) as resp:
+                raw = b""
+                for chunk in resp.iter_bytes():  # bounded: an answer past the limit is not kept
+                    raw += chunk
+                    if len(raw) > MAX_ANSWER_BYTES:
+                        break
         except httpx.TimeoutException:
             raise ActionRefused(f"gateway {self.name}: admin API timed out after {self.timeout_s:g} s") from None
         except httpx.HTTPError as e:
