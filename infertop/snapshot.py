@@ -258,7 +258,8 @@ def _print_queues(state: FleetState, out: TextIO) -> None:
                                   "max wait", "share", "promoted")]
             for c in q.classes:
                 rows.append((plain(c.name), "—" if c.priority is None else f"{c.priority:g}", count_human(c.depth),
-                             seconds_human(c.oldest_wait_s), seconds_human(c.wait_p50_s),
+                             "0" if c.oldest_wait_s == 0 else seconds_human(c.oldest_wait_s),
+                             seconds_human(c.wait_p50_s),
                              seconds_human(c.wait_p99_s) + (" OVER" if c.over_budget else ""),
                              seconds_human(c.budget_s), "—" if c.weight is None else f"{c.weight:g}",
                              seconds_human(c.max_wait_s), pct_human(c.share_pct), count_human(c.promotions)))

@@ -16,7 +16,7 @@ from infertop.sources.expfmt import parse
 from infertop.sources.queues import QueueCollector, QueueEndpoint, metrics_url
 from infertop.sources.queues_config import queue_collectors, queue_endpoints
 from infertop.sources.queues_names import extract
-from infertop.state.fleet import FRESH, MISSING, STALE, FleetJoiner, FleetState
+from infertop.state.fleet import MISSING, STALE, FleetJoiner, FleetState
 from infertop.state.queues import QueueSource, join_queues, queue_totals
 from tests.queue_gateway_fake import TOKEN, FakeGateway
 

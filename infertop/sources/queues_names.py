@@ -19,7 +19,6 @@ judged here; :mod:`.queues` cleans them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .sanitize import plain_text
@@ -82,9 +81,6 @@ class QueueSample:
 
     def empty(self) -> bool:
         return not (self.classes or self.engines or self.pool or self.counters)
-
-
-Series = Iterable[tuple[dict[str, str], float]]
 
 
 class _Acc:

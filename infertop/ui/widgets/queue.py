@@ -54,6 +54,11 @@ def _num(v: float | None) -> str:
     return DASH if v is None else f"{v:g}"
 
 
+def wait_text(v: float | None) -> str:
+    """A wait in seconds; an empty queue's oldest wait is 0, not "0µs"."""
+    return "0" if v == 0 else seconds_human(v)
+
+
 def class_cells(q: QueueSource, c: QueueClass) -> list:
     dim = "dim" if not q.fresh else ""
     p99 = Text(seconds_human(c.wait_p99_s), style="bold red" if c.over_budget and q.fresh else dim)
@@ -61,7 +66,7 @@ def class_cells(q: QueueSource, c: QueueClass) -> list:
         p99.append(f" / {seconds_human(c.budget_s)}", style="dim")
     promo = count_human(c.promotions)
     return [Text(plain(q.name), style=dim), Text(plain(c.name), style=dim), Text(_num(c.priority), style=dim),
-            Text(count_human(c.depth), style=dim), Text(seconds_human(c.oldest_wait_s), style=dim),
+            Text(count_human(c.depth), style=dim), Text(wait_text(c.oldest_wait_s), style=dim),
             Text(seconds_human(c.wait_p50_s), style=dim), p99, Text(_num(c.weight), style=dim),
             Text(seconds_human(c.max_wait_s), style=dim), Text(pct_human(c.share_pct), style=dim),
             Text(rate_human(c.dispatches_per_s), style=dim),
