@@ -32,9 +32,10 @@ async def until(pilot, predicate, tries: int = 750, pause_s: float = 0.02, messa
 @pytest.fixture
 async def gateway(monkeypatch):
     monkeypatch.setenv("GW_TOKEN", TOKEN)
-    up = await Upstream("a").start()
-    up.delay_s = 0.004  # one slot (cap 1) and a short request: both classes stay backlogged
-    g = await start_gateway([up], token=TOKEN, caps={"a": 1},
+    ups = [await Upstream(name).start() for name in ("a", "b")]
+    for up in ups:
+        up.delay_s = 0.004  # one slot each (cap 1) and a short request: both classes stay backlogged
+    g = await start_gateway(ups, token=TOKEN, caps={"a": 1, "b": 1},
                             classes=[{"name": "realtime", "priority": 100, "weight": 8.0, "max_wait_s": 60.0},
                                      {"name": "batch", "priority": 50, "weight": 2.0, "max_wait_s": 60.0}])
     stop = asyncio.Event()
@@ -56,7 +57,8 @@ async def gateway(monkeypatch):
     await asyncio.gather(*load, return_exceptions=True)
     await session.close()
     await g.stop()
-    await up.stop()
+    for up in ups:
+        await up.stop()
 
 
 def shares(pane: QueuePane) -> dict[str, float | None]:
@@ -89,7 +91,7 @@ async def test_a_weight_edited_in_the_pane_changes_the_gateways_shares(gateway, 
         assert before is not None and 70 <= before["realtime"] <= 90, before
         q = pane.sources[0]
         assert q.admin == "ok" and q.klass("batch").depth and q.klass("realtime").depth  # both backlogged
-        assert [(e.name, e.cap) for e in q.engines] == [("a", 1)]
+        assert [(e.name, e.cap) for e in q.engines] == [("a", 1), ("b", 1)]
         # w on batch: weight 2 → 8
         pane.classes_table.move_cursor(row=1)
         await pilot.pause()
@@ -143,3 +145,35 @@ async def test_admin_errors_of_the_real_gateway_are_one_line_refusals(gateway, m
     with pytest.raises(ActionRefused, match=r"refused the admin token \(401\)") as e:
         await asyncio.to_thread(admin.state)
     assert e.value.status == 401 and "wrong" not in str(e.value)
+
+
+async def test_drain_at_the_real_gateway_is_followed_to_zero_in_flight_under_load(gateway):
+    """b keeps serving while a drains: no request fails."""
+    import threading
+
+    from infertop.control.gateway_actions import EngineDrain, GatewayAdmin
+    from infertop.sources.queues import QueueEndpoint
+
+    admin = GatewayAdmin(QueueEndpoint("gw", "gateway", gateway.url + "/metrics", admin_url=gateway.admin_url,
+                                       token_env="GW_TOKEN"))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 15
+    while gateway.policy.engines["a"].in_flight == 0:  # the load is flowing through the engine
+        assert loop.time() < deadline, "no request reached the engine"
+        await asyncio.sleep(0.01)
+    drain = EngineDrain(admin, "a", True, follow_timeout_s=20, poll_s=0.01)
+    review = await asyncio.to_thread(drain.plan)
+    assert review.summary.startswith("drain a: in flight ")
+    assert (await asyncio.to_thread(drain.preflight)).ok and not gateway.policy.engines["a"].draining
+    seen = []
+    outcome = await asyncio.to_thread(drain.execute, lambda p: seen.append(p.text), threading.Event())
+    assert outcome.ok and outcome.message.startswith("a drained at gateway gw: 0 in flight after"), outcome
+    assert gateway.policy.engines["a"].draining and gateway.policy.engines["a"].in_flight == 0
+    undrain = EngineDrain(admin, "a", False)
+    await asyncio.to_thread(undrain.plan)
+    assert (await asyncio.to_thread(undrain.execute, lambda p: None, threading.Event())).ok
+    before = sum(gateway.statuses.values())
+    while sum(gateway.statuses.values()) < before + 20:  # the requests held while drained are served after
+        assert loop.time() < deadline + 15, "the load did not resume"
+        await asyncio.sleep(0.01)
+    assert set(gateway.statuses) == {200}
