@@ -251,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", dest="window_s", type=_bounded(Config, "window_s"), metavar="S",
                    help="sliding window for rates and percentiles (default 60; at least twice --refresh)")
     p.add_argument("--record", metavar="FILE", help="append every tick to a flight recording (infertop replay FILE)")
+    p.add_argument("--no-auto", action="store_true",
+                   help="the scaling advisor never applies a change by itself (advisor.mode auto becomes recommend)")
     p.add_argument("command", nargs="?", choices=list(COMMANDS), metavar="COMMAND", help=argparse.SUPPRESS)
     p.add_argument("command_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p
@@ -428,7 +430,8 @@ def tui_main(args: argparse.Namespace) -> int:
         with fleet_sources(args, cfg, notes) as fleet:
             settings = Settings(config=cfg, endpoints=fleet.endpoints, read_only=cfg.read_only,
                                 mode="demo" if fleet.demo else "local", notes=notes, dcgm_urls=fleet.dcgm_urls,
-                                engine_pods=fleet.engine_pods, state_dir=fleet.state_dir, record_path=args.record)
+                                engine_pods=fleet.engine_pods, state_dir=fleet.state_dir, record_path=args.record,
+                                no_auto=args.no_auto)
             return run_tui(InfertopApp(settings))
     except DemoError as e:
         print(f"infertop: demo: {e}", file=sys.stderr)

@@ -201,6 +201,34 @@ class QueuesConfig:
 
 
 @dataclass
+class AdvisorConfig:
+    """The scaling advisor (analysis/scaling.py): targets, bounds, windows, mode."""
+
+    mode: str = "recommend"  # off, recommend, auto
+    target_queue_depth: float = bounded(5.0, 0, 1e9, lo_open=True)
+    target_p99_s: float | None = bounded(None, 0, 86400, lo_open=True)  # None: the SLO's target of p99_metric
+    p99_metric: str = "ttft_p99_s"  # ttft_p99_s, e2e_p99_s or queue_p99_s
+    min_replicas: int = bounded(1, 0, 100_000)  # when no HPA targets the workload (else the HPA's)
+    max_replicas: int = bounded(10, 1, 100_000)
+    tolerance: float = bounded(0.10, 0, 10)
+    cooldown_s: float = bounded(60.0, 0, 86400)
+    scale_up_window_s: float = bounded(30.0, 0, 86400)
+    scale_down_window_s: float = bounded(300.0, 0, 86400)
+    max_input_age_s: float = bounded(15.0, 0.1, 86400)  # an older input refuses the decision
+    workloads: list[str] = field(default_factory=list)  # NAME or NS/NAME; empty: every workload with engines
+
+    def validate(self) -> list[tuple[str, str]]:
+        errs = bounds_errors(self)
+        if self.mode not in ("off", "recommend", "auto"):
+            errs.append(("mode", f"must be off, recommend or auto, got {self.mode!r}"))
+        if self.p99_metric not in ("ttft_p99_s", "e2e_p99_s", "queue_p99_s"):
+            errs.append(("p99_metric", f"must be ttft_p99_s, e2e_p99_s or queue_p99_s, got {self.p99_metric!r}"))
+        if self.min_replicas > self.max_replicas:
+            errs.append(("min_replicas", f"must be <= max_replicas ({self.max_replicas}), got {self.min_replicas}"))
+        return errs
+
+
+@dataclass
 class GpuConfig:
     nvml: bool = True
     dcgm: list[str] = field(default_factory=list)
@@ -253,6 +281,7 @@ class Config:
     kube: KubeConfig = field(default_factory=KubeConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     queues: QueuesConfig = field(default_factory=QueuesConfig)
+    advisor: AdvisorConfig = field(default_factory=AdvisorConfig)
     profiles: dict[str, ProfileConfig] = field(default_factory=dict)
     # Where it came from: the path, or None when running on defaults.
     source: str | None = field(default=None, metadata={"internal": True})

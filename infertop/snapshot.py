@@ -80,6 +80,10 @@ async def collect_state(endpoints: list[EngineEndpoint], cfg: Config, window_s: 
     collector = FleetCollector(endpoints, interval_s=cfg.refresh_s, window_s=max(window_s, cfg.refresh_s))
     joiner = FleetJoiner(collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=collector.collectors[0].window_s
                          if collector.collectors else window_s, mode=mode, engine_pods=engine_pods)
+    if cfg.kube.configured and cfg.advisor.mode != "off":
+        from .state.advisor import Advisor  # one evaluation, never applied (headless)
+
+        joiner.autoscalers = Advisor(cfg.advisor, cfg.slo, engine_pods=engine_pods, allow_auto=False)
     gpu = _collector(cfg, list(dcgm_urls or []))
     queues = QueueFleet(queue_collectors(cfg, joiner.window_s), interval_s=cfg.refresh_s)
     joiner.queue_collectors = queues.collectors
@@ -192,6 +196,7 @@ def print_table(state: FleetState, out: TextIO = sys.stdout) -> None:
     _print_gpus(state, out)
     _print_queues(state, out)
     _print_cluster(state, out)
+    _print_autoscalers(state, out)
 
 
 def _print_gpus(state: FleetState, out: TextIO) -> None:
@@ -307,3 +312,23 @@ def _print_cluster(state: FleetState, out: TextIO) -> None:
         print(f"    {plain(p.namespace)}/{plain(p.name)}: {plain(p.problem)}", file=out)
     for err in snap.errors:
         print(f"  cannot read {plain(err)}", file=out)
+
+
+def _print_autoscalers(state: FleetState, out: TextIO) -> None:
+    """Each workload's autoscalers (the advisor's advice, the HPA) and the advisor's latest decisions."""
+    from .text import plain
+
+    if not state.autoscalers:
+        return
+    print(file=out)
+    print("autoscalers:", file=out)
+    for v in state.autoscalers:
+        print(f"  {v['kind']} {plain(v['namespace'])}/{plain(v['name'])}: replicas {v.get('current')}, "
+              f"bounds {v.get('min_replicas')}-{v.get('max_replicas')} ({plain(v.get('bounds_from'))}), "
+              f"advisor mode {v.get('mode')}", file=out)
+        for a in v.get("autoscalers") or ():
+            arrow = f"{a.get('current', '?')} → {a.get('desired', '?')}"
+            print(f"    {plain(a.get('source')):<9} {plain(a.get('name')):<24} {arrow:<8} {plain(a.get('why') or '')}",
+                  file=out)
+        for d in (v.get("decisions") or [])[:3]:
+            print(f"    {_clock(d.get('at'))} {d.get('action', ''):<11} {plain(d.get('reason'))}", file=out)

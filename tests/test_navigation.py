@@ -16,7 +16,7 @@ from infertop.config import Config, GpuConfig
 from infertop.sources.gpu import GpuCollector
 from infertop.sources.vllm import EngineEndpoint
 from infertop.ui.actions import ACTIONS
-from infertop.ui.app import InfertopApp, Settings
+from infertop.ui.app import PANES, InfertopApp, Settings
 from infertop.ui.screens.help import HelpScreen
 from infertop.ui.screens.sort_picker import SortPicker
 from infertop.ui.widgets.engines_table import EnginesTable
@@ -65,11 +65,11 @@ async def test_tab_and_shift_tab_switch_panes_from_a_focused_table_and_input(eng
         assert app.current_pane == "log"
         await pilot.press("tab")
         assert app.current_pane == "gpus" and isinstance(app.focused, GpusTable)
-        await pilot.press("tab", "tab", "tab")
+        await pilot.press(*["tab"] * (len(PANES) - 3))
         assert app.current_pane == "overview"  # wraps around
         await pilot.press("shift+tab")
-        assert app.current_pane == "queues"
-        await pilot.press("shift+tab", "shift+tab", "shift+tab")
+        assert app.current_pane == PANES[-1]
+        await pilot.press(*["shift+tab"] * (len(PANES) - 3))
         assert app.current_pane == "log"
         await pilot.press("slash")  # the filter box has the focus
         assert isinstance(app.focused, Input)

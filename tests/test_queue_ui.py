@@ -232,13 +232,13 @@ async def test_inference_objective_priority_against_the_emulator(kube_emulator, 
                                          if not installed else
                                          "not permitted to patch InferenceObjectives in namespace default")
             assert app.check_action("queue_objective", ()) is False
-            await pilot.press("o")
+            await pilot.press("i")
             await pilot.pause()
             assert not isinstance(app.screen, (ChoiceDialog, FormDialog, ConfirmScreen))
             return
         assert app.check_action("queue_objective", ()) is True
-        assert "o InferenceObjective priority" in app.query_one(QueuePane).key_hint
-        await pilot.press("o")
+        assert "i InferenceObjective priority" in app.query_one(QueuePane).key_hint
+        await pilot.press("i")
         choice = await until(pilot, lambda: isinstance(app.screen, ChoiceDialog) and app.screen)
         assert [oid for oid, _ in choice.options] == ["interactive"]
         await pilot.press("enter")

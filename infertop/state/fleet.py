@@ -328,6 +328,8 @@ class FleetJoiner:
         self.kube_configured = False
         self.extra_sources: list[SourceState] = []
         self.queue_collectors: list[Any] = []  # sources.queues collectors (gateways, endpoint pickers)
+        # the scaling advisor (state/advisor.py): (state, engine name → its counter windows) → the autoscalers slot
+        self.autoscalers: Callable[[FleetState, Mapping[str, list]], Sequence[dict]] | None = None
 
     @property
     def stale_after_s(self) -> float:
@@ -364,6 +366,7 @@ class FleetJoiner:
         now, mono = self.wall(), self.mono()
         engines: list[EngineState] = []
         windows = []
+        engine_windows: dict[str, list] = {}
         sources: list[SourceState] = []
         for c in self.collector.collectors:
             h: SourceHealth = c.health
@@ -373,6 +376,8 @@ class FleetJoiner:
                 windows.extend(c.windows.values())
             for s in c.stats:
                 engines.append(self._engine(s, h, fresh_poll, now, mono))
+                if fresh_poll:
+                    engine_windows[s.name] = list(c.windows.values())
         gpus = self._gpus(engines)
         by_engine: dict[str, list[str]] = {}
         for g in gpus:
@@ -396,13 +401,16 @@ class FleetJoiner:
             sources.extend(self._source(c.health, now, mono) for c in self.queue_collectors)
         fleet = self._fleet(engines, windows)
         alerts = self._alerts(engines)
-        return FleetState(
+        state = FleetState(
             tick=self.tick, taken_at=now, refresh_s=self.refresh_s, window_s=self.window_s,
             slo=Slo(self.slo.ttft_p99_s, self.slo.itl_p95_s, self.slo.e2e_p99_s, self.slo.queue_p99_s,
                     self.slo.kv_cache_pct),
             engines=tuple(engines), fleet=fleet, alerts=tuple(alerts), sources=tuple(sources),
             gpus=tuple(gpus), gpus_configured=self.gpus_configured, cluster=cluster, queues=queues, mode=self.mode,
         )
+        if self.autoscalers is not None:
+            state = replace(state, autoscalers=tuple(self.autoscalers(state, engine_windows)))
+        return state
 
     def _source(self, h: SourceHealth, now: float, mono: float) -> SourceState:
         def wall(t: float | None) -> float | None:

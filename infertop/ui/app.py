@@ -37,6 +37,7 @@ from .actions import ACTIONS, bindings, footer_panes, key_display
 from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
 from .queue_actions import QUEUE_ACTIONS, QueueActions
+from .autoscaler_actions import ADVISOR_ACTIONS, AutoscalerActions
 from .replay_actions import ReplayActions
 from .commands import InfertopCommands
 from .driver import default_driver_class
@@ -45,6 +46,7 @@ from .screens.gpu_detail import GpuDetailScreen
 from .screens.help import HelpScreen
 from .screens.sort_picker import SortPicker
 from .themes import load_themes
+from .widgets.autoscaler import AutoscalerPane
 from .widgets.cluster import ClusterPane
 from .widgets.engines_table import HEADERS, PRESSURE, RESORT_EVERY_S, SORTABLE, EnginesTable
 from .widgets.gpus import GpusPane, GpusTable, engine_refs, gpu_status_parts, record_history, flatten, summarize
@@ -52,7 +54,7 @@ from .widgets.overview import Overview
 from .widgets.panels import QuietStatic, Trend
 from .widgets.queue import QueuePane
 
-PANES = ("overview", "engines", "log", "gpus", "cluster", "queues")
+PANES = ("overview", "engines", "log", "gpus", "cluster", "queues", "autoscaler")
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
 REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_speed", "replay_seek"}
 # Keys of one pane (not the engine actions: they also act on an open engine detail).
@@ -79,9 +81,10 @@ class Settings:
     record_path: str | None = None  # --record FILE: append every tick to a flight recording
     replay: Any = None  # a state.replay.Player: the panes show a recording instead of live sources
     replay_path: str | None = None
+    no_auto: bool = False  # --no-auto: the scaling advisor never applies by itself
 
 
-class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, App[None]):
+class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, AutoscalerActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
@@ -115,6 +118,7 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, App[N
         self.joiner = FleetJoiner(self.collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s,
                                   mode=settings.mode, engine_pods=settings.engine_pods, wall=settings.wall_clock)
         self.state: FleetState | None = None  # the state on screen
+        self.advisor_setup()
         self.collector.on_polled = self._on_polled
         # GPUs: NVML (in a thread inside poll), dcgm-exporter URLs, Prometheus. Tests pass their own.
         self.gpu_collector = gpu_collector or GpuCollector(cfg.gpu, cfg.prometheus, dcgm_urls=settings.dcgm_urls)
@@ -157,6 +161,8 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, App[N
                 yield ClusterPane(id="cluster-pane")
             with TabPane("6 Queue", id="queues"):
                 yield QueuePane(id="queue-pane")
+            with TabPane("7 Autoscaler", id="autoscaler"):
+                yield AutoscalerPane(id="autoscaler-pane")
         yield QuietStatic(id="statusbar")
         # Compact, without ^P (in help): at 80 columns the pane's keys and "q Quit" must all fit.
         yield Footer(show_command_palette=False, compact=True)
@@ -289,6 +295,7 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, App[N
             return
         self._join_cluster()
         self.show_state(self.joiner.build())
+        self.advisor_after_tick()
 
     def _join_cluster(self) -> None:
         """Hand the Cluster pane's latest read (or its error) to the fleet state."""
@@ -336,6 +343,8 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, App[N
             self.probe_objectives()
         if pane == "gpus" or isinstance(self.screen, GpuDetailScreen):
             self._render_gpus(state)
+        if pane == "autoscaler":
+            self.render_autoscaler(state)
         if self.player is not None:
             self._render_recorded_cluster(state)
         if isinstance(self.screen, EngineDetailScreen):
@@ -466,6 +475,8 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, App[N
             return self.kube_action_state(action)
         if action in QUEUE_ACTIONS:
             return self.queue_action_state(action)
+        if action in ADVISOR_ACTIONS:
+            return self.advisor_action_state(action)
         if action == "gpu_detail":  # Enter means "GPU detail" only on the GPUs pane
             tabs = self.screen.query("#panes")
             return bool(tabs) and tabs.first(TabbedContent).active == "gpus"
@@ -501,6 +512,8 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, App[N
             self.main.query_one(QueuePane).focus_table()
         elif pane == "log":
             self.main.query_one("#log-view", RichLog).focus()  # arrows scroll the log
+        elif pane == "autoscaler":
+            self.main.query_one(AutoscalerPane).table.focus()
         else:
             # Nothing of another pane may keep the focus: TabbedContent would switch back to it.
             self.main.set_focus(None)

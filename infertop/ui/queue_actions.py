@@ -84,7 +84,7 @@ class QueueActions(ActionRunner):
             return f"select {'a class' if action == 'queue_edit' else 'an engine'} in the Queue pane first"
         ep = self.queue_endpoint(sel[0])
         if ep is None or ep.kind != "gateway":
-            return f"{sel[0]} is an endpoint picker: its bands follow InferenceObjective priorities (o), not weights"
+            return f"{sel[0]} is an endpoint picker: its bands follow InferenceObjective priorities (i), not weights"
         if not ep.admin_url or not ep.has_token:
             return f"gateway {sel[0]}: no admin_url and token configured (queues.gateways[].admin_url, token_env)"
         return None
@@ -95,8 +95,9 @@ class QueueActions(ActionRunner):
             return self.screen is self.main and self.current_pane == "queues"  # type: ignore[attr-defined]
         if self.settings.read_only:  # type: ignore[attr-defined]
             return None
-        if action == "queue_objective":
-            return self.objective_api is not None
+        if action == "queue_objective":  # absent unless served and permitted; only on its pane
+            return (self.objective_api is not None and self.screen is self.main  # type: ignore[attr-defined]
+                    and self.current_pane == "queues")  # type: ignore[attr-defined]
         return self.queue_denied_reason(action) is None
 
     def action_denied_reason(self, action: str) -> str | None:
@@ -121,9 +122,9 @@ class QueueActions(ActionRunner):
         if session is not getattr(self, "kube_session", None):
             return
         self.objective_api, self.objective_why = api, why or ""
-        hint = self._queue_pane().key_hint.split(" · o ")[0]
+        hint = self._queue_pane().key_hint.split(" · i ")[0]
         if api is not None:
-            hint += " · o InferenceObjective priority"
+            hint += " · i InferenceObjective priority"
         self._queue_pane().set_keys(hint)
         self.refresh_bindings()  # type: ignore[attr-defined]
 

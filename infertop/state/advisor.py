@@ -1,0 +1,354 @@
+"""The scaling advisor over the one fleet state: inputs per workload, decisions, the ``autoscalers`` slot.
+
+Per Deployment/StatefulSet of the cluster state that has engines (or is
+named in ``advisor.workloads``):
+
+* current replicas: its ``spec.replicas`` (what the scale action changes);
+  untrusted while the cluster reads are stale;
+* queue depth: the gateway / endpoint-picker queue in front of the workload
+  when the fleet's ``queues`` slot has one (see :func:`_queue_from_slot`),
+  else the sum of vLLM ``waiting`` over the workload's engines;
+* p99: the configured quantile (TTFT p99 by default) of its engines over the
+  window — their histogram windows merged, as ``histogram_quantile(sum by
+  (le))``, or the slowest engine's own p99 where no windows are at hand
+  (replay);
+* bounds: the min/max of the HPA that targets it, else the config's.
+
+Engine → pod → workload: a pod whose ``ip:port`` is an engine's URL, a pod
+named as an engine, or the demo's pod → engine map; the pod's owner is the
+workload. :class:`Advisor` evaluates every tick (``FleetJoiner.autoscalers``),
+keeps a short decision log per workload (repeats of one decision are merged)
+and queues the changes ``auto`` mode must apply (:meth:`Advisor.take_applies`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..analysis.fleet import fleet_quantile
+from ..analysis.scaling import (
+    APPLIED,
+    AUTO,
+    MISSING,
+    MODES,
+    OFF,
+    RECOMMEND,
+    STALE_STATUS,
+    DecisionRecord,
+    Inputs,
+    Policy,
+    ScalingPolicy,
+    Signal,
+)
+from ..domain.engine import DEGRADED, UP
+from ..domain.kube import ClusterSnapshot, HpaView, WorkloadView
+
+P99_HISTOGRAMS = {"ttft_p99_s": ("ttft", 0.99, "P99"), "e2e_p99_s": ("e2e", 0.99, "E2E P99"),
+                  "queue_p99_s": ("queue", 0.99, "queue P99")}
+LOG_KEEP = 50  # decision log entries per workload
+SERIES_KEEP = 120  # input samples per workload (the pane's sparklines)
+
+
+def policy_from_config(cfg: Any, slo: Any) -> Policy:
+    """The policy of config ``advisor:`` (``target_p99_s`` unset: the SLO's target of ``p99_metric``)."""
+    target = cfg.target_p99_s if cfg.target_p99_s is not None else getattr(slo, cfg.p99_metric)
+    return Policy(target_queue_depth=cfg.target_queue_depth, target_p99_s=target, min_replicas=cfg.min_replicas,
+                  max_replicas=cfg.max_replicas, tolerance=cfg.tolerance, cooldown_s=cfg.cooldown_s,
+                  scale_up_window_s=cfg.scale_up_window_s, scale_down_window_s=cfg.scale_down_window_s,
+                  max_input_age_s=cfg.max_input_age_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Apply:
+    """A change ``auto`` mode hands to the Kubernetes scale action."""
+
+    workload: str  # Deployment/ns/name
+    kind: str
+    namespace: str
+    name: str
+    current: int
+    desired: int
+    reason: str
+
+
+def _pod_engine(pod: Any, by_url: Mapping[str, str], names: set[str], engine_pods: Mapping[str, str]) -> str | None:
+    url = pod.engine_url
+    if url and url in by_url:
+        return by_url[url]
+    name = engine_pods.get(pod.name, pod.name)
+    return name if name in names else None
+
+
+def workload_engines(state: Any, snap: ClusterSnapshot,
+                     engine_pods: Mapping[str, str] | None = None) -> dict[str, list[str]]:
+    """Workload key → the names of its engines (engine → pod → owner)."""
+    by_url = {(e.stats.url or "").rstrip("/"): e.name for e in state.engines if e.stats.url}
+    names = {e.name for e in state.engines}
+    out: dict[str, list[str]] = {}
+    for pod in snap.pods:
+        if pod.terminating:
+            continue
+        engine = _pod_engine(pod, by_url, names, engine_pods or {})
+        w = snap.workload_of(pod) if engine is not None else None
+        if w is not None and engine not in out.setdefault(w.key, []):
+            out[w.key].append(engine)
+    return out
+
+
+def _wanted(cfg_workloads: Sequence[str], w: WorkloadView) -> bool:
+    return w.name in cfg_workloads or f"{w.namespace}/{w.name}" in cfg_workloads
+
+
+def _queue_from_slot(queues: Sequence[Any], w: WorkloadView, engines: Sequence[str]) -> Signal | None:
+    """The gateway / endpoint-picker queue in front of ``w``, when the fleet's ``queues`` slot has one.
+
+    A queue source (the Queue helper's ``QueueSource``: ``queued``, ``freshness``, ``engines`` each with the
+    watched ``engine`` it is) counts for ``w`` when every engine behind it is one of ``w``'s: a gateway in
+    front of several workloads cannot say whose its queue is. A plain dict entry names its workload
+    (``workload`` = ``Deployment/ns/name``, or ``deployment`` + ``namespace``) with ``depth``."""
+    mine = set(engines)
+    for q in queues:
+        if isinstance(q, dict):
+            match = q.get("workload") == w.key or (
+                q.get("deployment") == w.name and q.get("namespace", w.namespace) == w.namespace)
+            depth = q.get("depth", q.get("queue_depth"))
+            if match and (depth is None or isinstance(depth, (int, float))):
+                status = str(q.get("status") or ("fresh" if depth is not None else MISSING))
+                return Signal("queue depth", None if depth is None else float(depth), 0.0, status=status,
+                              age_s=q.get("age_s"), why=q.get("why") or q.get("error"))
+            continue
+        behind = {getattr(e, "engine", None) for e in getattr(q, "engines", None) or ()} - {None}
+        if not mine or not behind or not behind <= mine:
+            continue
+        fr = getattr(q, "freshness", None)
+        depth = getattr(q, "queued", None)
+        status = getattr(fr, "status", "fresh") if depth is not None or fr is None else MISSING
+        if status == MISSING and getattr(fr, "status", None) == STALE_STATUS:
+            status = STALE_STATUS
+        why = getattr(fr, "reason", None) or (getattr(q, "missing", None) or {}).get("queued")
+        return Signal("queue depth", None if depth is None else float(depth), 0.0, status=status,
+                      age_s=getattr(fr, "age_s", None), why=why)
+    return None
+
+
+def workload_inputs(state: Any, w: WorkloadView, hpa: HpaView | None, engines: Sequence[str],
+                    windows: Mapping[str, list], policy: Policy, p99_metric: str,
+                    cluster_why: str | None) -> Inputs:
+    """The inputs of one evaluation of ``w`` from the fleet state."""
+    known = [e for e in (state.engine(n) for n in engines) if e is not None]
+    # an engine never read yet (a pod just started) is not there yet; one that stopped answering is stale
+    es = [e for e in known if e.freshness.status != MISSING]
+    # stale for the advisor: its last poll failed, or its sample is older than the advisor accepts (the
+    # fleet's own "stale" after 3 polls is stricter: a one-shot snapshot that reads a slow cluster is not stale)
+    stale = [e for e in es if e.freshness.status != "fresh" and (
+        e.stats.state not in (UP, DEGRADED) or (e.freshness.age_s or 0.0) > policy.max_input_age_s)]
+    ages = [e.freshness.age_s for e in es if e.freshness.age_s is not None]
+    age = max(ages) if ages else None
+    if not es:
+        status = MISSING
+        why = "no engine of this workload is watched" if not known else f"{known[0].name}: no data yet"
+    elif stale:
+        e = stale[0]
+        status, why = STALE_STATUS, f"{e.name}: {e.freshness.reason or e.freshness.status}"
+    else:
+        status, why = "fresh", None
+
+    queue = _queue_from_slot(state.queues, w, [e.name for e in known])
+    if queue is None:
+        waits = [e.stats.waiting for e in es if e.stats.waiting is not None]
+        qv = float(sum(waits)) if waits and status != MISSING else None
+        queue = Signal("queue depth", qv, 0.0, status=status if qv is not None or status != "fresh" else MISSING,
+                       age_s=age, why=why or (None if qv is not None else "vLLM waiting not exported"))
+    queue = replace(queue, target=policy.target_queue_depth)
+
+    hist, q, label = P99_HISTOGRAMS[p99_metric]
+    p99: float | None = None
+    wins = [win for e in es if e.fresh for win in windows.get(e.name, ())]
+    if wins:
+        p99 = fleet_quantile(wins, hist, q)
+    else:
+        vals = [getattr(e.stats, p99_metric) for e in es if getattr(e.stats, p99_metric) is not None]
+        p99 = max(vals) if vals else None
+    if p99 is not None and not math.isfinite(p99):
+        p99 = None
+    p_status = status if p99 is not None or status != "fresh" else MISSING
+    p_why = why or (None if p99 is not None else "no request finished in the window")
+    sig = Signal(label, p99, policy.target_p99_s, "s", p_status, age, p_why)
+    lo = hpa.min_replicas if hpa is not None and hpa.min_replicas is not None else None
+    hi = hpa.max_replicas if hpa is not None and hpa.max_replicas is not None else None
+    return Inputs(w.key, w.desired, queue, sig, lo, hi, current_why=cluster_why)
+
+
+class Advisor:
+    """Evaluates every workload each tick; its docs fill ``FleetState.autoscalers``."""
+
+    def __init__(self, cfg: Any, slo: Any, *, engine_pods: Mapping[str, str] | None = None,
+                 allow_auto: bool = True) -> None:
+        self.cfg = cfg
+        self.policy = ScalingPolicy(policy_from_config(cfg, slo))
+        self.allow_auto = allow_auto  # --no-auto: auto is never on
+        self.mode = cfg.mode if cfg.mode in MODES else RECOMMEND
+        if self.mode == AUTO and not allow_auto:
+            self.mode = RECOMMEND
+        self.paused = False  # the kill switch: auto decisions are recommended only
+        self.engine_pods = dict(engine_pods or {})
+        self.p99_metric = cfg.p99_metric
+        self.logs: dict[str, deque] = {}
+        self.series: dict[str, deque] = {}  # workload → (time, queue depth, p99 s)
+        self._applies: list[Apply] = []
+        self.outcomes: dict[str, str] = {}  # workload → the last auto apply's outcome
+
+    # -- settings --------------------------------------------------------------
+    def set_mode(self, mode: str) -> str | None:
+        """Switch mode; the reason it cannot, else None."""
+        if mode not in MODES:
+            return f"unknown mode {mode!r}"
+        if mode == AUTO and not self.allow_auto:
+            return "auto is disabled (--no-auto)"
+        self.mode = mode
+        return None
+
+    def set_targets(self, *, queue_depth: float | None = None, p99_s: float | None = None,
+                    min_replicas: int | None = None, max_replicas: int | None = None) -> None:
+        """New targets (and the bounds of workloads no HPA targets) from the next evaluation on."""
+        p = self.policy.policy
+        self.policy.policy = replace(p, target_queue_depth=queue_depth or p.target_queue_depth,
+                                     target_p99_s=p99_s or p.target_p99_s,
+                                     min_replicas=p.min_replicas if min_replicas is None else min_replicas,
+                                     max_replicas=p.max_replicas if max_replicas is None else max_replicas)
+
+    def note_applied(self, workload: str, now: float, outcome: str) -> None:
+        """An apply (auto or confirmed) ended: the cooldown starts from its end."""
+        self.outcomes[workload] = outcome
+        self.policy.note_change(workload, now)
+
+    def take_applies(self) -> list[Apply]:
+        out, self._applies = self._applies, []
+        return out
+
+    # -- each tick ---------------------------------------------------------------
+    def __call__(self, state: Any, windows: Mapping[str, list]) -> list[dict]:
+        return self.evaluate(state, windows)
+
+    def evaluate(self, state: Any, windows: Mapping[str, list] | None = None) -> list[dict]:
+        """Decide for every workload of ``state`` at ``state.taken_at``; the autoscalers slot."""
+        c = state.cluster
+        snap = c.snapshot if c is not None else None
+        if snap is None:
+            return []
+        cluster_why = None if c.freshness.status == "fresh" else f"stale ({c.freshness.reason or 'reads failing'})"
+        now = state.taken_at
+        eng = workload_engines(state, snap, self.engine_pods)
+        explained = _explanations(snap, now)
+        out = []
+        for w in snap.workloads:
+            names = eng.get(w.key, [])
+            if not names and not _wanted(self.cfg.workloads, w):
+                continue
+            hpa = snap.hpa_for(w)
+            rec = None
+            if self.mode != OFF:
+                inputs = workload_inputs(state, w, hpa, names, windows or {}, self.policy.policy,
+                                         self.p99_metric, cluster_why)
+                rec = self.policy.evaluate(inputs, now, mode=self.mode, paused=self.paused)
+                self._log(rec)
+                self._sample(rec)
+                if rec.action == APPLIED and rec.desired is not None and rec.current is not None:
+                    self._applies.append(Apply(w.key, w.kind, w.namespace, w.name, rec.current, rec.desired,
+                                               rec.reason))
+            out.append(self._view(w, hpa, names, rec, now, explained.get((w.kind, w.namespace, w.name))))
+        return out
+
+    def _log(self, rec: DecisionRecord) -> None:
+        log = self.logs.setdefault(rec.workload, deque(maxlen=LOG_KEEP))
+        doc = rec.to_doc()
+        if log:
+            last = log[-1]
+            same = all(last[k] == doc[k] for k in ("action", "rule", "current", "wanted", "desired"))
+            if same and rec.action != APPLIED:  # one line per decision, not per tick
+                doc["repeats"] = last.get("repeats", 1) + 1
+                doc["first_at"] = last.get("first_at", last["at"])
+                log[-1] = doc
+                return
+        doc["repeats"], doc["first_at"] = 1, rec.at
+        log.append(doc)
+
+    def _sample(self, rec: DecisionRecord) -> None:
+        s = self.series.setdefault(rec.workload, deque(maxlen=SERIES_KEEP))
+        q, p = (rec.inputs + (None, None))[:2]
+        s.append((rec.at, q.value if q is not None else None, p.value if p is not None else None))
+
+    def _view(self, w: WorkloadView, hpa: HpaView | None, engines: list[str], rec: DecisionRecord | None,
+              now: float, explained: Any = None) -> dict:
+        p = self.policy.policy
+        log = list(reversed(self.logs.get(w.key, ())))[:10]
+        lines = []
+        if rec is not None:
+            lines.append({"source": "infertop", "name": "advisor", "current": rec.current, "desired": rec.desired,
+                          "min_replicas": rec.min_replicas, "max_replicas": rec.max_replicas,
+                          "why": rec.reason})
+        lines.extend(other_autoscalers(hpa, explained))
+        return {
+            "workload": w.key, "kind": w.kind, "namespace": w.namespace, "name": w.name,
+            "engines": list(engines), "current": w.desired, "ready": w.ready,
+            "min_replicas": hpa.min_replicas if hpa is not None and hpa.min_replicas is not None else p.min_replicas,
+            "max_replicas": hpa.max_replicas if hpa is not None and hpa.max_replicas is not None else p.max_replicas,
+            "bounds_from": f"HPA {hpa.namespace}/{hpa.name}" if hpa is not None else "config",
+            "mode": self.mode, "paused": self.paused,
+            "targets": {"queue_depth": p.target_queue_depth, "p99_s": p.target_p99_s, "p99_metric": self.p99_metric},
+            "windows": {"cooldown_s": p.cooldown_s, "scale_up_s": p.scale_up_window_s,
+                        "scale_down_s": p.scale_down_window_s, "tolerance": p.tolerance},
+            "cooldown_left_s": self.policy.cooldown_left_s(w.key, now),
+            "latest": dict(log[0]) if log else None,
+            "decisions": log,
+            "last_apply": self.outcomes.get(w.key),
+            "autoscalers": lines,
+        }
+
+
+_SHORT_KIND = {"HorizontalPodAutoscaler": "HPA", "ScaledObject": "KEDA", "VariantAutoscaling": "WVA"}
+
+
+def _explanations(snap: ClusterSnapshot, now: float) -> dict:
+    """(kind, namespace, name) → the autoscalers analysis of that workload, when that module is there."""
+    try:
+        from ..analysis.autoscalers import explain_workloads  # the autoscalers helper's analysis
+    except ImportError:
+        return {}
+    try:
+        return {(x.kind, x.namespace, x.name): x for x in explain_workloads(snap, now)}
+    except Exception:  # noqa: BLE001 — an explanation that fails must not stop the advisor: the HPA line stays
+        return {}
+
+
+def other_autoscalers(hpa: HpaView | None, explained: Any = None) -> list[dict]:
+    """What the cluster's autoscalers that target a workload decided, one line each.
+
+    With the autoscalers analysis (``analysis/autoscalers.py``: HPA, KEDA
+    ScaledObjects, llm-d variant autoscalers, "why not scaling" in words)
+    every one of them; without it, the HPA object as the cluster state
+    carries it (its conditions' explanation, else its metrics)."""
+    if explained is not None and getattr(explained, "autoscalers", None):
+        out = []
+        for a in explained.autoscalers:
+            why = "; ".join(w.text for w in getattr(a, "why_not", ()) or ()) or ", ".join(
+                f"{m.name} {m.current or '?'}/{m.target or '?'}" for m in getattr(a, "metrics", ()) or ())
+            out.append({"source": _SHORT_KIND.get(a.kind, a.kind), "name": f"{a.namespace}/{a.name}",
+                        "current": a.current, "desired": a.desired, "min_replicas": a.min_replicas,
+                        "max_replicas": a.max_replicas, "why": why})
+        return out
+    if hpa is None:
+        return []
+    return [{"source": "HPA", "name": f"{hpa.namespace}/{hpa.name}", "current": hpa.current_replicas,
+             "desired": hpa.desired_replicas, "min_replicas": hpa.min_replicas, "max_replicas": hpa.max_replicas,
+             "why": hpa.why_not_scaling or ", ".join(f"{m.name} {m.current or '?'}/{m.target or '?'}"
+                                                     for m in hpa.metrics)}]
+
+
+def decision(doc: Mapping[str, Any]) -> DecisionRecord:
+    """A decision record back from the autoscalers slot (replay, snapshot JSON)."""
+    return DecisionRecord.from_doc(dict(doc))

@@ -1,0 +1,243 @@
+"""The scaling advisor in the app: the Autoscaler pane, its keys, and auto mode's applies.
+
+``AutoscalerActions`` is a mixin of :class:`~infertop.ui.app.InfertopApp`.
+The advisor (state/advisor.py) runs inside the fleet state's build, so every
+tick's ``autoscalers`` slot carries its decisions. Keys:
+
+* ``p`` — apply the selected workload's recommendation: the Kubernetes scale
+  action through the one pipeline (plan, dry run, ``y`` to confirm, audited);
+* ``o`` — the advisor's mode (off / recommend / auto); auto is not offered
+  with ``--no-auto`` or ``--read-only``;
+* ``X`` — the kill switch (any pane): auto decisions are only recommended
+  until pressed again;
+* ``T`` — the targets (queue depth, p99) and the bounds of workloads no HPA
+  targets (an HPA's bounds are its own: ``H`` edits them).
+
+In auto mode each change the advisor decides is applied by
+:func:`~infertop.state.advisor_apply.run_unconfirmed` in a thread (one
+action per workload at a time, on the same action board as the keys).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rich.markup import escape
+from rich.text import Text
+
+from ..analysis.scaling import AUTO, MODES, OFF, RECOMMEND
+from ..control.pipeline import ActionBusy
+from ..state.advisor import Advisor, Apply
+from ..state.advisor_apply import AdvisorScale, run_unconfirmed
+from .screens.kube_dialogs import ChoiceDialog, FormDialog, FormField
+from .widgets.autoscaler import AutoscalerPane
+
+ADVISOR_ACTIONS = {"advisor_apply", "advisor_mode", "advisor_kill", "advisor_targets"}
+MODE_TEXT = {OFF: "off: no decisions", RECOMMEND: "recommend: decisions shown, p applies one (confirmed)",
+             AUTO: "auto: changes applied within bounds through the scale action, audited"}
+
+
+class AutoscalerActions:
+    """Mixin for InfertopApp. Needs ``settings``, ``joiner``, ``state``, ``kube_*``, ``start_action``."""
+
+    advisor: Advisor | None = None
+
+    def advisor_setup(self) -> None:
+        """Before the first tick: the advisor feeds the fleet state's autoscalers slot."""
+        s = self.settings  # type: ignore[attr-defined]
+        if s.replay is not None:
+            return  # a replay shows the recorded decisions
+        allow_auto = not (s.no_auto or s.read_only)
+        self.advisor = Advisor(s.config.advisor, s.config.slo, engine_pods=s.engine_pods, allow_auto=allow_auto)
+        self.joiner.autoscalers = self.advisor  # type: ignore[attr-defined]
+        if s.config.advisor.mode == AUTO and not allow_auto:
+            s.notes.append("Advisor: auto mode is off (" + ("--no-auto" if s.no_auto else "read-only")
+                           + "): decisions are recommended only.")
+
+    def _as_pane(self) -> AutoscalerPane:
+        return self.screen_stack[0].query_one(AutoscalerPane)  # type: ignore[attr-defined]
+
+    # ----- each tick -------------------------------------------------------------
+    def advisor_after_tick(self) -> None:
+        """Start auto mode's applies of this tick."""
+        adv = self.advisor
+        if adv is None:
+            return
+        for change in adv.take_applies():
+            self.run_worker(self._auto_apply(change), group=f"advisor {change.workload}",  # type: ignore[attr-defined]
+                            exit_on_error=False)
+
+    async def _auto_apply(self, change: Apply) -> None:
+        adv = self.advisor
+        control = self.kube_control  # type: ignore[attr-defined]
+        wall = self.settings.wall_clock  # type: ignore[attr-defined]
+        if adv is None:
+            return
+        if control is None or self.settings.read_only:  # type: ignore[attr-defined]
+            adv.note_applied(change.workload, wall(), "not applied: Kubernetes is not connected")
+            return
+        kind = AdvisorScale(control, change, by="advisor auto")
+        try:
+            run = self.action_board.begin(kind, kind.target)  # type: ignore[attr-defined]
+        except ActionBusy as e:
+            adv.note_applied(change.workload, wall(), f"not applied: {e}")
+            self.log_event(Text(f"advisor auto {change.workload}: not applied: {e}"))  # type: ignore[attr-defined]
+            return
+        run.title = f"advisor auto: scale {kind.target} {change.current} → {change.desired}"
+        run.start()
+        self._actions_changed()  # type: ignore[attr-defined]
+        try:
+            outcome = await asyncio.to_thread(run_unconfirmed, kind, abort=run.abort)
+        finally:
+            self.action_board.end(run)  # type: ignore[attr-defined]
+            self._actions_changed()  # type: ignore[attr-defined]
+        adv.note_applied(change.workload, wall(), f"{outcome.result}: {outcome.message}")
+        style = "green" if outcome.ok else "red"
+        self.log_event(f"[{style}]advisor auto: {escape(kind.target)} {change.current} → {change.desired}: "  # type: ignore[attr-defined]
+                       f"{outcome.result}[/{style}] — {escape(change.reason)}; {escape(outcome.message)}")
+        self.run_worker(self._kube_refresh(), group="kube-refresh-after", exit_on_error=False)  # type: ignore[attr-defined]
+
+    # ----- painting --------------------------------------------------------------
+    def render_autoscaler(self, state: Any) -> None:
+        pane = self._as_pane()
+        adv = self.advisor
+        header = Text()
+        header.append("Advisor", style="bold")
+        if adv is None:
+            header.append(" · recorded decisions" if state.autoscalers else " · not part of this recording")
+        else:
+            p = adv.policy.policy
+            header.append(f" · mode {adv.mode}", style="bold yellow" if adv.mode == AUTO else "")
+            if adv.mode == AUTO and adv.paused:
+                header.append(" · KILL SWITCH ON (X): recommending only", style="bold red")
+            header.append(f" · targets: queue depth {p.target_queue_depth:g}, "
+                          f"{adv.p99_metric.removesuffix('_s').replace('_', ' ')} {p.target_p99_s * 1000:.0f} ms")
+            header.append(f" · formula ceil(current × max(q/q*, p99/p99*)), ±{p.tolerance * 100:g} %", style="dim")
+            if state.cluster is None:
+                header.append("\nKubernetes is not configured: the advisor needs the Deployments (--context NAME, "
+                              "or press K).", style="yellow")
+        keys = "o mode · X kill switch · T targets" if self.settings.read_only else (  # type: ignore[attr-defined]
+            "p apply · o mode · X kill switch · T targets · H HPA min/max (Cluster pane)")
+        header.append(f"\n{keys}", style="dim")
+        pane.show(state.autoscalers, header, adv.series if adv is not None else None)
+
+    # ----- capabilities ----------------------------------------------------------
+    def advisor_action_state(self, action: str) -> bool | None:
+        if self.advisor is None:
+            return None  # replay
+        if action == "advisor_kill":
+            return True
+        if self.screen is not self.screen_stack[0]:  # type: ignore[attr-defined]
+            return False
+        on_pane = self.current_pane == "autoscaler"  # type: ignore[attr-defined]
+        if action == "advisor_apply":
+            return None if self.settings.read_only else on_pane  # type: ignore[attr-defined]
+        return on_pane
+
+    # ----- the keys ----------------------------------------------------------------
+    def action_advisor_apply(self) -> None:
+        adv = self.advisor
+        v = self._as_pane().selected
+        latest = (v or {}).get("latest") or {}
+        if adv is None or v is None:
+            return
+        if latest.get("action") != "recommended" or latest.get("desired") is None:
+            self.notify(f"No recommendation to apply for {v['name']}: {latest.get('reason') or 'advisor off'}",  # type: ignore[attr-defined]
+                        timeout=5, markup=False)
+            return
+        control = self.kube_control  # type: ignore[attr-defined]
+        if control is None:
+            self.notify("Kubernetes is not connected: nothing can be applied", severity="warning")  # type: ignore[attr-defined]
+            return
+        change = Apply(v["workload"], v["kind"], v["namespace"], v["name"], int(latest["current"]),
+                       int(latest["desired"]), str(latest.get("reason") or ""))
+        kind = AdvisorScale(control, change, by="advisor, confirmed")
+        wall = self.settings.wall_clock  # type: ignore[attr-defined]
+
+        def done(outcome: Any) -> None:
+            adv.note_applied(change.workload, wall(), f"{outcome.result}: {outcome.message}")
+            self.run_worker(self._kube_refresh(), group="kube-refresh-after", exit_on_error=False)  # type: ignore[attr-defined]
+
+        self.start_action(kind, on_done=done, preflight_name="dry run")  # type: ignore[attr-defined]
+
+    def action_advisor_mode(self) -> None:
+        self.run_worker(self._mode_flow(), group="advisor-mode", exclusive=True, exit_on_error=False)  # type: ignore[attr-defined]
+
+    async def _mode_flow(self) -> None:
+        adv = self.advisor
+        if adv is None:
+            return
+        options = [(m, MODE_TEXT[m]) for m in MODES if m != AUTO or adv.allow_auto]
+        hint = "Enter switches. Esc cancels." + ("" if adv.allow_auto else " auto is disabled (--no-auto / read-only).")
+        choice = await self.push_screen_wait(ChoiceDialog("Advisor mode", options, current=adv.mode, hint=hint))  # type: ignore[attr-defined]
+        if not choice or choice == adv.mode:
+            return
+        why = adv.set_mode(choice)
+        if why:
+            self.notify(why, severity="warning")  # type: ignore[attr-defined]
+            return
+        self.log_event(f"advisor mode → [bold]{choice}[/bold]")  # type: ignore[attr-defined]
+        self.render_snapshot()  # type: ignore[attr-defined]
+
+    def action_advisor_kill(self) -> None:
+        """The global kill switch of auto mode."""
+        adv = self.advisor
+        if adv is None:
+            return
+        adv.paused = not adv.paused
+        if adv.paused:
+            self.log_event("[bold red]advisor kill switch ON[/bold red]: auto decisions are only recommended")  # type: ignore[attr-defined]
+            self.notify("Advisor kill switch ON: nothing is applied automatically (X again resumes)",  # type: ignore[attr-defined]
+                        severity="warning", timeout=6)
+        else:
+            self.log_event("advisor kill switch off" + (": auto applies again" if adv.mode == AUTO else ""))  # type: ignore[attr-defined]
+            self.notify("Advisor kill switch off", timeout=3)  # type: ignore[attr-defined]
+        self.render_snapshot()  # type: ignore[attr-defined]
+
+    def action_advisor_targets(self) -> None:
+        self.run_worker(self._targets_flow(), group="advisor-targets", exclusive=True, exit_on_error=False)  # type: ignore[attr-defined]
+
+    async def _targets_flow(self) -> None:
+        adv = self.advisor
+        if adv is None:
+            return
+        p = adv.policy.policy
+
+        def number(text: object) -> float | None:
+            try:
+                v = float(str(text))
+            except ValueError:
+                return None
+            return v if 0 < v < 1e9 else None
+
+        def validate(values: dict) -> str | None:
+            if number(values["queue"]) is None:
+                return "queue depth target must be a number > 0"
+            if number(values["p99"]) is None:
+                return "p99 target must be a number of milliseconds > 0"
+            lo, hi = values["min"], values["max"]
+            if not isinstance(lo, int) or not isinstance(hi, int) or lo < 0 or hi < 1:
+                return "min must be a whole number ≥ 0 and max ≥ 1"
+            if lo > hi:
+                return "min must not exceed max"
+            return None
+
+        values = await self.push_screen_wait(FormDialog(  # type: ignore[attr-defined]
+            "Advisor targets",
+            [FormField("queue", "Target queue depth", f"{p.target_queue_depth:g}", "e.g. 5"),
+             FormField("p99", f"Target {adv.p99_metric.removesuffix('_s')} (ms)", f"{p.target_p99_s * 1000:g}",
+                       "e.g. 2000"),
+             FormField("min", "Min replicas (workloads without an HPA)", str(p.min_replicas), "", "integer"),
+             FormField("max", "Max replicas (workloads without an HPA)", str(p.max_replicas), "", "integer")],
+            hint="Applies from the next tick, this session (the advisor: config section keeps it). An HPA's "
+                 "bounds are its own: H edits them. Esc cancels.",
+            validate=validate))
+        if not values:
+            return
+        q, ms = number(values["queue"]), number(values["p99"])
+        adv.set_targets(queue_depth=q, p99_s=ms / 1000 if ms else None, min_replicas=values["min"],
+                        max_replicas=values["max"])
+        self.log_event(f"advisor targets → queue depth {q:g}, p99 {ms:g} ms; bounds without an HPA "  # type: ignore[attr-defined]
+                       f"{values['min']}-{values['max']}")
+        self.render_snapshot()  # type: ignore[attr-defined]
