@@ -246,33 +246,41 @@ def test_snapshot_table_and_json_carry_the_queues_and_record_replays_them(gatewa
 
     from infertop.cli import main
     from infertop.flight_cli import open_replay
+    from scripted_server import ScriptedServer
+    from vllm_text import v1_doc
 
     gateway.burst("realtime", 5, oldest_s=0.25)
+    engine = ScriptedServer().serve_engine(v1_doc(engines={"0": {"running": 1}})).start()
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("engines: []\n")
-    code = main(["snapshot", "--config", str(cfg), "--gateway", gateway.url, "--json", "--window", "0.5"])
-    doc = json.loads(capsys.readouterr().out)
-    # (exit 1: with no engines configured, snapshot also tries 127.0.0.1:8000, which is not there)
-    assert code == 1 and [(s["kind"], s["ok"]) for s in doc["sources"] if s["kind"] == "gateway"] == [
-        ("gateway", True)]
-    (q,) = doc["queues"]
-    assert (q["kind"], q["name"], q["queued"], q["freshness"]["status"]) == ("gateway", f"local:{gateway.port}",
-                                                                              5, "fresh")
-    assert [(c["name"], c["depth"], c["weight"]) for c in q["classes"]] == [
-        ("realtime", 5, 8), ("batch", 0, 2), ("background", 0, 1)]
-    assert q["classes"][0]["share_pct"] is None and "realtime.share_pct" in q["missing"]
-    assert FleetState.from_doc(doc).to_doc() == doc
-    code = main(["snapshot", "--config", str(cfg), "--gateway", gateway.url, "--window", "0.5"])
-    out = capsys.readouterr().out
-    assert "queue gateway" in out and "queued 5" in out and "realtime" in out
-    assert main(["snapshot", "--config", str(cfg), "--epp", "http://", "--json"]) == 2
-    assert "--epp: expected an http(s) URL" in capsys.readouterr().err
-    # the recorder polls the same sources: a replayed tick carries the queues
-    rec = tmp_path / "rec.db"
-    assert main(["record", str(rec), "--config", str(cfg), "--gateway", gateway.url, "--duration", "3s"]) == 0
-    replay, span = open_replay(str(rec))
+    cfg.write_text(f"engines: [{{url: '{engine.url}'}}]\ngpu: {{nvml: false}}\n")
     try:
-        ticks = [FleetState.from_doc(replay.at(span[1])[1])]
+        code = main(["snapshot", "--config", str(cfg), "--gateway", gateway.url, "--json", "--window", "0.5"])
+        doc = json.loads(capsys.readouterr().out)
+        assert code == 0, doc["sources"]  # every source fresh, the gateway too
+        (q,) = doc["queues"]
+        assert (q["kind"], q["name"], q["queued"], q["freshness"]["status"]) == (
+            "gateway", f"local:{gateway.port}", 5, "fresh")
+        assert [(c["name"], c["depth"], c["weight"]) for c in q["classes"]] == [
+            ("realtime", 5, 8), ("batch", 0, 2), ("background", 0, 1)]
+        assert q["classes"][0]["share_pct"] is None and "realtime.share_pct" in q["missing"]
+        assert FleetState.from_doc(doc).to_doc() == doc
+        assert main(["snapshot", "--config", str(cfg), "--gateway", gateway.url, "--window", "0.5"]) == 0
+        out = capsys.readouterr().out
+        assert "queue gateway" in out and "queued 5" in out and "realtime" in out
+        assert main(["snapshot", "--config", str(cfg), "--epp", "http://", "--json"]) == 2
+        assert "--epp: expected an http(s) URL" in capsys.readouterr().err
+        # the recorder polls the same sources: a replayed tick carries the queues
+        rec = tmp_path / "rec.db"
+        assert main(["record", str(rec), "--config", str(cfg), "--gateway", gateway.url, "--duration", "3s"]) == 0
+        replay, span = open_replay(str(rec))
+        try:
+            tick = FleetState.from_doc(replay.at(span[1])[1])
+        finally:
+            replay.close()
+        assert tick.queues[0].klass("realtime").depth == 5 and tick.queues[0].fresh
+        # a gateway that does not answer is a source down: exit 1, with why
+        gateway.stop()
+        assert main(["snapshot", "--config", str(cfg), "--gateway", gateway.url, "--window", "0.5"]) == 1
+        assert "connection refused" in capsys.readouterr().err
     finally:
-        replay.close()
-    assert ticks[0].queues[0].klass("realtime").depth == 5 and ticks[0].queues[0].fresh
+        engine.stop()
