@@ -145,8 +145,9 @@ def _grid(rows: list[tuple], out: TextIO) -> None:
         print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip(), file=out)
 
 
-def print_table(state: FleetState, out: TextIO = sys.stdout) -> None:
-    """Everything JSON carries, as text: fleet line, engines, alerts, sources, GPUs, cluster."""
+def print_table(state: FleetState, out: TextIO | None = None) -> None:
+    """Everything JSON carries, as text: fleet line, engines, alerts, sources, GPUs, queues, cluster."""
+    out = out if out is not None else sys.stdout  # the stream of now, not the one at import time
     from .format import age_human, count_human, pct_human, rate_human, seconds_human
     from .text import plain
 
