@@ -380,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
                          " followed by ,KEY=VALUE settings for that TUI's environment")
     ap.add_argument("--size", default="120x40", help="terminal COLSxROWS (default 120x40)")
     ap.add_argument("--engines", type=int, default=64, help="engines in phase 2 (default 64)")
+    ap.add_argument("--pane", default="overview", choices=("overview", "engines"),
+                    help="the pane on view while measuring (engines: the TUIs are sent the key 2 after startup)")
     ap.add_argument("--skip-64", action="store_true", help="phase 1 only")
     ap.add_argument("--only-64", action="store_true", help="phase 2 only")
     ap.add_argument("--dump", type=Path, help="keep each program's measured terminal stream in DIR")
@@ -442,6 +444,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg.write_text("\n".join(lines) + "\n")
         return cfg
 
+    def show_pane(tuis: list[Program]) -> None:
+        if args.pane == "engines":
+            for p in tuis:
+                os.write(p.fd, b"2")
+            time.sleep(3)  # the pane's first paint is not measured
+
     started: list[Program] = []
     launched: list[Program] = []  # for the final check that nothing is left
     drain = Drain()
@@ -476,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
             progs += [tui(f"{label} (6)", tree, 6) for label, tree in trees]
             launch(progs)
             settle(progs, args.settle)
+            show_pane(progs[1:])
             spies = [(p, args.py_spy / f"{p.label.split()[0]}-6.txt") for p in progs[1:]] \
                 if args.py_spy is not None else []
             phase1 = measure(progs, args.seconds, args.dump, "6", pyspy=spies)
@@ -487,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
             progs += [tui(f"{label} ({args.engines})", tree, args.engines) for label, tree in trees]
             launch(progs)
             settle(progs, args.settle)
+            show_pane(progs[1:])
             spies = [(p, args.py_spy / f"{p.label.split()[0]}-{args.engines}.txt") for p in progs[1:]] \
                 if args.py_spy is not None else []
             phase2 = measure(progs, seconds_64, args.dump, str(args.engines), rss_at_s=min(60.0, seconds_64 / 2),

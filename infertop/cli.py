@@ -88,6 +88,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="watch the infertop gateway at URL (its /metrics; repeatable; adds to queues.gateways)")
     p.add_argument("--epp", metavar="URL", action="append", default=[],
                    help="watch an endpoint picker's flow-control /metrics at URL (repeatable; adds to queues.epp)")
+    p.add_argument("--prometheus", metavar="URL",
+                   help="read the engines (and GPUs) from the Prometheus at URL instead of scraping each "
+                        "engine (sets prometheus.url and prometheus.engines)")
     p.add_argument("--demo", action="store_true", help="start the bundled simulator and watch it")
     p.add_argument("--demo-engines", type=_number(1, MAX_DEMO_ENGINES, integer=True), default=6, metavar="N",
                    help=f"engines in --demo (1..{MAX_DEMO_ENGINES}, default 6)")
@@ -145,7 +148,7 @@ def _record(argv: list[str]) -> int:
     try:
         with fleet_sources(args, cfg) as fleet:
             return record_main(args, cfg, fleet.endpoints, dcgm_urls=fleet.dcgm_urls,
-                               engine_pods=fleet.engine_pods, mode=fleet.mode)
+                               engine_pods=fleet.engine_pods, mode=fleet.mode, prometheus=fleet.prometheus)
     except DemoError as e:
         print(f"infertop: demo: {e}", file=sys.stderr)
         return EXIT_FAILED
@@ -290,6 +293,11 @@ def resolve_config(args: argparse.Namespace) -> tuple[Config, list[str]]:
         cfg.queues.epp.append(QueueEppConfig(url=_flag_url("--epp", url)))
     if getattr(args, "namespace", None):
         cfg.kube.namespaces = [n.strip() for v in args.namespace for n in v.split(",") if n.strip()]
+    if getattr(args, "prometheus", None):
+        url = args.prometheus if "://" in args.prometheus else "http://" + args.prometheus
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError("command line", None, "--prometheus", f"must be an http:// or https:// URL, got {url!r}")
+        cfg.prometheus.url, cfg.prometheus.engines = url, True
     # The TUI's window must hold two polls; snapshot (no window_s flag) collects for its own --window.
     checks = cross_checks(cfg.refresh_s, cfg.window_s, cfg.history_s) if hasattr(args, "window_s") else []
     for name, why in checks:
@@ -328,10 +336,22 @@ def endpoints_for(cfg: Config, extra_urls: list[str], *, default_local: bool) ->
     return eps
 
 
+def prometheus_engines(args: argparse.Namespace, cfg: Config) -> bool:
+    """Engines come from Prometheus: --prometheus, ``prometheus.engines: true``, or a
+    ``prometheus.url`` with no engine listed anywhere (``prometheus.engines`` unset)."""
+    p = cfg.prometheus
+    if not p.url or args.demo or p.engines is False:
+        return False
+    return p.engines is True or not (cfg.engines or args.engine)
+
+
 def start_engines(args: argparse.Namespace, cfg: Config):
     """(demo or None, endpoints): the simulator's engines with --demo, plus
-    the config's and --engine ones (127.0.0.1:8000 when there are none)."""
+    the config's and --engine ones (127.0.0.1:8000 when there are none;
+    none when the engines come from Prometheus)."""
     if not args.demo:
+        if prometheus_engines(args, cfg):
+            return None, []
         return None, endpoints_for(cfg, args.engine, default_local=True)
     from .demo import start_demo
 
@@ -348,6 +368,7 @@ class Fleet:
     engine_pods: dict[str, str]
     state_dir: str | None = None
     demo: bool = False
+    prometheus: bool = False  # the engines come from cfg.prometheus (PromFleetSource)
 
     @property
     def mode(self) -> str:
@@ -382,14 +403,33 @@ def fleet_sources(args: argparse.Namespace, cfg: Config, notes: list[str] | None
             from .snapshot import apply_demo_defaults
 
             apply_demo_defaults(cfg, notes)
+            _use_demo_cluster(demo, cfg, notes)
             _watch_demo_gateway(cfg, demo, notes)
-        yield Fleet(endpoints=endpoints,
+        from_prom = prometheus_engines(args, cfg)
+        if from_prom and notes is not None:
+            skipped = f" ({len(cfg.engines) + len(args.engine)} listed engines are not scraped)" if (
+                cfg.engines or args.engine) else ""
+            notes.append(f"Engines from Prometheus {cfg.prometheus.url}, refreshed every "
+                         f"{cfg.prometheus.interval_s:g} s{skipped}.")
+        yield Fleet(endpoints=endpoints, prometheus=from_prom,
                     dcgm_urls=([demo.dcgm_url] if demo is not None and demo.dcgm_url else []) + list(args.dcgm),
                     engine_pods=dict(demo.engine_pods) if demo is not None else {},
                     state_dir=demo.state_dir if demo is not None else None, demo=demo is not None)
     finally:
         if demo is not None:
             demo.stop()
+
+
+def _use_demo_cluster(demo, cfg: Config, notes: list[str] | None) -> None:
+    """Watch the simulator's Kubernetes API unless the user configured a cluster of their own."""
+    if not demo.kubeconfig or cfg.kube.configured:
+        return
+    cfg.kube.kubeconfig, cfg.kube.context = demo.kubeconfig, demo.kube_context
+    cfg.kube.namespaces = [demo.kube_namespace] if demo.kube_namespace else []
+    cfg.kube.enabled = True
+    if notes is not None:
+        notes.append(f"Demo: a simulated Kubernetes cluster (context {demo.kube_context}): the engines are the pods "
+                     f"of Deployment {demo.kube_namespace}/vllm, with an HPA.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -431,7 +471,7 @@ def tui_main(args: argparse.Namespace) -> int:
             settings = Settings(config=cfg, endpoints=fleet.endpoints, read_only=cfg.read_only,
                                 mode="demo" if fleet.demo else "local", notes=notes, dcgm_urls=fleet.dcgm_urls,
                                 engine_pods=fleet.engine_pods, state_dir=fleet.state_dir, record_path=args.record,
-                                no_auto=args.no_auto)
+                                prometheus=fleet.prometheus, no_auto=args.no_auto)
             return run_tui(InfertopApp(settings))
     except DemoError as e:
         print(f"infertop: demo: {e}", file=sys.stderr)
@@ -452,7 +492,8 @@ def snapshot_main(argv: list[str]) -> int:
     try:
         with fleet_sources(args, cfg) as fleet:
             state = asyncio.run(collect_state(fleet.endpoints, cfg, args.window, dcgm_urls=fleet.dcgm_urls,
-                                              engine_pods=fleet.engine_pods, mode=fleet.mode))
+                                              engine_pods=fleet.engine_pods, mode=fleet.mode,
+                                              prometheus=fleet.prometheus))
     except DemoError as e:
         print(f"infertop: demo: {e}", file=sys.stderr)
         return EXIT_FAILED

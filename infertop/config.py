@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from .config_load import DEFAULT_LIMITS, ConfigError, compose, one_line, scalar_value, to_bytes
+from .sources.prometheus_fleet_query import DEFAULT_QUEUE_PROMQL, check_label_name
 from .gateway.config import GatewayConfig  # the `gateway:` section (infertop gateway)
 
 
@@ -84,9 +85,47 @@ class PrometheusConfig:
     url: str | None = None
     timeout_s: float = bounded(5.0, 0.05, 600)
     token_file: str | None = None
+    # Engines from Prometheus instead of scraping each one: None (auto) when no engines are listed
+    engines: bool | None = None
+    interval_s: float = bounded(2.0, 0.1, 3600)  # one refresh (a fixed handful of queries) per interval
+    latency_interval_s: float = bounded(15.0, 0.1, 3600)  # the quantile queries (the costly ones) at most this often
+    window_s: float = bounded(60.0, 1, 86400)  # rate() and histogram_quantile() window
+    selector: str = ""  # extra matchers for every vLLM series, e.g. job="vllm"
+    queue_promql: str = DEFAULT_QUEUE_PROMQL  # fleet queue depth; {SEL} stands for the selector
+    target_labels: list[str] = field(default_factory=lambda: ["namespace", "pod", "instance"])
+    engine_label: str = "engine"  # vLLM V1's engine index within one server ("" to merge them)
+    model_label: str = "model_name"
+    name_labels: list[str] = field(default_factory=lambda: ["pod", "instance"])  # first non-empty names an engine
+    stale_after_s: float = bounded(30.0, 1, 86400)  # an engine's newest sample older than this is stale
+    slow_after_s: float = bounded(1.0, 0.01, 600)  # a refresh slower than this is reported slow
+    backfill_points: int = bounded(120, 0, 100_000)  # sparkline points read with range queries at start
 
     def validate(self) -> list[tuple[str, str]]:
-        return bounds_errors(self)
+        errs = bounds_errors(self)
+        for name in ("target_labels", "name_labels"):
+            for i, label in enumerate(getattr(self, name)):
+                why = check_label_name(label)
+                if why:
+                    errs.append((f"{name}[{i}]", why))
+        for name in ("engine_label", "model_label"):
+            label = getattr(self, name)
+            why = check_label_name(label) if label else None
+            if why:
+                errs.append((name, why))
+        if not self.target_labels:
+            errs.append(("target_labels", "must name at least one label (e.g. instance)"))
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            errs.append(("url", f"must start with http:// or https://, got {self.url!r}"))
+        return errs
+
+    @property
+    def by(self) -> tuple[str, ...]:
+        """The labels that identify one engine, in query order."""
+        out = list(dict.fromkeys(self.target_labels))
+        for extra in (self.engine_label, self.model_label):
+            if extra and extra not in out:
+                out.append(extra)
+        return tuple(out)
 
 
 @dataclass
@@ -111,6 +150,7 @@ class KubeConfig:
     stuck_after_s: float = bounded(30.0, 1, 86400)
     eviction_retry_s: float = bounded(5.0, 0.1, 3600)  # wait after a 429 from a PodDisruptionBudget
     follow_poll_s: float = bounded(0.5, 0.05, 60)  # how often a running action re-reads what it follows
+    wva_metrics_url: str = ""  # /metrics URL or Prometheus base URL with llm-d's wva_desired_replicas
 
     @property
     def configured(self) -> bool:

@@ -6,7 +6,10 @@ over loopback HTTP exactly as to real engines.
 
 A demo keeps its local-engine state (and audit log) in its own directory,
 :func:`demo_state_dir`, so it never shows — or offers to stop — real
-engines another infertop started on this host.
+engines another infertop started on this host. The simulator also serves a
+Kubernetes API (``infertop sim --kube-port``) whose Deployment's pods are the
+engines; its kubeconfig (context ``infertop-demo``) is written in that
+directory too, so the Cluster pane and every Kubernetes action work on it.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ class Demo:
     dcgm_url: str | None = None
     engine_pods: dict[str, str] = field(default_factory=dict)  # pod → engine, as Kubernetes would tell
     state_dir: str = field(default_factory=lambda: str(demo_state_dir()))  # for Settings.state_dir
+    kubeconfig: str | None = None  # the simulated cluster's, when it serves one
+    kube_context: str | None = None
+    kube_namespace: str | None = None
     gateway: object | None = None  # infertop.gateway.demo.DemoGateway: the gateway and its load
 
     def stop(self) -> None:
@@ -59,10 +65,14 @@ class Demo:
             self.proc.wait(timeout=5)
 
 
-def start_demo(n_engines: int = 6, seed: int = 7, load: str = "bursty", timeout_s: float = 30.0) -> Demo:
-    """Start ``infertop sim`` and return its engines once they all listen."""
+def start_demo(n_engines: int = 6, seed: int = 7, load: str = "bursty", timeout_s: float = 30.0,
+               kube: bool = True) -> Demo:
+    """Start ``infertop sim`` (with a simulated Kubernetes cluster unless ``kube=False``) and return
+    its engines once they all listen."""
     cmd = [sys.executable, "-m", "infertop", "sim", "--engines", str(n_engines), "--seed", str(seed),
            "--load", load, "--warmup", "30", "--kubernetes-labels", "--exit-with-parent"]
+    if kube:
+        cmd += ["--kube-port", "0", "--kubeconfig", str(demo_state_dir() / "kubeconfig")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                             text=True, start_new_session=True)
     demo = Demo(proc)
@@ -102,6 +112,11 @@ def start_demo(n_engines: int = 6, seed: int = 7, load: str = "bursty", timeout_
                     demo.engine_pods[opts["pod"]] = name
             elif parts[:1] == ["dcgm"] and len(parts) >= 2:
                 demo.dcgm_url = parts[1]
+            elif parts[:1] == ["kube"] and len(parts) >= 2:
+                opts = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
+                demo.kubeconfig = opts.get("kubeconfig")
+                demo.kube_context = opts.get("context")
+                demo.kube_namespace = opts.get("namespace")
     except BaseException:
         demo.stop()
         raise

@@ -48,14 +48,20 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
 
 
 async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration_s: float | None,
-                      dcgm_urls=None, engine_pods=None, mode: str = "live", stop: asyncio.Event | None = None) -> int:
+                      dcgm_urls=None, engine_pods=None, mode: str = "live", stop: asyncio.Event | None = None,
+                      prometheus: bool = False) -> int:
     """Poll like the TUI, append one fleet state per tick; returns the number of ticks recorded."""
     from .gpu_snapshot import _collector
     from .sources.vllm import FleetCollector
     from .state.fleet import FleetJoiner
     from .state.recording import StateLog
 
-    collector = FleetCollector(endpoints, interval_s=cfg.refresh_s, window_s=cfg.window_s, history_capacity=2)
+    if prometheus:  # the engines from Prometheus (--prometheus)
+        from .sources.prometheus_fleet import PromFleetSource
+
+        collector = PromFleetSource(cfg.prometheus)
+    else:
+        collector = FleetCollector(endpoints, interval_s=cfg.refresh_s, window_s=cfg.window_s, history_capacity=2)
     joiner = FleetJoiner(collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s, mode=mode,
                          engine_pods=engine_pods)
     collector.on_update = lambda _snap: joiner.observe()
@@ -106,7 +112,8 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
     return log.ticks
 
 
-def record_main(args: argparse.Namespace, cfg, endpoints, *, dcgm_urls, engine_pods, mode: str) -> int:
+def record_main(args: argparse.Namespace, cfg, endpoints, *, dcgm_urls, engine_pods, mode: str,
+                prometheus: bool = False) -> int:
     """Run the recorder until stopped; one line at the end says how many ticks."""
     async def run() -> int:
         stop = asyncio.Event()
@@ -117,7 +124,8 @@ def record_main(args: argparse.Namespace, cfg, endpoints, *, dcgm_urls, engine_p
             except (NotImplementedError, RuntimeError):
                 pass
         return await record_loop(endpoints, cfg, args.file, retention_s=args.retention, duration_s=args.duration,
-                                 dcgm_urls=dcgm_urls, engine_pods=engine_pods, mode=mode, stop=stop)
+                                 dcgm_urls=dcgm_urls, engine_pods=engine_pods, mode=mode, stop=stop,
+                                 prometheus=prometheus)
 
     try:
         n = asyncio.run(run())

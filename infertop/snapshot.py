@@ -73,10 +73,13 @@ async def poll_window(collector: FleetCollector, window_s: float, on_poll=None) 
 
 async def collect_state(endpoints: list[EngineEndpoint], cfg: Config, window_s: float, *,
                         dcgm_urls: list[str] | None = None, engine_pods: dict[str, str] | None = None,
-                        mode: str = "live") -> FleetState:
-    """Poll for ``window_s`` seconds and join everything into one :class:`FleetState`."""
+                        mode: str = "live", prometheus: bool = False) -> FleetState:
+    """Poll for ``window_s`` seconds and join everything into one :class:`FleetState`
+    (``prometheus``: one refresh of the engines from Prometheus, whose rates already span its window)."""
     from .gpu_snapshot import _collector
 
+    if prometheus:
+        return await _prometheus_state(cfg, dcgm_urls, mode)
     collector = FleetCollector(endpoints, interval_s=cfg.refresh_s, window_s=max(window_s, cfg.refresh_s))
     joiner = FleetJoiner(collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=collector.collectors[0].window_s
                          if collector.collectors else window_s, mode=mode, engine_pods=engine_pods)
@@ -95,6 +98,26 @@ async def collect_state(endpoints: list[EngineEndpoint], cfg: Config, window_s: 
         await gpu.aclose()
         await collector.aclose()
         await queues.aclose()
+    if cfg.kube.configured:
+        snap, error, source, calls = await asyncio.to_thread(_read_cluster, cfg)
+        joiner.set_cluster(snap, error=error, source=source, api_calls=calls)
+    return joiner.build()
+
+
+async def _prometheus_state(cfg: Config, dcgm_urls: list[str] | None, mode: str) -> FleetState:
+    from .gpu_snapshot import _collector
+    from .sources.prometheus_fleet import PromFleetSource
+
+    src = PromFleetSource(cfg.prometheus)
+    joiner = FleetJoiner(src, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.prometheus.window_s, mode=mode)
+    gpu = _collector(cfg, list(dcgm_urls or []))
+    try:
+        (_, (rows, health)) = await asyncio.gather(asyncio.to_thread(src.refresh), gpu.poll())
+        joiner.observe()
+        joiner.set_gpus(rows, health)
+    finally:
+        await gpu.aclose()
+        src.close()
     if cfg.kube.configured:
         snap, error, source, calls = await asyncio.to_thread(_read_cluster, cfg)
         joiner.set_cluster(snap, error=error, source=source, api_calls=calls)
@@ -242,7 +265,9 @@ def _print_queues(state: FleetState, out: TextIO) -> None:
     from .format import age_human, count_human, pct_human, seconds_human
     from .text import plain
 
-    for q in state.queues:
+    from .state.queues import queue_sources
+
+    for q in queue_sources(state.queues):
         print(file=out)
         fr = q.freshness
         head = f"queue {q.kind} {plain(q.name)} ({plain(q.url)}"

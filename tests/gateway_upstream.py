@@ -30,6 +30,7 @@ class Upstream:
         self.kv = 0.1
         self.waiting = 0
         self.refuse_priority = False
+        self.metrics_status = 200
         self.arrived = asyncio.Event()
         self.url = ""
         self._runner: web.AppRunner | None = None
@@ -61,6 +62,8 @@ class Upstream:
         return web.json_response({"object": "list", "data": [{"id": "tiny", "object": "model"}]})
 
     async def metrics(self, request: web.Request) -> web.Response:
+        if self.metrics_status != 200:
+            return web.Response(status=self.metrics_status, text="busy")
         doc = v1_doc(engines={"0": {"running": self.in_flight, "waiting": self.waiting, "kv": self.kv}})
         return web.Response(text=doc, content_type="text/plain")
 

@@ -337,3 +337,37 @@ async def test_tui_and_snapshot_render_the_same_numbers_from_one_recorded_state(
         await pilot.pause()
         assert text_of(app, "#tile-running .tile-value") == count_human(state.fleet.running) == "9"
         assert text_of(app, "#tile-kv .tile-value") == f"{pct_human(30.0)}/{pct_human(50.0)}"
+
+
+def test_state_log_packs_older_ticks_and_gives_them_back_unchanged():
+    """The console keeps 15 minutes of states for an incident bundle: packed in the background (a few KiB a
+    tick instead of ~2 KiB per engine as objects), and a bundle gets exactly the documents of the states."""
+    from infertop.state.recording import Packed, StateLog, documents
+
+    j, cols, clock = _joiner(8)
+    log = StateLog(None, refresh_s=1.0, keep_s=60)
+    states = []
+    for i in range(12):
+        for k, c in enumerate(cols):
+            _good(c, clock, running=i + k)
+        st = j.build()
+        states.append(st)
+        log.add(st.taken_at, st)
+        clock.advance(1.0)
+    log.close()  # the background thread has handled every queued tick
+    kept = log.window(60)
+    assert [ts for ts, _ in kept] == [s.taken_at for s in states]
+    assert all(isinstance(item, Packed) for _, item in kept)
+    assert sum(len(item.data) for _, item in kept) < sum(len(json.dumps(s.to_doc())) for s in states) / 4
+    assert [doc for _, doc in documents(kept)] == [s.to_doc() for s in states]
+
+
+def test_headless_recorder_log_does_not_pack():
+    from infertop.state.recording import Packed, StateLog
+
+    j, cols, clock = _joiner(1)
+    log = StateLog(None, refresh_s=1.0, keep_s=0)
+    st = j.build()
+    log.add(st.taken_at, st)
+    log.close()
+    assert not isinstance(log.window(60)[0][1], Packed)

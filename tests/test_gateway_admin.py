@@ -111,9 +111,20 @@ async def test_weights_file_is_reloaded_when_it_changes(gw, client, tmp_path):
 
 
 async def test_metrics_exposition(gw, client):
-    g, up = await gw()
+    g, up = await gw(caps={"a": 1})
     async with client.post(g.url + "/v1/completions", json={"prompt": "x"}, headers={"x-infertop-class": "realtime"}) as r:
         assert r.status == 200
+    up.hold = asyncio.Event()
+    held = [asyncio.create_task(client.post(g.url + "/v1/completions", json={"prompt": "x"},
+                                            headers={"x-infertop-tenant": t})) for t in ("t1", "t1", 'q"x')]
+    await wait_for(lambda: g.policy.queued == 2, what="two queued")
+    async with client.get(g.url + "/metrics") as r:
+        fair = {s.labels["fairness_id"]: s.value for f in text_string_to_metric_families(await r.text())
+                if f.name == "infertop_gateway_fairness_queue_size" for s in f.samples}
+    assert sum(fair.values()) == 2 and set(fair) <= {"t1", 'q"x'}
+    up.hold.set()
+    for t in held:
+        assert (await t).status == 200
     async with client.get(g.url + "/metrics") as r:
         text = await r.text()
     fams = {f.name: f for f in text_string_to_metric_families(text)}
@@ -122,10 +133,12 @@ async def test_metrics_exposition(gw, client):
                  "infertop_gateway_promotions", "infertop_gateway_class_weight", "infertop_gateway_class_priority",
                  "infertop_gateway_class_max_wait_seconds", "infertop_gateway_engine_in_flight",
                  "infertop_gateway_engine_cap", "infertop_gateway_engine_draining", "infertop_gateway_engine_up",
-                 "infertop_gateway_upstream_errors", "infertop_gateway_requests"):
+                 "infertop_gateway_upstream_errors", "infertop_gateway_requests",
+                 "infertop_gateway_fairness_queue_size"):
         assert name in fams, name
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in fams.values() for s in f.samples}
     assert samples[("infertop_gateway_queue_wait_seconds_count", (("class", "realtime"),))] == 1
+    assert samples[("infertop_gateway_queue_wait_seconds_count", (("class", "batch"),))] == 3
     assert samples[("infertop_gateway_dispatches_total", (("class", "realtime"), ("engine", "a")))] == 1
     assert samples[("infertop_gateway_requests_total", (("class", "realtime"), ("code", "200")))] == 1
     assert samples[("infertop_gateway_queue_size", (("class", "batch"), ("priority", "50")))] == 0
@@ -216,3 +229,18 @@ async def test_command_serves_and_never_prints_the_token(tmp_path):
         await up.stop()
     assert proc.returncode == 0
     assert b"very-secret-token" not in out + err
+
+
+async def test_failing_metrics_take_an_engine_out_only_while_it_answers_nothing(gw, client):
+    g, up = await gw()
+    e = g.policy.engines["a"]
+    up.metrics_status = 500
+    for _ in range(3):  # answering requests: /metrics failing does not make it down
+        async with client.post(g.url + "/v1/completions", json={"prompt": "x"}) as r:
+            assert r.status == 200
+    await wait_for(lambda: g.probes[0].failures >= 3, what="failed polls")
+    assert e.up
+    e.answered_at = float("-inf")  # as if its last answer were long ago
+    await wait_for(lambda: not e.up, what="the engine to be taken out")
+    up.metrics_status = 200
+    await wait_for(lambda: e.up, what="the engine to come back")

@@ -132,7 +132,8 @@ def test_read_cluster_shows_workloads_pods_nodes_hpas_events(emu, tmp_path):
 
 
 def test_one_refresh_is_six_lists_whatever_the_number_of_pods(emu, tmp_path):
-    """5 lists per namespace + 1 for nodes: no per-pod call, for 2 pods as for 50."""
+    """5 lists per namespace + 1 for nodes (+ 2 discovery calls for the absent autoscaler types):
+    no per-pod call, for 2 pods as for 50."""
     session = connect(emu, tmp_path)
     emu.add_deployment(NS, "vllm", replicas=2, gpu_per_pod=0)
     emu.reconcile()
@@ -144,12 +145,12 @@ def test_one_refresh_is_six_lists_whatever_the_number_of_pods(emu, tmp_path):
     emu.clear_requests()
     snap = read_cluster(session)
     assert len(snap.pods) == 50 and snap.workloads[0].ready == 50
-    assert emu.count_requests() == small == 6
+    assert emu.count_requests() == small == 8
     assert emu.count_requests("GET", f"/api/v1/namespaces/{NS}/pods") == 1
     assert {r.path for r in emu.requests} == {
         f"/apis/apps/v1/namespaces/{NS}/deployments", f"/apis/apps/v1/namespaces/{NS}/statefulsets",
         f"/api/v1/namespaces/{NS}/pods", f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers",
-        f"/api/v1/namespaces/{NS}/events", "/api/v1/nodes"}
+        f"/api/v1/namespaces/{NS}/events", "/api/v1/nodes", "/apis/keda.sh/v1alpha1", "/apis/llmd.ai/v1alpha1"}
     session.close()
 
 
@@ -164,7 +165,8 @@ def test_watcher_refresh_costs_no_api_call(live_emu, tmp_path):
         live_emu.wait_until(lambda: watcher.snapshot().workloads and watcher.snapshot().workloads[0].ready == 50)
         assert all(inf.lists == 1 for inf in watcher.informers)
         live_emu.wait_until(lambda: live_emu.count_requests(predicate=lambda r: r.query.get("watch") == "true") == 6)
-        assert live_emu.count_requests(predicate=lambda r: r.query.get("watch") != "true") == 6  # one list each
+        # one list each, and one discovery GET per (absent) autoscaler API group
+        assert live_emu.count_requests(predicate=lambda r: r.query.get("watch") != "true") == 6 + 2
         before = live_emu.count_requests()
         calls = session.calls
         snaps = [watcher.snapshot() for _ in range(20)]
@@ -383,7 +385,7 @@ def test_a_list_body_is_capped_while_reading(tmp_path, mode, expected):
         assert str(ei.value) == expected
         assert server.sent < 32 << 20  # it stopped reading: the server could only fill the socket buffers
         snap = read_cluster(session)  # a refused answer is that resource's error, not the whole read's
-        assert snap.errors[0] == f"deployments in {NS}: {expected}" and len(snap.errors) == 6
+        assert snap.errors[0] == f"deployments in {NS}: {expected}" and len(snap.errors) == 7  # + discovery
         # each connection was dropped, not handed to the next request half-read
         session.max_body_bytes = 64 << 20
         server.mode = "ok"
@@ -646,7 +648,7 @@ def test_snapshot_json_includes_the_cluster_when_a_context_is_configured(emu, tm
     doc = asyncio.run(collect_snapshot([], cfg, 0.0))
     cluster = json.loads(json.dumps(doc["cluster"], default=str))
     assert cluster["context"] == "lab" and cluster["namespaces"] == [NS, "kube-system"]
-    assert cluster["api_calls"] == 11  # 5 per namespace + nodes
+    assert cluster["api_calls"] == 13  # 5 per namespace + nodes + 2 discovery calls (no KEDA, no llm-d)
     vllm = next(w for w in cluster["workloads"] if w["name"] == "vllm")
     assert (vllm["desired"], vllm["ready"], vllm["rollout"]) == (2, 2, "complete")
     (hpa,) = cluster["hpas"]

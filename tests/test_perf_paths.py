@@ -204,6 +204,49 @@ async def test_a_wider_cell_widens_its_column_and_the_other_cells_update():
         assert t.columns["run"].content_width >= 9
 
 
+async def test_set_cells_re_renders_only_the_changed_cells_and_shows_them():
+    app = LinesApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        t = app.query_one(LeanTable)
+        for key in ("name", "run", "kv"):
+            t.add_column(key, key=key)
+        for name in ("a", "b", "c"):
+            t.add_row(name, "10", "50%", key=name)
+        await pilot.pause()
+        line_of = {name: 1 + i for i, name in enumerate("abc")}  # below the header
+        before = {name: "".join(seg.text for seg in t.render_line(y)) for name, y in line_of.items()}
+        cached = {k: t._cell_render_cache.get(k) for k in list(t._cell_render_cache.keys())}
+        t.set_cells("b", {"run": "11"})
+        await pilot.pause()
+        after = {name: "".join(seg.text for seg in t.render_line(y)) for name, y in line_of.items()}
+        assert after["b"] == before["b"].replace("10", "11", 1) and after["a"] == before["a"]
+        # every other cell kept its cached render (the same object); b's Run cell was rendered anew
+        for key, lines in cached.items():
+            now = t._cell_render_cache.get(key)
+            if (str(key[0].value), str(key[1].value)) == ("b", "run"):
+                assert now is not lines
+            else:
+                assert now is lines, key
+
+
+async def test_a_row_handed_to_another_engine_keeps_its_place_without_relayout():
+    app = LinesApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        t = app.query_one(LeanTable)
+        for key in ("name", "run"):
+            t.add_column(key, key=key)
+        for name in ("a", "b", "c"):
+            t.add_row(name, "1", key=name)
+        await pilot.pause()
+        t.rename_row("b", "z")
+        t.set_cells("z", {"name": "z", "run": "9"})
+        assert not app.screen._layout_required  # the table's size did not change
+        await pilot.pause()
+        assert [r.key.value for r in t.ordered_rows] == ["a", "z", "c"]
+        assert [str(c) for c in t.get_row("z")] == ["z", "9"]
+        assert "".join(seg.text for seg in t.render_line(2)).split()[:2] == ["z", "9"]
+
+
 # ----- the pane on view -------------------------------------------------------------------
 class Engine:
     def __init__(self, name: str, running: int) -> None:
@@ -295,3 +338,87 @@ async def test_the_app_observes_each_engine_as_it_is_polled(scripted):
     async with app.run_test(size=(120, 40)):
         await app.collector.poll_collector(app.collector.collectors[0])
         assert app.joiner._last_good["one"].running == 3  # kept before any tick
+
+
+# ----- the lean HTTP client of the engine polls -----------------------------------------------
+async def _raw_server(answers: list[bytes], close_after_each: bool):
+    """A loopback server answering each request with the next of ``answers`` (raw HTTP bytes)."""
+    import asyncio
+
+    served = {"connections": 0, "requests": 0}
+
+    async def handle(reader, writer):
+        served["connections"] += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                if not head:
+                    break
+                writer.write(answers[served["requests"] % len(answers)])
+                served["requests"] += 1
+                await writer.drain()
+                if close_after_each:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionResetError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", served
+
+
+async def test_lean_client_keeps_the_connection_and_reads_every_framing():
+    from infertop.sources.http_client import LeanHttpClient
+
+    answers = [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+               b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n",
+               b"HTTP/1.1 503 Busy\r\nContent-Length: 4\r\n\r\nbusy"]
+    server, url, served = await _raw_server(answers, close_after_each=False)
+    client = LeanHttpClient()
+    try:
+        assert await client.get(url + "/metrics", 100) == (200, b"hello")
+        assert await client.get(url + "/metrics", 100) == (200, b"abcde")
+        assert client.opened == 1 and served["connections"] == 1  # kept alive
+        assert await client.get(url + "/health", 100, any_status=True) == (503, b"")
+    finally:
+        await client.aclose()
+        server.close()
+
+
+async def test_lean_client_retries_once_on_a_connection_the_server_closed():
+    from infertop.sources.http_client import LeanHttpClient
+
+    # Answers without "Connection: close", then hangs up: the idle connection is dead.
+    server, url, served = await _raw_server([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"], close_after_each=True)
+    client = LeanHttpClient()
+    try:
+        for _ in range(3):
+            assert await client.get(url + "/metrics", 100) == (200, b"ok")
+        assert served["requests"] == 3 and client.opened == 3
+    finally:
+        await client.aclose()
+        server.close()
+
+
+async def test_lean_client_bounds_and_errors_are_one_line():
+    import pytest
+
+    from infertop.sources.http_client import HttpError, LeanHttpClient
+
+    answers = [b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + b"x" * 5000,
+               b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"400\r\n" + b"y" * 1024 + b"\r\n" * 1 + b"0\r\n\r\n",
+               b"garbage\r\n\r\n"]
+    server, url, _ = await _raw_server(answers, close_after_each=False)
+    client = LeanHttpClient()
+    try:
+        with pytest.raises(HttpError, match=r"^response too large \(5 KiB, limit 1 KiB\)$"):
+            await client.get(url, 1000)
+        with pytest.raises(HttpError, match=r"^response too large \(> 1 KiB\)$"):
+            await client.get(url, 1000)
+        with pytest.raises(HttpError, match="^bad HTTP response$"):
+            await client.get(url, 1000)
+    finally:
+        await client.aclose()
+        server.close()
+    with pytest.raises(HttpError, match="^connection refused$"):
+        await LeanHttpClient().get("http://127.0.0.1:9/metrics", 100)

@@ -215,7 +215,7 @@ async def test_inference_objective_priority_against_the_emulator(kube_emulator, 
     if not permitted:
         emu.set_rules([(["get", "list", "watch"], "*", "*")])
     if installed:
-        emu.install_crd("inferenceobjectives")
+        emu.install("InferenceObjective")
         emu.create({"apiVersion": "inference.networking.x-k8s.io/v1alpha2", "kind": "InferenceObjective",
                     "metadata": {"name": "interactive", "namespace": NS},
                     "spec": {"priority": 10, "poolRef": {"name": "pool"}}})

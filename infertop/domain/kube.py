@@ -117,6 +117,29 @@ class MetricView:
 
 
 @dataclass(frozen=True)
+class ScalingPolicyView:
+    type: str  # Pods or Percent
+    value: int
+    period_s: int
+
+
+@dataclass(frozen=True)
+class ScalingRulesView:
+    """One direction of an HPA's ``spec.behavior``; None fields: the controller's default."""
+
+    stabilization_window_s: int | None = None  # default: 0 up, 300 down
+    select_policy: str | None = None  # Max (default), Min, Disabled
+    policies: tuple[ScalingPolicyView, ...] = ()
+    tolerance: float | None = None  # per-direction tolerance (alpha in 1.33); default 0.1
+
+
+@dataclass(frozen=True)
+class HpaBehaviorView:
+    scale_up: ScalingRulesView | None = None
+    scale_down: ScalingRulesView | None = None
+
+
+@dataclass(frozen=True)
 class HpaView:
     namespace: str
     name: str
@@ -130,6 +153,9 @@ class HpaView:
     conditions: tuple[KubeCondition, ...] = ()
     last_scale_time: str | None = None
     resource_version: str = ""
+    behavior: HpaBehaviorView | None = None  # None: no spec.behavior (the controller's defaults)
+    owner_kind: str | None = None  # ScaledObject when KEDA made this HPA
+    owner_name: str | None = None
 
     @property
     def key(self) -> str:
@@ -202,6 +228,77 @@ class EventView:
 
 
 @dataclass(frozen=True)
+class TriggerView:
+    """One KEDA trigger: its type (prometheus, cpu, …), its metadata and its health."""
+
+    type: str
+    name: str = ""
+    metric_type: str = ""  # AverageValue, Value, Utilization
+    metadata: dict[str, str] = field(default_factory=dict)  # query, threshold, serverAddress, … (no secrets)
+    health: str | None = None  # Happy, Failing (status.health[metric].status)
+    failures: int | None = None  # status.health[metric].numberOfFailures
+
+
+@dataclass(frozen=True)
+class ScaledObjectView:
+    """A KEDA ScaledObject (keda.sh/v1alpha1)."""
+
+    namespace: str
+    name: str
+    target_kind: str
+    target_name: str
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    polling_interval_s: int | None = None
+    cooldown_period_s: int | None = None
+    triggers: tuple[TriggerView, ...] = ()
+    hpa_name: str | None = None  # the HPA KEDA made and owns (status.hpaName)
+    conditions: tuple[KubeCondition, ...] = ()
+    paused: bool = False  # autoscaling.keda.sh/paused(-replicas) annotation
+    paused_replicas: int | None = None
+    fallback_replicas: int | None = None
+    fallback_failure_threshold: int | None = None
+    last_active_time: str | None = None
+    external_metric_names: tuple[str, ...] = ()
+    resource_version: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def condition(self, ctype: str) -> KubeCondition | None:
+        return next((c for c in self.conditions if c.type == ctype), None)
+
+
+@dataclass(frozen=True)
+class VariantAutoscalerView:
+    """An llm-d workload variant autoscaler (VariantAutoscaling, llmd.ai/v1alpha1)."""
+
+    namespace: str
+    name: str
+    target_kind: str
+    target_name: str
+    model_id: str = ""
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    current_replicas: int | None = None  # status.currentAlloc.numReplicas
+    desired_replicas: int | None = None  # status.desiredOptimizedAlloc.numReplicas
+    accelerator: str | None = None
+    last_run_time: str | None = None
+    applied: bool | None = None  # status.actuation.applied
+    conditions: tuple[KubeCondition, ...] = ()
+    metric_desired_replicas: float | None = None  # wva_desired_replicas, when a metrics source is configured
+    resource_version: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def condition(self, ctype: str) -> KubeCondition | None:
+        return next((c for c in self.conditions if c.type == ctype), None)
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     """Everything the Cluster pane shows, read at ``taken_at`` (epoch seconds)."""
 
@@ -215,6 +312,8 @@ class ClusterSnapshot:
     nodes: tuple[NodeView, ...] = ()
     hpas: tuple[HpaView, ...] = ()
     events: tuple[EventView, ...] = ()
+    scaled_objects: tuple[ScaledObjectView, ...] = ()  # KEDA, when its resource type exists
+    variant_autoscalers: tuple[VariantAutoscalerView, ...] = ()  # llm-d WVA, when its resource type exists
     errors: tuple[str, ...] = ()  # "nodes: forbidden …" — what could not be read
     synced: bool = True  # False until every resource was read once
     stale_since: float | None = None  # reads failing since (epoch s): the objects are the last ones read
@@ -286,6 +385,8 @@ class ClusterSnapshot:
             "pods": [pod(p) for p in self.pods],
             "nodes": [node(n) for n in self.nodes],
             "events": [asdict(e) for e in sort_events(list(self.events))[:50]],
+            "scaled_objects": [asdict(o) for o in self.scaled_objects],
+            "variant_autoscalers": [asdict(o) for o in self.variant_autoscalers],
             "errors": list(self.errors),
             "stale_since": self.stale_since,
             "stale_error": self.stale_error,

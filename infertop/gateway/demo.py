@@ -4,7 +4,8 @@ engines and the load generator sending mixed classes through it.
 :func:`start_demo_gateway` starts it and returns its URLs once it listens; the child
 prints ``gateway URL admin URL`` and stops when its parent dies. Caps are kept small
 (``DEMO_CAP`` per engine) so the classes queue in the gateway and a weight change
-visibly moves the shares; the load is a few dozen closed-loop clients (light on CPU).
+visibly moves the shares; the load is a few dozen closed-loop clients (light on CPU),
+and a demo of more than ``DEMO_ENGINES_MAX`` engines puts only the first ones behind it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 TOKEN_ENV = "INFERTOP_DEMO_GATEWAY_TOKEN"
 DEMO_CAP = 3
+DEMO_ENGINES_MAX = 6  # a bigger demo fleet: the gateway fronts the first six (its load stays ~60 clients)
 
 
 @dataclass
@@ -44,7 +46,7 @@ def start_demo_gateway(engine_urls: list[str], *, timeout_s: float = 30.0) -> De
     token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(24)
     os.environ[TOKEN_ENV] = token
     cmd = [sys.executable, "-m", "infertop.gateway.demo"]
-    for url in engine_urls:
+    for url in engine_urls[:DEMO_ENGINES_MAX]:
         cmd += ["--engine", url]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                             text=True, env={**os.environ, TOKEN_ENV: token}, start_new_session=True)

@@ -13,6 +13,7 @@ from .policy import Policy
 
 WAIT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                   120.0, 300.0)
+FAIRNESS_SERIES_MAX = 20  # fairness ids come from clients: bound the series
 _LE = tuple(repr(b) for b in WAIT_BUCKETS_S) + ("+Inf",)
 
 
@@ -78,6 +79,12 @@ class GatewayMetrics:
         family("infertop_gateway_queue_size", "gauge", "Requests waiting in the gateway")
         for c in classes:
             add(f'infertop_gateway_queue_size{{class="{_esc(c.name)}",priority="{c.priority}"}} {c.queued}\n')
+        family("infertop_gateway_fairness_queue_size", "gauge",
+               f"Requests waiting per fairness id (the {FAIRNESS_SERIES_MAX} longest queues of each class)")
+        for c in classes:
+            flows = sorted(((len(q), fid) for fid, q in c.flows.items() if fid), reverse=True)
+            for n, fid in flows[:FAIRNESS_SERIES_MAX]:
+                add(f'infertop_gateway_fairness_queue_size{{class="{_esc(c.name)}",fairness_id="{_esc(fid)}"}} {n}\n')
         family("infertop_gateway_queue_oldest_wait_seconds", "gauge", "Wait of the oldest queued request (0 when empty)")
         for c in classes:
             add(f'infertop_gateway_queue_oldest_wait_seconds{{class="{_esc(c.name)}"}} {c.oldest_wait_s(now):.6f}\n')

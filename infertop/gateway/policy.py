@@ -47,6 +47,7 @@ class Pending:
     entered_at: float = 0.0  # when it entered its current class
     excluded: set[str] = field(default_factory=set)  # engines that failed it before it started
     resets: set[str] = field(default_factory=set)  # engines whose connection dropped it once (retried there)
+    attempts: int = 0  # failed tries before it started
     cancelled: bool = False
     queued: bool = False
     dispatched_cls: str | None = None  # the class it was dispatched from (for reserved-slot accounting)
@@ -114,6 +115,7 @@ class EngineState:
     vllm_waiting: float | None = None
     priority_scheduling: bool | None = None
     dispatches: int = 0
+    answered_at: float = float("-inf")  # when it last answered a proxied request (headers, status < 500)
 
     def as_dict(self) -> dict:
         return {"name": self.name, "url": self.url, "cap": self.cap, "in_flight": self.in_flight,

@@ -17,12 +17,14 @@ upstream request (the connection to the engine is closed).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sys
 from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from .metrics import GatewayMetrics
 from .policy import EngineState, Pending, Policy, vllm_priority
@@ -31,6 +33,7 @@ CLASS_HEADERS = ("x-gateway-inference-objective", "x-infertop-class")
 FAIRNESS_HEADERS = ("x-gateway-inference-fairness-id", "x-infertop-tenant")
 _PASS_HEADERS = ("Content-Type", "Cache-Control")  # from the engine's answer to the client
 _PRIORITY_REFUSED = b"priority scheduling is not enabled"
+MAX_ATTEMPTS = 3  # tries of one request on engines that failed it before it started
 
 
 def error_body(status: int, message: str, typ: str = "invalid_request_error") -> bytes:
@@ -40,6 +43,12 @@ def error_body(status: int, message: str, typ: str = "invalid_request_error") ->
 
 def json_error(status: int, message: str, typ: str = "invalid_request_error") -> web.Response:
     return web.Response(status=status, body=error_body(status, message, typ), content_type="application/json")
+
+
+class _PassThrough(web.StreamResponse):
+    """A streamed answer whose headers leave with its first chunk (one write, not two)."""
+
+    _send_headers_immediately = False
 
 
 class _NotStarted(Exception):
@@ -53,6 +62,11 @@ class _NotStarted(Exception):
 class EngineOptions:
     timeout_s: float = 300.0
     connect_timeout_s: float = 2.0
+
+    @functools.cached_property
+    def client_timeout(self) -> aiohttp.ClientTimeout:
+        """No total limit (a long stream is fine); the engine must connect, and never go silent, for long."""
+        return aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s, sock_read=self.timeout_s)
 
 
 @dataclass
@@ -76,6 +90,8 @@ class Gateway:
         self.session: aiohttp.ClientSession | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._urls: dict[tuple[str, str], URL] = {}
         self.app = web.Application(client_max_size=state.max_body_bytes)
         self.app.router.add_post("/v1/completions", self.completions)
         self.app.router.add_post("/v1/chat/completions", self.completions)
@@ -85,11 +101,11 @@ class Gateway:
         self.app.on_startup.append(self._start)
         self.app.on_cleanup.append(self._stop)
 
-    @staticmethod
-    def now() -> float:
-        return asyncio.get_running_loop().time()
+    def now(self) -> float:
+        return (self._loop or asyncio.get_running_loop()).time()
 
     async def _start(self, app: web.Application) -> None:
+        self._loop = asyncio.get_running_loop()  # kept: looking it up costs a getpid() call each time
         if self.session is None:
             # no pool limit: the policy's caps bound what goes to each engine
             self.session = aiohttp.ClientSession(
@@ -123,7 +139,7 @@ class Gateway:
             if self._timer is not None:
                 self._timer.cancel()
             self._timer_at = wake
-            self._timer = asyncio.get_running_loop().call_at(wake + 0.0005, self._on_timer)
+            self._timer = (self._loop or asyncio.get_running_loop()).call_at(wake + 0.0005, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer, self._timer_at = None, None
@@ -187,7 +203,7 @@ class Gateway:
         if not isinstance(doc, dict):
             self.metrics.answered(cls, 400)
             return json_error(400, "Invalid JSON body: expected a JSON object")
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         p = Pending(origin=cls, fairness_id=fid, arrived_at=loop.time(), token=loop.create_future())
         pol = self.policy
         if not pol.can_route(p):
@@ -214,13 +230,21 @@ class Gateway:
                     # a dropped keep-alive connection is retried once on the same engine
                     exclude = ns.code != "reset" or engine.name in p.resets
                     p.resets.add(engine.name)
+                    p.attempts += 1
                     again = pol.requeue(p, engine.name, loop.time(), exclude=exclude)
+                    if not again and ns.code != "connect" and p.attempts < MAX_ATTEMPTS:
+                        # no other engine: a transient failure (timeout, 5xx) is retried where it was
+                        p.excluded.discard(engine.name)
+                        again = pol.requeue(p, engine.name, loop.time(), exclude=False)
                     p.token = loop.create_future()
                     if not again:
                         code = 502
                         return json_error(502, f"the request failed on every engine that could take it "
                                                f"(last: {engine.name}: {ns.code})", "upstream_error")
-                    self.engines_changed() if not engine.up else self.pump()
+                    if engine.up:
+                        self.pump()
+                    else:
+                        self.engines_changed()  # queued requests only it could take get their 502
         except asyncio.CancelledError:
             fut = p.token
             if p.queued:
@@ -231,6 +255,14 @@ class Gateway:
             raise
         finally:
             self.metrics.answered(cls, code)
+
+    def _url(self, engine: EngineState, path: str) -> URL:
+        """The engine's URL for ``path``, parsed once (aiohttp would parse a string per request)."""
+        key = (engine.url, path)
+        url = self._urls.get(key)
+        if url is None:
+            url = self._urls[key] = URL(engine.url + path)
+        return url
 
     def _payload(self, engine: EngineState, body: bytes, doc: dict, p: Pending) -> bytes:
         if engine.priority_scheduling is False:
@@ -248,7 +280,7 @@ class Gateway:
         """Send to ``engine`` and stream its answer back. Raises _NotStarted to re-queue."""
         pol = self.policy
         opts = self.state.options.get(engine.name) or EngineOptions()
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=opts.connect_timeout_s, sock_read=opts.timeout_s)
+        timeout = opts.client_timeout
         headers = {"Content-Type": "application/json"}
         auth = request.headers.get("Authorization")
         if auth:
@@ -258,8 +290,8 @@ class Gateway:
             while True:
                 payload = self._payload(engine, body, doc, p)
                 try:
-                    resp = await self.session.post(engine.url + request.path, data=payload, headers=headers,
-                                                   timeout=timeout)
+                    resp = await self.session.post(self._url(engine, request.path), data=payload,
+                                                   headers=headers, timeout=timeout)
                 except aiohttp.ConnectionTimeoutError:
                     raise _NotStarted("timeout") from None
                 except asyncio.TimeoutError:
@@ -281,6 +313,7 @@ class Gateway:
             if resp.status >= 500:
                 resp.close()
                 raise _NotStarted(str(resp.status))
+            engine.answered_at = self.now()
             if engine.priority_scheduling is None and payload is not body and resp.status < 300:
                 engine.priority_scheduling = True
             if resp.status >= 400:
@@ -292,7 +325,7 @@ class Gateway:
 
     async def _stream(self, request: web.Request, engine: EngineState, resp: aiohttp.ClientResponse,
                       opts: EngineOptions) -> web.StreamResponse:
-        out = web.StreamResponse(status=resp.status, reason=resp.reason)
+        out = _PassThrough(status=resp.status, reason=resp.reason)
         for key in _PASS_HEADERS:
             v = resp.headers.get(key)
             if v is not None:
@@ -303,10 +336,16 @@ class Gateway:
         done = False
         try:
             await out.prepare(request)
-            async for chunk in resp.content.iter_any():
+            content = resp.content
+            async for chunk in content.iter_any():
+                if content.is_eof():  # the last chunk: it and the end of the answer in one write
+                    done = True
+                    await out.write_eof(chunk)
+                    break
                 await out.write(chunk)
-            done = True
-            await out.write_eof()
+            else:
+                done = True
+                await out.write_eof()
         except asyncio.TimeoutError:
             self.metrics.upstream_error(engine.name, "timeout")
             out.force_close()

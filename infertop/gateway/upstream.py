@@ -1,5 +1,10 @@
 """Polling each engine's ``/metrics`` (~1 s): up/down, KV-cache % and vLLM's waiting queue,
-with the project's exposition parser and vLLM name table (no parser of its own)."""
+with the project's exposition parser and vLLM name table (no parser of its own).
+
+An engine is down when its port refuses connections, or when /metrics fails twice in a
+row while no proxied request has had an answer from it for ``ANSWERING_S`` — an engine
+too busy to serve /metrics in time but still answering requests is not taken out.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from .policy import EngineState
 
 MAX_METRICS_BYTES = 8 * 1024 * 1024
 DOWN_AFTER_FAILURES = 2  # a slow scrape under load is not an outage; a refused connection is
+ANSWERING_S = 5.0  # an engine that answered a proxied request this recently stays up whatever /metrics does
 
 
 class EngineProbe:
@@ -50,7 +56,8 @@ class EngineProbe:
     def _failed(self, why: str, *, at_once: bool = False) -> None:
         self.failures += 1
         self.last_error = why
-        if at_once or self.failures >= DOWN_AFTER_FAILURES:
+        answering = asyncio.get_running_loop().time() - self.engine.answered_at < ANSWERING_S
+        if at_once or (self.failures >= DOWN_AFTER_FAILURES and not answering):
             self.engine.up = False
             self.engine.kv_cache_pct = self.engine.vllm_waiting = None
 

@@ -27,7 +27,7 @@ from .dcgm import SimGpu, render_dcgm
 from .load import LOAD_MODES, LoadGenerator
 from .metrics import HttpStats, render_metrics
 from .model import DEFAULT_EPOCH_S, EngineConfig, EngineModel, SimRequest
-from .server import FAULTS, DcgmServer, SimEngine
+from .server import FAULTS, DcgmServer, FleetServer, SimEngine
 
 __all__ = [
     "SimCluster",
@@ -87,6 +87,11 @@ class SimCluster:
     warmup_s:
         Virtual seconds simulated (fast) in :meth:`start` before serving, so
         counters and histograms already have history.
+    shared_port:
+        None: every engine listens on its own port. A port (0: ephemeral):
+        every engine is served by one :class:`FleetServer` under
+        ``/engine/<i>`` on that port, its ``/metrics`` rendered at most once
+        per ``metrics_cache_s`` — hundreds of engines for a real Prometheus.
     engine_overrides:
         Per-engine dicts of :class:`EngineConfig` fields, e.g.
         ``[{"num_gpu_blocks": 2048}, {}]``.
@@ -124,6 +129,8 @@ class SimCluster:
         epoch_s: float | None = None,
         http_metrics: bool = True,
         process_metrics: bool = True,
+        shared_port: int | None = None,
+        metrics_cache_s: float = 1.0,
     ) -> None:
         if n_engines < 1:
             raise ValueError("n_engines must be >= 1")
@@ -171,6 +178,10 @@ class SimCluster:
             dcgm_port = (base_port + n_engines) if base_port else 0
         self.dcgm: DcgmServer | None = (
             DcgmServer(self.engines, host=host, port=dcgm_port, hostname_label=hostname_label) if dcgm else None)
+        # shared_port: every engine on one port, by path (FleetServer), instead of a port each
+        self.fleet: FleetServer | None = (FleetServer(self.engines, host=host, port=shared_port,
+                                                      cache_s=metrics_cache_s, hostname_label=hostname_label)
+                                          if shared_port is not None else None)
         self._stop = threading.Event()
         self._driver: threading.Thread | None = None
         self._started = False
@@ -212,6 +223,8 @@ class SimCluster:
         if self.warmup_s > 0:
             self.advance(self.warmup_s, tick=0.25)
         try:
+            if self.fleet is not None:
+                self.fleet.start()
             for e in self.engines:
                 e.start()
             if self.dcgm is not None:
@@ -234,6 +247,8 @@ class SimCluster:
             self._driver = None
         for e in self.engines:
             e.stop()
+        if self.fleet is not None:
+            self.fleet.stop()
         if self.dcgm is not None:
             self.dcgm.stop()
         self._started = False

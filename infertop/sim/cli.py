@@ -11,6 +11,21 @@ from stdout::
 
 With ``--print-urls`` the lines are the bare URLs (engines first, the dcgm
 URL last), then ``ready``.
+
+For hundreds of engines behind a real Prometheus::
+
+    infertop sim --engines 500 --shared-port 0 --file-sd targets.json --kubernetes-labels --lean
+
+serves every engine on one port by path (``http://HOST:P/engine/<i>``, its
+``/metrics`` rendered at most once a second) and writes the file_sd targets
+(one per engine, with pod / namespace / instance labels) before ``ready``.
+
+With ``--kube-port P`` it also serves a Kubernetes API (the emulator in
+``infertop.sim.kube``) whose Deployment's pods are the engines, writes a
+kubeconfig (context ``infertop-demo``; ``--kubeconfig F``) and prints, before
+``ready``::
+
+    kube http://127.0.0.1:P kubeconfig=F context=infertop-demo namespace=inference
 """
 
 from __future__ import annotations
@@ -42,7 +57,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall-clock second")
     p.add_argument("--warmup", type=float, default=0.0, metavar="S",
                    help="simulate S seconds of history before serving")
+    fleet = p.add_argument_group("many engines (for a Prometheus scraping them)")
+    fleet.add_argument("--shared-port", type=int, default=None, metavar="P",
+                       help="serve every engine on ONE port by path (/engine/<i>/metrics …; 0: ephemeral) "
+                            "instead of a port each — cheap enough for 500 engines")
+    fleet.add_argument("--file-sd", metavar="FILE",
+                       help="write a Prometheus file_sd targets file (JSON) listing every engine, "
+                            "with pod/namespace/instance labels (needs --shared-port)")
+    fleet.add_argument("--metrics-cache", type=float, default=None, metavar="S",
+                       help="render each engine's /metrics at most every S seconds (default: 1 with "
+                            "--shared-port, else 0)")
+    fleet.add_argument("--tick", type=float, default=None, metavar="S",
+                       help="simulation step in seconds (default 0.05; 0.25 with --shared-port)")
+    fleet.add_argument("--lean", action="store_true",
+                       help="leave out the HTTP-server and process metric families (smaller documents)")
+    p.add_argument("--kube-port", type=int, default=None, metavar="P",
+                   help="also serve a Kubernetes API on 127.0.0.1:P (0: any free port) whose Deployment's pods "
+                        "are the engines, with an HPA, GPU nodes and events")
+    p.add_argument("--kubeconfig", default=None, metavar="F",
+                   help="where --kube-port writes its kubeconfig (default: <state dir>/sim/kubeconfig)")
+    p.add_argument("--kube-replicas", type=int, default=None, metavar="N",
+                   help="the Deployment's starting replicas (default: every engine)")
     return p
+
+
+def _write_file_sd(path: str, groups: list) -> None:
+    """Atomically: Prometheus re-reads the file when it changes and must never see half of it."""
+    import json
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".file_sd-", dir=folder)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(groups, fh, indent=1)
+    os.replace(tmp, path)
 
 
 def main(argv: list[str]) -> int:
@@ -52,6 +100,25 @@ def main(argv: list[str]) -> int:
         return 2
     if args.max_num_seqs < 1:
         print("infertop sim: --max-num-seqs must be at least 1", file=sys.stderr)
+        return 2
+    if args.file_sd and args.shared_port is None:
+        print("infertop sim: --file-sd needs --shared-port", file=sys.stderr)
+        return 2
+    if args.shared_port is not None and not 0 <= args.shared_port <= 65535:
+        print("infertop sim: --shared-port must be 0..65535", file=sys.stderr)
+        return 2
+    for flag, value in (("--metrics-cache", args.metrics_cache), ("--tick", args.tick)):
+        if value is not None and not (0 <= value <= 60 and (flag != "--tick" or value > 0)):
+            print(f"infertop sim: {flag} must be {'> 0' if flag == '--tick' else '>= 0'} and <= 60", file=sys.stderr)
+            return 2
+    shared = args.shared_port is not None
+    extra = {"shared_port": args.shared_port,
+             "metrics_cache_s": args.metrics_cache if args.metrics_cache is not None else (1.0 if shared else 0.0),
+             "tick_s": args.tick if args.tick is not None else (0.25 if shared else 0.05)}
+    if args.lean:
+        extra.update(http_metrics=False, process_metrics=False)
+    if args.kube_port is not None and not 0 <= args.kube_port <= 65535:
+        print("infertop sim: --kube-port must be 0..65535", file=sys.stderr)
         return 2
     from . import SimCluster
 
@@ -68,12 +135,24 @@ def main(argv: list[str]) -> int:
             cluster = SimCluster(args.engines, seed=args.seed, base_port=args.base_port,
                                  max_num_seqs=args.max_num_seqs, metrics_version="v0" if args.v0 else "v1",
                                  kubernetes_labels=args.kubernetes_labels,
-                                 load=args.load, speed=args.speed, warmup_s=args.warmup)
+                                 load=args.load, speed=args.speed, warmup_s=args.warmup, **extra)
             cluster.start()
+            if args.file_sd:
+                _write_file_sd(args.file_sd, cluster.fleet.file_sd())
         except OSError as e:
-            print(f"infertop sim: cannot listen: {e}", file=sys.stderr)
+            print(f"infertop sim: cannot listen or write: {e}", file=sys.stderr)
             return 1
+        kube = None
         try:
+            if args.kube_port is not None:
+                from .kube.cluster import SimKube
+
+                try:
+                    kube = SimKube(cluster, port=args.kube_port, replicas=args.kube_replicas).start()
+                except OSError as e:
+                    print(f"infertop sim: cannot listen on the Kubernetes port: {e}", file=sys.stderr)
+                    return 1
+                kube.wait_bound()
             out = sys.stdout
             for e in cluster.engines:
                 if args.print_urls:
@@ -83,6 +162,11 @@ def main(argv: list[str]) -> int:
                     out.write(f"engine {e.index} {e.url} model={e.model} max_num_seqs={e.max_num_seqs}{pod}\n")
             if cluster.dcgm_url:
                 out.write((cluster.dcgm_url if args.print_urls else f"dcgm {cluster.dcgm_url}") + "\n")
+            if args.file_sd and not args.print_urls:
+                out.write(f"file_sd {args.file_sd}\n")
+            if kube is not None:
+                path = kube.write_kubeconfig(args.kubeconfig or _default_kubeconfig())
+                out.write(f"kube {kube.url} kubeconfig={path} context={DEMO_CONTEXT} namespace={kube.namespace}\n")
             out.write("ready\n")
             out.flush()
             parent = os.getppid()
@@ -90,11 +174,22 @@ def main(argv: list[str]) -> int:
                 if args.exit_with_parent and os.getppid() != parent:
                     break  # re-parented: infertop died without stopping us
         finally:
+            if kube is not None:
+                kube.stop()
             cluster.stop()
     finally:
         for s, h in old.items():
             signal.signal(s, h)
     return 0
+
+
+def _default_kubeconfig():
+    from ..config import default_state_dir
+
+    return default_state_dir() / "sim" / "kubeconfig"
+
+
+DEMO_CONTEXT = "infertop-demo"
 
 
 if __name__ == "__main__":  # pragma: no cover

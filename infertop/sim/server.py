@@ -45,7 +45,7 @@ from .openai_api import _OpenAIHandler, approx_tokens
 # HTTP plumbing (http_base), the completions endpoints (openai_api) and the
 # fault bodies (faults) live in sibling modules; their public names are
 # re-exported here.
-__all__ = ["SimEngine", "DcgmServer", "FAULTS", "VLLM_VERSION", "approx_tokens", "HUGE_BODY_BYTES",
+__all__ = ["SimEngine", "DcgmServer", "FleetServer", "FAULTS", "VLLM_VERSION", "approx_tokens", "HUGE_BODY_BYTES",
            "HUGE_LABEL_COUNT"]
 
 VLLM_VERSION = "0.32.0"
@@ -161,6 +161,12 @@ class SimEngine:
         self.model_created = int(time.time())
         #: False after :meth:`kill` (process gone) until :meth:`revive`.
         self.alive = True
+        #: Served by a :class:`FleetServer` under this URL (no port of its own) when set.
+        self.shared_url: str | None = None
+        #: A rendered ``/metrics`` is reused for this many seconds (0: rendered on every request):
+        #: 500 engines scraped by Prometheus then cost one render per engine per interval.
+        self.metrics_cache_s = 0.0
+        self._cached: tuple[float, str] | None = None
 
     # properties used by the CLI, the demo and tests
     @property
@@ -169,6 +175,8 @@ class SimEngine:
 
     @property
     def url(self) -> str:
+        if self.shared_url is not None:
+            return self.shared_url
         return f"http://{self.host}:{self.port}"
 
     @property
@@ -199,7 +207,7 @@ class SimEngine:
     # lifecycle
     def start(self) -> SimEngine:
         self._listener.stopping.clear()
-        if self._fault != "down":
+        if self._fault != "down" and self.shared_url is None:
             self._listener.open()
         return self
 
@@ -218,6 +226,8 @@ class SimEngine:
                 self._hang_release.set()
             if fault == "hang" and old != "hang":
                 self._hang_release = threading.Event()
+            if self.shared_url is not None:
+                return  # a FleetServer answers 503 for a "down" engine (its port stays open for the others)
             if fault == "down" and old != "down":
                 self._listener.close()
             elif old == "down" and fault != "down" and not self._listener.stopping.is_set():
@@ -277,9 +287,18 @@ class SimEngine:
         self.set_fault(None)
 
     def render_metrics(self) -> str:
+        cache_s = self.metrics_cache_s
+        if cache_s > 0:
+            got = self._cached
+            now = time.monotonic()
+            if got is not None and now - got[0] < cache_s:
+                return got[1]
         with self.lock:
-            return render_metrics(self.core, http_stats=self.http_stats if self.http_metrics else None,
+            text = render_metrics(self.core, http_stats=self.http_stats if self.http_metrics else None,
                                   process_metrics=self.process_metrics)
+        if cache_s > 0:
+            self._cached = (time.monotonic(), text)
+        return text
 
     def render_dcgm(self) -> str:
         with self.lock:
@@ -353,3 +372,105 @@ class DcgmServer:
     def stop(self) -> None:
         self._listener.stopping.set()
         self._listener.close()
+
+
+# ---------------------------------------------------------------------------
+# Many engines behind one port (for a Prometheus scraping hundreds of them)
+
+
+class _FleetHandler(_EngineHandler):
+    """``/engine/<i>/…`` is engine *i*'s whole API (``/engine/3/metrics``, ``/engine/3/v1/completions``);
+    ``/dcgm/metrics`` is every GPU."""
+
+    _engine: SimEngine | None = None
+
+    def _sim(self) -> SimEngine:
+        assert self._engine is not None
+        return self._engine
+
+    def _route(self) -> bool:
+        """Pick the engine and strip its prefix; False when the request was answered here."""
+        fleet: FleetServer = self.server.sim  # type: ignore[attr-defined]
+        path = self.path
+        if path.split("?", 1)[0] == "/dcgm/metrics":
+            self._send(200, fleet.render_dcgm().encode(), _dcgm.CONTENT_TYPE)
+            return False
+        parts = path.split("/", 3)  # "", "engine", "<i>", rest
+        engine = None
+        if len(parts) >= 3 and parts[1] == "engine" and parts[2].isdigit():
+            i = int(parts[2])
+            engine = fleet.engines[i] if i < len(fleet.engines) else None
+        if engine is None:
+            self._send_json(404, {"detail": "Not Found"})
+            return False
+        if engine.fault == "down":  # its process is gone: Prometheus records up == 0
+            self._send(503, b"engine down", "text/plain; charset=utf-8")
+            return False
+        self._engine = engine
+        self.path = "/" + (parts[3] if len(parts) > 3 else "")
+        return True
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self._route():
+            super().do_GET()
+
+    def do_POST(self) -> None:  # noqa: N802
+        if self._route():
+            super().do_POST()
+
+    do_HEAD = do_GET  # noqa: N815
+
+
+class FleetServer:
+    """Every engine of a fleet on ONE port, by path: engine *i* is ``http://HOST:PORT/engine/i``.
+
+    Prometheus scrapes each as its own target (``__metrics_path__`` =
+    ``/engine/i/metrics``, see :meth:`file_sd`); each engine's ``/metrics``
+    is rendered at most once per ``cache_s``.
+    """
+
+    def __init__(self, engines: list[SimEngine], *, host: str = "127.0.0.1", port: int = 0, cache_s: float = 1.0,
+                 hostname_label: str = "Hostname") -> None:
+        self.engines = engines
+        self.host = host
+        self.hostname_label = hostname_label
+        self.cache_s = cache_s
+        self._listener = _Listener(_FleetHandler, host, port, self)
+
+    @property
+    def port(self) -> int:
+        return self._listener.port
+
+    def engine_url(self, i: int) -> str:
+        return f"http://{self.host}:{self.port}/engine/{i}"
+
+    @property
+    def dcgm_url(self) -> str:
+        return f"http://{self.host}:{self.port}/dcgm/metrics"
+
+    def render_dcgm(self) -> str:
+        return render_dcgm([e.gpu for e in self.engines], hostname_label=self.hostname_label)
+
+    def start(self) -> FleetServer:
+        self._listener.stopping.clear()
+        self._listener.open()
+        for i, e in enumerate(self.engines):
+            e.shared_url = self.engine_url(i)
+            e.metrics_cache_s = self.cache_s
+        return self
+
+    def stop(self) -> None:
+        self._listener.stopping.set()
+        self._listener.close()
+
+    def file_sd(self, namespace: str = "inference") -> list[dict]:
+        """Prometheus ``file_sd_configs`` target groups: one per engine, with the labels a
+        Kubernetes service discovery would give (``instance`` = the engine's base URL, pod, namespace)."""
+        groups = []
+        addr = f"{self.host}:{self.port}"
+        for i, e in enumerate(self.engines):
+            labels = {"__metrics_path__": f"/engine/{i}/metrics", "instance": f"{addr}/engine/{i}",
+                      "namespace": e.gpu.namespace or namespace,
+                      "pod": e.gpu.pod or f"vllm-{i}"}
+            groups.append({"targets": [addr], "labels": labels})
+        return groups

@@ -10,7 +10,9 @@ Textual thread worker). Two ways to read:
   A refresh (:meth:`ClusterWatcher.snapshot`) reads the local cache: no API
   call at all in steady state, one watch event per change.
 - :func:`read_cluster` lists every resource once (``infertop snapshot``):
-  5 calls per namespace + 1 for nodes, whatever the number of pods.
+  5 calls per namespace + 1 for nodes, whatever the number of pods, plus one
+  discovery call per autoscaler API group and one list per namespace for each
+  autoscaler type found (KEDA, llm-d's variant autoscaler).
 
 Responses are read as JSON dicts (``_preload_content=False``): the client's
 model deserialisation costs more than the request itself for 50 pods. Bodies
@@ -28,9 +30,11 @@ from __future__ import annotations
 
 from ..config import KubeConfig
 from ..domain.kube import ClusterSnapshot
+from .kube_autoscalers import Discovery, discover_custom_kinds, read_wva_desired
 from .kube_load import PodLoad, fetch_pod_load, fetch_pod_loads, pod_load_from_text
 from .kube_perms import can_i, namespaces_list
 from .kube_session import (
+    CUSTOM_KINDS,
     MAX_BODY_BYTES,
     MAX_WATCH_LINE_BYTES,
     NAMESPACED_KINDS,
@@ -62,6 +66,8 @@ from .kube_view import (
 from .kube_watch import ClusterWatcher, Informer, rv_too_large
 
 __all__ = [
+    "CUSTOM_KINDS",
+    "Discovery",
     "GPU",
     "MAX_BODY_BYTES",
     "MAX_WATCH_LINE_BYTES",
@@ -78,6 +84,7 @@ __all__ = [
     "can_i",
     "cluster_document",
     "describe_api_error",
+    "discover_custom_kinds",
     "event_view",
     "fetch_pod_load",
     "fetch_pod_loads",
@@ -92,6 +99,7 @@ __all__ = [
     "pod_owner",
     "pod_view",
     "read_cluster",
+    "read_custom_kinds",
     "rollout_status",
     "rv_too_large",
     "selector_text",
@@ -123,9 +131,33 @@ def read_cluster(session: KubeSession, cfg: KubeConfig | None = None) -> Cluster
         raw.items["nodes"], _ = list_all(session, "nodes", None)
     except KubeError as e:
         raw.errors.append(f"nodes: {e}")
+    read_custom_kinds(session, raw, cfg)
     return build_snapshot(raw, context=session.context, namespaces=session.namespaces, user=session.user,
                           server=session.server, selector=cfg.selector, container=cfg.vllm_container,
                           metrics_port=cfg.metrics_port)
+
+
+def read_custom_kinds(session: KubeSession, raw: RawCluster, cfg: KubeConfig) -> None:
+    """KEDA ScaledObjects and llm-d VariantAutoscalings, when their types exist (discovery first: an
+    absent type costs one GET and is no error), and ``wva_desired_replicas`` when a URL is configured."""
+    try:
+        found = discover_custom_kinds(session)
+    except KubeError as e:
+        raw.errors.append(f"autoscaler resources: {e}")
+        return
+    raw.errors.extend(found.errors)
+    for ns in session.namespaces:
+        for kind in found.present:
+            try:
+                raw.items[kind].extend(list_all(session, kind, ns)[0])
+            except KubeError as e:
+                if e.status != 404:  # removed since discovery: absent, not an error
+                    raw.errors.append(f"{kind} in {ns}: {e}")
+    if found.present and cfg.wva_metrics_url and "variantautoscalings" in found.present:
+        try:
+            raw.wva_desired = read_wva_desired(cfg.wva_metrics_url, min(cfg.timeout_s, 5.0))
+        except KubeError as e:
+            raw.errors.append(str(e))
 
 
 def cluster_document(cfg: KubeConfig) -> dict:

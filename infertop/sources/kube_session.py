@@ -22,6 +22,7 @@ from kubernetes.config.config_exception import ConfigException
 from ..config import KubeConfig
 
 __all__ = [
+    "CUSTOM_KINDS",
     "MAX_BODY_BYTES",
     "MAX_WATCH_LINE_BYTES",
     "NAMESPACED_KINDS",
@@ -38,6 +39,11 @@ __all__ = [
 ]
 
 NAMESPACED_KINDS = ("deployments", "statefulsets", "pods", "hpas", "events")
+# Custom resources read through the custom-objects API, when discovery finds them: kind → (group, version, plural)
+CUSTOM_KINDS = {
+    "scaledobjects": ("keda.sh", "v1alpha1", "scaledobjects"),  # KEDA
+    "variantautoscalings": ("llmd.ai", "v1alpha1", "variantautoscalings"),  # llm-d workload variant autoscaler
+}
 # What one answer may weigh, enforced while reading: a list page of 500 objects is a few MB, a
 # watch event one object (etcd keeps objects under 1.5 MB); beyond that it is not a cluster talking.
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -213,6 +219,7 @@ class KubeSession:
         self.autoscaling = kubernetes.client.AutoscalingV2Api(api_client)
         self.authz = kubernetes.client.AuthorizationV1Api(api_client)
         self.policy = kubernetes.client.PolicyV1Api(api_client)
+        self.custom = kubernetes.client.CustomObjectsApi(api_client)
         self._calls = 0
         self._lock = threading.Lock()
 
@@ -281,6 +288,12 @@ class KubeSession:
 
     # the list functions per resource, each (callable, namespaced?, uses the label selector?)
     def list_fn(self, kind: str) -> tuple[Callable[..., Any], bool, bool]:
+        if kind in CUSTOM_KINDS:
+            group, version, plural = CUSTOM_KINDS[kind]
+
+            def list_custom(namespace: str, **kw: Any) -> Any:
+                return self.custom.list_namespaced_custom_object(group, version, namespace, plural, **kw)
+            return list_custom, True, False
         return {
             "deployments": (self.apps.list_namespaced_deployment, True, True),
             "statefulsets": (self.apps.list_namespaced_stateful_set, True, True),

@@ -25,7 +25,8 @@ from ..domain.kube import (
     PodView,
     WorkloadView,
 )
-from .kube_session import NAMESPACED_KINDS, _one_line
+from .kube_autoscalers import behavior_view, scaled_object_view, variant_view
+from .kube_session import CUSTOM_KINDS, NAMESPACED_KINDS, _one_line
 
 __all__ = [
     "GPU",
@@ -283,6 +284,8 @@ def _metric_value(v: dict | None, pct_suffix: bool = True) -> str | None:
 def hpa_view(obj: dict) -> HpaView:
     meta, spec, st = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     ref = spec.get("scaleTargetRef") or {}
+    refs = meta.get("ownerReferences") or []
+    owner = next((r for r in refs if isinstance(r, dict) and r.get("controller")), refs[0] if refs else None) or {}
     current = {_metric_key(m): m for m in st.get("currentMetrics") or [] if isinstance(m, dict)}
     metrics = []
     for m in spec.get("metrics") or []:
@@ -307,6 +310,9 @@ def hpa_view(obj: dict) -> HpaView:
         conditions=_conditions(st.get("conditions")),
         last_scale_time=st.get("lastScaleTime"),
         resource_version=str(meta.get("resourceVersion") or ""),
+        behavior=behavior_view(spec.get("behavior")),
+        owner_kind=owner.get("kind"),
+        owner_name=owner.get("name"),
     )
 
 
@@ -351,8 +357,10 @@ def event_view(obj: dict) -> EventView:
 class RawCluster:
     """Objects as the API returned them, per resource kind."""
 
-    items: dict[str, list[dict]] = field(default_factory=lambda: {k: [] for k in (*NAMESPACED_KINDS, "nodes")})
+    items: dict[str, list[dict]] = field(
+        default_factory=lambda: {k: [] for k in (*NAMESPACED_KINDS, "nodes", *CUSTOM_KINDS)})
     errors: list[str] = field(default_factory=list)
+    wva_desired: dict[tuple[str, str], float] = field(default_factory=dict)  # (ns, variant) → wva_desired_replicas
     synced: bool = True
     stale_since: float | None = None  # reads failing since then: these are the last objects read
     stale_error: str | None = None
@@ -373,6 +381,13 @@ def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], 
     if selector:
         hpas = [h for h in hpas if (h.target_kind, h.namespace, h.target_name) in shown]
     hpas.sort(key=lambda h: (h.namespace, h.name))
+    scaled = sorted((scaled_object_view(o) for o in items.get("scaledobjects", [])),
+                    key=lambda o: (o.namespace, o.name))
+    variants = sorted((variant_view(o, raw.wva_desired) for o in items.get("variantautoscalings", [])),
+                      key=lambda o: (o.namespace, o.name))
+    if selector:
+        scaled = [o for o in scaled if (o.target_kind, o.namespace, o.target_name) in shown]
+        variants = [o for o in variants if (o.target_kind, o.namespace, o.target_name) in shown]
     gpu_by_node: dict[str, int] = {}
     pod_nodes = set()
     for p in pods:
@@ -390,6 +405,8 @@ def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], 
     names = {("Pod", p.namespace, p.name) for p in pods}
     names |= {(w.kind, w.namespace, w.name) for w in workloads}
     names |= {("HorizontalPodAutoscaler", h.namespace, h.name) for h in hpas}
+    names |= {("ScaledObject", o.namespace, o.name) for o in scaled}
+    names |= {("VariantAutoscaling", o.namespace, o.name) for o in variants}
     deploy_prefixes = {(w.namespace, w.name + "-") for w in workloads if w.kind == "Deployment"}
     node_names = {n.name for n in nodes}
     events = []
@@ -411,6 +428,8 @@ def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], 
         nodes=tuple(nodes),
         hpas=tuple(hpas),
         events=tuple(events[:max_events]),
+        scaled_objects=tuple(scaled),
+        variant_autoscalers=tuple(variants),
         errors=tuple(raw.errors),
         synced=raw.synced,
         stale_since=raw.stale_since,

@@ -24,7 +24,9 @@ from typing import Any
 
 from ..config import KubeConfig
 from ..domain.kube import ClusterSnapshot
+from .kube_autoscalers import discover_custom_kinds, read_wva_desired
 from .kube_session import (
+    CUSTOM_KINDS,
     NAMESPACED_KINDS,
     KubeError,
     KubeSession,
@@ -329,6 +331,48 @@ class ClusterWatcher:
                 self.informers.append(Informer(session, kind, ns, self.cfg.selector, self._changed, watch_timeout_s,
                                                **opts))
         self.informers.append(Informer(session, "nodes", None, "", self._changed, watch_timeout_s, **opts))
+        self._informer_opts = (watch_timeout_s, opts)
+        # the autoscaler custom resources (KEDA, llm-d): informers only for the types discovery finds
+        self.discovered = threading.Event()
+        self.discovery_errors: tuple[str, ...] = ()
+        self.wva_desired: dict[tuple[str, str], float] = {}
+        self.wva_error: str | None = None
+        self._discovery = threading.Thread(target=self._discover, name="kube-discovery", daemon=True)
+        self._stopped = threading.Event()
+
+    def _discover(self) -> None:
+        """Ask once which autoscaler types exist (retrying while the API server does not answer),
+        then start their informers; with a wva_metrics_url, poll wva_desired_replicas."""
+        wait = BACKOFF_S[0]
+        while not self._stopped.is_set():
+            try:
+                found = discover_custom_kinds(self.session)
+                break
+            except KubeError:
+                self._stopped.wait(wait)
+                wait = min(BACKOFF_S[1], wait * 2)
+        else:
+            return
+        timeout_s, opts = self._informer_opts
+        added = [Informer(self.session, kind, ns, "", self._changed, timeout_s, **opts)
+                 for kind in found.present for ns in self.session.namespaces]
+        self.discovery_errors = found.errors
+        self.informers = self.informers + added  # a new list: readers iterate the old one safely
+        for inf in added:
+            inf.start()
+        self.discovered.set()
+        self._changed()
+        url = self.cfg.wva_metrics_url
+        if url and "variantautoscalings" in found.present:
+            while not self._stopped.is_set():
+                try:
+                    values, error = read_wva_desired(url, min(self.session.timeout_s, 5.0)), None
+                except KubeError as e:
+                    values, error = self.wva_desired, str(e)
+                if values != self.wva_desired or error != self.wva_error:
+                    self.wva_desired, self.wva_error = values, error
+                    self._changed()
+                self._stopped.wait(self.cfg.refresh_s)
 
     def _changed(self) -> None:
         with self._vlock:
@@ -361,13 +405,17 @@ class ClusterWatcher:
     def start(self) -> "ClusterWatcher":
         for inf in self.informers:
             inf.start()
+        self._discovery.start()
         return self
 
     def stop(self) -> None:
+        self._stopped.set()
         for inf in self.informers:
             inf.stop()
 
     def join(self, timeout: float = 2.0) -> None:
+        if self._discovery.is_alive():
+            self._discovery.join(timeout)
         for inf in self.informers:
             inf.join(timeout)
 
@@ -383,10 +431,12 @@ class ClusterWatcher:
 
     @property
     def synced(self) -> bool:
-        return all(inf.synced.is_set() for inf in self.informers)
+        return self.discovered.is_set() and all(inf.synced.is_set() for inf in self.informers)
 
     def wait_synced(self, timeout: float = 10.0) -> bool:
         deadline = time.monotonic() + timeout
+        if not self.discovered.wait(timeout):
+            return False
         for inf in self.informers:
             if not inf.synced.wait(max(0.0, deadline - time.monotonic())):
                 return False
@@ -400,8 +450,13 @@ class ClusterWatcher:
         raw = RawCluster(synced=self.synced)
         for inf in self.informers:
             raw.items[inf.kind].extend(inf.objects())
-            if inf.error and not (inf.kind == "events" and inf.status == 403):
+            if inf.error and not (inf.kind == "events" and inf.status == 403) and not (
+                    inf.kind in CUSTOM_KINDS and inf.status == 404):  # a type removed since discovery: absent
                 raw.errors.append(f"{inf.where}: {inf.error}")
+        raw.errors.extend(self.discovery_errors)
+        raw.wva_desired = dict(self.wva_desired)
+        if self.wva_error:
+            raw.errors.append(self.wva_error)
         stale = self.stale()
         if stale is not None:
             raw.stale_since, raw.stale_error = stale

@@ -1,4 +1,4 @@
-"""Scrape vLLM engines concurrently (httpx, async) and derive their stats.
+"""Scrape vLLM engines concurrently (async, a lean keep-alive client) and derive their stats.
 
 Every engine is polled by its own loop: the next poll starts when the
 last one finished plus the interval, so polls of one engine never
@@ -29,6 +29,7 @@ from ..domain.source import SourceHealth
 from ..state.history import HistoryStore
 from ..state.window import CounterWindow
 from .expfmt import ParseError, Parser
+from .http_client import HttpError, LeanHttpClient
 from .sanitize import clean_engine, error_text, plain_text
 from .vllm_names import MAX_LABEL_SETS, EngineSample, Extractor
 
@@ -84,7 +85,7 @@ def describe_error(exc: BaseException, timeout_s: float) -> str:
 
 
 def _describe(exc: BaseException, timeout_s: float) -> str:
-    if isinstance(exc, ScrapeError):
+    if isinstance(exc, (ScrapeError, HttpError)):
         return str(exc)
     if isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError, TimeoutError)):
         return f"timeout after {timeout_s:g} s"
@@ -155,6 +156,22 @@ async def check_health(client: httpx.AsyncClient, url: str) -> bool:
     return status == 200
 
 
+async def get_text(client: LeanHttpClient, url: str, limit: int = MAX_BODY_BYTES) -> str:
+    """:func:`fetch_text` over the lean client (the engines' per-second polls)."""
+    _, body = await client.get(url, limit)
+    return body.decode("utf-8", errors="replace")
+
+
+async def get_json(client: LeanHttpClient, url: str, limit: int) -> object:
+    _, body = await client.get(url, limit)
+    return json.loads(body)
+
+
+async def get_health(client: LeanHttpClient, url: str) -> bool:
+    status, _ = await client.get(url, SMALL_MAX_BYTES, any_status=True)
+    return status == 200
+
+
 def model_ids(doc: object) -> list[str]:
     """Model ids from a ``/v1/models`` answer of any shape; [] when it has none."""
     data = doc.get("data") if isinstance(doc, dict) else None
@@ -195,19 +212,15 @@ class EngineCollector:
         self._polls = 0
         self._healthy: bool | None = None
         self._health_error: str | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._client: LeanHttpClient | None = None
+        self._last_text: tuple[int, int] | None = None  # (length, hash) of the last /metrics body
+        self._last_read: tuple[str, list[EngineSample]] | None = None
         self._rng = random.Random(hash(endpoint.name))
 
-    def client(self) -> httpx.AsyncClient:
-        """This engine's own HTTP client: a pool shared by many hosts costs
-        O(connections) per request in httpcore, quadratic over a large fleet."""
+    def client(self) -> LeanHttpClient:
+        """This engine's own keep-alive HTTP client (see :mod:`.http_client`)."""
         if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(5.0, connect=1.0),
-                limits=httpx.Limits(max_connections=4, max_keepalive_connections=4),
-                headers={"User-Agent": "infertop"},
-                trust_env=False,
-            )
+            self._client = LeanHttpClient(connect_timeout_s=1.0, timeout_s=5.0)
         return self._client
 
     async def aclose(self) -> None:
@@ -228,7 +241,7 @@ class EngineCollector:
             return max(interval_s, COST_FACTOR * min(self._costs, default=0.0))
         return interval_s * (1.0 - RETRY_JITTER * self._rng.random())
 
-    async def poll(self, client: httpx.AsyncClient | None = None) -> list[EngineStats]:
+    async def poll(self, client: LeanHttpClient | None = None) -> list[EngineStats]:
         """One bounded poll of /metrics, /health (and /v1/models, /version now and then)."""
         client = client or self.client()
         ep = self.endpoint
@@ -242,17 +255,22 @@ class EngineCollector:
         try:
             try:
                 async with asyncio.timeout(ep.timeout_s):
-                    jobs = [fetch_text(client, base + "/metrics"),
-                            check_health(client, base + "/health") if want_health else _none()]
+                    jobs = [get_text(client, base + "/metrics"),
+                            get_health(client, base + "/health") if want_health else _none()]
                     if want_meta:
                         jobs.append(self._meta(client, base))
                     text, health = (await asyncio.gather(*jobs, return_exceptions=True))[:2]
                 if isinstance(text, BaseException):
                     raise text
-                if len(text) > THREAD_PARSE_BYTES:
+                seen = (len(text), hash(text))
+                if seen == self._last_text and self._last_read is not None:
+                    # byte-identical to the last document (an idle engine): same samples, no parse
+                    (version, samples), cost_s = self._last_read, 0.0
+                elif len(text) > THREAD_PARSE_BYTES:
                     version, samples, cost_s = await asyncio.to_thread(self._read, text)
                 else:
                     version, samples, cost_s = self._read(text)
+                self._last_text, self._last_read = seen, (version, samples)
                 self.cost_s = cost_s
                 if not samples:
                     raise ScrapeError("no vllm: metrics at /metrics")
@@ -296,16 +314,16 @@ class EngineCollector:
         version, samples = self.extractor.extract(exp)
         return version, samples, time.thread_time() - t0
 
-    async def _meta(self, client: httpx.AsyncClient, base: str) -> None:
+    async def _meta(self, client: LeanHttpClient, base: str) -> None:
         # Optional endpoints: /metrics decides health; any odd answer is ignored.
         try:
-            self.models = model_ids(await fetch_json(client, base + "/v1/models", MODELS_MAX_BYTES))
-        except (httpx.HTTPError, ScrapeError, ValueError, RecursionError):
+            self.models = model_ids(await get_json(client, base + "/v1/models", MODELS_MAX_BYTES))
+        except (HttpError, OSError, ValueError, RecursionError):
             pass
         if self.vllm_version is None:
             try:
-                doc = await fetch_json(client, base + "/version", SMALL_MAX_BYTES)
-            except (httpx.HTTPError, ScrapeError, ValueError, RecursionError):
+                doc = await get_json(client, base + "/version", SMALL_MAX_BYTES)
+            except (HttpError, OSError, ValueError, RecursionError):
                 return
             v = doc.get("version") if isinstance(doc, dict) else None
             if isinstance(v, (str, int, float)) and not isinstance(v, bool):
@@ -371,7 +389,7 @@ class EngineCollector:
             h, ok=False, last_error=msg, last_error_at=now, latency_s=now - started,
             consecutive_failures=h.consecutive_failures + 1,
         )
-        state = DEGRADED if internal or (isinstance(exc, ScrapeError) and msg.startswith(("garbage", "HTTP", "response", "no vllm"))) else DOWN
+        state = DEGRADED if internal or (isinstance(exc, (ScrapeError, HttpError)) and msg.startswith(("garbage", "HTTP", "response", "no vllm"))) else DOWN
         # Keep identity (model, version) but never show stale numbers as current.
         self.stats = [
             EngineStats(name=s.name, url=s.url, state=state, error=msg, model=s.model,

@@ -221,9 +221,12 @@ class FleetState:
 
 
 def _queues_from_doc(docs: Any) -> tuple[Any, ...]:
+    """Gateways / endpoint pickers back as QueueSource; any other entry (the Prometheus engine source's
+    fleet queue depth, a plain mapping) as it was written."""
     from .queues import QueueSource  # noqa: PLC0415 — state.queues builds on this module
 
-    return from_doc(tuple[QueueSource, ...], list(docs))
+    return tuple(from_doc(QueueSource, d) if isinstance(d, dict) and "kind" in d and "name" in d else d
+                 for d in docs)
 
 
 def _engine_doc(e: EngineState) -> dict[str, Any]:
@@ -333,7 +336,8 @@ class FleetJoiner:
 
     @property
     def stale_after_s(self) -> float:
-        return STALE_AFTER_POLLS * self.refresh_s
+        # a source refreshing slower than the ticks (Prometheus) is stale after its own polls
+        return STALE_AFTER_POLLS * max(self.refresh_s, getattr(self.collector, "interval_s", 0.0) or 0.0)
 
     # -- inputs -------------------------------------------------------------
     def set_gpus(self, rows: Iterable[GpuStats], health: Iterable[SourceHealth], configured: bool | None = None) -> None:
@@ -387,6 +391,8 @@ class FleetJoiner:
                    for e in engines]
         for h in self.gpu_health:
             sources.append(self._source(h, now, mono))
+        for h in getattr(self.collector, "source_health", ()):  # the Prometheus engines come through
+            sources.append(self._source(h, now, mono))
         cluster = self._cluster(now)
         if cluster is not None:
             f = cluster.freshness
@@ -406,7 +412,8 @@ class FleetJoiner:
             slo=Slo(self.slo.ttft_p99_s, self.slo.itl_p95_s, self.slo.e2e_p99_s, self.slo.queue_p99_s,
                     self.slo.kv_cache_pct),
             engines=tuple(engines), fleet=fleet, alerts=tuple(alerts), sources=tuple(sources),
-            gpus=tuple(gpus), gpus_configured=self.gpus_configured, cluster=cluster, queues=queues, mode=self.mode,
+            gpus=tuple(gpus), gpus_configured=self.gpus_configured, cluster=cluster, mode=self.mode,
+            queues=queues + tuple(getattr(self.collector, "queues", ())),
         )
         if self.autoscalers is not None:
             state = replace(state, autoscalers=tuple(self.autoscalers(state, engine_windows)))
@@ -440,10 +447,12 @@ class FleetJoiner:
             seen = self._observed.get(id(c))
             if seen is not None and seen[0] is c.stats and seen[1] is h:
                 continue
+            same_stats = seen is not None and seen[0] is c.stats  # a new read of the same values (Prometheus)
             self._observed[id(c)] = (c.stats, h)
             for s in c.stats:
                 if h.ok and s.state in (UP, DEGRADED):
-                    self._last_good[s.name] = replace(s, **{f: _clean(getattr(s, f)) for f in _VALUE_FIELDS})
+                    if not same_stats or s.name not in self._last_good:
+                        self._last_good[s.name] = replace(s, **{f: _clean(getattr(s, f)) for f in _VALUE_FIELDS})
                     self._last_good_at[s.name] = h.last_ok_at if h.last_ok_at is not None else mono
                     self._down_since.pop(s.name, None)
                 elif s.state != UNKNOWN or h.last_error_at is not None:
@@ -471,11 +480,12 @@ class FleetJoiner:
 
     def _gpus(self, engines: list[EngineState]) -> list[GpuStats]:
         rows = self.gpu_rows
-        if self.engine_pods:
+        pods = {**self.engine_pods, **getattr(self.collector, "engine_pods", {})}  # Prometheus: from pod labels
+        if pods:
             names = {e.name for e in engines}
             from ..sources.gpu import assign_pod_engines
 
-            rows = assign_pod_engines(rows, self.engine_pods, names)
+            rows = assign_pod_engines(rows, pods, names)
         return list(rows)
 
     def _cluster(self, now: float) -> ClusterState | None:
@@ -517,6 +527,10 @@ class FleetJoiner:
             itl_p95_s=_clean(fleet_quantile(windows, "itl", 0.95)),
             e2e_p99_s=_clean(fleet_quantile(windows, "e2e", 0.99)),
         )
+        computed = getattr(self.collector, "fleet_values", None)  # Prometheus: over every engine's buckets
+        if computed is not None:
+            view = replace(view, **{k: _clean(computed.get(k)) for k in ("ttft_p50_s", "ttft_p99_s", "itl_p95_s",
+                                                                         "e2e_p99_s")})
         missing = {f.name: "no engine up exports it, or no requests finished in the window"
                    for f in fields(FleetView) if f.name not in ("missing",) and getattr(view, f.name) is None}
         return replace(view, missing=missing)

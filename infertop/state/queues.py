@@ -92,9 +92,15 @@ class QueueSource:
         return next((e for e in self.engines if e.name == name), None)
 
 
-def queue_totals(queues: Iterable[QueueSource]) -> tuple[float | None, float | None]:
+def queue_sources(queues: Iterable[Any]) -> list[QueueSource]:
+    """The gateways and endpoint pickers of a state's ``queues`` slot (it may also hold plain mappings,
+    e.g. the Prometheus engine source's fleet queue depth)."""
+    return [q for q in queues if isinstance(q, QueueSource)]
+
+
+def queue_totals(queues: Iterable[Any]) -> tuple[float | None, float | None]:
     """(requests queued, oldest wait in seconds) over the fresh sources; None when none says."""
-    fresh = [q for q in queues if q.fresh]
+    fresh = [q for q in queue_sources(queues) if q.fresh]
     depths = [q.queued for q in fresh if q.queued is not None]
     oldest = [q.oldest_wait_s for q in fresh if q.oldest_wait_s is not None]
     return (sum(depths) if depths else None), (max(oldest) if oldest else None)

@@ -60,6 +60,8 @@ ACTIONS: tuple[Action, ...] = (
            panes=("engines",)),
     Action("sort_pick", "s", "Sort engines: pick a column (the same column again reverses)", "View",
            footer_label="Sort", panes=("engines",)),
+    Action("group_engines", "G", "Group engines by deployment, model or node, with group totals (cycles; "
+           "then no groups)", "View", footer_label="Group", panes=("engines",)),
     Action("refresh_now", "ctrl+r", "Poll every source now", "View", show_in_footer=False),
     Action("toggle_dark", "t", "Switch between the dark and light theme", "View", footer_label="Theme",
            show_in_footer=False),

@@ -29,6 +29,7 @@ from ..sources.queues import QueueFleet
 from ..sources.queues_config import queue_collectors
 from ..sources.vllm import EngineEndpoint, FleetCollector
 from ..state.fleet import FleetJoiner, FleetState
+from ..state.engine_groups import GROUP_BY
 from ..state.fleet_history import record_state
 from ..state.history import HistoryStore
 from ..state.recording import StateLog
@@ -81,6 +82,7 @@ class Settings:
     record_path: str | None = None  # --record FILE: append every tick to a flight recording
     replay: Any = None  # a state.replay.Player: the panes show a recording instead of live sources
     replay_path: str | None = None
+    prometheus: bool = False  # engines from cfg.prometheus (PromFleetSource) instead of scraping each
     no_auto: bool = False  # --no-auto: the scaling advisor never applies by itself
 
 
@@ -107,12 +109,18 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
         self.settings = settings
         super().__init__(driver_class=default_driver_class())  # only changed cells go to the terminal
         cfg = settings.config
-        self.collector = FleetCollector(
-            settings.endpoints,
-            interval_s=cfg.refresh_s,
-            window_s=cfg.window_s,
-            history_capacity=2,  # sparklines are recorded from the fleet state, one sample per tick
-        )
+        if settings.prometheus:
+            from ..sources.prometheus_fleet import PromFleetSource, seed_history
+
+            self.collector = PromFleetSource(cfg.prometheus, history_step_s=cfg.refresh_s)
+            self.collector.on_backfill = lambda series: seed_history(self.history, series)
+        else:
+            self.collector = FleetCollector(
+                settings.endpoints,
+                interval_s=cfg.refresh_s,
+                window_s=cfg.window_s,
+                history_capacity=2,  # sparklines are recorded from the fleet state, one sample per tick
+            )
         self.history = HistoryStore(max(2, int(cfg.history_s / cfg.refresh_s)))
         self.poll = poll
         self.joiner = FleetJoiner(self.collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s,
@@ -560,6 +568,16 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
         table = self.main.query_one("#engines-table", EnginesTable)
         columns = [(PRESSURE, "Pressure (down, queued, slowest first)")] + [(k, HEADERS[k]) for k in SORTABLE]
         self.push_screen(SortPicker(columns, table.sort_key, table.descending), self._sort_picked)
+
+    def action_group_engines(self) -> None:
+        """``G``: group the Engines table by deployment, then model, then node, then not at all."""
+        if self.current_pane != "engines":
+            self.action_show_pane("engines")
+        table = self.main.query_one("#engines-table", EnginesTable)
+        cycle = (None, *GROUP_BY)
+        table.set_group_by(cycle[(cycle.index(table.group_by) + 1) % len(cycle)])
+        self.notify(f"engines grouped by {table.group_by}" if table.group_by else "engines not grouped", timeout=2)
+        self.render_snapshot(force=True)
 
     def _sort_picked(self, key: str | None) -> None:
         if key is None:

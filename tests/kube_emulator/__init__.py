@@ -1,46 +1,14 @@
-"""A Kubernetes API emulator over real HTTP, for infertop's tests.
+"""The Kubernetes API emulator now lives in the package (``infertop.sim.kube``), so that
+``infertop sim --kube-port`` can serve it; this is a thin re-export so the tests keep
+importing ``kube_emulator`` / ``tests.kube_emulator`` (and their submodules) as before."""
 
-No API server can be installed where the tests run, so tests start a
-:class:`KubeEmulator` on 127.0.0.1, write a kubeconfig pointing at it and
-drive it with the real ``kubernetes`` client (no patched client, no
-monkeypatching). Standard library only.
+import importlib
+import sys
 
-What it serves (see ``resources.py``): core/v1 pods (+status, eviction),
-nodes, events, configmaps, services, namespaces; apps/v1 deployments,
-statefulsets, replicasets (+status, scale); autoscaling/v2
-horizontalpodautoscalers; policy/v1 poddisruptionbudgets;
-authorization.k8s.io/v1 selfsubjectaccessreviews; discovery (``/version``,
-``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>[/<version>]``, with or
-without trailing slash).
-
-API semantics: a cluster-wide resourceVersion counter; 409 on a stale
-resourceVersion (PUT body, or ``metadata.resourceVersion`` in a patch);
-strategic-merge / merge / JSON patch by Content-Type; ``dryRun=All``;
-label and field selectors; ``limit``/``continue``; watches (chunked
-newline-delimited JSON, resume from a resourceVersion, 410 Gone when it
-is older than the history, 504 "Too large resource version" when it is
-newer than the server's, ``timeoutSeconds``, bookmarks,
-``sendInitialEvents``); :meth:`KubeEmulator.restart` (same port, optionally
-with the resourceVersion counter reset, as a restored server); Status
-errors (400, 401, 403, 404, 405, 409, 410, 415, 422, 429, 504) shaped like the real API's; no-op updates write nothing;
-the status subresource split; graceful pod deletion.
-
-Controllers (``controllers.py``): Deployments -> ReplicaSets -> Pods with
-rolling updates (maxSurge/maxUnavailable, Recreate, revisions, rollback
-by template), StatefulSets (ordinals, OrderedReady/Parallel, rolling
-update with partition), a scheduler (round-robin, cordons, taints,
-nodeSelector, ``nvidia.com/gpu``), a kubelet (IPs, container states,
-readiness delay, ImagePullBackOff / CrashLoopBackOff failure modes,
-termination), the disruption controller (PDB status), garbage collection,
-namespace termination, HPA status bookkeeping; Events for all of them.
-
-Not emulated: server-side apply field ownership (an apply patch is a
-strategic merge, or a create), protobuf and Table output, aggregated
-discovery, admission webhooks, quotas/LimitRanges, CPU/memory scheduling,
-affinity other than nodeSelector, Endpoints/EndpointSlices, ControllerRevisions,
-real metrics for HPAs (their status is set by tests), TLS.
-"""
-
-from .server import KubeEmulator, Request
+from infertop.sim.kube import KubeEmulator, Request
 
 __all__ = ["KubeEmulator", "Request"]
+
+for _name in ("api", "controllers", "errors", "patch", "resources", "selectors", "server", "store", "util",
+              "validation"):
+    sys.modules[f"{__name__}.{_name}"] = importlib.import_module(f"infertop.sim.kube.{_name}")

@@ -19,6 +19,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable
 
+from ...analysis.autoscalers import explain_workloads
 from ...text import plain
 from ...domain.kube import ClusterSnapshot, EventView, HpaView, NodeView, PodView, WorkloadView
 from ...format import DASH, count_human, age_short
@@ -201,7 +202,10 @@ class ClusterPane(Vertical):
         self.table("workloads").update_rows([(w.key, self._workload_cells(snap, w, multi)) for w in snap.workloads])
         self.table("pods").update_rows([(p.key, self._pod_cells(p, multi, now)) for p in snap.pods])
         self.table("nodes").update_rows([(n.name, self._node_cells(n)) for n in snap.nodes])
-        self.table("hpas").update_rows([(h.key, self._hpa_cells(h, multi)) for h in snap.hpas])
+        self._explained = explain_workloads(snap, now)  # HPA / KEDA / llm-d: current → desired and why not
+        by_hpa = {f"{a.namespace}/{a.name}": a for w in self._explained for a in w.autoscalers
+                  if a.kind == "HorizontalPodAutoscaler"}
+        self.table("hpas").update_rows([(h.key, self._hpa_cells(h, multi, by_hpa.get(h.key))) for h in snap.hpas])
         events = list(snap.events)[:200]
         self.table("events").update_rows([(f"{i}", self._event_cells(e, now)) for i, e in enumerate(events)])
         self._render_tabs()
@@ -283,9 +287,9 @@ class ClusterPane(Vertical):
             n.gpu_product or DASH,
         ]
 
-    def _hpa_cells(self, h: HpaView, multi: bool) -> list:
+    def _hpa_cells(self, h: HpaView, multi: bool, explained=None) -> list:
         metrics = ", ".join(f"{m.name.split(':')[-1]} {m.current or '?'}/{m.target or '?'}" for m in h.metrics)
-        why = h.why_not_scaling
+        why = explained.reason if explained is not None and explained.reason else h.why_not_scaling
         return [
             self._label(h.namespace, h.name, multi),
             f"{h.target_kind}/{h.target_name}",
@@ -355,9 +359,9 @@ class ClusterPane(Vertical):
             problem = self.workload_problem(snap, obj, with_pod=True)
             if problem:
                 lines.append(Text(f"why: {problem}", style="bold red"))
-            hpa = snap.hpa_for(obj)
-            if hpa is not None and hpa.why_not_scaling:
-                lines.append(Text(f"HPA {hpa.name}: {hpa.why_not_scaling}", style="yellow"))
+            mine = next((w for w in getattr(self, "_explained", ()) if w.key == obj.key), None)
+            for a in (mine.autoscalers if mine is not None else ())[:2]:  # HPA / KEDA / llm-d: why not scaling
+                lines.append(Text(a.line, style="yellow" if a.why_not else ""))
             warn_lines(obj.kind, obj.name, obj.namespace)
         elif isinstance(obj, PodView):
             lines.append(Text(f"pod {obj.name} ({obj.owner_kind or 'no owner'} {obj.owner_name or ''}) on "
@@ -381,7 +385,16 @@ class ClusterPane(Vertical):
             lines.append(Text(f"HPA {obj.name} → {obj.target_kind}/{obj.target_name}: min {obj.min_replicas}, "
                               f"max {obj.max_replicas}, current {count_human(obj.current_replicas)}, desired "
                               f"{count_human(obj.desired_replicas)}; last scale {obj.last_scale_time or DASH}"))
-            for c in obj.conditions:
+            a = next((a for w in getattr(self, "_explained", ()) for a in w.autoscalers
+                      if a.kind == "HorizontalPodAutoscaler" and a.namespace == obj.namespace and a.name == obj.name),
+                     None)
+            if a is not None:
+                lines.append(Text("why not: " + "; ".join(x.text for x in a.why_not), style="yellow") if a.why_not
+                             else Text(f"{a.transition}: nothing holds it back", style="dim"))
+                notes = ([f"managed by {a.managed_by}"] if a.managed_by else []) + list(a.notes)
+                if notes:
+                    lines.append(Text("; ".join(notes), style="dim"))
+            for c in obj.conditions if a is None else ():
                 bad = (c.type == "ScalingLimited" and c.status == "True") or (c.type != "ScalingLimited"
                                                                              and c.status != "True")
                 lines.append(Text(f"{c.type}={c.status} {c.reason}: {c.message}", style="yellow" if bad else "dim"))

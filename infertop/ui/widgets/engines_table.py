@@ -1,4 +1,13 @@
-"""The Engines table: one row per engine, cells updated only when their text changes."""
+"""The Engines table: one row per engine (optionally under group rows with
+totals), cells updated only when their text or style changes.
+
+Made for hundreds of engines: DataTable renders only the rows on view, and an
+update costs a text comparison per cell and a write per changed cell. An
+engine that leaves the rows shown (a filter, the top-N table) hands its row to
+one that arrives — a row keeps its place and only its changed cells are
+written — so the table's size, and the screen's layout, change only when the
+number of rows does.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +19,7 @@ from textual.widgets.data_table import ColumnKey, RowKey
 
 from ...domain.engine import DEGRADED, DOWN, UP, EngineStats
 from ...format import age_short, count_human, pct_human, rate_human, ratio_human, seconds_human
+from ...state.engine_groups import GROUP_BY, engine_groups
 from ...state.fleet import FRESH, FleetState, Freshness
 from ...text import plain
 from .lean import LeanTable
@@ -64,6 +74,87 @@ def sort_engines(stats: list[EngineStats], key: str, descending: bool) -> list[E
 
 
 _STATE_STYLE = {UP: "green", DOWN: "bold red", DEGRADED: "yellow"}
+GROUP_PREFIX = "§group:"  # row keys of group rows (never an engine name: § is not in one)
+Cells = dict[str, tuple[str, str]]  # column → (text, style)
+
+
+def _sum(values: list[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return sum(got) if got else None
+
+
+def _mean(values: list[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return sum(got) / len(got) if got else None
+
+
+def _max(values: list[float | None]) -> float | None:
+    return max((v for v in values if v is not None), default=None)
+
+
+# Group totals over the group's fresh engines: sums of counts and rates, the
+# mean of percentages, the worst (largest) latency. Medians do not add up: blank.
+_GROUP_AGG = {
+    "run": (_sum, "running", count_human), "wait": (_sum, "waiting", count_human),
+    "kv": (_mean, "kv_cache_pct", pct_human), "ttft99": (_max, "ttft_p99_s", seconds_human),
+    "itl95": (_max, "itl_p95_s", seconds_human), "gen": (_sum, "generation_tokens_per_s", rate_human),
+    "prompt": (_sum, "prompt_tokens_per_s", rate_human), "rps": (_sum, "requests_per_s", rate_human),
+    "e2e99": (_max, "e2e_p99_s", seconds_human), "queue99": (_max, "queue_p99_s", seconds_human),
+    "e2e95": (_max, "e2e_p95_s", seconds_human), "prefix": (_mean, "prefix_cache_hit_pct", pct_human),
+    "preempt": (_sum, "preemptions_per_s", rate_human),
+}
+
+
+class Group:
+    """The engines of one deployment, model or node, and their totals."""
+
+    __slots__ = ("value", "members", "fresh", "_agg")
+
+    def __init__(self, value: str, members: list[EngineStats], fresh: list[EngineStats]) -> None:
+        self.value, self.members, self.fresh = value, members, fresh
+        self._agg: dict[str, float | None] = {}
+
+    @property
+    def key(self) -> str:
+        return GROUP_PREFIX + self.value
+
+    def total(self, col: str) -> float | None:
+        if col not in self._agg:
+            if col == "runmax":
+                run = _sum([s.running for s in self.fresh])
+                cap = None if any(s.max_num_seqs is None for s in self.fresh) else _sum(
+                    [float(s.max_num_seqs) for s in self.fresh])
+                self._agg[col] = run / cap if run is not None and cap else None
+            elif col in _GROUP_AGG:
+                agg, attr, _ = _GROUP_AGG[col]
+                self._agg[col] = agg([getattr(s, attr) for s in self.fresh])
+            else:
+                self._agg[col] = None
+        return self._agg[col]
+
+    def cells(self, cols) -> Cells:
+        out: Cells = {}
+        n = len(self.members)
+        for key, _, _, _ in cols:
+            if key == "name":
+                out[key] = (f"▾ {plain(self.value, 58)} ({n})", "bold")
+            elif key == "state":
+                up = sum(1 for s in self.members if s.state == UP)
+                out[key] = (f"{up}/{n} up", "bold green" if up == n else "bold yellow")
+            elif key == "runmax":
+                run = _sum([s.running for s in self.fresh])
+                cap = None if any(s.max_num_seqs is None for s in self.fresh) else _sum(
+                    [float(s.max_num_seqs) for s in self.fresh])
+                out[key] = (ratio_human(run, None if cap is None else int(cap)), "bold")
+            elif key == "model":
+                models = {s.model for s in self.members if s.model}
+                text = plain(next(iter(models)), 80) if len(models) == 1 else f"{len(models)} models"
+                out[key] = (text, "bold")
+            elif key in _GROUP_AGG:
+                out[key] = (_GROUP_AGG[key][2](self.total(key)), "bold")
+            else:
+                out[key] = ("", "")
+        return out
 
 
 class EnginesTable(LeanTable):
@@ -73,7 +164,8 @@ class EnginesTable(LeanTable):
     horizontal scrollbar shows that more columns exist. Rows sorted by a live
     value move at most every ``resort_every_s`` (or on a sort key), and the
     cursor follows the selected engine, so an action key never hits a row
-    that just moved under it.
+    that just moved under it. ``group_by`` (deployment, model or node) puts
+    the engines under one row per group with the group's totals.
     """
 
     DEFAULT_CSS = """
@@ -87,15 +179,20 @@ class EnginesTable(LeanTable):
         self.slo = slo
         self.cols = [c for c in COLUMNS if columns is None or c[0] in columns]
         self.limit = limit
-        self._shown: dict[str, dict[str, str]] = {}
+        self._shown: dict[str, Cells] = {}  # row key → the cells on screen
+        self._shown_src: dict[str, tuple] = {}  # row key → (stats object, freshness) it was drawn from
         self._fresh: dict[str, Freshness] = {}
         self.filter_text = ""
         self.sort_key = sort_key
         self.descending = sort_key not in ASCENDING_FIRST if descending is None else descending
-        self._order: list[str] = []
+        self._order: list[str] = []  # row keys in table order
+        self._engine_order: list[str] = []  # engine names in sort order (kept between re-sorts)
         self.resort_every_s = resort_every_s
         self.clock = clock
         self._sorted_at = -1e9
+        self.group_by: str | None = None
+        self._groups_of: dict[str, dict[str, str]] = {}
+        self._groups_state: object = None
 
     def on_mount(self) -> None:
         for key, _, _, _ in self.cols:
@@ -131,79 +228,141 @@ class EnginesTable(LeanTable):
         self._sorted_at = -1e9
         self._mark_headers()
 
-    def _text(self, key: str, fmt: Cell, s: EngineStats) -> str:
-        f = self._fresh.get(s.name)
-        if key == "state" and f is not None and f.status != FRESH and f.age_s is not None:
-            return f"{s.state} {age_short(f.age_s)}"  # stale values: how old they are
-        return fmt(s)
+    def set_group_by(self, group_by: str | None) -> None:
+        """Group the engines by ``deployment``, ``model`` or ``node`` (None: no groups)."""
+        if group_by is not None and group_by not in GROUP_BY:
+            raise ValueError(f"cannot group by {group_by!r}")
+        self.group_by = group_by
+        self._groups_state = None
+        self._sorted_at = -1e9
 
-    def _style(self, key: str, s: EngineStats, text: str) -> Text:
-        if key == "state":
-            return Text(text, style=_STATE_STYLE.get(s.state, "dim"))
+    def group_of(self, name: str) -> str | None:
+        """The group value of engine ``name`` while grouped (None otherwise)."""
+        if self.group_by is None:
+            return None
+        return self._groups_of.get(name, {}).get(self.group_by, "?")
+
+    def _cell(self, key: str, fmt: Cell, s: EngineStats) -> tuple[str, str]:
+        """(text, style) of one cell of engine ``s``."""
         f = self._fresh.get(s.name)
-        if f is not None and f.status != FRESH:
-            return Text(text, style="dim")  # the last good value, not a current one
+        stale = f is not None and f.status != FRESH
+        if key == "state":
+            text = f"{s.state} {age_short(f.age_s)}" if stale and f.age_s is not None else s.state
+            return text, _STATE_STYLE.get(s.state, "dim")  # stale values: how old they are
+        text = fmt(s)
+        if stale:
+            return text, "dim"  # the last good value, not a current one
         slo = self.slo
-        if slo is not None:
-            limits = {"ttft99": (s.ttft_p99_s, slo.ttft_p99_s), "itl95": (s.itl_p95_s, slo.itl_p95_s),
-                      "e2e99": (s.e2e_p99_s, slo.e2e_p99_s), "queue99": (s.queue_p99_s, slo.queue_p99_s),
-                      "kv": (s.kv_cache_pct, slo.kv_cache_pct)}
-            if key in limits:
-                v, lim = limits[key]
-                if v is not None and v > lim:
-                    return Text(text, style="bold red")
+        if slo is not None and key in _SLO_FIELDS:
+            attr, target = _SLO_FIELDS[key]
+            v = getattr(s, attr)
+            if v is not None and v > getattr(slo, target):
+                return text, "bold red"
         if key == "wait" and s.waiting:
-            return Text(text, style="yellow")
-        return Text(text)  # a str cell is parsed as markup by DataTable; names and models are label values
+            return text, "yellow"
+        return text, ""
+
+    def _engine_cells(self, s: EngineStats) -> Cells:
+        return {key: self._cell(key, fmt, s) for key, _, fmt, _ in self.cols}
 
     def matches(self, s: EngineStats) -> bool:
         f = self.filter_text.lower()
-        return not f or f in s.name.lower() or f in (s.model or "").lower()
+        if not f:
+            return True
+        group = self.group_of(s.name)
+        return f in s.name.lower() or f in (s.model or "").lower() or (group is not None and f in group.lower())
 
     def update_state(self, state: FleetState) -> None:
         """Rows of the state's engines; values that are not fresh are dimmed, with their age."""
         self._fresh = {e.name: e.freshness for e in state.engines}
+        if self.group_by is not None and self._groups_state is not state:
+            self._groups_of, self._groups_state = engine_groups(state), state
         self.update_rows(list(state.engine_stats))
 
     def update_rows(self, stats: list[EngineStats]) -> None:
         """Bring the table in line with ``stats`` with as few cell writes as possible."""
         wanted = [s for s in stats if self.matches(s)]
         now = self.clock()
-        if self._order and now - self._sorted_at < self.resort_every_s:
-            rank = {name: i for i, name in enumerate(self._order)}
+        kept_order = False
+        if self._engine_order and now - self._sorted_at < self.resort_every_s:
+            rank = {name: i for i, name in enumerate(self._engine_order)}
             kept = [s for s in wanted if s.name in rank]
             full = len(kept) == len(wanted) or (self.limit is not None and len(kept) >= self.limit)
-            if len(kept) == len(self._order) and full:  # same engines: keep their places until the next re-sort
+            if len(kept) == len(self._engine_order) and full:  # same engines: keep their places until the next re-sort
                 kept.sort(key=lambda s: rank[s.name])
-                self._apply(kept)
-                return
-        self._sorted_at = now
-        wanted = sort_engines(wanted, self.sort_key, self.descending)
-        if self.limit is not None:
-            wanted = wanted[: self.limit]
-        self._apply(wanted)
+                wanted, kept_order = kept, True
+        if not kept_order:
+            self._sorted_at = now
+            wanted = sort_engines(wanted, self.sort_key, self.descending)
+            if self.limit is not None:
+                wanted = wanted[: self.limit]
+        self._engine_order = [s.name for s in wanted]
+        if self.group_by is None:
+            self._apply([(s.name, s) for s in wanted])
+        else:
+            self._apply(self._grouped(wanted))
 
-    def _apply(self, wanted: list[EngineStats]) -> None:
-        order = [s.name for s in wanted]
+    def _grouped(self, engines: list[EngineStats]) -> list[tuple[str, EngineStats | Group]]:
+        """Group rows, each followed by its engines (in their sort order)."""
+        members: dict[str, list[EngineStats]] = {}
+        for s in engines:
+            members.setdefault(self.group_of(s.name) or "?", []).append(s)
+        groups = [Group(v, m, [s for s in m if self._fresh_key(s.name) == FRESH]) for v, m in members.items()]
+        groups.sort(key=lambda g: g.value)
+        if self.sort_key not in ("name", "state", "model", PRESSURE):
+            # Groups ordered by their total in the sort column, as the engines are; no value last.
+            present = [g for g in groups if g.total(self.sort_key) is not None]
+            present.sort(key=lambda g: g.total(self.sort_key), reverse=self.descending)
+            groups = present + [g for g in groups if g.total(self.sort_key) is None]
+        elif self.sort_key == "name" and self.descending:
+            groups.reverse()
+        rows: list[tuple[str, EngineStats | Group]] = []
+        for g in groups:
+            rows.append((g.key, g))
+            rows.extend((s.name, s) for s in g.members)
+        return rows
+
+    def _apply(self, wanted: list[tuple[str, EngineStats | Group]]) -> None:
+        order = [key for key, _ in wanted]
         selected = self._selected_name()
-        present = set(self._order)
         keep = set(order)
-        for name in self._order:
-            if name not in keep:  # an engine left (or was filtered out)
-                self.remove_row(name)
-                self._shown.pop(name, None)
-        for s in wanted:
-            if s.name not in present:
-                texts = {key: self._text(key, fmt, s) for key, _, fmt, _ in self.cols}
-                self.add_row(*(self._style(k, s, texts[k]) for k, _, _, _ in self.cols), key=s.name)
-                self._shown[s.name] = texts | {"__fresh": self._fresh_key(s.name)}
-                continue
-            self._update_cells(s)
+        present = set(self._order)
+        leaving = [key for key in self._order if key not in keep]
+        arriving = [key for key in order if key not in present]
+        # A row that leaves is handed to one that arrives: no row removed and added,
+        # so no relayout, and only the cells that differ are written.
+        for old, new in zip(leaving, arriving):
+            self.rename_row(old, new)
+            self._shown[new] = self._shown.pop(old)
+            self._shown_src.pop(old, None)
+        for old in leaving[len(arriving):]:  # an engine left (or was filtered out)
+            self.remove_row(old)
+            self._shown.pop(old, None)
+            self._shown_src.pop(old, None)
+        added = set(arriving[len(leaving):])
+        for key, item in wanted:
+            if key in added:
+                cells = self._cells(item)
+                self.add_row(*(Text(t, style=st) for t, st in (cells[k] for k, _, _, _ in self.cols)), key=key)
+                self._shown[key] = cells
+                self._shown_src[key] = self._src(item)
+            else:
+                self._update_cells(key, item)
         if [row.key.value for row in self.ordered_rows] != order:
             self._reorder(order)
         self._order = order
-        if selected in order and self.cursor_row != order.index(selected):
-            self.move_cursor(row=order.index(selected))  # the cursor stays on the engine, not the row number
+        if selected in order and self.cursor_row != order.index(selected) and (self.limit is None or self.has_focus):
+            # The cursor stays on the engine, not the row number. Not in a top-N table nobody is on:
+            # each move is a highlight event, and the app refreshes its key bindings (the footer) on it.
+            self.move_cursor(row=order.index(selected))
+
+    def _cells(self, item: EngineStats | Group) -> Cells:
+        return item.cells(self.cols) if isinstance(item, Group) else self._engine_cells(item)
+
+    def _src(self, item: EngineStats | Group) -> tuple:
+        if isinstance(item, Group):
+            return ()
+        return (item, self._fresh_key(item.name))
 
     def _reorder(self, order: list[str]) -> None:
         """Move rows into ``order`` in place: no rebuild, so the horizontal scroll stays."""
@@ -211,35 +370,43 @@ class EnginesTable(LeanTable):
         self._update_count += 1  # as DataTable.sort: invalidates the cached row order and renders
         self.refresh()
 
-    def _update_cells(self, s: EngineStats) -> None:
-        shown = self._shown[s.name]
-        restyle = shown.get("__fresh") != self._fresh_key(s.name)
-        shown["__fresh"] = self._fresh_key(s.name)
+    def _update_cells(self, key: str, item: EngineStats | Group) -> None:
+        src = self._src(item)
+        prev = self._shown_src.get(key)
+        if src and prev and prev[0] is src[0] and prev[1] == src[1] == FRESH:
+            return  # the very same values as drawn (the engine was not polled since): nothing to compare
+        self._shown_src[key] = src
+        shown = self._shown[key]
         changed = {}
-        for key, _, fmt, _ in self.cols:
-            text = self._text(key, fmt, s)
-            if shown.get(key) == text and not restyle:
-                continue
-            shown[key] = text
-            changed[key] = self._style(key, s, text)
+        for col, cell in self._cells(item).items():
+            if shown.get(col) != cell:
+                shown[col] = cell
+                changed[col] = Text(cell[0], style=cell[1])
         if changed:
-            self.set_cells(s.name, changed)
+            self.set_cells(key, changed)
 
     def _fresh_key(self, name: str) -> str:
         f = self._fresh.get(name)
         return FRESH if f is None else f.status
 
     def _selected_name(self) -> str | None:
+        """The row key under the cursor (an engine name or a group row's key)."""
         if not self._order or self.cursor_row is None or self.cursor_row >= len(self._order):
             return None
         return self._order[self.cursor_row]
 
     @property
     def selected_engine(self) -> str | None:
-        return self._selected_name()
+        key = self._selected_name()
+        return None if key is None or key.startswith(GROUP_PREFIX) else key
 
     def set_limit(self, limit: int | None) -> None:
         """Show at most ``limit`` rows; the next update re-sorts when it changed."""
         if limit != self.limit:
             self.limit = limit
             self._sorted_at = -1e9
+
+
+_SLO_FIELDS = {"ttft99": ("ttft_p99_s", "ttft_p99_s"), "itl95": ("itl_p95_s", "itl_p95_s"),
+               "e2e99": ("e2e_p99_s", "e2e_p99_s"), "queue99": ("queue_p99_s", "queue_p99_s"),
+               "kv": ("kv_cache_pct", "kv_cache_pct")}

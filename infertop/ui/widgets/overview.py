@@ -15,7 +15,7 @@ from ...analysis.alerts import CRITICAL, Alert
 from ...format import count_human, pct_human, rate_human, seconds_human
 from ...state.fleet import FleetState
 from ...state.fleet_history import FLEET
-from ...state.queues import queue_totals
+from ...state.queues import queue_sources, queue_totals
 from ...state.history import HistoryStore
 from ...text import plain
 from .engines_table import EnginesTable
@@ -96,7 +96,7 @@ class Overview(Vertical):
     Overview.wide #overview-trends > .wide { display: block; }
     Overview #hot-title, Overview #alerts-title, Overview .alert-line { padding: 0 1; }
     Overview #hot { height: auto; max-height: 17; scrollbar-size-horizontal: 0; }
-    Overview .alert-line { height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    Overview .alert-line, Overview #alerts-title { height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, slo, **kwargs) -> None:
@@ -201,7 +201,8 @@ class Overview(Vertical):
 
     def _show_queues(self, state: FleetState) -> None:
         """Total queued in the gateways / pickers and the oldest wait (tiles shown only when one is watched)."""
-        watched = bool(state.queues)
+        sources = queue_sources(state.queues)
+        watched = bool(sources)
         if watched != self._queues:
             self._queues = watched
             grid = self.query_one("#tiles", Grid)
@@ -215,7 +216,7 @@ class Overview(Vertical):
         if not watched:
             return
         queued, oldest = queue_totals(state.queues)
-        worst = max((c.max_wait_s for q in state.queues if q.fresh for c in q.classes
+        worst = max((c.max_wait_s for q in sources if q.fresh for c in q.classes
                      if c.max_wait_s is not None and c.oldest_wait_s is not None and c.oldest_wait_s > c.max_wait_s),
                     default=None)
         self.call_after_refresh(self._queue_tiles, count_human(queued), seconds_human(oldest), worst is not None)

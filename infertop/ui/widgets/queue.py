@@ -17,7 +17,7 @@ from textual.containers import Vertical
 
 from ...format import DASH, count_human, pct_human, rate_human, seconds_human
 from ...state.fleet import FRESH, STALE, FleetState
-from ...state.queues import QueueClass, QueueEngine, QueueSource
+from ...state.queues import QueueClass, QueueEngine, QueueSource, queue_sources
 from ...text import plain
 from .cluster import KubeTable
 from .panels import QuietStatic
@@ -169,7 +169,7 @@ class QueuePane(Vertical):
         self.focus_table(not self.engines_table.has_focus)
 
     def show_state(self, state: FleetState) -> None:
-        self.show(state.queues)
+        self.show(tuple(queue_sources(state.queues)))
 
     def show(self, sources: tuple[QueueSource, ...]) -> None:
         self.sources = tuple(sources)

@@ -716,10 +716,10 @@ class Controllers:
             node = nodes.get(node_name)
             if node is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 continue
-            self._sync_pod(clone(pod), node, now)
+            self._sync_pod(pod, node, now)
 
-    def _sync_pod(self, pod: dict, node: dict, now: float) -> None:
-        before = clone(pod)
+    def _sync_pod(self, stored: dict, node: dict, now: float) -> None:
+        before, pod = stored, clone(stored)  # one copy per pod and pass: the stored object is left untouched
         meta, spec = pod["metadata"], pod["spec"]
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         status = pod.setdefault("status", {})
@@ -887,7 +887,13 @@ class Controllers:
         else:
             if "currentReplicas" not in pinned:
                 status["currentReplicas"] = int((target.get("status") or {}).get("replicas") or 0)
-            if "conditions" not in pinned:
+            hpa_ctl = self.emu.hpa_controller
+            if hpa_ctl is not None and not pinned & {"desiredReplicas", "conditions"}:
+                match = selector_from_label_selector((target.get("spec") or {}).get("selector"))
+                pods = [p for p in self.store.iter(PODS, meta["namespace"])
+                        if match(p["metadata"].get("labels") or {}) and not is_terminating(p)]
+                hpa_ctl.sync(self, hpa, target_rt, target, pods)  # the conditions are its own
+            elif "conditions" not in pinned:
                 set_condition(conditions, "AbleToScale", "True", "ReadyForNewScale",
                               "recommended size matches current size", now)
                 if find_condition(conditions, "ScalingActive") is None:

@@ -43,6 +43,8 @@ class ResourceType:
     has_status: bool = False
     # metadata.generation is bumped when the spec changes
     tracks_generation: bool = False
+    # a custom resource: served (and discovered) only once installed (KubeEmulator.install)
+    optional: bool = False
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -140,14 +142,22 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         "poddisruptionbudget", ("pdb",), subresources=(_status("PodDisruptionBudget"),),
         has_status=True, tracks_generation=True,
     ),
-    # Custom resources: served only once installed (KubeEmulator.install_crd), like a CRD.
-    ResourceType(
-        "inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives", "InferenceObjective", True,
-        "inferenceobjective", tracks_generation=True, extra={"crd": True},
-    ),
     ResourceType(
         "authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview",
         False, "selfsubjectaccessreview", verbs=("create",),
+    ),
+    # optional custom resources (KubeEmulator(custom_resources=…) / install())
+    ResourceType(
+        "keda.sh", "v1alpha1", "scaledobjects", "ScaledObject", True, "scaledobject", ("so",),
+        subresources=(_status("ScaledObject"),), has_status=True, tracks_generation=True, optional=True,
+    ),
+    ResourceType(
+        "llmd.ai", "v1alpha1", "variantautoscalings", "VariantAutoscaling", True, "variantautoscaling", ("va",),
+        subresources=(_status("VariantAutoscaling"),), has_status=True, tracks_generation=True, optional=True,
+    ),
+    ResourceType(  # Gateway API Inference Extension: a request's priority band (spec.priority)
+        "inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives", "InferenceObjective", True,
+        "inferenceobjective", tracks_generation=True, optional=True,
     ),
 )
 
@@ -200,40 +210,41 @@ def api_versions(server_address: str) -> dict:
     }
 
 
-def _group_doc(group: str) -> dict:
+def served(rt: ResourceType, installed: frozenset | set | None = None) -> bool:
+    """Built-in types always; an optional (custom) type only once installed."""
+    return not rt.optional or (installed is not None and rt.key in installed)
+
+
+def _versions(group: str, installed) -> list[str]:
+    return [v for v in GROUP_VERSIONS.get(group, [])
+            if any(served(rt, installed) for rt in RESOURCE_TYPES if rt.group == group and rt.version == v)]
+
+
+def _group_doc(group: str, installed=None) -> dict:
     versions = [
-        {"groupVersion": f"{group}/{v}", "version": v} for v in GROUP_VERSIONS[group]
+        {"groupVersion": f"{group}/{v}", "version": v} for v in _versions(group, installed)
     ]
     return {"name": group, "versions": versions, "preferredVersion": versions[0]}
 
 
-def is_served(rt: ResourceType, installed: set[str]) -> bool:
-    """A built-in type always; a custom resource once its CRD is installed."""
-    return not rt.extra.get("crd") or rt.plural in installed
-
-
-def _group_served(group: str, installed: set[str]) -> bool:
-    return any(rt.group == group and is_served(rt, installed) for rt in RESOURCE_TYPES)
-
-
-def api_group_list(installed: set[str] = frozenset()) -> dict:
+def api_group_list(installed=None) -> dict:
     return {
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": [_group_doc(g) for g in GROUP_VERSIONS if g and _group_served(g, installed)],
+        "groups": [_group_doc(g, installed) for g in GROUP_VERSIONS if g and _versions(g, installed)],
     }
 
 
-def api_group(group: str, installed: set[str] = frozenset()) -> dict | None:
-    if not group or group not in GROUP_VERSIONS or not _group_served(group, installed):
+def api_group(group: str, installed=None) -> dict | None:
+    if not group or not _versions(group, installed):
         return None
-    return {"kind": "APIGroup", "apiVersion": "v1", **_group_doc(group)}
+    return {"kind": "APIGroup", "apiVersion": "v1", **_group_doc(group, installed)}
 
 
-def api_resource_list(group: str, version: str, installed: set[str] = frozenset()) -> dict | None:
+def api_resource_list(group: str, version: str, installed=None) -> dict | None:
     resources = []
     for rt in RESOURCE_TYPES:
-        if rt.group != group or rt.version != version or not is_served(rt, installed):
+        if rt.group != group or rt.version != version or not served(rt, installed):
             continue
         entry = {
             "name": rt.plural,

@@ -10,7 +10,7 @@ Usage::
         api = kubernetes.config.new_client_from_config(config_file=emu.write_kubeconfig(tmp / "kc"))
         kubernetes.client.AppsV1Api(api).read_namespaced_deployment("vllm", "default")
 
-See ``tests/kube_emulator/__init__.py`` for the feature list and what is
+See ``infertop/sim/kube/__init__.py`` for the feature list and what is
 not emulated.
 """
 
@@ -34,6 +34,7 @@ from . import resources as R
 from .api import APPLY, JSON_PATCH, MERGE, STRATEGIC, Api
 from .controllers import Controllers
 from .errors import ApiError
+from .hpa import HpaController, MetricSource
 from .resources import BY_PATH, ResourceType, resource_type
 from .selectors import SelectorError, parse_field_selector, parse_label_selector
 from .store import Expired, Store, clone
@@ -244,7 +245,8 @@ class _Dispatch:
         method = self.method
         if not parts:
             return 200, {"paths": ["/api", "/api/v1", "/apis", "/version"]
-                         + sorted({f"/apis/{g}/{v}" for (g, v, _) in BY_PATH if g})}
+                         + sorted({f"/apis/{g}/{v}" for (g, v, _), rt in BY_PATH.items()
+                                   if g and R.served(rt, self.emu.installed)})}
         if parts[0] in ("healthz", "livez", "readyz") and method == "GET":
             return 200, _Text("ok")
         if parts == ["version"]:
@@ -258,11 +260,11 @@ class _Dispatch:
         elif parts[0] == "apis":
             if len(parts) == 1:
                 self._only_get()
-                return 200, R.api_group_list(self.emu.installed_crds)
+                return 200, R.api_group_list(self.emu.installed)
             group = parts[1]
             if len(parts) == 2:
                 self._only_get()
-                doc = R.api_group(group, self.emu.installed_crds)
+                doc = R.api_group(group, self.emu.installed)
                 if doc is None:
                     raise E.path_not_found()
                 return 200, doc
@@ -271,7 +273,7 @@ class _Dispatch:
             raise E.path_not_found()
         if not rest:
             self._only_get()
-            doc = R.api_resource_list(group, version, self.emu.installed_crds)
+            doc = R.api_resource_list(group, version, self.emu.installed)
             if doc is None:
                 raise E.path_not_found()
             return 200, doc
@@ -286,7 +288,7 @@ class _Dispatch:
         if not rest:
             raise E.path_not_found()
         rt = BY_PATH.get((group, version, rest[0]))
-        if rt is None or len(rest) > 3 or not R.is_served(rt, self.emu.installed_crds):
+        if rt is None or len(rest) > 3 or not R.served(rt, self.emu.installed):
             raise E.path_not_found()
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
@@ -558,6 +560,7 @@ class KubeEmulator:
         namespaces: Iterable[str] = ("default", "kube-system", "kube-public", "kube-node-lease"),
         seed: int = 0,
         clock: Callable[[], float] = time.time,
+        custom_resources: Iterable[str] = (),
     ):
         self.token = token
         self.host = host
@@ -585,20 +588,32 @@ class KubeEmulator:
         self._endpoints: list[tuple[str, str | None, str, int | None]] = []
         self._ready_overrides: dict[tuple[str, str], bool] = {}
         self._hpa_pinned: dict[tuple[str, str], set] = {}
+        self.hpa_controller: HpaController | None = None  # set_hpa_metrics() turns it on
         self._logs: dict[tuple[str, str, str], list[str]] = {}  # (ns, pod, container) -> lines
         self._server: _HTTPServer | None = None
         self._threads: list[threading.Thread] = []
         self._stopping = False
         self._node_count = 0
-        self.installed_crds: set[str] = set()  # plurals of the custom resources served (install_crd)
+        self.installed: frozenset[tuple[str, str]] = frozenset()  # optional custom resources served
+        self.install(*custom_resources)
         for ns in namespaces:
             self.add_namespace(ns)
 
-    def install_crd(self, plural: str = "inferenceobjectives") -> None:
-        """Serve an optional custom resource type (``extra={"crd": True}`` in resources.py), as installing its CRD."""
-        rt = R.BY_PLURAL[plural]
-        assert rt.extra.get("crd"), f"{plural} is a built-in type"
-        self.installed_crds.add(plural)
+    # ------------------------------------------------ custom resources
+    def install(self, *kinds: str) -> None:
+        """Serve optional custom resources (``"ScaledObject"``, ``"scaledobjects"``, ``"va"`` …), as if
+        their CRD were applied: discovery lists them and their REST paths answer (404 before)."""
+        keys = set(self.installed)
+        for kind in kinds:
+            rt = resource_type(kind)
+            if not rt.optional:
+                raise ValueError(f"{kind} is built in, not an installable custom resource")
+            keys.add(rt.key)
+        self.installed = frozenset(keys)
+
+    def uninstall(self, *kinds: str) -> None:
+        """Stop serving custom resources (their objects stay in the store, unreachable)."""
+        self.installed = frozenset(self.installed - {resource_type(k).key for k in kinds})
 
     # ---------------------------------------------------------- lifecycle
     def start(self) -> "KubeEmulator":
@@ -983,7 +998,7 @@ class KubeEmulator:
 
     def _workload(self, kind: str, namespace: str, name: str, replicas: int, image: str, args, labels,
                   gpu_per_pod, *, container_name: str, port: int | None, env, command, resources,
-                  annotations, template_annotations, extra_spec: dict) -> dict:
+                  annotations, template_annotations, extra_spec: dict, selector: dict | None = None) -> dict:
         self._ensure_namespace(namespace)
         labels = dict(labels or {"app": name})
         template: dict = {
@@ -997,7 +1012,7 @@ class KubeEmulator:
             "apiVersion": "apps/v1",
             "kind": kind,
             "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": dict(labels)}, "template": template,
+            "spec": {"replicas": replicas, "selector": {"matchLabels": dict(selector or labels)}, "template": template,
                      **extra_spec},
         }
         if annotations:
@@ -1010,8 +1025,9 @@ class KubeEmulator:
                        port: int | None = 8000, env: dict | list | None = None, command: list[str] | None = None,
                        resources: dict | None = None, annotations: dict | None = None,
                        template_annotations: dict | None = None, strategy: dict | None = None,
-                       progress_deadline_seconds: int | None = None, min_ready_seconds: int | None = None) -> dict:
-        """Create a Deployment (labels default to ``{"app": name}``, also its selector)."""
+                       progress_deadline_seconds: int | None = None, min_ready_seconds: int | None = None,
+                       selector: dict | None = None) -> dict:
+        """Create a Deployment (labels default to ``{"app": name}``, also its selector unless ``selector``)."""
         extra: dict = {}
         if strategy:
             extra["strategy"] = strategy
@@ -1022,7 +1038,7 @@ class KubeEmulator:
         return self._workload("Deployment", namespace, name, replicas, image, args, labels, gpu_per_pod,
                               container_name=container_name, port=port, env=env, command=command,
                               resources=resources, annotations=annotations,
-                              template_annotations=template_annotations, extra_spec=extra)
+                              template_annotations=template_annotations, extra_spec=extra, selector=selector)
 
     def add_statefulset(self, namespace: str, name: str, replicas: int = 1,
                         image: str = "vllm/vllm-openai:v0.9.2", args: list[str] | None = None,
@@ -1096,7 +1112,8 @@ class KubeEmulator:
                 min_replicas: int = 1, max_replicas: int = 10, metrics: list | None = None,
                 current_replicas: int | None = None, desired_replicas: int | None = None,
                 current_metrics: list | None = None, conditions: list | None = None,
-                last_scale_time: float | str | None = None) -> dict:
+                last_scale_time: float | str | None = None, behavior: dict | None = None,
+                owner: dict | None = None, labels: dict | None = None) -> dict:
         """An autoscaling/v2 HPA with a complete status (every field the client
         models declare, so a TUI can render it); explicitly given status
         fields are pinned (the reconcile loop leaves them alone)."""
@@ -1141,12 +1158,14 @@ class KubeEmulator:
         hpa = {
             "apiVersion": "autoscaling/v2",
             "kind": "HorizontalPodAutoscaler",
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace, **({"labels": dict(labels)} if labels else {}),
+                         **({"ownerReferences": [owner]} if owner else {})},
             "spec": {
                 "scaleTargetRef": {"apiVersion": target_rt.api_version, "kind": target_rt.kind, "name": target},
                 "minReplicas": min_replicas,
                 "maxReplicas": max_replicas,
                 "metrics": metrics,
+                **({"behavior": behavior} if behavior else {}),
             },
             "status": {
                 "currentReplicas": current,
@@ -1158,6 +1177,120 @@ class KubeEmulator:
         }
         self._hpa_pinned[(namespace, name)] = pinned
         return self.api.create(R.BY_KIND["HorizontalPodAutoscaler"], namespace, hpa, keep_status=True)
+
+    def add_scaled_object(self, namespace: str, name: str, target: str, *, target_kind: str = "Deployment",
+                          min_replicas: int = 1, max_replicas: int = 10, triggers: list | None = None,
+                          annotations: dict | None = None, fallback: dict | None = None,
+                          polling_interval: int = 30, cooldown_period: int = 300, status: dict | None = None,
+                          with_hpa: bool = True, hpa_status: dict | None = None) -> dict:
+        """A KEDA ScaledObject (install ``ScaledObject`` first) and, as KEDA's operator does, the HPA it
+        owns (``keda-hpa-<name>``, one External metric per trigger: ``s<i>-<type>``). ``status`` is
+        merged into the default (Ready/Active True, health Happy); ``hpa_status`` pins the HPA's."""
+        self._ensure_namespace(namespace)
+        triggers = triggers if triggers is not None else [{
+            "type": "prometheus", "metadata": {
+                "serverAddress": "http://prometheus.monitoring:9090", "threshold": "5",
+                "query": f'sum(vllm:num_requests_waiting{{namespace="{namespace}"}})'}}]
+        target_rt = resource_type(target_kind)
+        metric_names = [f"s{i}-{t.get('type', 'x')}" for i, t in enumerate(triggers)]
+        now = format_time(self.clock())
+        hpa_name = f"keda-hpa-{name}"
+        default_status = {
+            "scaleTargetKind": f"{target_rt.api_version}.{target_rt.kind}",
+            "scaleTargetGVKR": {"group": target_rt.group, "version": target_rt.version, "kind": target_rt.kind,
+                                "resource": target_rt.plural},
+            "originalReplicaCount": 1,
+            "hpaName": hpa_name,
+            "externalMetricNames": metric_names,
+            "health": {m: {"numberOfFailures": 0, "status": "Happy"} for m in metric_names},
+            "lastActiveTime": now,
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "ScaledObjectReady",
+                 "message": "ScaledObject is defined correctly and is ready for scaling"},
+                {"type": "Active", "status": "True", "reason": "ScalerActive",
+                 "message": "Scaling is performed because triggers are active"},
+                {"type": "Fallback", "status": "False", "reason": "NoFallbackFound",
+                 "message": "No fallbacks are active on this scaled object"},
+                {"type": "Paused", "status": "False", "reason": "ScaledObjectUnpaused",
+                 "message": "pause annotation removed for ScaledObject"},
+            ],
+        }
+        obj = {
+            "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+            "metadata": {"name": name, "namespace": namespace, **({"annotations": dict(annotations)}
+                                                                  if annotations else {})},
+            "spec": {"scaleTargetRef": {"name": target, "kind": target_kind, "apiVersion": target_rt.api_version},
+                     "minReplicaCount": min_replicas, "maxReplicaCount": max_replicas,
+                     "pollingInterval": polling_interval, "cooldownPeriod": cooldown_period,
+                     "triggers": triggers, **({"fallback": fallback} if fallback else {})},
+            "status": {**default_status, **(status or {})},
+        }
+        created = self.api.create(resource_type("ScaledObject"), namespace, obj, keep_status=True)
+        if with_hpa:
+            owner = {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": name,
+                     "uid": created["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+            metrics = [{"type": "External", "external": {
+                "metric": {"name": m, "selector": {"matchLabels": {"scaledobject.keda.sh/name": name}}},
+                "target": {"type": "AverageValue", "averageValue": str(t.get("metadata", {}).get("threshold", "1"))}}}
+                for m, t in zip(metric_names, triggers)]
+            hs = dict(hpa_status or {})
+            self.add_hpa(namespace, hpa_name, target, target_kind=target_kind, min_replicas=min_replicas,
+                         max_replicas=max_replicas, metrics=metrics, owner=owner,
+                         labels={"app.kubernetes.io/managed-by": "keda-operator", "scaledobject.keda.sh/name": name},
+                         current_replicas=hs.get("currentReplicas"), desired_replicas=hs.get("desiredReplicas"),
+                         current_metrics=hs.get("currentMetrics"), conditions=hs.get("conditions"),
+                         last_scale_time=hs.get("lastScaleTime"))
+        return created
+
+    def add_variant_autoscaling(self, namespace: str, name: str, target: str | None = None, *,
+                                model_id: str = "meta-llama/Llama-3.1-8B-Instruct", current_replicas: int = 1,
+                                desired_replicas: int | None = None, accelerator: str = "H100",
+                                applied: bool | None = True, min_replicas: int | None = None,
+                                max_replicas: int | None = None, conditions: list | None = None) -> dict:
+        """An llm-d VariantAutoscaling (install ``VariantAutoscaling`` first) with its status:
+        currentAlloc, desiredOptimizedAlloc, actuation and conditions (default: all True).
+        ``target=None`` leaves out scaleTargetRef, as older versions (the Deployment of the same name)."""
+        self._ensure_namespace(namespace)
+        now = format_time(self.clock())
+        spec: dict = {"modelID": model_id}
+        if target is not None:
+            spec["scaleTargetRef"] = {"apiVersion": "apps/v1", "kind": "Deployment", "name": target}
+        if min_replicas is not None:
+            spec["minReplicas"] = min_replicas
+        if max_replicas is not None:
+            spec["maxReplicas"] = max_replicas
+        status: dict = {
+            "currentAlloc": {"numReplicas": current_replicas, "accelerator": accelerator},
+            "desiredOptimizedAlloc": {"numReplicas": current_replicas if desired_replicas is None
+                                      else desired_replicas, "accelerator": accelerator, "lastRunTime": now},
+            "conditions": conditions if conditions is not None else [
+                {"type": "TargetResolved", "status": "True", "reason": "TargetFound",
+                 "message": f"scale target {target or name} found", "lastTransitionTime": now},
+                {"type": "MetricsAvailable", "status": "True", "reason": "MetricsFound",
+                 "message": "vLLM metrics are available", "lastTransitionTime": now},
+            ],
+        }
+        if applied is not None:
+            status["actuation"] = {"applied": applied}
+        obj = {"apiVersion": "llmd.ai/v1alpha1", "kind": "VariantAutoscaling",
+               "metadata": {"name": name, "namespace": namespace}, "spec": spec, "status": status}
+        return self.api.create(resource_type("VariantAutoscaling"), namespace, obj, keep_status=True)
+
+    def set_hpa_metrics(self, source: MetricSource | None, sync_s: float = 15.0, *,
+                        seed_current: bool = False) -> None:
+        """Turn on the HPA controller (``None``: off): every ``sync_s`` each HPA whose status is not
+        pinned is evaluated from ``source`` (see :mod:`.hpa`) and scales its target. ``seed_current``:
+        act as a controller that has been running (a first scale-down waits for its window)."""
+        self.hpa_controller = None if source is None else HpaController(source, sync_s, seed_current=seed_current)
+        self._poke()
+
+    def record_event(self, kind: str, name: str, namespace: str | None, etype: str, reason: str, message: str,
+                     component: str = "") -> None:
+        """Record an Event about an existing object (a controller's words: FailedGetPodsMetric, …)."""
+        rt = self._rt(kind)
+        with self.store.lock:
+            obj = self.api.get_current(rt, self._ns(rt, namespace), name)
+            self.api.record_event(rt, obj, etype, reason, message, component)
 
     def set_hpa_status(self, namespace: str, name: str, *, desired_replicas: int | None = None,
                        current_replicas: int | None = None, current_metrics: list | None = None,
@@ -1257,7 +1390,18 @@ class KubeEmulator:
                             ports.append({"name": "http", "containerPort": port, "protocol": "TCP"})
                     self.store.put(rt, pod)
 
+    def set_endpoint_allocator(self, allocate: Callable[[str, str], tuple[str, int | None] | None] | None) -> None:
+        """``allocate(namespace, pod_name)`` is asked first when the kubelet gives a pod its IP (under the
+        store lock: be quick, make no API request); ``(ip, port)`` points the pod there, None: as usual.
+        One call per pod, whatever the number of pods (``set_pod_endpoint`` patterns are scanned per pod)."""
+        self._allocator = allocate
+
     def _endpoint_for(self, namespace: str, name: str) -> tuple[str, int | None] | None:
+        allocate = getattr(self, "_allocator", None)
+        if allocate is not None:
+            got = allocate(namespace, name)
+            if got is not None:
+                return got
         for pattern, ns, ip, port in self._endpoints:
             if (ns is None or ns == namespace) and fnmatch.fnmatchcase(name, pattern):
                 return ip, port

@@ -1,0 +1,122 @@
+"""CPU per tick of the whole TUI (collection, state, paint), several trees side by side.
+
+    .venv/bin/python benchmarks/bench_tui_ticks.py --tree before=/old/checkout --tree after=. [--engines 64]
+        [--seconds 60] [--pane overview|engines]
+
+``bench_tui.py`` measures CPU as % of a core in a real terminal; on a loaded
+machine a starved TUI paints fewer ticks and its % drops with them. This one
+divides instead: one simulator (``infertop sim``, started from the first tree)
+serves the engines and a dcgm endpoint; every tree's app runs headless
+(``App.run_test``, 120x40, its own poll loops and 1 s ticks) in its own child
+process, all at the same time against the same engines; each child reports
+the CPU seconds of its own process over the measured interval and the ticks
+it built (``FleetJoiner.tick``). CPU ms per tick is what one refresh costs,
+whatever the load; ticks/s says how starved each one was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CHILD = r"""
+import asyncio, json, sys, time
+from infertop.config import Config
+from infertop.sources.vllm import EngineEndpoint
+from infertop.ui.app import InfertopApp, Settings
+
+urls, dcgm, pane, warm_s, seconds, state_dir = json.loads(sys.argv[1])
+
+async def main():
+    eps = [EngineEndpoint(f"vllm-{i}", u, max_num_seqs=64) for i, u in enumerate(urls)]
+    app = InfertopApp(Settings(config=Config(), endpoints=eps, mode="demo", dcgm_urls=[dcgm], state_dir=state_dir))
+    async with app.run_test(size=(120, 40)) as pilot:
+        if pane == "engines":
+            await pilot.press("2")
+        await asyncio.sleep(warm_s)
+        t0, c0, k0 = time.monotonic(), time.process_time(), app.joiner.tick
+        await asyncio.sleep(seconds)
+        t1, c1, k1 = time.monotonic(), time.process_time(), app.joiner.tick
+        print(json.dumps({"cpu_s": c1 - c0, "wall_s": t1 - t0, "ticks": k1 - k0}), flush=True)
+        app.exit()
+
+asyncio.run(main())
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tree", action="append", default=[], metavar="LABEL=DIR", required=True)
+    ap.add_argument("--engines", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--warmup", type=float, default=15.0, help="seconds before measuring (windows fill, first paints)")
+    ap.add_argument("--pane", choices=("overview", "engines"), default="overview")
+    ap.add_argument("--python", default=sys.executable)
+    args = ap.parse_args(argv)
+    trees = [t.split("=", 1) for t in args.tree]
+    home = tempfile.mkdtemp(prefix="bench-ticks-")
+    env0 = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "LANG": "C.UTF-8"}
+    first = str(Path(trees[0][1]).resolve())
+    sim = subprocess.Popen([args.python, "-m", "infertop", "sim", "--engines", str(args.engines), "--seed", "7",
+                            "--load", "bursty", "--warmup", "30", "--kubernetes-labels", "--print-urls"],
+                           env=dict(env0, PYTHONPATH=first), cwd=home, stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    children: list[tuple[str, subprocess.Popen]] = []
+    try:
+        urls: list[str] = []
+        deadline = time.monotonic() + 300
+        while len(urls) < args.engines + 1:
+            line = sim.stdout.readline()
+            if not line or time.monotonic() > deadline:
+                raise SystemExit("bench_tui_ticks: the simulator did not start")
+            urls += re.findall(r"http://[0-9.:]+[^\s]*", line)
+        job = json.dumps([urls[: args.engines], urls[args.engines], args.pane, args.warmup, args.seconds,
+                          str(Path(home) / "state")])
+        for label, tree in trees:
+            env = dict(env0, PYTHONPATH=str(Path(tree).resolve()))
+            children.append((label, subprocess.Popen([args.python, "-c", CHILD, job], env=env, cwd=home,
+                                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+        print(f"bench_tui_ticks: {args.engines} engines + dcgm, {args.pane} pane, {args.seconds:.0f} s side by side "
+              f"(load {os.getloadavg()[0]:.1f})")
+        print(f"  {'tree':<10} {'CPU ms/tick':>12} {'ticks/s':>8} {'CPU %core':>10}")
+        results = {}
+        for label, p in children:
+            out, err = p.communicate(timeout=args.warmup + args.seconds + 300)
+            lines = [x for x in out.splitlines() if x.startswith("{")]
+            if not lines:
+                print(f"  {label:<10} failed: {err.strip().splitlines()[-1:] }")
+                continue
+            r = json.loads(lines[-1])
+            results[label] = r
+            per = 1000 * r["cpu_s"] / max(1, r["ticks"])
+            print(f"  {label:<10} {per:12.1f} {r['ticks'] / r['wall_s']:8.2f} {100 * r['cpu_s'] / r['wall_s']:10.1f}")
+        if len(results) >= 2:
+            (a, ra), (b, rb) = list(results.items())[:2]
+            pa, pb = ra["cpu_s"] / max(1, ra["ticks"]), rb["cpu_s"] / max(1, rb["ticks"])
+            print(f"  {b}/{a} CPU per tick: {pb / pa:.2f}x")
+        print(f"load after: {os.getloadavg()[0]:.1f}")
+    finally:
+        for _, p in children:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if sim.poll() is None:
+            os.killpg(sim.pid, signal.SIGTERM)
+            try:
+                sim.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(sim.pid, signal.SIGKILL)
+                sim.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

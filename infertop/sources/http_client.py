@@ -1,0 +1,254 @@
+"""A lean keep-alive HTTP/1.1 GET client for the per-second engine polls.
+
+Why hand-written: infertop polls every engine every second, and httpx's
+request machinery (request/response models, the connection pool, anyio
+streams, per-request timeouts) costs several times the socket work itself —
+at 64 engines httpx alone took 4-6 % of a core (``benchmarks/bench_http.py``).
+This client does the one thing the polls need: ``GET`` over asyncio streams,
+one kept-alive connection per concurrent request to one engine, identity
+encoding, plain or TLS.
+
+The bounds of :mod:`.sanitize` hold here too: a body is read at most
+``limit`` bytes (a larger declared length is refused before reading, an
+endless chunked body is cut at the limit), the status line and headers are
+at most :data:`MAX_HEAD_BYTES`, and every request is bounded in time (connect,
+then the whole exchange). Errors are :class:`HttpError` whose text is what
+the UI shows, or ``TimeoutError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from urllib.parse import urlsplit
+
+MAX_HEAD_BYTES = 64 * 1024  # status line and headers
+MAX_IDLE = 4  # kept-alive connections per client
+
+
+class HttpError(Exception):
+    """A request failed; the message is one short line for the status bar."""
+
+
+class ResponseTooLarge(HttpError):
+    pass
+
+
+class _Conn:
+    __slots__ = ("reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    def close(self) -> None:
+        try:
+            self.writer.close()
+        except Exception:  # noqa: BLE001 — the transport may already be gone
+            pass
+
+
+def size_text(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
+
+
+def too_large(limit: int, declared: int | None = None) -> ResponseTooLarge:
+    if declared is not None:
+        return ResponseTooLarge(f"response too large ({size_text(declared)}, limit {size_text(limit)})")
+    return ResponseTooLarge(f"response too large (> {size_text(limit)})")
+
+
+class LeanHttpClient:
+    """GETs to one host (scheme, host, port), over at most :data:`MAX_IDLE` kept-alive connections."""
+
+    def __init__(self, *, connect_timeout_s: float = 1.0, timeout_s: float = 5.0, user_agent: str = "infertop") -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.timeout_s = timeout_s
+        self.user_agent = user_agent
+        self._idle: dict[tuple[str, str, int], list[_Conn]] = {}
+        self._targets: dict[str, tuple[tuple[str, str, int], bytes]] = {}  # url → (origin, request bytes)
+        self._ssl: ssl.SSLContext | None = None
+        self.opened = 0  # connections opened (tests: keep-alive works)
+
+    # ----- public --------------------------------------------------------------------
+    async def get(self, url: str, limit: int, *, any_status: bool = False) -> tuple[int, bytes]:
+        """(status, body) of ``GET url``; the body is read only for a 200 (at most ``limit`` bytes).
+
+        A status other than 200 raises ``HttpError("HTTP <status>")`` unless ``any_status``.
+        """
+        origin, request = self._target(url)
+        async with asyncio.timeout(self.timeout_s):
+            idle = self._idle.get(origin)
+            if idle:
+                conn = idle.pop()
+                try:
+                    return await self._exchange(origin, conn, request, limit, any_status)
+                except _StaleConnection:
+                    pass  # the engine closed the idle connection: once more on a new one
+            conn = await self._connect(origin)
+            try:
+                return await self._exchange(origin, conn, request, limit, any_status)
+            except _StaleConnection:
+                raise HttpError("connection closed by the engine") from None
+
+    async def aclose(self) -> None:
+        for conns in self._idle.values():
+            for c in conns:
+                c.close()
+        self._idle.clear()
+
+    # ----- internals -------------------------------------------------------------------
+    def _target(self, url: str) -> tuple[tuple[str, str, int], bytes]:
+        got = self._targets.get(url)
+        if got is not None:
+            return got
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https") or not parts.hostname:
+            raise HttpError(f"unsupported URL {url[:80]!r}")
+        port = parts.port or (443 if scheme == "https" else 80)
+        path = parts.path or "/"
+        if parts.query:
+            path += "?" + parts.query
+        host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+        default = (scheme == "http" and port == 80) or (scheme == "https" and port == 443)
+        host_header = host if default else f"{host}:{port}"
+        request = (f"GET {path} HTTP/1.1\r\nHost: {host_header}\r\nUser-Agent: {self.user_agent}\r\n"
+                   "Accept: */*\r\nAccept-Encoding: identity\r\n\r\n").encode("ascii", "replace")
+        got = ((scheme, parts.hostname, port), request)
+        if len(self._targets) < 64:
+            self._targets[url] = got
+        return got
+
+    async def _connect(self, origin: tuple[str, str, int]) -> _Conn:
+        scheme, host, port = origin
+        tls = None
+        if scheme == "https":
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            tls = self._ssl
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                reader, writer = await asyncio.open_connection(host, port, ssl=tls, limit=MAX_HEAD_BYTES)
+        except ConnectionRefusedError:
+            raise HttpError("connection refused") from None
+        except socket.gaierror:
+            raise HttpError("unknown host") from None
+        except ssl.SSLError as e:
+            raise HttpError(f"TLS: {e.reason or e}") from None
+        except OSError as e:
+            if "refused" in str(e).lower():  # several addresses tried, each refused
+                raise HttpError("connection refused") from None
+            raise HttpError("cannot connect") from None
+        self.opened += 1
+        return _Conn(reader, writer)
+
+    async def _exchange(self, origin, conn: _Conn, request: bytes, limit: int, any_status: bool) -> tuple[int, bytes]:
+        """One request on ``conn``; the connection is kept only after a complete, reusable answer."""
+        keep = False
+        try:
+            try:
+                conn.writer.write(request)
+                head = await conn.reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError as e:
+                if not e.partial:
+                    raise _StaleConnection from None
+                raise HttpError("bad HTTP response") from None
+            except (ConnectionResetError, BrokenPipeError):
+                raise _StaleConnection from None
+            except asyncio.LimitOverrunError:
+                raise HttpError("bad HTTP response (headers too large)") from None
+            status, headers, http10 = _head(head)
+            if status != 200:
+                if any_status:
+                    return status, b""  # body not read: the connection is not reused
+                raise HttpError(f"HTTP {status}")
+            body, framed = await _body(conn.reader, headers, limit)
+            conn_header = headers.get("connection", "").lower()
+            keep = framed and "close" not in conn_header and (not http10 or "keep-alive" in conn_header)
+            return status, body
+        except (ConnectionResetError, BrokenPipeError):
+            raise HttpError("connection lost") from None
+        except asyncio.IncompleteReadError:
+            raise HttpError("connection closed mid-response") from None
+        except asyncio.LimitOverrunError:
+            raise HttpError("bad HTTP response") from None
+        finally:
+            if keep:
+                idle = self._idle.setdefault(origin, [])
+                if len(idle) < MAX_IDLE:
+                    idle.append(conn)
+                else:
+                    conn.close()
+            else:
+                conn.close()
+
+
+class _StaleConnection(Exception):
+    """A kept-alive connection the server had closed: nothing of an answer was read."""
+
+
+def _head(head: bytes) -> tuple[int, dict[str, str], bool]:
+    """(status, lower-cased headers, HTTP/1.0?) of a response head."""
+    try:
+        text = head.decode("latin-1")
+    except UnicodeDecodeError:  # pragma: no cover — latin-1 decodes every byte
+        raise HttpError("bad HTTP response") from None
+    lines = text.split("\r\n")
+    status_line = lines[0].split(" ", 2)
+    if len(status_line) < 2 or not status_line[0].startswith("HTTP/1.") or not status_line[1].isdigit():
+        raise HttpError("bad HTTP response")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        if not sep:
+            raise HttpError("bad HTTP response")
+        headers[name.strip().lower()] = value.strip()
+    return int(status_line[1]), headers, status_line[0] == "HTTP/1.0"
+
+
+async def _body(reader: asyncio.StreamReader, headers: dict[str, str], limit: int) -> tuple[bytes, bool]:
+    """(body, whether its end was framed — so that the connection can be reused)."""
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        return await _chunked(reader, limit), True
+    declared = headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise HttpError("bad HTTP response")
+        n = int(declared)
+        if n > limit:
+            raise too_large(limit, n)
+        return await reader.readexactly(n), True
+    # Neither: the body ends when the server closes the connection.
+    chunks, size = [], 0
+    while True:
+        chunk = await reader.read(65536)
+        if not chunk:
+            return b"".join(chunks), False
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        chunks.append(chunk)
+
+
+async def _chunked(reader: asyncio.StreamReader, limit: int) -> bytes:
+    chunks, size = [], 0
+    while True:
+        line = await reader.readuntil(b"\r\n")
+        n_text = line.split(b";", 1)[0].strip()
+        try:
+            n = int(n_text, 16)
+        except ValueError:
+            raise HttpError("bad HTTP response (chunk size)") from None
+        if n == 0:
+            while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers
+                pass
+            return b"".join(chunks)
+        size += n
+        if size > limit:
+            raise too_large(limit)
+        chunks.append(await reader.readexactly(n))
+        if await reader.readexactly(2) != b"\r\n":
+            raise HttpError("bad HTTP response (chunk end)")

@@ -1,0 +1,184 @@
+"""The simulated cluster (``infertop sim --kube-port``, ``infertop/sim/kube/cluster.py``): a Kubernetes
+API whose Deployment's pods are the simulated engines, read and scaled through the real client.
+
+Nothing is patched: the engines and the API emulator are HTTP servers on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+
+import httpx
+import kubernetes
+import pytest
+
+from infertop.analysis.autoscalers import AT_MAX, PENDING_GPU, explain_workloads
+from infertop.sim import SimCluster
+from infertop.sim.kube.cluster import DEMO_CONTEXT, SimKube
+from infertop.sim.model import SimRequest
+from infertop.sources.kube import KubeSession, read_cluster
+
+NS = "inference"
+
+
+def answers(url: str) -> bool:
+    try:
+        return httpx.get(url + "/health", timeout=1.0, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def sim_kube(tmp_path):
+    started = []
+
+    def make(n: int = 3, **kw) -> tuple[SimCluster, SimKube, KubeSession]:
+        sim = SimCluster(n, seed=3, load="none", realtime=False, dcgm=False).start()
+        kube = SimKube(sim, termination_delay_s=0.3, start_delay_s=0.0, **kw).start()
+        assert kube.wait_bound(15)
+        session = KubeSession.connect(str(kube.write_kubeconfig(tmp_path / "kc")))
+        started.append((sim, kube, session))
+        return sim, kube, session
+
+    yield make
+    for sim, kube, session in started:
+        session.close()
+        kube.stop()
+        sim.stop()
+        assert kube.emu.errors == []
+
+
+def test_the_pods_are_the_engines_and_scaling_starts_and_stops_them(sim_kube):
+    sim, kube, session = sim_kube(3, hpa=False)
+    snap = read_cluster(session)
+    assert snap.context == DEMO_CONTEXT and snap.namespaces == (NS,)
+    (node,) = snap.nodes
+    assert (node.name, node.gpu_capacity, node.gpu_requested) == ("sim-node-0", 3, 3)
+    urls = sorted(p.engine_url for p in snap.pods)
+    assert urls == sorted(e.url for e in sim.engines) and all(p.status == "Running" for p in snap.pods)
+    for p in snap.pods:  # each pod's GPU row carries the pod's name, as dcgm-exporter -k does
+        assert next(e for e in sim.engines if e.url == p.engine_url).gpu.pod == p.name
+
+    apps = kubernetes.client.AppsV1Api(session.api_client)
+    apps.patch_namespaced_deployment_scale("vllm", NS, {"spec": {"replicas": 1}})
+    wait_for(lambda: sum(answers(e.url) for e in sim.engines) == 1, what="two engines stopped")
+    wait_for(lambda: len(read_cluster(session).pods) == 1, what="one pod left")
+    (pod,) = read_cluster(session).pods
+    assert answers(pod.engine_url)
+
+    apps.patch_namespaced_deployment_scale("vllm", NS, {"spec": {"replicas": 3}})
+    wait_for(lambda: sum(answers(e.url) for e in sim.engines) == 3, what="the engines started again")
+    snap = wait_for(lambda: (s := read_cluster(session)) and len([p for p in s.pods if p.engine_url]) == 3 and s,
+                    what="three pods with engines")
+    assert sorted(p.engine_url for p in snap.pods) == sorted(e.url for e in sim.engines)
+
+
+def test_a_deleted_pod_drains_then_its_engine_stops_and_a_replacement_takes_one(sim_kube):
+    sim, kube, session = sim_kube(2, hpa=False, replicas=1)
+    (pod,) = read_cluster(session).pods
+    engine = next(e for e in sim.engines if e.url == pod.engine_url)
+    spare = next(e for e in sim.engines if e is not engine)
+    assert not answers(spare.url)  # no pod, no engine process
+    kubernetes.client.CoreV1Api(session.api_client).delete_namespaced_pod(pod.name, NS)
+    wait_for(lambda: not engine.alive, what="the terminating pod's engine out of the Service")
+    wait_for(lambda: kube.pod_of(engine.index) is None, what="the old pod gone")
+    new = wait_for(lambda: [p for p in read_cluster(session).pods if p.name != pod.name and p.engine_url],
+                   what="the replacement pod bound")
+    assert answers(new[0].engine_url)
+
+
+def test_a_pod_out_of_its_service_empties_its_engine_and_comes_back(sim_kube):
+    sim, kube, session = sim_kube(1, hpa=False)
+    (pod,) = read_cluster(session).pods
+    (engine,) = sim.engines
+    svc = kubernetes.client.CoreV1Api(session.api_client).read_namespaced_service("vllm", NS)
+    assert svc.spec.selector == {"app": "vllm", "infertop.io/serving": "true"}
+    sim.set_load("steady")
+    sim.advance(5.0)
+    assert engine.core.num_running > 0
+    core = kubernetes.client.CoreV1Api(session.api_client)
+    core.patch_namespaced_pod(pod.name, NS, [{"op": "remove", "path": "/metadata/labels/infertop.io~1serving"}])
+    wait_for(lambda: not engine.alive, what="the engine out of the Service")
+    sim.advance(120.0)  # no new requests: the in-flight ones finish
+    assert engine.core.num_running == 0 and engine.core.num_waiting == 0 and answers(engine.url)
+    core.patch_namespaced_pod(pod.name, NS, {"metadata": {"labels": {"infertop.io/serving": "true"}}})
+    wait_for(lambda: engine.alive, what="the engine back in the Service")
+    sim.advance(5.0)
+    assert engine.core.num_running > 0
+
+
+def test_the_hpa_at_its_maximum_explains_itself(sim_kube):
+    # 2 engines on a 2-GPU node; the HPA may go to 3 and wants more: one pod cannot be placed
+    sim, kube, session = sim_kube(2, hpa_max=3, hpa_target_running=1.0, hpa_sync_s=0.1)
+    for e in sim.engines:
+        with e.lock:
+            for _ in range(6):
+                e.core.submit(SimRequest(prompt_tokens=100, max_tokens=4000))
+    sim.advance(0.5)
+    assert all(e.core.num_running == 6 for e in sim.engines)
+
+    def at_max():
+        (w,) = explain_workloads(read_cluster(session), now=time.time())
+        hpa = next(a for a in w.autoscalers if a.kind == "HorizontalPodAutoscaler")
+        return (w, hpa) if AT_MAX in hpa.codes() and PENDING_GPU in hpa.codes() else None
+
+    w, hpa = wait_for(at_max, what="the HPA at its maximum")
+    # beside it, the variant autoscaler's stand-in wants 12 / 1 running per replica: at its maximum too
+    wva = wait_for(lambda: next((a for w in explain_workloads(read_cluster(session), now=time.time())
+                                 for a in w.autoscalers if a.kind == "VariantAutoscaling"
+                                 and (a.current, a.desired) == (3, 3)), None),
+                   what="the variant autoscaler's decision")
+    assert wva.codes()[0] == AT_MAX and "no HPA consumes wva_desired_replicas: nothing applies this decision" \
+        not in wva.notes  # 3 → 3: nothing to apply
+    assert (hpa.current, hpa.desired, hpa.max_replicas) == (3, 3, 3)
+    assert hpa.reason == "at maxReplicas 3 while vllm:num_requests_running 6 vs target 1 asks for more"
+    pending = next(x for x in hpa.why_not if x.code == PENDING_GPU)
+    assert pending.text.startswith("3 wanted, 2 ready: 1 pod(s) Pending for lack of nvidia.com/gpu")
+    assert any(e.startswith("SuccessfulRescale: New size: 3") for e in hpa.events)
+
+
+def test_infertop_sim_serves_a_kubernetes_api_and_writes_a_private_kubeconfig(tmp_path):
+    kc = tmp_path / "state" / "kubeconfig"
+    proc = subprocess.Popen([sys.executable, "-m", "infertop", "sim", "--engines", "2", "--load", "none",
+                             "--kube-port", "0", "--kubeconfig", str(kc)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line.split())
+            if line.startswith("ready"):
+                break
+        kube_line = next(parts for parts in lines if parts[0] == "kube")
+        opts = dict(p.split("=", 1) for p in kube_line[2:])
+        assert opts == {"kubeconfig": str(kc), "context": DEMO_CONTEXT, "namespace": NS}
+        assert stat.S_IMODE(kc.stat().st_mode) == 0o600
+        token = json.loads(kc.read_text())["users"][0]["user"]["token"]
+        assert token and not any(token in " ".join(parts) for parts in lines)  # the secret is never printed
+        session = KubeSession.connect(str(kc))
+        try:
+            pods = read_cluster(session).pods
+            engines = {parts[2]: dict(p.split("=", 1) for p in parts[3:])["pod"]
+                       for parts in lines if parts[0] == "engine"}
+            assert {p.engine_url: p.name for p in pods} == engines
+        finally:
+            session.close()
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0
