@@ -284,3 +284,18 @@ def test_snapshot_table_and_json_carry_the_queues_and_record_replays_them(gatewa
         assert "connection refused" in capsys.readouterr().err
     finally:
         engine.stop()
+
+
+def test_the_queues_slot_keeps_other_entries_beside_gateways():
+    """The Prometheus engine source puts its fleet queue depth (a mapping) in the same slot."""
+    from infertop.state.fleet import FRESH, Freshness, Slo
+
+    gw = QueueSource("gw", "gateway", "http://gw/metrics", freshness=Freshness(FRESH, "http://gw/metrics", 1.0, 0.1),
+                     queued=4.0, oldest_wait_s=0.5)
+    prom = {"source": "prometheus", "promql": "sum(x)", "depth": 9.0, "error": None}
+    state = FleetState(tick=1, taken_at=2.0, refresh_s=1.0, window_s=60.0, slo=Slo(2, 0.04, 5, 1, 90),
+                       queues=(gw, prom))
+    doc = state.to_doc()
+    back = FleetState.from_doc(doc)
+    assert back.queues == (gw, prom) and back.to_doc() == doc
+    assert queue_totals(back.queues) == (4.0, 0.5)
