@@ -29,6 +29,8 @@ from .config import (
     Config,
     ConfigError,
     DEFAULT_LOCAL_URL,
+    QueueEppConfig,
+    QueueGatewayConfig,
     check_value,
     cross_checks,
     range_error,
@@ -82,6 +84,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dcgm", metavar="URL", action="append", default=[],
                    help="read GPUs from the dcgm-exporter at URL, e.g. http://node:9400/metrics "
                         "(repeatable; adds to the config's gpu.dcgm)")
+    p.add_argument("--gateway", metavar="URL", action="append", default=[],
+                   help="watch the infertop gateway at URL (its /metrics; repeatable; adds to queues.gateways)")
+    p.add_argument("--epp", metavar="URL", action="append", default=[],
+                   help="watch an endpoint picker's flow-control /metrics at URL (repeatable; adds to queues.epp)")
     p.add_argument("--prometheus", metavar="URL",
                    help="read the engines (and GPUs) from the Prometheus at URL instead of scraping each "
                         "engine (sets prometheus.url and prometheus.engines)")
@@ -281,6 +287,10 @@ def resolve_config(args: argparse.Namespace) -> tuple[Config, list[str]]:
         cfg.kube.kubeconfig = args.kubeconfig
     if getattr(args, "context", None):
         cfg.kube.context = args.context
+    for url in getattr(args, "gateway", None) or []:
+        cfg.queues.gateways.append(QueueGatewayConfig(url=_flag_url("--gateway", url)))
+    for url in getattr(args, "epp", None) or []:
+        cfg.queues.epp.append(QueueEppConfig(url=_flag_url("--epp", url)))
     if getattr(args, "namespace", None):
         cfg.kube.namespaces = [n.strip() for v in args.namespace for n in v.split(",") if n.strip()]
     if getattr(args, "prometheus", None):
@@ -299,6 +309,15 @@ def resolve_config(args: argparse.Namespace) -> tuple[Config, list[str]]:
         notes.append(f"No config file at {default_config_path()}: running on defaults. "
                      "Add engines with --engine URL or an 'engines:' list in that file (see README).")
     return cfg, notes
+
+
+def _flag_url(flag: str, url: str) -> str:
+    """A URL flag's value, http:// added when it has no scheme; raises ConfigError when unusable."""
+    if "://" not in url:
+        url = "http://" + url
+    if not url.startswith(("http://", "https://")) or len(url.split("://", 1)[1].strip("/")) == 0:
+        raise ConfigError("command line", None, flag, f"expected an http(s) URL, got {url!r}")
+    return url
 
 
 def endpoints_for(cfg: Config, extra_urls: list[str], *, default_local: bool) -> list[EngineEndpoint]:

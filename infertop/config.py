@@ -165,6 +165,81 @@ class KubeConfig:
         return errs
 
 
+def _http_url(value: str | None) -> str | None:
+    """Why ``value`` is not an http(s) URL (None when it is, or unset)."""
+    if value is None or value.startswith(("http://", "https://")):
+        return None
+    return f"must start with http:// or https://, got {value!r}"
+
+
+@dataclass
+class QueueGatewayConfig:
+    """An infertop gateway to watch (and steer, with an admin token)."""
+
+    url: str  # where its /metrics is (its client listen address)
+    name: str = ""
+    admin_url: str | None = None
+    token_env: str | None = None  # the admin token; never logged or shown
+    token_file: str | None = None
+    timeout_s: float = bounded(2.0, 0.05, 600)
+
+    def validate(self) -> list[tuple[str, str]]:
+        errs = bounds_errors(self)
+        for name in ("url", "admin_url"):
+            why = _http_url(getattr(self, name))
+            if why:
+                errs.append((name, why))
+        if self.token_env and self.token_file:
+            errs.append(("token_file", "set token_env or token_file, not both"))
+        return errs
+
+
+@dataclass
+class QueueEppConfig:
+    """A Gateway API Inference Extension / llm-d endpoint picker's /metrics."""
+
+    url: str
+    name: str = ""
+    token_file: str | None = None  # bearer token for /metrics, when it needs one
+    timeout_s: float = bounded(2.0, 0.05, 600)
+
+    def validate(self) -> list[tuple[str, str]]:
+        errs = bounds_errors(self)
+        why = _http_url(self.url)
+        if why:
+            errs.append(("url", why))
+        return errs
+
+
+@dataclass
+class QueuePromConfig:
+    """Queue series read through the Prometheus of ``prometheus.url`` instead of directly."""
+
+    name: str
+    kind: str = "epp"  # epp or gateway: which names to query
+    selector: str = ""  # extra PromQL matchers, e.g. job="epp"
+
+    def validate(self) -> list[tuple[str, str]]:
+        return [] if self.kind in ("epp", "gateway") else [("kind", "must be epp or gateway")]
+
+
+@dataclass
+class QueuesConfig:
+    gateways: list[QueueGatewayConfig] = field(default_factory=list)
+    epp: list[QueueEppConfig] = field(default_factory=list)
+    prometheus: list[QueuePromConfig] = field(default_factory=list)
+    # queue P99 budget per class (or priority band number), seconds; added to the defaults
+    budgets: dict[str, float] = field(default_factory=dict)
+    drain_timeout_s: float = bounded(600.0, 1, 86400)  # how long a drain at the gateway is followed
+
+    def validate(self) -> list[tuple[str, str]]:
+        errs = bounds_errors(self)
+        for k, v in self.budgets.items():
+            if not (math.isfinite(v) and v > 0):
+                errs.append((f"budgets.{k}", f"must be > 0, got {v:g}"))
+        return errs
+
+
 @dataclass
 class AdvisorConfig:
     """The scaling advisor (analysis/scaling.py): targets, bounds, windows, mode."""
@@ -245,10 +320,13 @@ class Config:
     prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
     kube: KubeConfig = field(default_factory=KubeConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    queues: QueuesConfig = field(default_factory=QueuesConfig)
     advisor: AdvisorConfig = field(default_factory=AdvisorConfig)
     profiles: dict[str, ProfileConfig] = field(default_factory=dict)
     # Where it came from: the path, or None when running on defaults.
     source: str | None = field(default=None, metadata={"internal": True})
+    # The top-level sections the file sets (a `gateway:` section means: watch that gateway too).
+    sections: tuple[str, ...] = field(default=(), metadata={"internal": True})
 
     def validate(self) -> list[tuple[str, str]]:
         errs = bounds_errors(self) + cross_checks(self.refresh_s, self.window_s, self.history_s)
@@ -343,6 +421,8 @@ def parse_config(text: str | bytes, path: str = "<config>", *, pure_python: bool
         cfg = _build(Config, node, "", path, loader)
     except RecursionError:  # unreachable with the depth limit; never a traceback
         raise ConfigError(path, None, "", "too deeply nested") from None
+    if isinstance(node, yaml.MappingNode):
+        cfg.sections = tuple(str(k.value) for k, _ in node.value)
     _fill_names(cfg)
     return cfg
 

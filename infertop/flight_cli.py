@@ -80,6 +80,12 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
                 pass
 
     gpu_task = asyncio.create_task(gpus())
+    from .sources.queues import QueueFleet
+    from .sources.queues_config import queue_collectors
+
+    queues = QueueFleet(queue_collectors(cfg, cfg.window_s), interval_s=cfg.refresh_s)
+    joiner.queue_collectors = queues.collectors
+    queue_task = asyncio.create_task(queues.run())
     started = time.monotonic()
     try:
         while not stop.is_set():
@@ -98,8 +104,10 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
         stop.set()
         if collector._stopped is not None:
             collector._stopped.set()
-        await asyncio.gather(polling, gpu_task, return_exceptions=True)
+        queue_task.cancel()
+        await asyncio.gather(polling, gpu_task, queue_task, return_exceptions=True)
         await gpu.aclose()
+        await queues.aclose()
         await asyncio.to_thread(log.close)
     return log.ticks
 

@@ -14,6 +14,8 @@ import time
 from typing import Any, TextIO
 
 from .config import Config
+from .sources.queues import QueueFleet
+from .sources.queues_config import queue_collectors
 from .sources.vllm import EngineEndpoint, FleetCollector
 from .state.fleet import FRESH, FleetJoiner, FleetState
 
@@ -86,13 +88,16 @@ async def collect_state(endpoints: list[EngineEndpoint], cfg: Config, window_s: 
 
         joiner.autoscalers = Advisor(cfg.advisor, cfg.slo, engine_pods=engine_pods, allow_auto=False)
     gpu = _collector(cfg, list(dcgm_urls or []))
+    queues = QueueFleet(queue_collectors(cfg, joiner.window_s), interval_s=cfg.refresh_s)
+    joiner.queue_collectors = queues.collectors
     try:
-        await poll_window(collector, window_s, on_poll=joiner.observe)
+        await asyncio.gather(poll_window(collector, window_s, on_poll=joiner.observe), queues.run(window_s))
         rows, health = await gpu.poll()
         joiner.set_gpus(rows, health)
     finally:
         await gpu.aclose()
         await collector.aclose()
+        await queues.aclose()
     if cfg.kube.configured:
         snap, error, source, calls = await asyncio.to_thread(_read_cluster, cfg)
         joiner.set_cluster(snap, error=error, source=source, api_calls=calls)
@@ -163,8 +168,9 @@ def _grid(rows: list[tuple], out: TextIO) -> None:
         print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip(), file=out)
 
 
-def print_table(state: FleetState, out: TextIO = sys.stdout) -> None:
-    """Everything JSON carries, as text: fleet line, engines, alerts, sources, GPUs, cluster."""
+def print_table(state: FleetState, out: TextIO | None = None) -> None:
+    """Everything JSON carries, as text: fleet line, engines, alerts, sources, GPUs, queues, cluster."""
+    out = out if out is not None else sys.stdout  # the stream of now, not the one at import time
     from .format import age_human, count_human, pct_human, rate_human, seconds_human
     from .text import plain
 
@@ -212,6 +218,7 @@ def print_table(state: FleetState, out: TextIO = sys.stdout) -> None:
             detail = f"since {_clock(src.since)}: {plain(src.error or '')}"
         print(f"  {src.kind:<10} {plain(src.name):<28} {word:<5} {detail}".rstrip(), file=out)
     _print_gpus(state, out)
+    _print_queues(state, out)
     _print_cluster(state, out)
     _print_autoscalers(state, out)
 
@@ -251,6 +258,52 @@ def _print_gpus(state: FleetState, out: TextIO) -> None:
     for g in state.gpus:
         add(g)
     _grid(rows, out)
+
+
+def _print_queues(state: FleetState, out: TextIO) -> None:
+    """Per gateway / endpoint picker: its classes or bands, then the engines behind it."""
+    from .format import age_human, count_human, pct_human, seconds_human
+    from .text import plain
+
+    from .state.queues import queue_sources
+
+    for q in queue_sources(state.queues):
+        print(file=out)
+        fr = q.freshness
+        head = f"queue {q.kind} {plain(q.name)} ({plain(q.url)}"
+        head += ", via Prometheus)" if q.via == "prometheus" else ")"
+        if fr.status == FRESH:
+            head += " · fresh"
+        elif fr.status == "stale":
+            head += f" · STALE since {_clock(fr.since)} ({plain(fr.reason or '')}), last read {age_human(fr.age_s)} ago"
+        else:
+            head += f" · unavailable: {plain(fr.reason or '')}"
+        head += f" · queued {count_human(q.queued)} · oldest {seconds_human(q.oldest_wait_s)}"
+        if q.pool_saturation_pct is not None:
+            head += f" · saturation {pct_human(q.pool_saturation_pct)}"
+        if q.admin_error:
+            head += f" · {plain(q.admin_error)}"
+        print(head, file=out)
+        if q.classes:
+            rows: list[tuple] = [("class", "prio", "depth", "oldest", "wait p50", "wait p99", "budget", "weight",
+                                  "max wait", "share", "promoted")]
+            for c in q.classes:
+                rows.append((plain(c.name), "—" if c.priority is None else f"{c.priority:g}", count_human(c.depth),
+                             "0" if c.oldest_wait_s == 0 else seconds_human(c.oldest_wait_s),
+                             seconds_human(c.wait_p50_s),
+                             seconds_human(c.wait_p99_s) + (" OVER" if c.over_budget else ""),
+                             seconds_human(c.budget_s), "—" if c.weight is None else f"{c.weight:g}",
+                             seconds_human(c.max_wait_s), pct_human(c.share_pct), count_human(c.promotions)))
+            _grid([tuple("  " + str(r[0]) if i == 0 else v for i, v in enumerate(r)) for r in rows], out)
+        if q.engines:
+            rows = [("engine", "in flight", "cap", "saturation", "vllm waiting", "state")]
+            for e in q.engines:
+                word = ("draining" if e.draining else "serving") if e.draining is not None else "—"
+                if e.up is False:
+                    word = "down"
+                rows.append((plain(e.name), count_human(e.in_flight), count_human(e.cap), pct_human(e.saturation_pct),
+                             count_human(e.vllm_waiting), word))
+            _grid([tuple("  " + str(r[0]) if i == 0 else v for i, v in enumerate(r)) for r in rows], out)
 
 
 def _print_cluster(state: FleetState, out: TextIO) -> None:

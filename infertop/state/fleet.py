@@ -144,7 +144,7 @@ class FleetState:
     gpus: tuple[GpuStats, ...] = ()
     gpus_configured: bool = False  # at least one GPU source is configured
     cluster: ClusterState | None = None  # None: Kubernetes is not configured
-    queues: tuple[dict, ...] = ()  # room for the Queue pane
+    queues: tuple[Any, ...] = ()  # state.queues.QueueSource: gateways and endpoint pickers (Queue pane)
     autoscalers: tuple[dict, ...] = ()  # room for the Autoscaler pane
     mode: str = "live"  # live, demo, replay
 
@@ -215,9 +215,18 @@ class FleetState:
             sources=from_doc(tuple[SourceState, ...], doc.get("sources") or []),
             gpus=from_doc(tuple[GpuStats, ...], doc.get("gpus") or []),
             gpus_configured=bool(doc.get("gpus_configured")), cluster=cluster,
-            queues=tuple(doc.get("queues") or ()), autoscalers=tuple(doc.get("autoscalers") or ()),
+            queues=_queues_from_doc(doc.get("queues") or ()), autoscalers=tuple(doc.get("autoscalers") or ()),
             mode=str(doc.get("mode") or "replay"),
         )
+
+
+def _queues_from_doc(docs: Any) -> tuple[Any, ...]:
+    """Gateways / endpoint pickers back as QueueSource; any other entry (the Prometheus engine source's
+    fleet queue depth, a plain mapping) as it was written."""
+    from .queues import QueueSource  # noqa: PLC0415 — state.queues builds on this module
+
+    return tuple(from_doc(QueueSource, d) if isinstance(d, dict) and "kind" in d and "name" in d else d
+                 for d in docs)
 
 
 def _engine_doc(e: EngineState) -> dict[str, Any]:
@@ -321,6 +330,7 @@ class FleetJoiner:
         self.cluster_api_calls: int | None = None
         self.kube_configured = False
         self.extra_sources: list[SourceState] = []
+        self.queue_collectors: list[Any] = []  # sources.queues collectors (gateways, endpoint pickers)
         # the scaling advisor (state/advisor.py): (state, engine name → its counter windows) → the autoscalers slot
         self.autoscalers: Callable[[FleetState, Mapping[str, list]], Sequence[dict]] | None = None
 
@@ -389,6 +399,12 @@ class FleetJoiner:
             sources.append(SourceState(name=self.cluster_source or "kubernetes", kind="kube", ok=f.status == FRESH,
                                        error=f.reason, since=f.since, last_ok_at=f.sampled_at, age_s=f.age_s))
         sources.extend(self.extra_sources)
+        queues: tuple[Any, ...] = ()
+        if self.queue_collectors:
+            from .queues import join_queues  # noqa: PLC0415 — state.queues builds on this module
+
+            queues = join_queues(self.queue_collectors, engines, now, mono, self.stale_after_s)
+            sources.extend(self._source(c.health, now, mono) for c in self.queue_collectors)
         fleet = self._fleet(engines, windows)
         alerts = self._alerts(engines)
         state = FleetState(
@@ -397,7 +413,7 @@ class FleetJoiner:
                     self.slo.kv_cache_pct),
             engines=tuple(engines), fleet=fleet, alerts=tuple(alerts), sources=tuple(sources),
             gpus=tuple(gpus), gpus_configured=self.gpus_configured, cluster=cluster, mode=self.mode,
-            queues=tuple(getattr(self.collector, "queues", ())),
+            queues=queues + tuple(getattr(self.collector, "queues", ())),
         )
         if self.autoscalers is not None:
             state = replace(state, autoscalers=tuple(self.autoscalers(state, engine_windows)))

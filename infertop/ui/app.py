@@ -25,6 +25,8 @@ from ..domain.gpu import classify
 from ..domain.source import SourceHealth
 from ..format import count_human, seconds_human
 from ..sources.gpu import GpuCollector
+from ..sources.queues import QueueFleet
+from ..sources.queues_config import queue_collectors
 from ..sources.vllm import EngineEndpoint, FleetCollector
 from ..state.fleet import FleetJoiner, FleetState
 from ..state.engine_groups import GROUP_BY
@@ -35,6 +37,7 @@ from .status import alert_changes, status_line
 from .actions import ACTIONS, bindings, footer_panes, key_display
 from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
+from .queue_actions import QUEUE_ACTIONS, QueueActions
 from .autoscaler_actions import ADVISOR_ACTIONS, AutoscalerActions
 from .replay_actions import ReplayActions
 from .commands import InfertopCommands
@@ -50,8 +53,9 @@ from .widgets.engines_table import HEADERS, PRESSURE, RESORT_EVERY_S, SORTABLE, 
 from .widgets.gpus import GpusPane, GpusTable, engine_refs, gpu_status_parts, record_history, flatten, summarize
 from .widgets.overview import Overview
 from .widgets.panels import QuietStatic, Trend
+from .widgets.queue import QueuePane
 
-PANES = ("overview", "engines", "log", "gpus", "cluster", "autoscaler")
+PANES = ("overview", "engines", "log", "gpus", "cluster", "queues", "autoscaler")
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
 REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_speed", "replay_seek"}
 # Keys of one pane (not the engine actions: they also act on an open engine detail).
@@ -82,7 +86,7 @@ class Settings:
     no_auto: bool = False  # --no-auto: the scaling advisor never applies by itself
 
 
-class InfertopApp(ReplayActions, EngineActions, KubeActions, AutoscalerActions, App[None]):
+class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, AutoscalerActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
@@ -126,6 +130,10 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, AutoscalerActions, 
         self.collector.on_polled = self._on_polled
         # GPUs: NVML (in a thread inside poll), dcgm-exporter URLs, Prometheus. Tests pass their own.
         self.gpu_collector = gpu_collector or GpuCollector(cfg.gpu, cfg.prometheus, dcgm_urls=settings.dcgm_urls)
+        # Gateways and endpoint pickers: each polled by its own loop (tests poll them with poll_now).
+        self.queue_fleet = QueueFleet(queue_collectors(cfg, cfg.window_s) if settings.replay is None else [],
+                                      interval_s=cfg.refresh_s)
+        self.joiner.queue_collectors = self.queue_fleet.collectors
         self._gpu_states: dict[str, str] = {}
         self._gpu_logged_at: dict[str, float] = {}
         self._states: dict[str, str] = {}
@@ -159,6 +167,8 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, AutoscalerActions, 
                 yield GpusPane(self.history, id="gpus-pane")
             with TabPane("5 Cluster", id="cluster"):
                 yield ClusterPane(id="cluster-pane")
+            with TabPane("6 Queue", id="queues"):
+                yield QueuePane(id="queue-pane")
             with TabPane("7 Autoscaler", id="autoscaler"):
                 yield AutoscalerPane(id="autoscaler-pane")
         yield QuietStatic(id="statusbar")
@@ -203,11 +213,21 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, AutoscalerActions, 
         if self.poll:
             self.start_collection()
             self.start_gpu_collection()
+            if self.queue_fleet.collectors:
+                self.start_queue_collection()
 
     @work(exclusive=True, group="collect", exit_on_error=False)
     async def start_collection(self) -> None:
         """Poll loops run as an async worker: never block the UI, never overlap."""
         await self.collector.run()
+
+    @work(exclusive=True, group="queues", exit_on_error=False)
+    async def start_queue_collection(self) -> None:
+        """Gateways and endpoint pickers, each on its own loop (never overlapping)."""
+        try:
+            await self.queue_fleet.run()
+        finally:
+            await self.queue_fleet.aclose()
 
     @work(exclusive=True, group="gpu", exit_on_error=False)
     async def start_gpu_collection(self) -> None:
@@ -270,8 +290,8 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, AutoscalerActions, 
         return self.main.query_one("#engines-table", EnginesTable).selected_engine
 
     async def poll_now(self) -> None:
-        """Poll every engine once and render a new tick (tests and Ctrl+R)."""
-        await self.collector.poll_once()
+        """Poll every engine (and queue source) once and render a new tick (tests and Ctrl+R)."""
+        await asyncio.gather(self.collector.poll_once(), self.queue_fleet.poll_once())
         self.tick()
 
     @property
@@ -335,6 +355,9 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, AutoscalerActions, 
         elif pane == "engines":
             main.query_one("#engines-table", EnginesTable).update_state(state)
             self._render_engine_trends(state)
+        elif pane == "queues":
+            main.query_one(QueuePane).show_state(state)
+            self.probe_objectives()
         if pane == "gpus" or isinstance(self.screen, GpuDetailScreen):
             self._render_gpus(state)
         if pane == "autoscaler":
@@ -467,6 +490,8 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, AutoscalerActions, 
             return self.engine_action_state(action)
         if action in KUBE_ACTIONS:
             return self.kube_action_state(action)
+        if action in QUEUE_ACTIONS:
+            return self.queue_action_state(action)
         if action in ADVISOR_ACTIONS:
             return self.advisor_action_state(action)
         if action == "gpu_detail":  # Enter means "GPU detail" only on the GPUs pane
@@ -500,6 +525,8 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, AutoscalerActions, 
             self.main.query_one(GpusTable).focus()
         elif pane == "cluster":
             self.main.query_one(ClusterPane).focus_table()
+        elif pane == "queues":
+            self.main.query_one(QueuePane).focus_table()
         elif pane == "log":
             self.main.query_one("#log-view", RichLog).focus()  # arrows scroll the log
         elif pane == "autoscaler":
@@ -612,7 +639,7 @@ class InfertopApp(ReplayActions, EngineActions, KubeActions, AutoscalerActions, 
         if self.player is None:
             self.run_worker(self.kube_refresh_now(), group="kube-refresh-now", exclusive=True, exit_on_error=False)
         self.notify("polling every source now…", timeout=2)
-        await self.collector.poll_once()
+        await asyncio.gather(self.collector.poll_once(), self.queue_fleet.poll_once())
         await self.poll_gpus()
         self.tick()
         n = len(self.state.failing_sources()) if self.state is not None else 0

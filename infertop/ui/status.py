@@ -59,6 +59,10 @@ def status_line(state: FleetState, gpu_parts: list[str] | None = None) -> Text:
         out.append(f": {plain(f.reason or 'unavailable', 60)}")
         if f.since:
             out.append(f", since {_clock(f.since)}")
+    for s in [s for s in state.sources if s.kind in ("gateway", "epp") and not s.ok][:MAX_NAMED]:
+        sep()
+        out.append(f"✗ {s.kind} {plain(s.name, 30)}", style="bold red")
+        out.append(f": {plain(s.error or 'no data', 60)}, since {_clock(s.since)}")
     for s in [s for s in state.sources if s.ok and s.stale][:MAX_NAMED]:
         sep()
         out.append(f"{plain(s.name, 30)} stale", style="yellow")

@@ -155,6 +155,10 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         "llmd.ai", "v1alpha1", "variantautoscalings", "VariantAutoscaling", True, "variantautoscaling", ("va",),
         subresources=(_status("VariantAutoscaling"),), has_status=True, tracks_generation=True, optional=True,
     ),
+    ResourceType(  # Gateway API Inference Extension: a request's priority band (spec.priority)
+        "inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives", "InferenceObjective", True,
+        "inferenceobjective", tracks_generation=True, optional=True,
+    ),
 )
 
 BY_PATH: dict[tuple[str, str, str], ResourceType] = {

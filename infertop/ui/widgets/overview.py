@@ -15,6 +15,7 @@ from ...analysis.alerts import CRITICAL, Alert
 from ...format import count_human, pct_human, rate_human, seconds_human
 from ...state.fleet import FleetState
 from ...state.fleet_history import FLEET
+from ...state.queues import queue_sources, queue_totals
 from ...state.history import HistoryStore
 from ...text import plain
 from .engines_table import EnginesTable
@@ -82,6 +83,8 @@ TILES = (
     ("gpu_power", "GPU power"),
     ("gpu_errors", "GPU errors"),
 )
+# gateways / endpoint pickers: mounted once one is watched
+QUEUE_TILES = (("queued", "GW queued"), ("queue_oldest", "Oldest wait"))
 
 
 class Overview(Vertical):
@@ -101,6 +104,7 @@ class Overview(Vertical):
         self.slo = slo
         self.alert_rows = 2  # alert lines that fit (set by the layout)
         self._engines = 0
+        self._queues = False  # a gateway or endpoint picker is watched: its tiles are shown
         self._alerts: list[Alert] = []
 
     def compose(self) -> ComposeResult:
@@ -136,7 +140,8 @@ class Overview(Vertical):
         self.set_class(width >= 160, "wide")
         grid = self.query_one("#tiles", Grid)
         grid.styles.grid_size_columns = cols
-        tile_lines = 2 * -(-len(TILES) // cols)
+        shown = len(TILES) + (len(QUEUE_TILES) if self._queues else 0)
+        tile_lines = 2 * -(-shown // cols)
         trend = 3 if height < 34 else (5 if height < 48 else 7)
         self.query_one("#overview-trends").styles.height = trend
         left = height - tile_lines - trend - 3  # hot title, hot header, alerts title
@@ -178,6 +183,7 @@ class Overview(Vertical):
         tile("kv", f"{pct_human(f.kv_cache_pct_mean)}/{pct_human(f.kv_cache_pct_max)}",
              over(f.kv_cache_pct_max, slo.kv_cache_pct))
         tile("preempt", rate_human(f.preemptions_per_s), bad=bool(f.preemptions_per_s))
+        self._show_queues(state)
         n = 120
         self.query_one("#t-gen", Trend).show(history.series(FLEET, "generation_tokens_per_s", n),
                                              rate_human(f.generation_tokens_per_s), fmt=rate_human)
@@ -192,6 +198,35 @@ class Overview(Vertical):
                                                    percent=fmt is pct_human)
         self.query_one("#hot", EnginesTable).update_state(state)
         self.show_alerts(list(state.alerts))
+
+    def _show_queues(self, state: FleetState) -> None:
+        """Total queued in the gateways / pickers and the oldest wait (tiles shown only when one is watched)."""
+        sources = queue_sources(state.queues)
+        watched = bool(sources)
+        if watched != self._queues:
+            self._queues = watched
+            grid = self.query_one("#tiles", Grid)
+            for key, label in QUEUE_TILES:
+                found = grid.query(f"#tile-{key}")
+                if found:
+                    found.first().display = watched
+                elif watched:
+                    grid.mount(Tile(label, id=f"tile-{key}"))
+            self._fit()
+        if not watched:
+            return
+        queued, oldest = queue_totals(state.queues)
+        worst = max((c.max_wait_s for q in sources if q.fresh for c in q.classes
+                     if c.max_wait_s is not None and c.oldest_wait_s is not None and c.oldest_wait_s > c.max_wait_s),
+                    default=None)
+        self.call_after_refresh(self._queue_tiles, count_human(queued), seconds_human(oldest), worst is not None)
+
+    def _queue_tiles(self, queued: str, oldest: str, late: bool) -> None:
+        """The queue tiles' values (after a refresh: a tile mounted this tick is composed by then)."""
+        for key, value, bad in (("queued", queued, False), ("queue_oldest", oldest, late)):
+            found = self.query(f"#tile-{key}")
+            if found:
+                found.first(Tile).set_value(value, bad)
 
     def show_gpus(self, g, configured: bool = True) -> None:
         """GPU tiles from a :class:`~infertop.ui.widgets.gpus.GpuSummary` (live values with a dead-band)."""
