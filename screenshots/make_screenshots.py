@@ -2,9 +2,10 @@
 
     .venv/bin/python screenshots/make_screenshots.py [--seconds 25]
 
-Starts the bundled simulator, runs infertop against it headless (Textual's
-run_test) for a while so windows and sparklines fill, then saves one SVG
-per pane at 120x40 and the main panes at 80x24.
+Starts the demo exactly as ``infertop --demo`` does (the simulator, its
+Kubernetes API, the gateway and its load), runs infertop against it headless
+(Textual's run_test) for a while so windows and sparklines fill, then saves
+one SVG per pane at 120x40 and the main panes at 80x24.
 """
 
 from __future__ import annotations
@@ -14,9 +15,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from infertop.config import Config
-from infertop.demo import start_demo
-from infertop.snapshot import apply_demo_defaults
+from infertop.cli import build_parser, fleet_sources, resolve_config
 from infertop.ui.app import InfertopApp, Settings
 
 OUT = Path(__file__).resolve().parent
@@ -28,20 +27,19 @@ SHOTS_BIG = [
     ("engine-detail", ["2", "down", "enter"], ["escape"]),
     ("gpus", ["4"], []),
     ("cluster", ["5"], []),
+    ("queue", ["6"], []),
+    ("autoscaler", ["7"], []),
     ("log", ["3"], []),
     ("help", ["question_mark"], ["escape"]),
 ]
 SHOTS_SMALL = [("overview-80x24", ["1"], []), ("engines-80x24", ["2"], []), ("gpus-80x24", ["4"], []),
-               ("cluster-80x24", ["5"], [])]
+               ("cluster-80x24", ["5"], []), ("queue-80x24", ["6"], []), ("autoscaler-80x24", ["7"], [])]
 SHOTS_WIDE = [("overview-200x60", ["1"], [])]
 
 
-async def shoot(demo, size, shots, seconds: float) -> None:
-    cfg = Config()
-    apply_demo_defaults(cfg)  # the same SLO targets as `infertop --demo` and `snapshot --demo`
-    settings = Settings(config=cfg, endpoints=demo.endpoints, mode="demo", engine_pods=demo.engine_pods,
-                        dcgm_urls=[demo.dcgm_url] if demo.dcgm_url else [],
-                        state_dir=getattr(demo, "state_dir", None))
+async def shoot(cfg, fleet, notes, size, shots, seconds: float) -> None:
+    settings = Settings(config=cfg, endpoints=fleet.endpoints, mode="demo", notes=notes, dcgm_urls=fleet.dcgm_urls,
+                        engine_pods=fleet.engine_pods, state_dir=fleet.state_dir)
     app = InfertopApp(settings)
     async with app.run_test(size=size) as pilot:
         await pilot.pause(seconds)
@@ -63,13 +61,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=25.0, help="seconds of data before the first shot")
     args = ap.parse_args()
-    demo = start_demo(6, seed=7)
-    try:
-        asyncio.run(shoot(demo, (120, 40), SHOTS_BIG, args.seconds))
-        asyncio.run(shoot(demo, (80, 24), SHOTS_SMALL, min(args.seconds, 10)))
-        asyncio.run(shoot(demo, (200, 60), SHOTS_WIDE, min(args.seconds, 10)))
-    finally:
-        demo.stop()
+    demo_args = build_parser().parse_args(["--demo"])
+    cfg, notes = resolve_config(demo_args)
+    with fleet_sources(demo_args, cfg, notes) as fleet:  # what `infertop --demo` watches
+        asyncio.run(shoot(cfg, fleet, notes, (120, 40), SHOTS_BIG, args.seconds))
+        asyncio.run(shoot(cfg, fleet, notes, (80, 24), SHOTS_SMALL, min(args.seconds, 10)))
+        asyncio.run(shoot(cfg, fleet, notes, (200, 60), SHOTS_WIDE, min(args.seconds, 10)))
     return 0
 
 
