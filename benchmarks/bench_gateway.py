@@ -1,15 +1,18 @@
 """Added latency of ``infertop gateway`` versus calling the engine directly, and vllm-router as
 the reference — side by side in one run, on loopback, against the simulator.
 
-Streaming chat completions (``max_tokens`` 4) are sent open-loop at a fixed rate by a
-separate client process; per request it records the time to the first byte of the body
-(the simulator sends the first chunk at once, so TTFB is the HTTP path alone) and the
-total time. Each target — direct, infertop gateway, vllm-router — runs at each rate in
-turn. The gateway's CPU time (from /proc) per 1000 requests is reported, and the cost
-of the /metrics page (hand-written text vs prometheus_client).
+Streaming chat completions (``max_tokens`` 4) are sent open-loop at a fixed rate by one
+load-client process (started once, a warm connection pool per target); per request it records
+the time to the first byte of the body (the simulator sends the first chunk at once, so TTFB is
+the HTTP path alone) and the total time. The targets — direct, infertop gateway, vllm-router
+(and with ``--asyncio-gateway`` the gateway without uvloop) — alternate in short rounds, their
+order rotated each round, so that each comparison is side by side in time on a busy machine.
+The load average is sampled each round; the proxies' CPU time (from /proc) per 1000 requests is
+reported, and the cost of the /metrics page (hand-written text vs prometheus_client).
 
-    python benchmarks/bench_gateway.py [--rates 200,1000] [--sweep 200,400,700,1000,1500]
-                                       [--duration 5] [--router PATH] [--out benchmarks/bench_gateway.md]
+    python benchmarks/bench_gateway.py [--rates 200,1000] [--sweep 250,300,400,500,700] [--duration 20]
+                                       [--sweep-duration 8] [--round 1] [--asyncio-gateway]
+                                       [--nice -10] [--router PATH] [--out benchmarks/bench_gateway.md]
 
 vllm-router is looked up at ~/.cache/vllm-router-venv/bin/vllm-router (install it
 there: ``python3 -m venv ~/.cache/vllm-router-venv && ~/.cache/vllm-router-venv/bin/pip
@@ -33,23 +36,31 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NOTES = """## Notes
 
-- Stack: aiohttp for both sides (server for clients, one pooled client session to the engines). It is the
-  only server-and-client stack in the project's environment (httpx is a client only; uvicorn, uvloop and
-  httptools exist only in the vLLM virtualenv), so there was nothing installed to set beside it; the proxy
-  sets TCP_NODELAY (aiohttp's default), sends a streamed answer's headers with its first chunk and its last
-  chunk with the end of the answer.
-- The gateway's own policy (classify, queue, stride choice, engine choice, finish) costs ~25 µs per
-  request (measured in-process); the rest of its CPU per request is aiohttp's HTTP handling on both sides.
+- Stack: aiohttp for both sides (server for clients, one pooled keep-alive client session to the engines),
+  on uvloop's event loop when it is installed (a dependency; `--asyncio-gateway` measures the same gateway
+  on asyncio's own loop beside it). Per request the proxy builds no session, timeout or header objects of
+  its own, forwards the body as received (vLLM's `priority` is spliced in when the engine schedules by
+  priority; the body is re-encoded only when the client sent a `priority` of its own), logs nothing, runs
+  with the access log off, sends a streamed answer's headers with its first chunk and passes each chunk on
+  as it arrives (aiohttp adds the chunked framing; no buffering, no join of the chunks).
+- Where the CPU goes (py-spy at 300 req/s, uvloop): ~40 % in the event loop's C code (epoll, socket reads,
+  aiohttp's C HTTP parser), ~25 % in socket sends — one per streamed chunk, which passing chunks through one
+  by one needs — and the rest in aiohttp's request and response objects; the gateway's own code (classify,
+  queue, stride choice, engine choice, finish, metrics) is ~5 %, ~25 µs per request. Python's GC was
+  measured too (gc callbacks under load): ~40 ms of collections in 6 s at 300 req/s, not a cause of the tail.
 - /metrics is written as text by hand: the page and each observation are several times cheaper than
-  prometheus_client's (last line above), and a scrape never takes the event loop for long.
-- vllm-router's TTFB p50 of ~40 ms at low rates, with a total time no longer than direct's, looks like
+  prometheus_client's (line above), and a scrape never takes the event loop for long.
+- vllm-router's TTFB p50 of ~43 ms at every low rate, with a total time no longer than direct's, looks like
   Nagle's algorithm meeting delayed ACKs on one of its connections, not queueing.
-- Each target runs seconds after the others, so a busy machine moves the direct baseline too: a negative
-  "added" figure is that noise, and the sweep's "highest rate" is only as good as the baseline beside it.
-  Above ~700 req/s the client, the simulator and a proxy need more than these 2 CPUs; the gateway (one
-  Python thread, ~1 ms of CPU per request here) falls behind first.
-- A 502 from the gateway under overload: the simulator stopped accepting connections (connect timeouts,
-  three tries); called directly, the same requests time out at the client instead.
+- The tail is the machine's, not the gateway's code: a monitor inside the gateway at 400 req/s (load
+  average ~10) saw 51 event-loop stalls over 20 ms in 8 s, e.g. 102 ms of wall time with 4 ms of the
+  thread's CPU, 56 ms with 0.1 ms — the process waiting for a CPU, not running long callbacks. "client lag
+  max" is how far the load client itself fell behind its schedule, stalled the same way.
+- Two CPUs are shared by the client, the simulator, the proxy and whatever else the machine runs (its load
+  average is in the table): a p99 is a few requests stalled by the scheduler, so the alternating rounds are
+  what make a row comparable with the direct row beside it; a negative "added" figure is noise. At 1000
+  req/s the machine is saturated: even the direct path's p99 is hundreds of ms and the client falls behind
+  its schedule, so that row ranks the proxies' CPU cost rather than their added latency.
 """
 ROUTER = Path.home() / ".cache" / "vllm-router-venv" / "bin" / "vllm-router"
 BODY = json.dumps({"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4, "stream": True})
@@ -58,38 +69,29 @@ BODY = json.dumps({"messages": [{"role": "user", "content": "hello there"}], "ma
 # ----------------------------------------------------------------------------------- client
 
 
-async def _client(url: str, rate: float, duration_s: float) -> dict:
-    import aiohttp
-
+async def _client(session, url: str, rate: float, duration_s: float) -> dict:
+    """Open-loop: one request every 1/rate s for duration_s, whatever the answers do."""
     n = int(rate * duration_s)
     ttfb: list[float] = []
     total: list[float] = []
-    errors = 0
+    kinds: dict[str, int] = {}
     lag_max = 0.0
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                     timeout=aiohttp.ClientTimeout(total=30)) as s:
-        # warm the connection pool so connection setup is not measured
-        await asyncio.gather(*(_one(s, url, [], [], None) for _ in range(min(64, n))))
-        loop = asyncio.get_running_loop()
-        t0 = loop.time() + 0.05
-        tasks = []
-        for i in range(n):
-            at = t0 + i / rate
-            delay = at - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            lag_max = max(lag_max, loop.time() - at)
-            tasks.append(asyncio.create_task(_one(s, url, ttfb, total, None)))
-        results = await asyncio.gather(*tasks)
-        errors = sum(1 for ok in results if not ok)
-    return {"ttfb": ttfb, "total": total, "errors": errors, "sent": n, "lag_max_s": lag_max,
-            "error_kinds": ERROR_KINDS}
+    loop = asyncio.get_running_loop()
+    t0 = loop.time() + 0.01
+    tasks = []
+    for i in range(n):
+        at = t0 + i / rate
+        delay = at - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        lag_max = max(lag_max, loop.time() - at)
+        tasks.append(asyncio.create_task(_one(session, url, ttfb, total, kinds)))
+    results = await asyncio.gather(*tasks)
+    return {"ttfb": ttfb, "total": total, "errors": sum(1 for ok in results if not ok), "sent": n,
+            "lag_max_s": lag_max, "error_kinds": kinds}
 
 
-ERROR_KINDS: dict[str, int] = {}
-
-
-async def _one(s, url: str, ttfb: list, total: list, _unused) -> bool:
+async def _one(s, url: str, ttfb: list, total: list, kinds: dict) -> bool:
     import aiohttp
 
     t = time.perf_counter()
@@ -102,19 +104,59 @@ async def _one(s, url: str, ttfb: list, total: list, _unused) -> bool:
             t2 = time.perf_counter()
             if r.status != 200 or not (first + rest).rstrip().endswith(b"[DONE]"):
                 key = f"http {r.status}"
-                ERROR_KINDS[key] = ERROR_KINDS.get(key, 0) + 1
+                kinds[key] = kinds.get(key, 0) + 1
                 return False
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
         key = type(e).__name__
-        ERROR_KINDS[key] = ERROR_KINDS.get(key, 0) + 1
+        kinds[key] = kinds.get(key, 0) + 1
         return False
     ttfb.append(t1 - t)
     total.append(t2 - t)
     return True
 
 
-def client_main(url: str, rate: float, duration_s: float) -> None:
-    print(json.dumps(asyncio.run(_client(url, rate, duration_s))))
+async def _client_server() -> None:
+    """The load client as its own process: one JSON command a line on stdin
+    (``{"url", "rate", "duration_s"}``), one JSON result a line on stdout. It keeps a warm
+    connection pool per target, so the short alternating rounds never measure connection setup."""
+    import aiohttp
+
+    sessions: dict[str, aiohttp.ClientSession] = {}
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    try:
+        while line := await reader.readline():
+            cmd = json.loads(line)
+            url = cmd["url"]
+            s = sessions.get(url)
+            if s is None:
+                s = sessions[url] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                                          timeout=aiohttp.ClientTimeout(total=30))
+                await asyncio.gather(*(_one(s, url, [], [], {}) for _ in range(64)))  # warm the pool
+            res = await _client(s, url, cmd["rate"], cmd["duration_s"])
+            sys.stdout.write(json.dumps(res) + "\n")
+            sys.stdout.flush()
+    finally:
+        for s in sessions.values():
+            await s.close()
+
+
+class LoadClient:
+    """The client process, started once for the whole run."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, __file__, "--client-server"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=_env())
+
+    def run(self, url: str, rate: float, duration_s: float) -> dict:
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(json.dumps({"url": url, "rate": rate, "duration_s": duration_s}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the load client died")
+        return json.loads(line)
 
 
 # ----------------------------------------------------------------------------------- processes
@@ -153,12 +195,16 @@ def start_sim() -> tuple[subprocess.Popen, str]:
     return p, url
 
 
-def start_gateway(engine_url: str, tmp: Path) -> tuple[subprocess.Popen, str]:
+def start_gateway(engine_url: str, tmp: Path, uvloop: bool = True) -> tuple[subprocess.Popen, str]:
     cfg = tmp / "gateway.yaml"
     cfg.write_text(f"gateway:\n  engines: [{{name: sim, url: '{engine_url}', cap: 100000}}]\n"
                    "  vllm_waiting_max: 1000000\n  kv_cache_max_pct: 100\n  max_queue: 1000000\n")
-    p = subprocess.Popen([sys.executable, "-m", "infertop", "gateway", "--config", str(cfg), "--listen",
-                          "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
+    argv = ["--config", str(cfg), "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]
+    cmd = [sys.executable, "-m", "infertop", "gateway", *argv]
+    if not uvloop:  # the same gateway on asyncio's own event loop, to measure what uvloop brings
+        cmd = [sys.executable, "-c", "import sys; from infertop.gateway import cli; cli.USE_UVLOOP = False; "
+                                     f"sys.exit(cli.main({argv!r}))"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True, env=_env())
     url = p.stdout.readline().split()[1]
     return p, url
@@ -183,14 +229,6 @@ def start_router(router: Path, engine_url: str) -> tuple[subprocess.Popen | None
 def cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def run_client(url: str, rate: float, duration_s: float) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--client", url, str(rate), str(duration_s)],
-                         capture_output=True, text=True, env=_env(), timeout=duration_s * 10 + 60)
-    if out.returncode != 0:
-        raise RuntimeError(f"client failed: {out.stderr.strip()[-500:]}")
-    return json.loads(out.stdout)
 
 
 # ----------------------------------------------------------------------------------- stats
@@ -269,10 +307,13 @@ def metrics_cost() -> dict[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rates", default="200,1000")
-    ap.add_argument("--sweep", default="200,400,700,1000,1500")
-    ap.add_argument("--duration", type=float, default=5.0)
-    ap.add_argument("--sweep-duration", type=float, default=3.0)
+    ap.add_argument("--rates", default="200,1000", help="rates of the main table (req/s)")
+    ap.add_argument("--sweep", default="250,300,400,500,700", help="further rates for the highest rate under 5 ms")
+    ap.add_argument("--duration", type=float, default=20.0, help="seconds per target at each table rate")
+    ap.add_argument("--sweep-duration", type=float, default=8.0, help="seconds per target at each sweep rate")
+    ap.add_argument("--round", type=float, default=1.0, help="seconds per target in one alternating round")
+    ap.add_argument("--asyncio-gateway", action="store_true",
+                    help="also measure the gateway on asyncio's own event loop (no uvloop)")
     ap.add_argument("--router", type=Path, default=ROUTER)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "bench_gateway.md")
     ap.add_argument("--nice", type=int, default=0,
@@ -290,46 +331,74 @@ def main() -> int:
     procs: list[subprocess.Popen] = []
     tmp = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     rows: list[str] = []
+    loads: dict[float, list[float]] = {}
     load_before = os.getloadavg()
     try:
         sim, sim_url = start_sim()
         procs.append(sim)
         gw, gw_url = start_gateway(sim_url, tmp)
         procs.append(gw)
+        targets = [("direct", sim_url, None), ("infertop gateway", gw_url, gw.pid)]
+        if args.asyncio_gateway:
+            gw2, gw2_url = start_gateway(sim_url, tmp, uvloop=False)
+            procs.append(gw2)
+            targets.append(("gateway, asyncio loop", gw2_url, gw2.pid))
         router, router_url = start_router(args.router, sim_url)
         if router is not None:
             procs.append(router)
-        _wait_http(gw_url + "/health")
-        targets = [("direct", sim_url, None), ("infertop gateway", gw_url, gw.pid)]
         targets.append(("vllm-router", router_url, router.pid) if router else ("vllm-router", None, None))
+        for _, url, _ in targets:
+            if url:
+                _wait_http(url + "/health")
+        client = LoadClient()
+        procs.append(client.proc)
+        live = [t for t in targets if t[1]]
         results: dict[tuple[str, float], dict] = {}
         cpu: dict[tuple[str, float], float] = {}
 
         def measure(rate: float, duration_s: float) -> None:
-            for name, url, pid in targets:
-                if url is None:
-                    continue
-                c0 = cpu_s(pid) if pid else 0.0
-                r = run_client(url, rate, duration_s)
+            """Short rounds, targets alternating (order rotated each round), so that every
+            comparison is side by side in time and a burst of other work hits all targets alike."""
+            n_rounds = max(1, round(duration_s / args.round))
+            for i in range(n_rounds):
+                loads.setdefault(rate, []).append(os.getloadavg()[0])
+                order = live[i % len(live):] + live[:i % len(live)]
+                for name, url, pid in order:
+                    c0 = cpu_s(pid) if pid else 0.0
+                    r = client.run(url, rate, args.round)
+                    acc = results.setdefault((name, rate), {"ttfb": [], "total": [], "errors": 0, "sent": 0,
+                                                            "lag_max_s": 0.0, "error_kinds": {}})
+                    acc["ttfb"] += r["ttfb"]
+                    acc["total"] += r["total"]
+                    acc["errors"] += r["errors"]
+                    acc["sent"] += r["sent"]
+                    acc["lag_max_s"] = max(acc["lag_max_s"], r["lag_max_s"])
+                    for k, v in r["error_kinds"].items():
+                        acc["error_kinds"][k] = acc["error_kinds"].get(k, 0) + v
+                    if pid:
+                        cpu[(name, rate)] = cpu.get((name, rate), 0.0) + cpu_s(pid) - c0
+            for name, _, pid in live:
+                r = results[(name, rate)]
                 if pid:
-                    cpu[(name, rate)] = (cpu_s(pid) - c0) / max(1, r["sent"]) * 1000
-                results[(name, rate)] = r
-                print(f"{name:>17} @ {rate:6.0f}/s: ttfb p50 {ms(pct(r['ttfb'], .5))} p99 "
+                    cpu[(name, rate)] = cpu[(name, rate)] / max(1, r["sent"]) * 1000
+                print(f"{name:>22} @ {rate:6.0f}/s: ttfb p50 {ms(pct(r['ttfb'], .5))} p99 "
                       f"{ms(pct(r['ttfb'], .99))} ms, total p99 {ms(pct(r['total'], .99))} ms, "
-                      f"errors {r['errors']}/{r['sent']} {r['error_kinds'] or ''}, client lag max {r['lag_max_s'] * 1000:.1f} ms",
-                      file=sys.stderr)
+                      f"errors {r['errors']}/{r['sent']} {r['error_kinds'] or ''}, "
+                      f"client lag max {r['lag_max_s'] * 1000:.1f} ms", file=sys.stderr)
 
         for rate in rates:
             measure(rate, args.duration)
         rows.append("| rate (req/s) | target | TTFB p50 | TTFB p99 | total p50 | total p99 | added TTFB p50 / p99 "
-                    "| errors | CPU s / 1000 req |")
-        rows.append("|---|---|---|---|---|---|---|---|---|")
+                    "| errors | CPU s / 1000 req | client lag max | load avg (1 min) |")
+        rows.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for rate in rates:
             base = results.get(("direct", rate))
+            ld = loads.get(rate) or [0.0]
+            load = f"{min(ld):.1f}–{max(ld):.1f}"
             for name, url, pid in targets:
                 r = results.get((name, rate))
                 if r is None:
-                    rows.append(f"| {rate:.0f} | {name} | not installed | | | | | | |")
+                    rows.append(f"| {rate:.0f} | {name} | not installed | | | | | | | | |")
                     continue
                 added = "—"
                 if name != "direct" and base and r["ttfb"] and base["ttfb"]:
@@ -338,11 +407,13 @@ def main() -> int:
                 c = cpu.get((name, rate))
                 rows.append(f"| {rate:.0f} | {name} | {ms(pct(r['ttfb'], .5))} | {ms(pct(r['ttfb'], .99))} | "
                             f"{ms(pct(r['total'], .5))} | {ms(pct(r['total'], .99))} | {added} | "
-                            f"{r['errors']}/{r['sent']} | {'—' if c is None else f'{c:.3f}'} |")
+                            f"{r['errors']}/{r['sent']} | {'—' if c is None else f'{c:.3f}'} | "
+                            f"{ms(r['lag_max_s'])} | {load} |")
         best: dict[str, float | None] = {}
+        failed: dict[str, bool] = {}
         sweep_rows = []
-        for rate in sweep:
-            if rate not in rates:
+        for rate in sorted(set(sweep) | set(rates)):
+            if (("direct", rate)) not in results:
                 measure(rate, args.sweep_duration)
             base = results[("direct", rate)]
             cells = []
@@ -356,11 +427,15 @@ def main() -> int:
                     continue
                 added = pct(r["ttfb"], .99) - pct(base["ttfb"], .99)
                 ok = added < 0.005 and r["errors"] == 0
-                if ok and (best.get(name) is None or rate > best[name]):
+                # the highest rate met with every lower rate met too: a pass above a failure is noise
+                if ok and not failed.get(name):
                     best[name] = rate
+                failed[name] = failed.get(name, False) or not ok
                 best.setdefault(name, None)
                 cells.append(f"{ms(added)}{'' if ok else ' ✗'}")
-            sweep_rows.append(f"| {rate:.0f} | {ms(pct(base['ttfb'], .99))} | " + " | ".join(cells) + " |")
+            ld = loads.get(rate) or [0.0]
+            sweep_rows.append(f"| {rate:.0f} | {ms(pct(base['ttfb'], .99))} | " + " | ".join(cells)
+                              + f" | {min(ld):.1f}–{max(ld):.1f} |")
         cost = metrics_cost()
     finally:
         for p in reversed(procs):
@@ -374,23 +449,23 @@ def main() -> int:
         "",
         f"Run {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()}, {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}; loopback; one simulated engine (`infertop sim`, max_num_seqs 4096); "
-        "streaming chat completions, max_tokens 4, open-loop at a fixed rate from a separate client process; "
-        f"{args.duration:g} s per target and rate, targets in turn. Times in ms. The client, the simulator and "
-        "the proxy share the machine's CPUs, so the absolute figures include their contention; compare the "
-        "columns of one rate. Load average (1 min) at the start {:.1f}, at the end {:.1f}: other work on the "
-        "machine takes CPU from all three targets alike, but most from a single-threaded proxy; this run's "
+        "streaming chat completions, max_tokens 4, open-loop at a fixed rate from a separate client process. "
+        f"Targets alternate in rounds of {args.round:g} s (order rotated each round), {args.duration:g} s per "
+        f"target at each table rate and {args.sweep_duration:g} s at each sweep rate, so each comparison is side "
+        "by side in time. Times in ms. The client, the simulator and the proxy share the machine's CPUs, so the "
+        "absolute figures include their contention; compare the rows of one rate. Load average (1 min) at the "
+        "start {:.1f}, at the end {:.1f} (per rate: the range seen at the start of its rounds); this run's "
         "processes ran at nice {:+d}.".format(load_before[0], os.getloadavg()[0], args.nice),
         "",
         *rows,
         "",
-        f"Sweep ({args.sweep_duration:g} s per point): p99 TTFB added over direct at the same rate "
-        "(✗: 5 ms or more, or errors).",
+        "Sweep: p99 TTFB added over direct at the same rate (✗: 5 ms or more, or errors).",
         "",
-        "| rate | direct TTFB p99 | " + " | ".join(n for n, _, _ in targets[1:]) + " |",
-        "|---|---|" + "---|" * (len(targets) - 1),
+        "| rate | direct TTFB p99 | " + " | ".join(n for n, _, _ in targets[1:]) + " | load avg |",
+        "|---|---|" + "---|" * len(targets),
         *sweep_rows,
         "",
-        "Highest rate swept with p99 added TTFB < 5 ms: " + ", ".join(
+        "Highest rate with p99 added TTFB < 5 ms and no error, at it and at every lower rate measured: " + ", ".join(
             f"{n}: {'none' if best.get(n) is None else f'{best[n]:.0f} req/s'}" for n, u, _ in targets[1:] if u),
         "",
         "/metrics cost (3 classes, 6 engines): hand-written text "
@@ -405,7 +480,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--client":
-        client_main(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]))
+    if sys.argv[1:] == ["--client-server"]:
+        asyncio.run(_client_server())
         sys.exit(0)
     sys.exit(main())

@@ -33,6 +33,7 @@ CLASS_HEADERS = ("x-gateway-inference-objective", "x-infertop-class")
 FAIRNESS_HEADERS = ("x-gateway-inference-fairness-id", "x-infertop-tenant")
 _PASS_HEADERS = ("Content-Type", "Cache-Control")  # from the engine's answer to the client
 _PRIORITY_REFUSED = b"priority scheduling is not enabled"
+_JSON_HEADERS = {"Content-Type": "application/json"}  # to the engine; aiohttp copies it, never changes it
 MAX_ATTEMPTS = 3  # tries of one request on engines that failed it before it started
 
 
@@ -281,10 +282,8 @@ class Gateway:
         pol = self.policy
         opts = self.state.options.get(engine.name) or EngineOptions()
         timeout = opts.client_timeout
-        headers = {"Content-Type": "application/json"}
         auth = request.headers.get("Authorization")
-        if auth:
-            headers["Authorization"] = auth
+        headers = {"Content-Type": "application/json", "Authorization": auth} if auth else _JSON_HEADERS
         assert self.session is not None
         try:
             while True:
