@@ -16,7 +16,6 @@ Needs /usr/bin/prometheus (skipped without it unless INFERTOP_REQUIRE_REAL=1).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import subprocess
@@ -129,7 +128,7 @@ class Console:
         return view
 
     def until(self, what: str, cond, timeout_s: float, log: Path):
-        """Tick (about once a second) until ``cond(view)`` holds."""
+        """Tick (a bounded loop, a few times per scrape) until ``cond(view)`` holds; that view."""
         def step():
             view = self.tick()
             return view is not None and cond(view) and view
@@ -174,6 +173,7 @@ def test_burst_scale_up_auto_scale_down_after_the_window_then_prometheus_down_an
         console = Console(prom.url, kube, tmp_path)
         first = console.until("a decision for the Deployment", lambda v: v["engines"], 30, prom.log)
         assert first["current"] == 1 and first["bounds_from"] == f"HPA {NS}/{DEPLOY}"
+        assert {"infertop", "HPA"} <= {a["source"] for a in first["autoscalers"]}, first["autoscalers"]
         assert first["engines"] == [next(e.name for e in console.state.engines
                                          if e.stats.url == f"http://127.0.0.1:{sim.engines[0].port}")]
 
