@@ -275,6 +275,7 @@ async def test_500_engines_from_prometheus_scroll_filter_group_and_sort(fleet500
 
     from infertop.ui.app import InfertopApp, Settings
     from infertop.ui.screens.sort_picker import SortPicker
+    from infertop.state.engine_groups import NO_DEPLOYMENT
     from infertop.ui.widgets.engines_table import GROUP_PREFIX, EnginesTable
 
     sim, prom = fleet500
@@ -305,6 +306,7 @@ async def test_500_engines_from_prometheus_scroll_filter_group_and_sort(fleet500
         assert all(s.model == model_of[n] for n, s in stats.items())
         running = {e.gpu.pod: float(e.core.num_running) for e in sim.engines}
         assert {n: s.running for n, s in stats.items()} == running  # the held values, through Prometheus
+        assert len(set(running.values())) >= 3  # a sort by Run has something to order
         keys = [row.key.value for row in table.ordered_rows]
 
         # scroll to the last engine and back
@@ -325,6 +327,7 @@ async def test_500_engines_from_prometheus_scroll_filter_group_and_sort(fleet500
         order = [row.key.value for row in table.ordered_rows]
         assert [running[k] for k in order] == sorted(running.values(), reverse=True)
         assert table.selected_engine == selected
+        order_by_run = order
 
         # filter by model: a fifth of the fleet
         await pilot.press("slash")
@@ -338,6 +341,7 @@ async def test_500_engines_from_prometheus_scroll_filter_group_and_sort(fleet500
         # group: by deployment (none here: no cluster), then by model, with group totals
         await pilot.press("G")
         await until(lambda: table.row_count == N + 1, "one deployment group")
+        assert str(table.get_cell(GROUP_PREFIX + NO_DEPLOYMENT, "name")) == f"▾ {NO_DEPLOYMENT} ({N})"
         await pilot.press("G")
         await until(lambda: table.row_count == N + len(MODELS), "model groups")
         order = [row.key.value for row in table.ordered_rows]
@@ -353,6 +357,11 @@ async def test_500_engines_from_prometheus_scroll_filter_group_and_sort(fleet500
         await app.poll_now()
         await pilot.pause()
         assert table.row_count == N + len(MODELS)
-        await pilot.press("G", "G")
+        # by node: every engine here answers on 127.0.0.1 (no GPU or pod says otherwise)
+        await pilot.press("G")
+        await until(lambda: table.row_count == N + 1, "one node group")
+        assert str(table.get_cell(GROUP_PREFIX + "127.0.0.1", "name")) == f"▾ 127.0.0.1 ({N})"
+        await pilot.press("G")
         await until(lambda: table.row_count == N, "no groups")
+        assert [row.key.value for row in table.ordered_rows] == order_by_run
     src.close()
