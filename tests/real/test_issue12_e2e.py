@@ -171,7 +171,10 @@ def test_burst_scale_up_auto_scale_down_after_the_window_then_prometheus_down_an
         _wait("engine 0 scraped", lambda: len([r for r in prom.query("up") if r["value"][1] == "1"]) >= 1
               and prom.query("vllm:num_requests_waiting"), log=prom.log)
         console = Console(prom.url, kube, tmp_path)
-        first = console.until("a decision for the Deployment", lambda v: v["engines"], 30, prom.log)
+        # before the burst: a decision on full inputs (a P99 once the light load has finished a request)
+        first = console.until("a decision on full inputs", lambda v: v["engines"] and v["latest"]["action"] == "none",
+                              60, prom.log)
+        assert first["latest"]["desired"] == 1 and "queue depth 0.0 < 5" in first["latest"]["reason"]
         assert first["current"] == 1 and first["bounds_from"] == f"HPA {NS}/{DEPLOY}"
         assert {"infertop", "HPA"} <= {a["source"] for a in first["autoscalers"]}, first["autoscalers"]
         assert first["engines"] == [next(e.name for e in console.state.engines
@@ -186,7 +189,9 @@ def test_burst_scale_up_auto_scale_down_after_the_window_then_prometheus_down_an
         assert re.match(r"1 → 4 \(max 4; formula \d+\): queue depth \d+\.\d > 5, ", rec["reason"]), rec["reason"]
         assert rec["rule"] == "max"
         held = [d for d in console.decisions if d["rule"] == STABILISATION and "scale-up window" in d["reason"]]
-        assert held, [d["reason"] for d in console.decisions]  # the scale-up window held it first
+        assert held, [d["reason"] for d in console.decisions]  # the scale-up window held it first …
+        calm = [d["at"] for d in console.decisions if d["action"] == "none" and "wants" not in d["reason"]]
+        assert rec["at"] - max(calm) >= 2.0  # … until no calmer wish was left in its 2 s
         assert replicas(kube) == 1 and console.applied == []  # recommend changes nothing
 
         # auto: applied through the scale action, audited (intent, then outcome)
