@@ -115,6 +115,11 @@ def _json(raw: bytes) -> Any:
         return None
 
 
+def _wait_text(v: Any) -> str:
+    """Seconds as the confirmation shows them: "1.12 s", not "1.11736 s"."""
+    return f"{v:.2f} s" if isinstance(v, (int, float)) and not isinstance(v, bool) else f"{v} s"
+
+
 def _fmt(v: Any) -> str:
     return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
 
@@ -147,7 +152,7 @@ class ClassEdit:
         before = [f"{k}: {_fmt(c.get(k))}" for k in CLASS_FIELDS if k in c]
         after = [f"{k}: {_fmt(self.changes.get(k, c.get(k)))}" for k in CLASS_FIELDS if k in c or k in self.changes]
         diff = "\n".join(difflib.unified_diff(before, after, f"{self.cls} (now)", f"{self.cls} (after)", lineterm=""))
-        notes = [f"queued now: {_fmt(c.get('queued'))}, oldest wait {_fmt(c.get('oldest_wait_s'))} s",
+        notes = [f"queued now: {_fmt(c.get('queued'))}, oldest wait {_wait_text(c.get('oldest_wait_s'))}",
                  "takes effect at once on the gateway, no request is dropped"]
         return Review(f"Edit class {self.cls} on gateway {self.admin.name}", self.summary, diff, tuple(notes))
 
