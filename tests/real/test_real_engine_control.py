@@ -99,7 +99,10 @@ class Load:
         # A fresh connection per request: a kept-alive connection to the process that was just
         # stopped would fail on reuse after the restart, which says nothing about the engine.
         limits = httpx.Limits(max_connections=CONCURRENCY + 4, max_keepalive_connections=0)
-        timeout = httpx.Timeout(600.0, connect=5.0)
+        # connect=60: the gateway listens throughout; on a loaded CI host (a CPU vLLM restarting takes every
+        # core) this client's own loop was starved past a 5 s connect timeout once, which said nothing about
+        # the gateway or the engine. A stopped engine without a gateway still refuses at once.
+        timeout = httpx.Timeout(600.0, connect=60.0)
         async with httpx.AsyncClient(base_url=self.url, timeout=timeout, limits=limits, trust_env=False) as c:
             tasks = [asyncio.create_task(self._client(c, i)) for i in range(CONCURRENCY)]
             await self._stop.wait()
