@@ -139,8 +139,23 @@ class HpaBehaviorView:
     scale_down: ScalingRulesView | None = None
 
 
+class _AutoscalerObject:
+    """What HPAs, ScaledObjects and VariantAutoscalings share: a namespaced name and conditions."""
+
+    namespace: str
+    name: str
+    conditions: tuple[KubeCondition, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def condition(self, ctype: str) -> KubeCondition | None:
+        return next((c for c in self.conditions if c.type == ctype), None)
+
+
 @dataclass(frozen=True)
-class HpaView:
+class HpaView(_AutoscalerObject):
     namespace: str
     name: str
     target_kind: str
@@ -156,13 +171,6 @@ class HpaView:
     behavior: HpaBehaviorView | None = None  # None: no spec.behavior (the controller's defaults)
     owner_kind: str | None = None  # ScaledObject when KEDA made this HPA
     owner_name: str | None = None
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    def condition(self, ctype: str) -> KubeCondition | None:
-        return next((c for c in self.conditions if c.type == ctype), None)
 
     @property
     def why_not_scaling(self) -> str | None:
@@ -240,7 +248,7 @@ class TriggerView:
 
 
 @dataclass(frozen=True)
-class ScaledObjectView:
+class ScaledObjectView(_AutoscalerObject):
     """A KEDA ScaledObject (keda.sh/v1alpha1)."""
 
     namespace: str
@@ -262,16 +270,9 @@ class ScaledObjectView:
     external_metric_names: tuple[str, ...] = ()
     resource_version: str = ""
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    def condition(self, ctype: str) -> KubeCondition | None:
-        return next((c for c in self.conditions if c.type == ctype), None)
-
 
 @dataclass(frozen=True)
-class VariantAutoscalerView:
+class VariantAutoscalerView(_AutoscalerObject):
     """An llm-d workload variant autoscaler (VariantAutoscaling, llmd.ai/v1alpha1)."""
 
     namespace: str
@@ -289,13 +290,6 @@ class VariantAutoscalerView:
     conditions: tuple[KubeCondition, ...] = ()
     metric_desired_replicas: float | None = None  # wva_desired_replicas, when a metrics source is configured
     resource_version: str = ""
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    def condition(self, ctype: str) -> KubeCondition | None:
-        return next((c for c in self.conditions if c.type == ctype), None)
 
 
 @dataclass(frozen=True)

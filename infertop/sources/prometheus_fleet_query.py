@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..analysis.engine_stats import QUANTILES as ENGINE_QUANTILES
+
 FIELD_LABEL = "infertop_field"
 
 #: vLLM histograms (V1 name first, then the V0 / older names)
@@ -23,16 +25,8 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "e2e": ("vllm:e2e_request_latency_seconds_bucket",),
     "queue": ("vllm:request_queue_time_seconds_bucket", "vllm:time_in_queue_requests_bucket"),
 }
-#: (histogram, quantile, EngineStats field) — the same quantiles as a direct scrape
-QUANTILES = (
-    ("ttft", 0.50, "ttft_p50_s"),
-    ("ttft", 0.99, "ttft_p99_s"),
-    ("itl", 0.50, "itl_p50_s"),
-    ("itl", 0.95, "itl_p95_s"),
-    ("e2e", 0.95, "e2e_p95_s"),
-    ("e2e", 0.99, "e2e_p99_s"),
-    ("queue", 0.99, "queue_p99_s"),
-)
+#: (histogram, quantile, EngineStats field) — the very quantiles of a direct scrape
+QUANTILES = ENGINE_QUANTILES
 #: fleet-wide quantiles (FleetView fields)
 FLEET_QUANTILES = (
     ("ttft", 0.50, "ttft_p50_s"),
