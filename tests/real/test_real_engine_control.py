@@ -30,7 +30,7 @@ import httpx
 import pytest
 
 from test_engine_gateway_drain import TOKEN as GATEWAY_TOKEN
-from test_engine_gateway_drain import Gateway
+from test_engine_gateway_drain import Gateway, wait_until
 
 from infertop.config import ProfileConfig, load_config
 from infertop.control import engine_cli
@@ -230,6 +230,9 @@ def test_set_max_num_seqs_under_load_fails_no_accepted_request(
         assert cmdline_value(read_cmdline(rec.pid), "max_num_seqs") == "4"
         drain, warnings = find_gateway(load_config(gw.config), "tiny", rec.url)
         assert drain is not None and warnings == [], warnings
+        # the gateway saw the port refuse while vLLM started; its next good /metrics read brings the engine up
+        # (a CI run sent the first request before that read and got the gateway's "all down" 502)
+        assert wait_until(lambda: gw.engine("tiny")["up"], timeout=120), gw.engine("tiny")
 
         load = Load(gw.url, accepts_ignore_eos(gw.url)).start()
         seen, samples = observe(rec.url, 4, 4)
