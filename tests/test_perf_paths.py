@@ -307,26 +307,38 @@ def test_observe_copies_only_an_engine_that_was_polled():
     assert [e.stats.running for e in state.engines] == [1, 5]
 
 
-# ----- window buckets in one pass -------------------------------------------------------------
-def test_all_window_buckets_in_one_pass_equal_each_histogram_read_alone():
+# ----- window buckets in one pass, once per poll ------------------------------------------------
+def test_window_buckets_are_computed_once_per_poll_and_follow_each_new_poll():
     from infertop.analysis.engine_stats import QUANTILES, all_window_buckets, derive, quantile, window_buckets
     from infertop.state.window import CounterWindow
 
     window = CounterWindow(60)
     les = ("0.01", "0.05", "0.1", "0.5", "1.0", "+Inf")
-    for t in range(4):
+    scales = {"ttft": 3, "itl": 11, "e2e": 2, "queue": 1}
+
+    def poll(t: int) -> None:
         raw = {"requests": 10.0 * t, "not@a-bound": float(t)}
-        for h, scale in (("ttft", 3), ("itl", 11), ("e2e", 2), ("queue", 1)):
+        for h, scale in scales.items():
             for i, le in enumerate(les):
-                raw[f"{h}@{le}"] = float(t * scale * (i + 1))
+                raw[f"{h}@{le}"] = float(t * t * scale * (i + 1))
         window.add(float(t), raw)
+
+    def expected(t0: int, t1: int) -> dict:  # the increase of each bucket between two polls, by hand
+        return {h: sorted((float(le), float((t1 * t1 - t0 * t0) * scale * (i + 1))) for i, le in enumerate(les))
+                for h, scale in scales.items()}
+
+    for t in range(4):
+        poll(t)
     together = all_window_buckets(window)
-    assert set(together) == {"ttft", "itl", "e2e", "queue"}  # "not@a-bound" is no bucket
+    assert {h: sorted(b) for h, b in together.items()} == expected(0, 3)  # "not@a-bound" is no bucket
+    assert all_window_buckets(window) is together  # a second reader before the next poll: no recomputation
     for h in together:
-        assert sorted(together[h]) == sorted(window_buckets(window, h))
+        assert window_buckets(window, h) is together[h]
     stats = derive(EngineStats(name="e", url="u"), window, {"running": 1.0})
     for h, q, attr in QUANTILES:
         assert getattr(stats, attr) == quantile(window, h, q) and getattr(stats, attr) is not None
+    poll(4)  # a new poll moves the last edge: the buckets follow it
+    assert {h: sorted(b) for h, b in all_window_buckets(window).items()} == expected(0, 4)
 
 
 async def test_the_app_observes_each_engine_as_it_is_polled(scripted):

@@ -21,19 +21,8 @@ QUANTILES = (
 
 
 def window_buckets(window: CounterWindow, hist: str) -> list[tuple[float, float]] | None:
-    """(le, increase over the window) for every bucket of ``hist``."""
-    edges = window.edges()
-    if edges is None:
-        return None
-    (_, first), (_, last) = edges
-    prefix = hist + "@"
-    out = []
-    for key, v in last.items():
-        if key.startswith(prefix):
-            v0 = first.get(key)
-            if v0 is not None:
-                out.append((float(key[len(prefix) :]), v - v0))
-    return out or None
+    """(le, increase over the window) for every bucket of ``hist`` (shared: do not modify)."""
+    return all_window_buckets(window).get(hist)
 
 
 def quantile(window: CounterWindow, hist: str, q: float) -> float | None:
@@ -80,8 +69,14 @@ _LE_MAX = 4096  # a source inventing new bounds every poll cannot grow it withou
 
 
 def all_window_buckets(window: CounterWindow) -> dict[str, list[tuple[float, float]]]:
-    """(le, increase over the window) of every bucket, by histogram: what
-    :func:`window_buckets` gives for each histogram, in one pass."""
+    """(le, increase over the window) of every bucket, by histogram, in one pass.
+
+    Computed once per window edges (the poll's :func:`derive`) and shared by every
+    later reader until the next poll (the fleet quantiles of each tick): do not modify."""
+    memo = window.memo()
+    got = memo.get("buckets")
+    if got is not None:
+        return got
     edges = window.edges()
     if edges is None:
         return {}
@@ -102,4 +97,5 @@ def all_window_buckets(window: CounterWindow) -> dict[str, list[tuple[float, flo
             v0 = first.get(key)
             if v0 is not None:
                 out.setdefault(split[0], []).append((split[1], v - v0))
+    memo["buckets"] = out
     return out

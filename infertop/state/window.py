@@ -24,7 +24,7 @@ MAX_STEP = 1e12  # an increase this large between two scrapes is a broken export
 class CounterWindow:
     """Corrected cumulative counters over the last ``window_s`` seconds."""
 
-    __slots__ = ("window_s", "_points", "_last_raw", "_last_corrected", "_offset", "resets", "dropped")
+    __slots__ = ("window_s", "_points", "_last_raw", "_last_corrected", "_offset", "resets", "dropped", "_memo")
 
     def __init__(self, window_s: float = 60.0) -> None:
         self.window_s = window_s
@@ -34,6 +34,7 @@ class CounterWindow:
         self._offset: dict[str, float] = {}
         self.resets = 0  # number of series resets seen (engine restarts)
         self.dropped = 0  # samples dropped as implausible
+        self._memo: tuple[object, object, dict] | None = None  # (first point, last point, values derived from them)
 
     def add(self, t_s: float, raw: dict[str, float]) -> None:
         """Record one scrape taken at monotonic time ``t_s``."""
@@ -84,6 +85,16 @@ class CounterWindow:
         if len(self._points) < 2:
             return None
         return self._points[0], self._points[-1]
+
+    def memo(self) -> dict:
+        """A dict for values derived from the current edges, emptied when they move: what the
+        poll derived (bucket increases) is reused by every tick until the next poll."""
+        points = self._points
+        first, last = (points[0], points[-1]) if points else (None, None)
+        memo = self._memo
+        if memo is None or memo[0] is not first or memo[1] is not last:
+            memo = self._memo = (first, last, {})
+        return memo[2]
 
     def rate(self, key: str) -> float | None:
         """Per-second increase of ``key`` over the window."""
