@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pyte
+import pytest
 from rich.text import Text
 from textual.app import App
 from textual.widgets import TabbedContent
@@ -434,3 +435,61 @@ async def test_lean_client_bounds_and_errors_are_one_line():
         server.close()
     with pytest.raises(HttpError, match="^connection refused$"):
         await LeanHttpClient().get("http://127.0.0.1:9/metrics", 100)
+
+
+# ----- lazy values: only the samples the extractor reads are converted -----------------------
+def _next_scrape(text: str, k: float) -> str:
+    """Same series, new values (every value changes, as in a busy engine's next scrape)."""
+    out = []
+    for line in text.split("\n"):
+        if line and not line.startswith("#"):
+            head, _, v = line.rpartition(" ")
+            line = f"{head} {float(v) + k!r}"
+        out.append(line)
+    return "\n".join(out)
+
+
+def test_lazy_values_give_the_extractor_the_same_samples_as_full_conversion():
+    from conftest import CAPTURES
+    from infertop.sources.expfmt import Parser
+    from infertop.sources.vllm_names import Extractor
+
+    for path in CAPTURES:
+        eager, lazy = (Parser(), Extractor()), (Parser(lazy_values=True), Extractor())
+        text = path.read_text()
+        for k in range(4):  # the first document is cold, the next ones reuse its layout
+            doc = _next_scrape(text, 1.5 * k) if k else text
+            want = eager[1].extract(eager[0].parse(doc))
+            exp = lazy[0].parse(doc)
+            assert lazy[1].extract(exp) == want
+            assert (exp._raw is not None) == (k > 0)  # warm: values are converted as they are read
+            assert exp.values == eager[0].parse(doc).values  # everything still readable, converted on demand
+
+
+def test_a_value_that_is_no_number_is_an_error_when_read_with_its_line():
+    from conftest import CAPTURES
+    from infertop.sources.expfmt import ParseError, Parser
+    from infertop.sources.vllm_names import Extractor
+
+    text = CAPTURES[0].read_text()
+    lines = text.split("\n")
+    read_no = next(i for i, l in enumerate(lines) if l.startswith("vllm:num_requests_running{"))
+    unread_no = next(i for i, l in enumerate(lines) if l.startswith("vllm:iteration_tokens_total_bucket{"))
+    parser, extractor = Parser(lazy_values=True), Extractor()
+    extractor.extract(parser.parse(text))
+    for no, bad in ((read_no, "1.2.3"), (unread_no, "NaNa")):  # number-like characters, no numbers
+        broken = list(lines)
+        broken[no] = broken[no].rpartition(" ")[0] + " " + bad
+        exp = parser.parse("\n".join(broken))
+        with pytest.raises(ParseError, match=rf"^line {no + 1}: invalid value: '{bad}'"):
+            exp.values
+        if no == read_no:
+            with pytest.raises(ParseError, match=rf"^line {no + 1}: "):
+                extractor.extract(exp)
+        else:  # a series infertop does not read: its samples are still extracted
+            assert extractor.extract(exp) == Extractor().extract(Parser().parse(text))
+    # text that cannot be a number never takes the warm path: the full parse names the line
+    broken = list(lines)
+    broken[unread_no] = broken[unread_no].rpartition(" ")[0] + " <html>"
+    with pytest.raises(ParseError, match=rf"^line {unread_no + 1}: invalid value"):
+        parser.parse("\n".join(broken))

@@ -193,7 +193,7 @@ class EngineCollector:
         self.endpoint = endpoint
         self.window_s = window_s
         self.clock = clock
-        self.parser = Parser()
+        self.parser = Parser(lazy_values=True)  # only the values the extractor reads are converted
         self.extractor = Extractor(max_label_sets)
         self.windows: dict[tuple[str, str], CounterWindow] = {}
         self.stats: list[EngineStats] = [EngineStats(name=endpoint.name, url=endpoint.url)]
@@ -308,10 +308,9 @@ class EngineCollector:
         """Parse and extract one document: (version, samples, CPU seconds it took)."""
         t0 = time.thread_time()
         try:
-            exp = self.parser.parse(text)
-        except ParseError as e:
+            version, samples = self.extractor.extract(self.parser.parse(text))
+        except ParseError as e:  # also a value that is no number, found when read
             raise ScrapeError(f"garbage /metrics ({e})") from None
-        version, samples = self.extractor.extract(exp)
         return version, samples, time.thread_time() - t0
 
     async def _meta(self, client: LeanHttpClient, base: str) -> None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .expfmt import Exposition, Layout
+from collections.abc import Callable, Sequence
+
+from .expfmt import Exposition, Layout, picker
 
 # field -> names to try in order (first one present wins).
 GAUGES: dict[str, tuple[str, ...]] = {
@@ -56,8 +58,10 @@ class _Plan:
     """Sample indices per label set, computed once per document layout."""
 
     keys: list[Key]
-    gauges: list[tuple[int, str, int]]  # (key index, field, sample index)
-    counters: list[tuple[int, str, list[int]]]  # summed indices
+    # (key index, field, position in the values read); counters sum several
+    gauges: list[tuple[int, str, int]]
+    counters: list[tuple[int, str, list[int]]]
+    read: Callable[[Sequence], tuple]  # picks the values read, in position order, from a document's values
     version: str
     cache_config: dict[Key, dict[str, str]]
     total_keys: int  # label sets in the document, including those beyond the cap
@@ -135,10 +139,14 @@ def _plan(layout: Layout, max_keys: int = MAX_LABEL_SETS) -> _Plan:
             cache_config[k] = labels[i]
     has_engine = any(k[1] for k in keys)
     v0 = any(n in index for n in V0_ONLY) or (keys and not has_engine)
+    # only the samples read are converted to numbers (see Exposition.values_at)
+    read = sorted({i for _, _, i in gauges} | {i for idx in counters.values() for i in idx})
+    pos = {i: p for p, i in enumerate(read)}
     return _Plan(
         keys=list(keys),
-        gauges=gauges,
-        counters=[(k, f, idx) for (k, f), idx in counters.items()],
+        gauges=[(k, f, pos[i]) for k, f, i in gauges],
+        counters=[(k, f, [pos[i] for i in idx]) for (k, f), idx in counters.items()],
+        read=picker(read),
         version="v0" if v0 else "v1",
         cache_config=cache_config,
         total_keys=len(keys) + len(extra),
@@ -170,7 +178,7 @@ class Extractor:
             self._plan = _plan(exp.layout, self.max_label_sets)
             self._layout = exp.layout
         plan = self._plan
-        values = exp.values
+        values = exp.values_at(plan.read)
         out = [EngineSample(key=k, cache_config=plan.cache_config.get(k, {})) for k in plan.keys]
         for k, fld, i in plan.gauges:
             out[k].gauges[fld] = values[i]
