@@ -35,9 +35,21 @@ def quantile(window: CounterWindow, hist: str, q: float) -> float | None:
 
 def derive(base: EngineStats, window: CounterWindow, gauges: dict[str, float]) -> EngineStats:
     """Fill ``base`` with gauges and window-derived rates and quantiles."""
+    return replace(base, **derived_fields(window, gauges))
+
+
+def derived_fields(window: CounterWindow, gauges: dict[str, float]) -> dict[str, float | None]:
+    """The EngineStats fields :func:`derive` fills: gauges, rates and quantiles over the window."""
     kv = gauges.get("kv_usage")
-    hits_rate = window.rate("prefix_hits")
-    queries_rate = window.rate("prefix_queries")
+    edges = window.edges()
+    if edges is None:
+        rates = {}
+    else:
+        (t0, first), (t1, last) = edges
+        span = t1 - t0
+        rates = {k: (last[k] - first[k]) / span for k in _RATE_KEYS if k in last and k in first} if span > 0 else {}
+    hits_rate = rates.get("prefix_hits")
+    queries_rate = rates.get("prefix_queries")
     if queries_rate:
         prefix_pct = 100.0 * (hits_rate or 0.0) / queries_rate
     elif queries_rate == 0.0:
@@ -49,10 +61,10 @@ def derive(base: EngineStats, window: CounterWindow, gauges: dict[str, float]) -
         "running": gauges.get("running"),
         "waiting": gauges.get("waiting"),
         "kv_cache_pct": None if kv is None else 100.0 * kv,
-        "prompt_tokens_per_s": window.rate("prompt_tokens"),
-        "generation_tokens_per_s": window.rate("generation_tokens"),
-        "requests_per_s": window.rate("requests"),
-        "preemptions_per_s": window.rate("preemptions"),
+        "prompt_tokens_per_s": rates.get("prompt_tokens"),
+        "generation_tokens_per_s": rates.get("generation_tokens"),
+        "requests_per_s": rates.get("requests"),
+        "preemptions_per_s": rates.get("preemptions"),
         "prefix_cache_hit_pct": prefix_pct,
         "window_s": window.span_s or None,
     }
@@ -61,7 +73,10 @@ def derive(base: EngineStats, window: CounterWindow, gauges: dict[str, float]) -
         b = buckets.get(hist)
         v = histogram_quantile(q, b) if b else None
         fields[attr] = None if v is None or math.isnan(v) else v
-    return replace(base, **fields)
+    return fields
+
+
+_RATE_KEYS = ("prompt_tokens", "generation_tokens", "requests", "preemptions", "prefix_hits", "prefix_queries")
 
 
 _LE: dict[str, tuple[str, float] | None] = {}  # "hist@le" → (hist, le): the same keys every poll

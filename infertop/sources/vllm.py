@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import httpx
 
-from ..analysis.engine_stats import derive
+from ..analysis.engine_stats import derived_fields
 from ..domain.engine import DEGRADED, DOWN, UP, EngineStats, FleetSnapshot
 from ..domain.source import SourceHealth
 from ..state.history import HistoryStore
@@ -361,7 +361,8 @@ class EngineCollector:
         model, engine_label = s.key
         if not model and self.models:
             model = self.models[0]
-        base = EngineStats(
+        # one construction with every field (a base then derive's replace built each engine twice)
+        return clean_engine(EngineStats(
             name=self._name(s.key, model, multi),
             url=ep.url,
             state=UP if problem is None else DEGRADED,
@@ -373,8 +374,8 @@ class EngineCollector:
             scraped_at=time.time(),
             max_num_seqs=ep.max_num_seqs,
             extra={k: v for k, v in s.cache_config.items() if k in ("num_gpu_blocks", "block_size", "enable_prefix_caching")},
-        )
-        return clean_engine(derive(base, window, s.gauges))
+            **derived_fields(window, s.gauges),
+        ))
 
     def _failed(self, exc: BaseException, started: float, internal: bool = False) -> list[EngineStats]:
         self._healthy = None
