@@ -493,3 +493,39 @@ def test_a_value_that_is_no_number_is_an_error_when_read_with_its_line():
     broken[unread_no] = broken[unread_no].rpartition(" ")[0] + " <html>"
     with pytest.raises(ParseError, match=rf"^line {unread_no + 1}: invalid value"):
         parser.parse("\n".join(broken))
+
+
+# ----- an unchanged body is not parsed again ---------------------------------------------------
+async def test_a_body_identical_to_the_last_is_not_parsed_and_a_changed_one_is(scripted):
+    from vllm_text import v1_doc
+
+    from infertop.sources.expfmt import Parser
+    from infertop.sources.vllm import EngineCollector
+
+    class CountingParser(Parser):  # counts the documents read; parses exactly as the collector's own
+        __slots__ = ("documents",)
+
+        def __init__(self) -> None:
+            super().__init__(lazy_values=True)
+            self.documents = 0
+
+        def parse(self, text):
+            self.documents += 1
+            return super().parse(text)
+
+    body = {"text": v1_doc(engines={"0": {"running": 3}})}
+    srv = scripted().serve_engine(lambda: body["text"])
+    c = EngineCollector(EngineEndpoint("one", srv.url), 60.0)
+    c.parser = CountingParser()
+    try:
+        for _ in range(3):
+            assert [s.running for s in await c.poll()] == [3]
+        # the first body is parsed; the second (same length) is hashed and parsed once more; then none
+        assert c.parser.documents == 2 and (await c.poll())[0].running == 3 and c.parser.documents == 2
+        read = c.parser.documents
+        body["text"] = body["text"].replace("vllm:num_requests_running{engine=\"0\",model_name=\"tiny\"} 3",
+                                            "vllm:num_requests_running{engine=\"0\",model_name=\"tiny\"} 4")
+        assert "} 4" in body["text"]  # the same length, other values
+        assert [s.running for s in await c.poll()] == [4] and c.parser.documents == read + 1
+    finally:
+        await c.aclose()

@@ -262,8 +262,10 @@ class EngineCollector:
                     text, health = (await asyncio.gather(*jobs, return_exceptions=True))[:2]
                 if isinstance(text, BaseException):
                     raise text
-                seen = (len(text), hash(text))
-                if seen == self._last_text and self._last_read is not None:
+                # hashing 60 KiB costs more than the rest of the check: only a body of the same length can be the same
+                last = self._last_text
+                seen = (len(text), hash(text) if last is not None and last[0] == len(text) else None)
+                if seen == last and seen[1] is not None and self._last_read is not None:
                     # byte-identical to the last document (an idle engine): same samples, no parse
                     (version, samples), cost_s = self._last_read, 0.0
                 elif len(text) > THREAD_PARSE_BYTES:
