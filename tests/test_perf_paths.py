@@ -529,3 +529,54 @@ async def test_a_body_identical_to_the_last_is_not_parsed_and_a_changed_one_is(s
         assert [s.running for s in await c.poll()] == [4] and c.parser.documents == read + 1
     finally:
         await c.aclose()
+
+
+# ----- one-line cells rendered the short way: the very segments DataTable renders -----------------
+async def test_one_line_cells_render_the_same_segments_as_datatable():
+    from textual.app import ComposeResult
+    from textual.widgets import DataTable
+
+    cells = ["12.5", "—", Text("3.20s", style="bold red"), Text("up", style="green"), Text("idle"),
+             "", "a [b]", "two\nlines", Text("wide text that cannot fit in the column"),
+             Text.assemble(("a", "red"), "b"), Text("right", justify="right"), "ünïcode ✓", Text("⚠ 2", style="yellow")]
+
+    class Tables(App):
+        def compose(self) -> ComposeResult:
+            yield LeanTable(id="lean")
+            yield DataTable(id="plain")
+
+    app = Tables()
+    async with app.run_test(size=(120, 20)) as pilot:
+        lean, plain = app.query_one("#lean", LeanTable), app.query_one("#plain", DataTable)
+        for t in (lean, plain):
+            t.add_column("c0", width=6, key="c0")
+            t.add_column("c1", width=12, key="c1")
+            for i, c in enumerate(cells):
+                t.add_row(c, c, key=f"r{i}")
+        lean.cursor_type = plain.cursor_type = "row"
+        await pilot.pause()
+        short = 0
+        for move in range(3):  # the cursor's row and the others, as painted
+            for row in range(len(cells)):
+                for col in range(2):
+                    for cursor, hover in ((False, False), (True, False), (False, True)):
+                        style = lean.rich_style
+                        width = lean.columns[lean._column_locations.get_key(col)].get_render_width(lean)
+                        lean._cell_render_cache.clear()
+                        plain._cell_render_cache.clear()
+                        fast = lean._one_line_cell(lean._row_locations.get_key(row), lean._column_locations.get_key(col),
+                                                   row, col, style, width, cursor, hover)
+                        want = DataTable._render_cell(lean, row, col, style, width, cursor, hover)
+                        assert lean._render_cell(row, col, style, width, cursor, hover) == want
+                        if fast is not None:
+                            short += 1
+                            assert fast == want, (cells[row], col, cursor, hover)
+            lean.move_cursor(row=move + 1)
+            plain.move_cursor(row=move + 1)
+            await pilot.pause()
+        assert short >= 3 * 3 * 12  # the one-line cells that fit took the short way
+        # painted whole, the two tables are the same lines (click targets and all)
+        app.set_focus(None)
+        await pilot.pause()
+        for y in range(lean.size.height):
+            assert list(lean.render_line(y)) == list(plain.render_line(y)), y

@@ -8,8 +8,10 @@ is most of the traffic; merged, only real style changes cost escapes.
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
+from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.strip import Strip
 from textual.widgets import DataTable
@@ -72,6 +74,86 @@ class LeanTable(LeanLines, DataTable):
     """
 
     _forget_cells: set | None = None  # (row key, column key) whose cached renders are out of date
+    _cell_styles: dict | None = None  # (base style, row, column, component, post) → the styles of a one-line cell
+
+    def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
+                     cursor: bool = False, hover: bool = False):  # type: ignore[override]
+        """A one-line cell of plain text goes the short way (:meth:`_one_line_cell`, the same
+        segments as Rich's); every other cell the way DataTable renders it."""
+        if row_index >= 0 and column_index >= 0:
+            row_key = self._row_locations.get_key(row_index)
+            column_key = self._column_locations.get_key(column_index)
+            key = (row_key, column_key, base_style, cursor, hover, self._show_hover_cursor, self._update_count,
+                   self._pseudo_class_state)
+            cache = self._cell_render_cache
+            if key not in cache:
+                lines = self._one_line_cell(row_key, column_key, row_index, column_index, base_style, width,
+                                            cursor, hover)
+                if lines is not None:
+                    cache[key] = lines
+                    return lines
+        return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+
+    def _one_line_cell(self, row_key, column_key, row_index: int, column_index: int, base_style: Style,
+                       width: int, cursor: bool, hover: bool) -> list[list[Segment]] | None:
+        """The segments DataTable would render (``Styled(Padding(cell))`` through Rich) for a cell whose
+        text is one line that fits, with one style and default justify; None for any other cell.
+
+        Rich builds them through wrap, join, pad and two style passes — most of a table's
+        paint when a tick changes a hundred cells."""
+        row = self.rows.get(row_key)
+        if row is None or row.height != 1:
+            return None
+        cell = self._data.get(row_key, {}).get(column_key)
+        if type(cell) is str:
+            if "[" in cell:  # markup
+                return None
+            text, cell_style = cell, ""
+        elif type(cell) is Text:
+            if cell._spans or cell.justify not in (None, "default") or cell.overflow not in (None, "fold"):
+                return None
+            text, cell_style = cell.plain, cell.style
+        else:
+            return None
+        pad = self.cell_padding
+        inner = width - 2 * pad
+        length = cell_len(text)
+        if not text or "\n" in text or "\t" in text or "\r" in text or length > inner or inner <= 0:
+            return None
+        console = self.app.console
+        is_fixed = row_index < self.fixed_rows or column_index < self.fixed_columns
+        component_style, post_style = self._get_styles_to_render_cell(
+            False, False, is_fixed, hover, cursor, self.show_cursor, self._show_hover_cursor,
+            self.cursor_foreground_priority == "css", self.cursor_background_priority == "css")
+        # the combined styles of a cell (its meta: row and column) are the same every tick
+        memo = self._cell_styles
+        if memo is None or len(memo) > 4096:
+            memo = self._cell_styles = {}
+        skey = (base_style, row_index, column_index, component_style, post_style)
+        styles = memo.get(skey)
+        if styles is None:
+            pre = base_style + Style.from_meta({"row": row_index, "column": column_index}) + component_style
+            post = console.get_style(post_style)
+
+            def styled(style: Style | None) -> Style:  # Segment.apply_style(pre, post), as Styled does
+                out = pre + style
+                return out + post if post else out
+
+            styles = memo[skey] = (styled(None), {}, styled)
+        blank, by_style, styled = styles
+        if cell_style:
+            text_style = by_style.get(cell_style)
+            if text_style is None:
+                text_style = by_style[cell_style] = styled(console.get_style(cell_style))
+        else:
+            text_style = blank
+        out = [Segment(" " * pad, blank)] if pad else []
+        out.append(Segment(text, text_style))
+        if length < inner:
+            out.append(Segment(" " * (inner - length), blank))
+        if pad:
+            out.append(Segment(" " * pad, blank))
+        return [out]
 
     def _forget(self) -> None:
         """Drop the cached renders of the cells set since the last paint: one pass per cache."""
