@@ -308,6 +308,29 @@ def test_observe_copies_only_an_engine_that_was_polled():
     assert [e.stats.running for e in state.engines] == [1, 5]
 
 
+
+def test_missing_reasons_are_reused_until_the_engine_is_polled_or_its_freshness_changes():
+    from infertop.state.fleet import missing_reasons
+
+    alpha, beta = Engine("alpha", 1), Engine("beta", 2)
+    joiner = FleetJoiner(Fleet(alpha, beta), slo=Config().slo, refresh_s=1.0, window_s=60.0)
+    first = joiner.build()
+    assert first.engine("alpha").missing == missing_reasons(first.engine("alpha").stats, first.engine("alpha").freshness)
+    assert "ttft_p99_s" in first.engine("alpha").missing
+    beta.set(5)  # only beta was polled
+    second = joiner.build()
+    assert second.engine("alpha").missing is first.engine("alpha").missing  # same values, same reasons
+    assert second.engine("beta").missing is not first.engine("beta").missing
+    for st in (first, second):  # each state's reasons are those of its own values
+        for e in st.engines:
+            assert e.missing == missing_reasons(e.stats, e.freshness)
+    alpha.health = SourceHealth("alpha", "vllm", False, last_error="connection refused",
+                                last_error_at=time.monotonic(), consecutive_failures=1)
+    third = joiner.build()  # alpha is down: its last values, stale, with the reason
+    a = third.engine("alpha")
+    assert a.freshness.status == "stale" and a.missing == missing_reasons(a.stats, a.freshness)
+
+
 # ----- window buckets in one pass, once per poll ------------------------------------------------
 def test_window_buckets_are_computed_once_per_poll_and_follow_each_new_poll():
     from infertop.analysis.engine_stats import QUANTILES, all_window_buckets, derive, quantile, window_buckets

@@ -317,6 +317,9 @@ class FleetJoiner:
         self._down_since: dict[str, float] = {}
         self._source_down_since: dict[str, float] = {}
         self._observed: dict[int, tuple[Any, Any]] = {}  # id(collector) → (stats, health) last observed
+        # engine name → (stats, status, reason, missing): an engine not polled since the last tick keeps its
+        # reasons (the dict is shared by the states of those ticks, read-only as the states are)
+        self._missing: dict[str, tuple[EngineStats, str, str | None, dict[str, str]]] = {}
         # inputs handed in by other pollers
         self.gpu_rows: list[GpuStats] = []
         self.gpu_health: list[SourceHealth] = []
@@ -372,23 +375,25 @@ class FleetJoiner:
         windows = []
         engine_windows: dict[str, list] = {}
         sources: list[SourceState] = []
-        for c in self.collector.collectors:
+        collectors = self.collector.collectors
+        # the GPU → engine mapping first, so that each engine's state is built once, with its GPUs
+        gpus = self._gpus({s.name for c in collectors for s in c.stats})
+        by_engine: dict[str, list[str]] = {}
+        for g in gpus:
+            for name in _gpu_engines(g):
+                by_engine.setdefault(name, []).append(g.label if not g.host else f"{g.host}:{g.label}")
+        local = self.local
+        for c in collectors:
             h: SourceHealth = c.health
             sources.append(self._source(h, now, mono))
             fresh_poll = h.ok
             if fresh_poll:
                 windows.extend(c.windows.values())
             for s in c.stats:
-                engines.append(self._engine(s, h, fresh_poll, now, mono))
+                engines.append(self._engine(s, h, fresh_poll, now, mono, tuple(by_engine.get(s.name, ())),
+                                            local.get(s.name)))
                 if fresh_poll:
                     engine_windows[s.name] = list(c.windows.values())
-        gpus = self._gpus(engines)
-        by_engine: dict[str, list[str]] = {}
-        for g in gpus:
-            for name in _gpu_engines(g):
-                by_engine.setdefault(name, []).append(g.label if not g.host else f"{g.host}:{g.label}")
-        engines = [replace(e, gpus=tuple(by_engine.get(e.name, ())), local=self.local.get(e.name))
-                   for e in engines]
         for h in self.gpu_health:
             sources.append(self._source(h, now, mono))
         for h in getattr(self.collector, "source_health", ()):  # the Prometheus engines come through
@@ -459,7 +464,8 @@ class FleetJoiner:
                     self._down_since.setdefault(s.name, now if h.last_error_at is None
                                                 else now - max(0.0, mono - h.last_error_at))
 
-    def _engine(self, s: EngineStats, h: SourceHealth, fresh_poll: bool, now: float, mono: float) -> EngineState:
+    def _engine(self, s: EngineStats, h: SourceHealth, fresh_poll: bool, now: float, mono: float,
+                gpus: tuple[str, ...] = (), local: dict[str, Any] | None = None) -> EngineState:
         name = s.name
         last = self._last_good.get(name)
         age = None if last is None else max(0.0, mono - self._last_good_at[name])
@@ -468,21 +474,31 @@ class FleetJoiner:
             status = FRESH if age <= self.stale_after_s else STALE
             fresh = Freshness(status, s.url, sampled_at, age, None if status == FRESH else sampled_at,
                               None if status == FRESH else f"no new sample for {age:.0f} s")
-            return EngineState(last, fresh, missing_reasons(last, fresh))
+            return EngineState(last, fresh, self._missing_reasons(name, last, fresh), gpus, local)
         since = self._down_since.get(name)
         reason = s.error or h.last_error or ("not polled yet" if s.state == UNKNOWN else "no data")
         if last is None:
             fresh = Freshness(MISSING, s.url, None, None, since, reason)
-            return EngineState(s, fresh, missing_reasons(s, fresh))
+            return EngineState(s, fresh, self._missing_reasons(name, s, fresh), gpus, local)
         shown = replace(last, state=s.state if s.state != UNKNOWN else DOWN, error=reason)
         fresh = Freshness(STALE, s.url, sampled_at, age, since, reason)
-        return EngineState(shown, fresh, missing_reasons(shown, fresh))
+        return EngineState(shown, fresh, missing_reasons(shown, fresh), gpus, local)
 
-    def _gpus(self, engines: list[EngineState]) -> list[GpuStats]:
+    def _missing_reasons(self, name: str, s: EngineStats, fresh: Freshness) -> dict[str, str]:
+        """:func:`missing_reasons`, computed again only when the values or the freshness status changed."""
+        got = self._missing.get(name)
+        if got is not None and got[0] is s and got[1] == fresh.status and got[2] == fresh.reason:
+            return got[3]
+        out = missing_reasons(s, fresh)
+        if len(self._missing) > 4 * len(self._last_good) + 64:
+            self._missing.clear()  # engines come and go: forget the ones gone
+        self._missing[name] = (s, fresh.status, fresh.reason, out)
+        return out
+
+    def _gpus(self, names: set[str]) -> list[GpuStats]:
         rows = self.gpu_rows
         pods = {**self.engine_pods, **getattr(self.collector, "engine_pods", {})}  # Prometheus: from pod labels
         if pods:
-            names = {e.name for e in engines}
             from ..sources.gpu import assign_pod_engines
 
             rows = assign_pod_engines(rows, pods, names)
