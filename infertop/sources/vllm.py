@@ -255,11 +255,14 @@ class EngineCollector:
         try:
             try:
                 async with asyncio.timeout(ep.timeout_s):
-                    jobs = [get_text(client, base + "/metrics"),
-                            get_health(client, base + "/health") if want_health else _none()]
-                    if want_meta:
-                        jobs.append(self._meta(client, base))
-                    text, health = (await asyncio.gather(*jobs, return_exceptions=True))[:2]
+                    if want_health or want_meta:
+                        jobs = [get_text(client, base + "/metrics"),
+                                get_health(client, base + "/health") if want_health else _none()]
+                        if want_meta:
+                            jobs.append(self._meta(client, base))
+                        text, health = (await asyncio.gather(*jobs, return_exceptions=True))[:2]
+                    else:  # most polls: /metrics alone, without a task per request
+                        text, health = await get_text(client, base + "/metrics"), None
                 if isinstance(text, BaseException):
                     raise text
                 # hashing 60 KiB costs more than the rest of the check: only a body of the same length can be the same
