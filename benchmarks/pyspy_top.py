@@ -5,6 +5,12 @@
 Prints each function's inclusive share of the samples (the time spent in it
 and below), then the largest self times — enough to rank the hot spots of a
 tick without a flame-graph viewer.
+
+On a loaded machine, read the self time of a syscall site (``time.thread_time``,
+a socket write) with care: a process that is preempted there (the write woke
+the simulator; the clock read returned to a busy run queue) is sampled there
+while it waits for a core, not while it burns one. Compare CPU seconds
+(``bench_tui_ticks.py``) before trusting such a share.
 """
 
 from __future__ import annotations

@@ -190,6 +190,25 @@ async def test_fixed_lines_repaint_without_layout_and_others_still_grow():
         assert str(fixed.render()) == "two" and auto.size.height == 2
 
 
+
+async def test_a_line_repaints_when_its_text_or_only_its_style_changes_and_not_otherwise():
+    app = LinesApp()
+    async with app.run_test(size=(40, 12)) as pilot:
+        fixed = app.query_one("#fixed", QuietStatic)
+        fixed.show(Text("5 down", style="red"))
+        await pilot.pause()
+        before, red = fixed._last, list(fixed.render_line(0))
+        fixed.show(Text("5 down", style="red"))  # the same text and style: nothing to do
+        assert fixed._last is before
+        fixed.show(Text("5 down", style="green"))  # the same text, another colour: repainted
+        await pilot.pause()
+        green = list(fixed.render_line(0))
+        assert "".join(x.text for x in green) == "".join(x.text for x in red) and green != red
+        fixed.show(Text.assemble(("5", "bold"), " down"))
+        await pilot.pause()
+        bold = list(fixed.render_line(0))
+        assert bold[0].text.startswith("5") and bold[0].style.bold
+
 async def test_a_wider_cell_widens_its_column_and_the_other_cells_update():
     app = LinesApp()
     async with app.run_test(size=(60, 12)) as pilot:

@@ -24,7 +24,9 @@ class QuietStatic(Static):
     _lines: int | None = None  # lines of the content shown (0: empty)
 
     def show(self, content: Text | str) -> None:
-        key = content.markup if isinstance(content, Text) else content
+        # what a Text shows: its text, base style and spans (cheaper than writing its markup each tick)
+        key = ((content.plain, content.style, tuple(content.spans), content.justify, content.overflow,
+                content.no_wrap) if isinstance(content, Text) else content)
         if key == self._last:
             return
         self._last = key
