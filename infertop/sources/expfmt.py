@@ -90,7 +90,7 @@ _make_sample = partial(_tuple_new, Sample)  # C-level Sample construction from a
 class Layout:
     """Everything about a document except its values; shared across scrapes."""
 
-    __slots__ = ("nlines", "_other_get", "other_lines", "_sample_get", "sample_heads",
+    __slots__ = ("nlines", "_other_get", "other_lines", "_sample_get",
                  "names", "labels", "marks", "index", "n", "_head_space", "_value_cut", "sample_lines")
 
     def __init__(self, lines, sample_idx, names, labels, marks) -> None:
@@ -102,10 +102,10 @@ class Layout:
         self.other_lines = self._other_get(lines)
         self._sample_get = _getter(sample_idx)
         self.sample_lines = sample_idx  # 0-based line of each sample
-        self.sample_heads = [lines[i].rpartition(" ")[0] for i in sample_idx]
-        # each sample line is "<head> <value>": checked with startswith, the value cut off with a slice
-        self._head_space = [h + " " for h in self.sample_heads]
-        self._value_cut = [slice(len(h) + 1, None) for h in self.sample_heads]
+        # each sample line is "<head> <value>": checked with startswith (the head with its space),
+        # the value cut off with a slice (one per length, shared: a layout is held per endpoint)
+        self._head_space = [lines[i][: lines[i].rfind(" ") + 1] for i in sample_idx]
+        self._value_cut = [_cut(len(h)) for h in self._head_space]
         self.names = names
         self.labels = labels
         # [name, type, help, first sample index] per family, in document order.
@@ -115,6 +115,18 @@ class Layout:
         for i, name in enumerate(names):
             index.setdefault(name, []).append(i)
         self.index = index
+
+
+_CUTS: dict[int, slice] = {}
+
+
+def _cut(start: int) -> slice:
+    got = _CUTS.get(start)
+    if got is None:
+        got = slice(start, None)
+        if len(_CUTS) < 65_536:
+            _CUTS[start] = got
+    return got
 
 
 def _getter(idx: list[int]):
