@@ -24,6 +24,7 @@ MAX_HEADERS = 128
 MAX_PIPELINED = 16  # requests parsed ahead of the one being answered before reading pauses
 IDLE_TIMEOUT_S = 75.0  # a keep-alive connection with nothing to do is closed after this
 DISCARD_MAX_BYTES = 16 * 1024 * 1024  # body bytes read and dropped after a 413 before the connection is cut
+LINGER_S = 2.0  # after refusing a request: how long input is read and dropped before the connection closes
 
 LENGTH, CHUNKED, CLOSE = 1, 2, 3  # framing of the answer in progress
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
@@ -87,7 +88,7 @@ class HttpConnection(asyncio.Protocol):
         self._header_bytes = 0
         self._header_count = 0
         self._close_resp = False
-        self._close_when_parsed = False  # close once the request being parsed has been read (after a 413)
+        self._linger = False  # after refusing input: end our side, then drop input for a while before closing
         self._no_more_input = False
         self._reading_paused = False
         self._in_next = False
@@ -109,6 +110,9 @@ class HttpConnection(asyncio.Protocol):
         task, self.task = self.task, None
         if task is not None and not task.done():
             task.cancel()  # its upstream request is cancelled with it
+
+    def eof_received(self) -> bool:
+        return False  # the client ended its side: close (a half-closed client is treated as gone)
 
     def data_received(self, data: bytes) -> None:
         if self._no_more_input:
@@ -205,8 +209,6 @@ class HttpConnection(asyncio.Protocol):
         r, self._req = self._req, None
         assert r is not None
         if r.error is not None:  # already queued, answered early
-            if self._close_when_parsed:
-                self.transport.close()  # type: ignore[union-attr]
             return
         self.pending.append(r)
         if len(self.pending) >= MAX_PIPELINED and not self._reading_paused:
@@ -217,11 +219,12 @@ class HttpConnection(asyncio.Protocol):
         """Queue the 413 now (its answer need not wait for a body that will be dropped)."""
         r.error = (413, f"request body larger than {self.max_body_bytes} bytes")
         r.keep_alive = False
+        self._linger = True
         self.pending.append(r)
 
     def _refuse(self, status: int, message: str) -> None:
         """Bad input: answer it in order, read nothing more, then close."""
-        self._no_more_input = True
+        self._no_more_input = self._linger = True
         r, self._req = self._req, None
         if r is not None and r.error is not None:
             return  # its 413 is queued already; the connection closes after it
@@ -260,7 +263,7 @@ class HttpConnection(asyncio.Protocol):
                 self.respond(500, error_body(500, "internal error in the gateway", "internal_error"))
 
     def _head_close(self, r: Request) -> bytes:
-        if not r.keep_alive or self._no_more_input:
+        if not r.keep_alive or (self._no_more_input and not self.pending):
             self._close_resp = True
             return b"Connection: close\r\n"
         self._close_resp = False
@@ -320,10 +323,13 @@ class HttpConnection(asyncio.Protocol):
         self.framing = 0
         if self._close_resp:
             self._no_more_input = True
-            if self._req is not None and self._req.error is not None:
-                self._close_when_parsed = True  # read the rest of a refused body first: closing with unread
-                return  # bytes resets the connection and the client could lose the answer
-            self.transport.close()  # type: ignore[union-attr]
+            if self._linger:
+                # refused input may still be arriving: closing with unread bytes resets the connection,
+                # and the client could lose the answer — so end our side and drop what comes until its end
+                self.transport.write_eof()  # type: ignore[union-attr]
+                self._idle = self.loop.call_later(LINGER_S, self.transport.close)  # type: ignore[union-attr]
+            else:
+                self.transport.close()  # type: ignore[union-attr]
             return
         if self.pending:
             if not self._in_next:
