@@ -12,7 +12,8 @@ reported, and the cost of the /metrics page (hand-written text vs prometheus_cli
 
     python benchmarks/bench_gateway.py [--rates 200,1000] [--sweep 250,300,400,500,700] [--duration 20]
                                        [--sweep-duration 8] [--round 1] [--asyncio-gateway]
-                                       [--nice -10] [--router PATH] [--out benchmarks/bench_gateway.md]
+                                       [--nice -10] [--before TREE] [--router PATH]
+                                       [--out benchmarks/bench_gateway.md]
 
 vllm-router is looked up at ~/.cache/vllm-router-venv/bin/vllm-router (install it
 there: ``python3 -m venv ~/.cache/vllm-router-venv && ~/.cache/vllm-router-venv/bin/pip
@@ -168,8 +169,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
+def _env(root: Path = ROOT) -> dict:
+    return {**os.environ, "PYTHONPATH": str(root)}
 
 
 def _wait_http(url: str, timeout_s: float = 60) -> None:
@@ -195,7 +196,7 @@ def start_sim() -> tuple[subprocess.Popen, str]:
     return p, url
 
 
-def start_gateway(engine_url: str, tmp: Path, uvloop: bool = True) -> tuple[subprocess.Popen, str]:
+def start_gateway(engine_url: str, tmp: Path, uvloop: bool = True, root: Path = ROOT) -> tuple[subprocess.Popen, str]:
     cfg = tmp / "gateway.yaml"
     cfg.write_text(f"gateway:\n  engines: [{{name: sim, url: '{engine_url}', cap: 100000}}]\n"
                    "  vllm_waiting_max: 1000000\n  kv_cache_max_pct: 100\n  max_queue: 1000000\n")
@@ -205,7 +206,7 @@ def start_gateway(engine_url: str, tmp: Path, uvloop: bool = True) -> tuple[subp
         cmd = [sys.executable, "-c", "import sys; from infertop.gateway import cli; cli.USE_UVLOOP = False; "
                                      f"sys.exit(cli.main({argv!r}))"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True, env=_env())
+                         stderr=subprocess.DEVNULL, text=True, env=_env(root))
     url = p.stdout.readline().split()[1]
     return p, url
 
@@ -314,6 +315,8 @@ def main() -> int:
     ap.add_argument("--round", type=float, default=1.0, help="seconds per target in one alternating round")
     ap.add_argument("--asyncio-gateway", action="store_true",
                     help="also measure the gateway on asyncio's own event loop (no uvloop)")
+    ap.add_argument("--before", type=Path, metavar="TREE",
+                    help="also measure the gateway of another checkout (e.g. the main branch) beside this one")
     ap.add_argument("--router", type=Path, default=ROUTER)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "bench_gateway.md")
     ap.add_argument("--nice", type=int, default=0,
@@ -343,6 +346,10 @@ def main() -> int:
             gw2, gw2_url = start_gateway(sim_url, tmp, uvloop=False)
             procs.append(gw2)
             targets.append(("gateway, asyncio loop", gw2_url, gw2.pid))
+        if args.before:
+            gw3, gw3_url = start_gateway(sim_url, tmp, root=args.before.resolve())
+            procs.append(gw3)
+            targets.append((f"gateway before ({args.before.name})", gw3_url, gw3.pid))
         router, router_url = start_router(args.router, sim_url)
         if router is not None:
             procs.append(router)
