@@ -171,7 +171,15 @@ class Gateway:
         if not is_async:
             fn(req, conn)
             return None
-        return (self._loop or asyncio.get_running_loop()).create_task(fn(req, conn))
+        return (self._loop or asyncio.get_running_loop()).create_task(self._answer(fn, req, conn))
+
+    async def _answer(self, fn, req: Request, conn: HttpConnection) -> None:
+        try:
+            await fn(req, conn)
+        except Exception as e:  # a bug must not leave the client waiting (500); the request is never logged
+            note(f"internal error answering {req.path[:100]}: {type(e).__name__}")
+        finally:
+            conn.handler_ended(asyncio.current_task())
 
     def _classify(self, req: Request) -> tuple[str, str]:
         h = req.headers

@@ -71,6 +71,7 @@ class UpstreamConn(asyncio.Protocol):
         self.body_bytes = 0
         self.sink: HttpConnection | None = None
         self._chunked_out = False
+        self._head_out: bytes | None = None  # the client's head, sent with the first body bytes
         self._out: list[bytes] | None = None
         self._head_fut: asyncio.Future | None = None
         self._done_fut: asyncio.Future | None = None
@@ -118,7 +119,10 @@ class UpstreamConn(asyncio.Protocol):
         if self.complete:
             client.end(parts)
             return None
-        client.write(parts)
+        if len(parts) > 1:
+            client.write(parts)
+        else:
+            self._head_out = head  # sent with the first body bytes: one write, not two
         self.sink = client
         client.relay = self
         if client.write_paused:
@@ -174,6 +178,8 @@ class UpstreamConn(asyncio.Protocol):
         sink = self.sink
         if sink is not None:
             self._out = out = []
+            if self._head_out is not None:
+                out.append(self._head_out)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
@@ -184,8 +190,10 @@ class UpstreamConn(asyncio.Protocol):
         if sink is not None:
             self._out = None
             if self.complete:
+                self._head_out = None
                 self._finish_relay(out)
-            elif out:
+            elif out and (self._head_out is None or len(out) > 1):
+                self._head_out = None
                 sink.write(out)
         elif self.complete and self._done_fut is not None:
             self._finish()
@@ -233,7 +241,8 @@ class UpstreamConn(asyncio.Protocol):
     def _finish(self) -> None:
         self.complete = True
         if self.sink is not None:
-            self._finish_relay([])
+            head, self._head_out = self._head_out, None
+            self._finish_relay([head] if head is not None else [])
             return
         fut, self._done_fut = self._done_fut, None
         if fut is not None and not fut.done():
