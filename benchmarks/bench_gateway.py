@@ -37,31 +37,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NOTES = """## Notes
 
-- Stack: aiohttp for both sides (server for clients, one pooled keep-alive client session to the engines),
-  on uvloop's event loop when it is installed (a dependency; `--asyncio-gateway` measures the same gateway
-  on asyncio's own loop beside it). Per request the proxy builds no session, timeout or header objects of
-  its own, forwards the body as received (vLLM's `priority` is spliced in when the engine schedules by
-  priority; the body is re-encoded only when the client sent a `priority` of its own), logs nothing, runs
-  with the access log off, sends a streamed answer's headers with its first chunk and passes each chunk on
-  as it arrives (aiohttp adds the chunked framing; no buffering, no join of the chunks).
-- Where the CPU goes (py-spy at 300 req/s, uvloop): ~40 % in the event loop's C code (epoll, socket reads,
-  aiohttp's C HTTP parser), ~25 % in socket sends — one per streamed chunk, which passing chunks through one
-  by one needs — and the rest in aiohttp's request and response objects; the gateway's own code (classify,
-  queue, stride choice, engine choice, finish, metrics) is ~5 %, ~25 µs per request. Python's GC was
-  measured too (gc callbacks under load): ~40 ms of collections in 6 s at 300 req/s, not a cause of the tail.
+- Stack: the client port is a hand-written HTTP/1.1 server on asyncio Protocols (`infertop/gateway/http1.py`)
+  and the engines are reached through a pool of keep-alive connections, also Protocols
+  (`infertop/gateway/upstream_pool.py`); both parse with httptools (uvicorn's C parser), on uvloop's event
+  loop. Per request: one read of the client's request, one write of the upstream request (head and body in
+  one buffer), then each piece the engine sends is written to the client from the socket callback as it
+  arrives (re-framed as one chunk each; the head leaves with the first body bytes) — no task switch per
+  chunk, no buffering, no join. The admin API stays on aiohttp (its own port, not on the request path).
+  "gateway before" is the previous stack (aiohttp server and client session), run from another checkout
+  with `--before`.
+- Where the CPU goes (py-spy --native at 400 req/s): about two thirds in system calls — one write to the
+  client per streamed piece, the reads, and epoll — which passing chunks through one by one needs; on
+  loopback a send also runs the receiver's side of TCP. The gateway's Python code (parse callbacks,
+  classify, queue, dispatch, relay) is the remaining ~25-30 %.
+- The simulator sets TCP_NODELAY on its connections like uvicorn does (since this version): before, Nagle's
+  algorithm held each streamed chunk until the previous write was ACKed, and a proxy's connection, which sends
+  nothing back, delays that ACK ~40 ms — the ~42 ms first byte that earlier runs showed for vllm-router (and,
+  in a later run, for both gateways) was the simulator's, not the proxies'.
 - /metrics is written as text by hand: the page and each observation are several times cheaper than
   prometheus_client's (line above), and a scrape never takes the event loop for long.
-- vllm-router's TTFB p50 of ~43 ms at every low rate, with a total time no longer than direct's, looks like
-  Nagle's algorithm meeting delayed ACKs on one of its connections, not queueing.
-- The tail is the machine's, not the gateway's code: a monitor inside the gateway at 400 req/s (load
-  average ~10) saw 51 event-loop stalls over 20 ms in 8 s, e.g. 102 ms of wall time with 4 ms of the
-  thread's CPU, 56 ms with 0.1 ms — the process waiting for a CPU, not running long callbacks. "client lag
-  max" is how far the load client itself fell behind its schedule, stalled the same way.
-- Two CPUs are shared by the client, the simulator, the proxy and whatever else the machine runs (its load
-  average is in the table): a p99 is a few requests stalled by the scheduler, so the alternating rounds are
-  what make a row comparable with the direct row beside it; a negative "added" figure is noise. At 1000
-  req/s the machine is saturated: even the direct path's p99 is hundreds of ms and the client falls behind
-  its schedule, so that row ranks the proxies' CPU cost rather than their added latency.
+- Two CPUs are shared by the client, the simulator, the proxies and whatever else the machine runs (its load
+  average is in the table): a p99 is a few requests stalled by the scheduler (a monitor inside the gateway
+  saw event-loop stalls of 50-100 ms with under 5 ms of the thread's CPU — the process waiting for a CPU),
+  so the alternating rounds are what make a row comparable with the direct row beside it; a negative
+  "added" figure is noise. At 1000 req/s the machine is saturated: even the direct path's p99 is hundreds
+  of ms and the client falls behind its schedule ("client lag max"), so that row ranks the proxies' CPU
+  cost rather than their added latency.
 """
 ROUTER = Path.home() / ".cache" / "vllm-router-venv" / "bin" / "vllm-router"
 BODY = json.dumps({"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4, "stream": True})
