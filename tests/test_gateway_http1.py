@@ -203,6 +203,8 @@ class CountingEngine:
         await resp.prepare(request)
         try:
             await resp.write(b"data: first\n\n")
+            for _ in range(body.get("big", 0)):
+                await resp.write(b"data: " + b"x" * 65536 + b"\n\n")
             if body.get("hold"):
                 await self.release.wait()
             await resp.write(b"data: [DONE]\n\n")
@@ -290,3 +292,24 @@ async def test_an_answer_with_a_length_is_relayed_as_is_and_expect_continue_is_h
         assert int(a.headers["content-length"]) == len(a.body) and a.json()["choices"][0]["text"] == " ok"
     finally:
         await g.stop()
+
+
+async def test_a_client_that_reads_slowly_pauses_the_engine_connection_and_the_answer_arrives_whole():
+    eng = await CountingEngine().start()
+    g = await start_gateway([eng])
+    try:
+        r, w = await connect(g)
+        w.write(post_bytes("/v1/completions", completion("big", stream=True, big=200)))  # ~13 MB
+        # the client reads nothing: the gateway's buffer to it fills and it stops reading the engine
+        await wait_for(lambda: any(c.reading_paused for c in g.gateway.pool._all), what="the engine read to pause")
+        a = await read_response(r)  # now the client reads everything
+        assert a.status == 200 and a.complete
+        assert a.body.count(b"data: ") == 202 and a.body.endswith(b"data: [DONE]\n\n")
+        await wait_for(lambda: g.gateway.pool.idle_count(eng.url) == 1, what="the connection back in the pool")
+        assert not any(c.reading_paused for c in g.gateway.pool._all)  # resumed before it was pooled
+        w.write(post_bytes("/v1/completions", completion("next", stream=True)))
+        assert (await read_response(r)).body == b"data: first\n\ndata: [DONE]\n\n"
+        assert len(set(eng.ports)) == 1  # the same engine connection served both
+    finally:
+        await g.stop()
+        await eng.runner.cleanup()

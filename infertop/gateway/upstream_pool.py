@@ -56,6 +56,8 @@ class UpstreamConn(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.in_use = False  # between send() and release(): a byte from the engine outside that is an error
+        self.reading_paused = False
         self.idle_since = 0.0
         self._reset()
 
@@ -84,6 +86,7 @@ class UpstreamConn(asyncio.Protocol):
     def send(self, data: bytes | list[bytes], timeout_s: float) -> asyncio.Future:
         """Write one request; the future resolves when the answer's head has arrived."""
         self._reset()
+        self.in_use = True
         self._head_fut = fut = self.loop.create_future()
         self.timeout_s = timeout_s
         self.last_rx = now = self.loop.time()
@@ -138,6 +141,9 @@ class UpstreamConn(asyncio.Protocol):
             return
         self.sink = None
         self.body_parts = []
+        self.in_use = False
+        if self.reading_paused:  # paused for a slow client as its answer ended
+            self.resume_reading()
         self.pool._put(self)
 
     def close(self) -> None:
@@ -149,11 +155,13 @@ class UpstreamConn(asyncio.Protocol):
         self.pool._forget(self)
 
     def pause_reading(self) -> None:
-        if not self.closed:
+        if not self.closed and not self.reading_paused:
+            self.reading_paused = True
             self.transport.pause_reading()  # type: ignore[union-attr]
 
     def resume_reading(self) -> None:
-        if not self.closed:
+        if not self.closed and self.reading_paused:
+            self.reading_paused = False
             self.transport.resume_reading()  # type: ignore[union-attr]
 
     # -- transport events -------------------------------------------------------------------------
@@ -171,7 +179,7 @@ class UpstreamConn(asyncio.Protocol):
         self._fail("reset")
 
     def data_received(self, data: bytes) -> None:
-        if self._head_fut is None and not self.got_head:  # nothing asked: not an answer to anything
+        if not self.in_use:  # nothing asked: not an answer to anything
             self.close()
             return
         self.last_rx = self.loop.time()
