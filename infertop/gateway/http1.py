@@ -87,6 +87,7 @@ class HttpConnection(asyncio.Protocol):
         self._req: Request | None = None  # being parsed
         self._header_bytes = 0
         self._header_count = 0
+        self._headers_too_large = False
         self._close_resp = False
         self._linger = False  # after refusing input: end our side, then drop input for a while before closing
         self._no_more_input = False
@@ -119,13 +120,6 @@ class HttpConnection(asyncio.Protocol):
             return
         try:
             self.parser.feed_data(data)
-        except _HeadersTooLarge:
-            self._refuse(431, f"request headers larger than {MAX_HEADER_BYTES} bytes or more than {MAX_HEADERS}")
-        except httptools.HttpParserCallbackError as e:
-            if isinstance(e.__context__, _HeadersTooLarge):
-                self._refuse(431, f"request headers larger than {MAX_HEADER_BYTES} bytes or more than {MAX_HEADERS}")
-            else:
-                raise
         except httptools.HttpParserUpgrade:
             # a complete request asking to switch protocols: answered as HTTP/1.1, then the connection closes
             self._no_more_input = True
@@ -133,8 +127,11 @@ class HttpConnection(asyncio.Protocol):
                 self._refuse(400, "protocol upgrade is not supported")
             elif self.pending:
                 self.pending[-1].keep_alive = False
-        except httptools.HttpParserError as e:
-            self._refuse(400, f"malformed HTTP request: {str(e)[:120]}")
+        except (httptools.HttpParserError, _HeadersTooLarge) as e:  # a callback's exception arrives wrapped
+            if self._headers_too_large:
+                self._refuse(431, f"request headers larger than {MAX_HEADER_BYTES} bytes or more than {MAX_HEADERS}")
+            else:
+                self._refuse(400, f"malformed HTTP request: {str(e)[:120]}")
         if self.current is None and self.pending:
             self._next()
 
@@ -172,6 +169,7 @@ class HttpConnection(asyncio.Protocol):
     def _count(self, n: int) -> None:
         self._header_bytes += n
         if self._header_bytes > MAX_HEADER_BYTES or self._header_count > MAX_HEADERS:
+            self._headers_too_large = True
             raise _HeadersTooLarge
 
     def on_headers_complete(self) -> None:
