@@ -146,3 +146,24 @@ def test_demo_load_is_sized_for_a_plausible_fleet():
     assert fleet_p99[len(fleet_p99) // 2] <= 1.0, fleet_p99  # hundreds of ms most of the time
     assert fleet_p99[-1] <= 5.0, fleet_p99  # never a drowning fleet
     assert max(engine_p99) > 2.0, engine_p99  # the hot engine's bursts still breach the SLO
+
+
+# ---------------------------------------------------------------------------------------------
+# record → replay keeps the cluster's api_calls
+
+
+def test_cluster_state_round_trips_through_its_document():
+    from infertop.domain.kube import ClusterSnapshot, PodView
+    from infertop.state.fleet import FRESH, ClusterState, FleetState, Freshness, Slo
+
+    snap = ClusterSnapshot(context="infertop-demo", namespaces=("inference",), taken_at=1_800_000_000.0,
+                           pods=(PodView("inference", "vllm-abc", phase="Running", status="Running", ready=True,
+                                         ip="127.0.0.1", port=8000),))
+    state = FleetState(tick=3, taken_at=1_800_000_001.0, refresh_s=1.0, window_s=60.0,
+                       slo=Slo(2.0, 0.04, 20.0, 1.0, 90.0),
+                       cluster=ClusterState(snap, Freshness(FRESH, "infertop-demo", 1_800_000_000.0, 1.0), api_calls=7))
+    doc = state.to_doc()
+    back = FleetState.from_doc(doc)
+    assert back.cluster is not None and back.cluster.api_calls == 7
+    assert back.cluster.snapshot == snap and back.cluster.freshness == state.cluster.freshness
+    assert back.to_doc() == doc

@@ -206,7 +206,7 @@ class FleetState:
         cdoc = doc.get("cluster")
         if cdoc is not None:
             snap = from_doc(ClusterSnapshot, cdoc) if "context" in cdoc else None
-            cluster = ClusterState(snap, from_doc(Freshness, cdoc.get("freshness") or {}))
+            cluster = ClusterState(snap, from_doc(Freshness, cdoc.get("freshness") or {}), cdoc.get("api_calls"))
         return cls(
             tick=int(doc.get("tick") or 0), taken_at=float(doc.get("taken_at") or 0.0),
             refresh_s=float(doc.get("refresh_s") or 1.0), window_s=float(doc.get("window_s") or 60.0),
