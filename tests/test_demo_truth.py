@@ -167,3 +167,102 @@ def test_cluster_state_round_trips_through_its_document():
     assert back.cluster is not None and back.cluster.api_calls == 7
     assert back.cluster.snapshot == snap and back.cluster.freshness == state.cluster.freshness
     assert back.to_doc() == doc
+
+
+# ---------------------------------------------------------------------------------------------
+# the join after the simulated cluster scales down and up
+
+
+def _wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(0.05)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url + "/health", timeout=1.0, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+async def test_engines_scaled_away_leave_the_state_and_new_pods_engines_join_again(tmp_path):
+    """As ``--demo`` wires it: engines from the simulator, the pod → engine map it printed at start,
+    dcgm rows with pod labels, the cluster read through the real client. After a scale-down the
+    engines whose pods went away are gone — not "down", no failing source, no alert — and after a
+    scale-up the new pods' engines are back with their GPUs (joined by the new pods' names)."""
+    import asyncio
+
+    import kubernetes
+
+    from infertop.analysis.alerts import CRITICAL
+    from infertop.config import SloConfig
+    from infertop.sim.kube.cluster import SimKube
+    from infertop.sources.dcgm import DcgmSource
+    from infertop.sources.kube import KubeSession, read_cluster
+    from infertop.sources.vllm import EngineEndpoint, FleetCollector
+    from infertop.state.fleet import FleetJoiner
+
+    sim = SimCluster(3, seed=3, load="none", realtime=False, kubernetes_labels=True, throttle_gpu=None).start()
+    kube = SimKube(sim, hpa=False, termination_delay_s=0.3, start_delay_s=0.0).start()
+    session = None
+    collector = FleetCollector([EngineEndpoint(f"vllm-{e.index}", e.url, timeout_s=2.0) for e in sim.engines])
+    try:
+        assert kube.wait_bound(15)
+        session = KubeSession.connect(str(kube.write_kubeconfig(tmp_path / "kubeconfig")))
+        started_pods = {e.gpu.pod: f"vllm-{e.index}" for e in sim.engines}  # what `infertop sim` printed
+        joiner = FleetJoiner(collector, slo=SloConfig(), refresh_s=1.0, window_s=60.0, mode="demo",
+                             engine_pods=started_pods)
+        dcgm = DcgmSource([sim.dcgm_url])
+
+        async def tick():
+            await collector.poll_once()
+            joiner.observe()
+            async with httpx.AsyncClient(trust_env=False) as client:
+                joiner.set_gpus(*await dcgm.poll(client))
+            joiner.set_cluster(await asyncio.to_thread(read_cluster, session), source="infertop-demo")
+            return joiner.build()
+
+        def engines_and_gpus(state):
+            return {e.name: (e.stats.state, e.fresh, len(e.gpus)) for e in state.engines}
+
+        state = await tick()
+        assert engines_and_gpus(state) == {f"vllm-{i}": ("up", True, 1) for i in range(3)}
+
+        apps = kubernetes.client.AppsV1Api(session.api_client)
+        await asyncio.to_thread(apps.patch_namespaced_deployment_scale, "vllm", "inference",
+                                {"spec": {"replicas": 1}})
+        await asyncio.to_thread(_wait_for, lambda: sum(_answers(e.url) for e in sim.engines) == 1,
+                                what="two engines stopped")
+        await asyncio.to_thread(_wait_for, lambda: len(read_cluster(session).pods) == 1, what="one pod left")
+        (survivor,) = [f"vllm-{e.index}" for e in sim.engines if _answers(e.url)]
+        state = await tick()
+        assert engines_and_gpus(state) == {survivor: ("up", True, 1)}  # the others are gone, not down
+        assert state.fleet.engines == 1 and state.fleet.engines_up == 1
+        assert state.failing_sources() == []
+        assert not [a for a in state.alerts if a.severity == CRITICAL]
+        assert sorted(g.engine or "" for g in state.gpus) == ["", "", survivor]  # two GPUs no pod holds
+
+        await asyncio.to_thread(apps.patch_namespaced_deployment_scale, "vllm", "inference",
+                                {"spec": {"replicas": 3}})
+        await asyncio.to_thread(_wait_for, lambda: all(_answers(e.url) for e in sim.engines),
+                                what="the engines started again")
+        await asyncio.to_thread(_wait_for, lambda: len([p for p in read_cluster(session).pods if p.engine_url]) == 3,
+                                what="three pods with engines")
+        state = await tick()
+        assert engines_and_gpus(state) == {f"vllm-{i}": ("up", True, 1) for i in range(3)}
+        new_pods = {p.name for p in state.cluster.snapshot.pods} - set(started_pods)
+        assert len(new_pods) == 2 and {g.pod for g in state.gpus} >= new_pods  # joined by the new pods' names
+        assert state.failing_sources() == []
+    finally:
+        await collector.aclose()
+        if session is not None:
+            session.close()
+        kube.stop()
+        sim.stop()
+    assert kube.emu.errors == []
