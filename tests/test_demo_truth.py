@@ -59,7 +59,11 @@ def test_oversubscribed_engine_counts_each_accepted_request_and_ttft_is_queue_pl
         for t in threads:
             t.start()
         deadline = time.monotonic() + 30
-        while len(eng.core.requests()) < n:  # the HTTP front end has handed all six to the engine
+        def received() -> int:
+            with eng.lock:
+                return len(eng.core.requests())
+
+        while received() < n:  # the HTTP front end has handed all six to the engine
             assert time.monotonic() < deadline, "the engine did not receive the requests"
             time.sleep(0.01)
         m = _scrape(eng.url)
