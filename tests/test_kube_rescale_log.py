@@ -17,14 +17,14 @@ from infertop.domain.engine import EngineStats
 from infertop.domain.kube import ClusterSnapshot, PodView
 from infertop.sim import SimCluster
 from infertop.state.fleet import ClusterState, EngineState, FleetState, Slo
-from infertop.state.membership import FleetMembership
+from infertop.state.membership import JOIN_POD_WAIT_S, FleetMembership
 from infertop.sources.vllm import EngineEndpoint
 from infertop.ui.app import InfertopApp, Settings
 
 SLO = Slo(1.0, 0.1, 10.0, 5.0, 90.0)
 
 
-def _state(engines: list[str], pods: list[tuple[str, str, bool]] = (), tick: int = 1) -> FleetState:
+def _state(engines: list[str], pods: list[tuple[str, str, bool]] = (), at: float = 0.0) -> FleetState:
     """Engines vllm-i at http://127.0.0.1:800i; pods (name, engine, terminating) of Deployment vllm."""
     def url(name: str) -> str:
         return f"http://127.0.0.1:80{int(name.split('-')[1]):02d}"
@@ -32,7 +32,7 @@ def _state(engines: list[str], pods: list[tuple[str, str, bool]] = (), tick: int
     views = tuple(PodView("inference", p, ip="127.0.0.1", port=int(url(e).rsplit(":", 1)[1]),
                           owner_kind="Deployment", owner_name="vllm", terminating=t) for p, e, t in pods)
     cluster = ClusterState(ClusterSnapshot("demo", ("inference",), 0.0, pods=views))
-    return FleetState(tick=tick, taken_at=0.0, refresh_s=1.0, window_s=60.0, slo=SLO, cluster=cluster,
+    return FleetState(tick=1, taken_at=at, refresh_s=1.0, window_s=60.0, slo=SLO, cluster=cluster,
                       engines=tuple(EngineState(EngineStats(n, url(n), state="up")) for n in engines))
 
 
@@ -45,11 +45,16 @@ def test_membership_logs_each_engine_that_left_or_joined_once_with_its_pod():
         "vllm-1 scaled away (pod vllm-7d9f-b2, deployment vllm)",
         "vllm-2 scaled away (pod vllm-7d9f-c3, deployment vllm)"]
     assert m.changes(_state(["vllm-0"], [pods[0]])) == []  # once each
-    # scale up: vllm-1 answers again before the read shows its new pod, vllm-2's new pod is read
-    assert m.changes(_state(["vllm-0", "vllm-1", "vllm-2"], [pods[0], ("vllm-7d9f-z9", "vllm-2", False)])) == [
-        "vllm-1 joined", "vllm-2 joined (pod vllm-7d9f-z9, deployment vllm)"]
+    # scale up: vllm-2's new pod is read; vllm-1 and vllm-3 answer before the read shows their pods
+    up = ["vllm-0", "vllm-1", "vllm-2", "vllm-3"]
+    now = [pods[0], ("vllm-7d9f-z9", "vllm-2", False)]
+    assert m.changes(_state(up, now, at=100.0)) == ["vllm-2 joined (pod vllm-7d9f-z9, deployment vllm)"]
     assert m.pod_of("vllm-2").pod == "vllm-7d9f-z9"
-    assert m.changes(_state(["vllm-0", "vllm-1", "vllm-2"], [pods[0]])) == []
+    now.append(("vllm-7d9f-y8", "vllm-1", False))
+    assert m.changes(_state(up, now, at=101.0)) == ["vllm-1 joined (pod vllm-7d9f-y8, deployment vllm)"]
+    assert m.changes(_state(up, now, at=100.0 + JOIN_POD_WAIT_S - 0.5)) == []
+    assert m.changes(_state(up, now, at=100.0 + JOIN_POD_WAIT_S)) == ["vllm-3 joined"]  # no pod read in time
+    assert m.changes(_state(up, now, at=120.0)) == []
     no_pods = FleetMembership()
     no_pods.changes(_state(["vllm-0", "vllm-1"]))
     assert no_pods.changes(_state(["vllm-0"])) == ["vllm-1 left the fleet"]  # a target that went away

@@ -5,6 +5,10 @@ An engine leaves the fleet state only when its pod was scaled away (see
 that went away); it joins when a new pod's engine appears, or a source lists a
 new one. The Log pane says so once each: "vllm-4 scaled away (pod vllm-7d9f-x2,
 deployment vllm)". The first state is the fleet as found: nothing is logged.
+
+A new pod's engine can answer before the cluster read shows the pod at its
+address (the watch lags): its "joined" line waits for the pod up to
+``JOIN_POD_WAIT_S`` of state time, then says it without one.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FleetMembership", "PodRef"]
+__all__ = ["JOIN_POD_WAIT_S", "FleetMembership", "PodRef"]
+
+JOIN_POD_WAIT_S = 10.0
 
 
 def _norm(url: str | None) -> str:
@@ -38,6 +44,7 @@ class FleetMembership:
     def __init__(self) -> None:
         self._names: set[str] | None = None
         self._pods: dict[str, PodRef] = {}  # engine name → the pod last seen serving it
+        self._joining: dict[str, float] = {}  # engine name → state time it joined, its pod not read yet
 
     def pod_of(self, engine: str) -> PodRef | None:
         return self._pods.get(engine)
@@ -62,14 +69,20 @@ class FleetMembership:
         """One line per engine that left or joined since the last call (none on the first)."""
         names = {e.name for e in state.engines}
         before = self._names
-        left = sorted(before - names) if before is not None else []
-        self._learn_pods(state)  # a joining engine's new pod; a leaving engine keeps the last one seen
         lines = []
-        for name in left:
-            ref = self._pods.pop(name, None)  # if it comes back, it is in a new pod (or none we know yet)
-            lines.append(f"{name} scaled away ({ref.text()})" if ref is not None else f"{name} left the fleet")
-        for name in sorted(names - before) if before is not None else []:
+        if before is not None:
+            for name in sorted(before - names):
+                if self._joining.pop(name, None) is not None:
+                    continue  # came and went before its join was told: nothing to tell
+                ref = self._pods.pop(name, None)  # if it comes back, it is in a new pod (or none known yet)
+                lines.append(f"{name} scaled away ({ref.text()})" if ref is not None else f"{name} left the fleet")
+            for name in sorted(names - before):
+                self._joining[name] = state.taken_at
+        self._learn_pods(state)  # a joining engine's new pod; one that left keeps none (popped above)
+        for name, since in sorted(self._joining.items()):
             ref = self._pods.get(name)
-            lines.append(f"{name} joined" + (f" ({ref.text()})" if ref is not None else ""))
+            if ref is not None or state.taken_at - since >= JOIN_POD_WAIT_S:
+                del self._joining[name]
+                lines.append(f"{name} joined" + (f" ({ref.text()})" if ref is not None else ""))
         self._names = names
         return lines
