@@ -97,7 +97,9 @@ async def test_after_a_scale_down_the_header_and_the_log_say_what_the_fleet_stat
                 return snap is not None and len([p for p in snap.pods if p.engine_url]) == n
 
             await _until(pilot, lambda: pods_with_engines(3), "the cluster read")
+            app.tick()  # before the first poll: every engine is unknown — nothing to tell yet
             await app.poll_now()
+            assert not [line for line in app.log_lines if "vllm-" in line], list(app.log_lines)
             top = app.main.query_one("#topbar")
             assert " · 3 engines · " in str(top.render())
             pod_of = {p.engine_url: p.name for p in app.kube_snapshot.pods}

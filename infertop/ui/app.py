@@ -20,7 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, RichLog, TabbedContent, TabPane
 
 from ..config import Config
-from ..domain.engine import FleetSnapshot
+from ..domain.engine import UNKNOWN, FleetSnapshot
 from ..domain.gpu import classify
 from ..domain.source import SourceHealth
 from ..format import count_human, seconds_human
@@ -472,6 +472,8 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
         for e in engines:
             s = e.stats
             prev = self._states.get(s.name)
+            if prev is None and s.state == UNKNOWN:
+                continue  # not polled yet (the first ticks, a pod's engine that just joined): nothing to tell
             if prev != s.state:
                 self._states[s.name] = s.state
                 if prev is not None or s.state != "up":
