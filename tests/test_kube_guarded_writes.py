@@ -43,8 +43,14 @@ def emu(kube_emulator):
     e.add_deployment(NS, "vllm", replicas=2)
     e.add_hpa(NS, "vllm", "vllm", min_replicas=1, max_replicas=4)
     e.wait_until(lambda: len(e.list("pods", NS, "app=vllm")) == 2)
-    e.set_hpa_metrics(_wobbling_metric(), sync_s=SYNC_S)
     return e
+
+
+@pytest.fixture
+def syncing(emu):
+    """The HPA controller on: it rewrites the HPA's status every SYNC_S."""
+    emu.set_hpa_metrics(_wobbling_metric(), sync_s=SYNC_S)
+    return emu
 
 
 @pytest.fixture
@@ -72,7 +78,8 @@ def _status_synced_since(emu, rv: str | None) -> None:
     assert emu.get("horizontalpodautoscalers", "vllm", NS)["spec"] == before
 
 
-def test_the_emulator_answers_409_to_a_stale_resource_version_after_a_status_sync(emu, session):
+def test_the_emulator_answers_409_to_a_stale_resource_version_after_a_status_sync(syncing, session):
+    emu = syncing
     auto = client.AutoscalingV2Api(session.api_client)
     stale = auto.read_namespaced_horizontal_pod_autoscaler("vllm", NS)
     _status_synced_since(emu, stale.metadata.resource_version)
@@ -88,7 +95,8 @@ def test_the_emulator_answers_409_to_a_stale_resource_version_after_a_status_syn
     assert emu.get("horizontalpodautoscalers", "vllm", NS)["spec"]["maxReplicas"] == 4
 
 
-def test_hpa_bounds_are_written_while_the_controller_syncs_its_status(emu, ctl):
+def test_hpa_bounds_are_written_while_the_controller_syncs_its_status(syncing, ctl):
+    emu = syncing
     for lo, hi in ((2, 8), (1, 6), (3, 5)):  # the demo: three tries in a row, each one after a sync
         plan = ctl.prepare("hpa", "HorizontalPodAutoscaler", NS, "vllm", min_replicas=lo, max_replicas=hi)
         assert plan.body == {"spec": {"minReplicas": lo, "maxReplicas": hi}}  # only the bounds
@@ -101,7 +109,8 @@ def test_hpa_bounds_are_written_while_the_controller_syncs_its_status(emu, ctl):
         assert spec["metrics"][0]["pods"]["metric"]["name"] == "vllm:num_requests_waiting"  # the rest kept
 
 
-def test_hpa_bounds_changed_since_the_plan_are_a_conflict_and_nothing_is_sent(emu, ctl):
+def test_hpa_bounds_changed_since_the_plan_are_a_conflict_and_nothing_is_sent(syncing, ctl):
+    emu = syncing
     plan = ctl.prepare("hpa", "HorizontalPodAutoscaler", NS, "vllm", min_replicas=2, max_replicas=8)
     emu.patch("horizontalpodautoscalers", "vllm", {"spec": {"maxReplicas": 10}}, NS)  # someone else
     emu.clear_requests()
