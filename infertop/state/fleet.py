@@ -27,6 +27,7 @@ from ..domain.gpu import GpuStats, classify
 from ..domain.kube import ClusterSnapshot
 from ..domain.source import SourceHealth
 from ..sources.nvml import NO_BINDING, NO_DRIVER
+from .cluster_join import ClusterJoin
 from .codec import from_doc, to_doc
 
 QUIET_NVML = (NO_DRIVER, NO_BINDING)
@@ -206,7 +207,7 @@ class FleetState:
         cdoc = doc.get("cluster")
         if cdoc is not None:
             snap = from_doc(ClusterSnapshot, cdoc) if "context" in cdoc else None
-            cluster = ClusterState(snap, from_doc(Freshness, cdoc.get("freshness") or {}))
+            cluster = ClusterState(snap, from_doc(Freshness, cdoc.get("freshness") or {}), cdoc.get("api_calls"))
         return cls(
             tick=int(doc.get("tick") or 0), taken_at=float(doc.get("taken_at") or 0.0),
             refresh_s=float(doc.get("refresh_s") or 1.0), window_s=float(doc.get("window_s") or 60.0),
@@ -310,6 +311,7 @@ class FleetJoiner:
         self.window_s = window_s
         self.mode = mode
         self.engine_pods = dict(engine_pods or {})
+        self.cluster_join = ClusterJoin(self.engine_pods)  # pods ↔ engines from each cluster read
         self.wall, self.mono = wall, mono
         self.tick = 0
         self._last_good: dict[str, EngineStats] = {}
@@ -372,7 +374,10 @@ class FleetJoiner:
         windows = []
         engine_windows: dict[str, list] = {}
         sources: list[SourceState] = []
+        pod_engines, gone = self.cluster_join.join(self.cluster, not self.cluster_error, self.collector.collectors)
         for c in self.collector.collectors:
+            if id(c) in gone:
+                continue  # its pod was scaled away: gone, not down
             h: SourceHealth = c.health
             sources.append(self._source(h, now, mono))
             fresh_poll = h.ok
@@ -382,7 +387,7 @@ class FleetJoiner:
                 engines.append(self._engine(s, h, fresh_poll, now, mono))
                 if fresh_poll:
                     engine_windows[s.name] = list(c.windows.values())
-        gpus = self._gpus(engines)
+        gpus = self._gpus(engines, pod_engines)
         by_engine: dict[str, list[str]] = {}
         for g in gpus:
             for name in _gpu_engines(g):
@@ -478,9 +483,10 @@ class FleetJoiner:
         fresh = Freshness(STALE, s.url, sampled_at, age, since, reason)
         return EngineState(shown, fresh, missing_reasons(shown, fresh))
 
-    def _gpus(self, engines: list[EngineState]) -> list[GpuStats]:
+    def _gpus(self, engines: list[EngineState], live_pods: Mapping[str, str]) -> list[GpuStats]:
         rows = self.gpu_rows
-        pods = {**self.engine_pods, **getattr(self.collector, "engine_pods", {})}  # Prometheus: from pod labels
+        # Prometheus: from pod labels; a cluster read: pods by address (after a rescale too)
+        pods = {**self.engine_pods, **getattr(self.collector, "engine_pods", {}), **live_pods}
         if pods:
             names = {e.name for e in engines}
             from ..sources.gpu import assign_pod_engines
