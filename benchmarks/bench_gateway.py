@@ -12,7 +12,8 @@ reported, and the cost of the /metrics page (hand-written text vs prometheus_cli
 
     python benchmarks/bench_gateway.py [--rates 200,1000] [--sweep 250,300,400,500,700] [--duration 20]
                                        [--sweep-duration 8] [--round 1] [--asyncio-gateway]
-                                       [--nice -10] [--router PATH] [--out benchmarks/bench_gateway.md]
+                                       [--nice -10] [--before TREE] [--router PATH]
+                                       [--out benchmarks/bench_gateway.md]
 
 vllm-router is looked up at ~/.cache/vllm-router-venv/bin/vllm-router (install it
 there: ``python3 -m venv ~/.cache/vllm-router-venv && ~/.cache/vllm-router-venv/bin/pip
@@ -36,31 +37,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NOTES = """## Notes
 
-- Stack: aiohttp for both sides (server for clients, one pooled keep-alive client session to the engines),
-  on uvloop's event loop when it is installed (a dependency; `--asyncio-gateway` measures the same gateway
-  on asyncio's own loop beside it). Per request the proxy builds no session, timeout or header objects of
-  its own, forwards the body as received (vLLM's `priority` is spliced in when the engine schedules by
-  priority; the body is re-encoded only when the client sent a `priority` of its own), logs nothing, runs
-  with the access log off, sends a streamed answer's headers with its first chunk and passes each chunk on
-  as it arrives (aiohttp adds the chunked framing; no buffering, no join of the chunks).
-- Where the CPU goes (py-spy at 300 req/s, uvloop): ~40 % in the event loop's C code (epoll, socket reads,
-  aiohttp's C HTTP parser), ~25 % in socket sends — one per streamed chunk, which passing chunks through one
-  by one needs — and the rest in aiohttp's request and response objects; the gateway's own code (classify,
-  queue, stride choice, engine choice, finish, metrics) is ~5 %, ~25 µs per request. Python's GC was
-  measured too (gc callbacks under load): ~40 ms of collections in 6 s at 300 req/s, not a cause of the tail.
+- Stack: the client port is a hand-written HTTP/1.1 server on asyncio Protocols (`infertop/gateway/http1.py`)
+  and the engines are reached through a pool of keep-alive connections, also Protocols
+  (`infertop/gateway/upstream_pool.py`); both parse with httptools (uvicorn's C parser), on uvloop's event
+  loop. Per request: one read of the client's request, one write of the upstream request (head and body in
+  one buffer), then each piece the engine sends is written to the client from the socket callback as it
+  arrives (re-framed as one chunk each; the head leaves with the first body bytes) — no task switch per
+  chunk, no buffering, no join. The admin API stays on aiohttp (its own port, not on the request path).
+  "gateway before" is the previous stack (aiohttp server and client session), run from another checkout
+  with `--before`.
+- Where the CPU goes (py-spy --native at 400 req/s): about two thirds in system calls — one write to the
+  client per streamed piece, the reads, and epoll — which passing chunks through one by one needs; on
+  loopback a send also runs the receiver's side of TCP. The gateway's Python code (parse callbacks,
+  classify, queue, dispatch, relay) is the remaining ~25-30 %.
+- The simulator sets TCP_NODELAY on its connections like uvicorn does (since this version): before, Nagle's
+  algorithm held each streamed chunk until the previous write was ACKed, and a proxy's connection, which sends
+  nothing back, delays that ACK ~40 ms — the ~42 ms first byte that earlier runs showed for vllm-router (and,
+  in a later run, for both gateways) was the simulator's, not the proxies'.
 - /metrics is written as text by hand: the page and each observation are several times cheaper than
   prometheus_client's (line above), and a scrape never takes the event loop for long.
-- vllm-router's TTFB p50 of ~43 ms at every low rate, with a total time no longer than direct's, looks like
-  Nagle's algorithm meeting delayed ACKs on one of its connections, not queueing.
-- The tail is the machine's, not the gateway's code: a monitor inside the gateway at 400 req/s (load
-  average ~10) saw 51 event-loop stalls over 20 ms in 8 s, e.g. 102 ms of wall time with 4 ms of the
-  thread's CPU, 56 ms with 0.1 ms — the process waiting for a CPU, not running long callbacks. "client lag
-  max" is how far the load client itself fell behind its schedule, stalled the same way.
-- Two CPUs are shared by the client, the simulator, the proxy and whatever else the machine runs (its load
-  average is in the table): a p99 is a few requests stalled by the scheduler, so the alternating rounds are
-  what make a row comparable with the direct row beside it; a negative "added" figure is noise. At 1000
-  req/s the machine is saturated: even the direct path's p99 is hundreds of ms and the client falls behind
-  its schedule, so that row ranks the proxies' CPU cost rather than their added latency.
+- Two CPUs are shared by the client, the simulator, the proxies and whatever else the machine runs (its load
+  average is in the table): a p99 is a few requests stalled by the scheduler (a monitor inside the gateway
+  saw event-loop stalls of 50-100 ms with under 5 ms of the thread's CPU — the process waiting for a CPU),
+  so the alternating rounds are what make a row comparable with the direct row beside it; a negative
+  "added" figure is noise. At 1000 req/s the machine is saturated: even the direct path's p99 is hundreds
+  of ms and the client falls behind its schedule ("client lag max"), so that row ranks the proxies' CPU
+  cost rather than their added latency.
 """
 ROUTER = Path.home() / ".cache" / "vllm-router-venv" / "bin" / "vllm-router"
 BODY = json.dumps({"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4, "stream": True})
@@ -168,8 +170,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
+def _env(root: Path = ROOT) -> dict:
+    return {**os.environ, "PYTHONPATH": str(root)}
 
 
 def _wait_http(url: str, timeout_s: float = 60) -> None:
@@ -195,7 +197,7 @@ def start_sim() -> tuple[subprocess.Popen, str]:
     return p, url
 
 
-def start_gateway(engine_url: str, tmp: Path, uvloop: bool = True) -> tuple[subprocess.Popen, str]:
+def start_gateway(engine_url: str, tmp: Path, uvloop: bool = True, root: Path = ROOT) -> tuple[subprocess.Popen, str]:
     cfg = tmp / "gateway.yaml"
     cfg.write_text(f"gateway:\n  engines: [{{name: sim, url: '{engine_url}', cap: 100000}}]\n"
                    "  vllm_waiting_max: 1000000\n  kv_cache_max_pct: 100\n  max_queue: 1000000\n")
@@ -205,7 +207,7 @@ def start_gateway(engine_url: str, tmp: Path, uvloop: bool = True) -> tuple[subp
         cmd = [sys.executable, "-c", "import sys; from infertop.gateway import cli; cli.USE_UVLOOP = False; "
                                      f"sys.exit(cli.main({argv!r}))"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True, env=_env())
+                         stderr=subprocess.DEVNULL, text=True, env=_env(root))
     url = p.stdout.readline().split()[1]
     return p, url
 
@@ -314,6 +316,8 @@ def main() -> int:
     ap.add_argument("--round", type=float, default=1.0, help="seconds per target in one alternating round")
     ap.add_argument("--asyncio-gateway", action="store_true",
                     help="also measure the gateway on asyncio's own event loop (no uvloop)")
+    ap.add_argument("--before", type=Path, metavar="TREE",
+                    help="also measure the gateway of another checkout (e.g. the main branch) beside this one")
     ap.add_argument("--router", type=Path, default=ROUTER)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "bench_gateway.md")
     ap.add_argument("--nice", type=int, default=0,
@@ -343,6 +347,10 @@ def main() -> int:
             gw2, gw2_url = start_gateway(sim_url, tmp, uvloop=False)
             procs.append(gw2)
             targets.append(("gateway, asyncio loop", gw2_url, gw2.pid))
+        if args.before:
+            gw3, gw3_url = start_gateway(sim_url, tmp, root=args.before.resolve())
+            procs.append(gw3)
+            targets.append((f"gateway before ({args.before.name})", gw3_url, gw3.pid))
         router, router_url = start_router(args.router, sim_url)
         if router is not None:
             procs.append(router)

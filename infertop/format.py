@@ -29,6 +29,20 @@ def seconds_human(v: float | None) -> str:
     return f"{m}m{s:02d}s"
 
 
+def seconds_over(v: float, target: float) -> str:
+    """A latency shown beside the target it exceeds: as :func:`seconds_human`, with more digits
+    when that would print the same text as the target ("20.04s > 20.0s", not "20.0s > 20.0s")."""
+    text, target_text = seconds_human(v), seconds_human(target)
+    if text != target_text or v <= target:
+        return text
+    scale, unit = (1e3, "ms") if v < 1 else (1.0, "s")
+    for digits in (1, 2, 3, 4):
+        number = f"{v * scale:.{digits}f}"
+        if float(number) > target * scale:
+            return number + unit
+    return f"{v * scale:.10g}{unit}"
+
+
 def rate_human(v: float | None) -> str:
     """Per-second rates: 0.3, 12, 1.2k, 45k."""
     if _missing(v):

@@ -104,3 +104,24 @@ def test_history_memory_grows_with_series_not_uptime():
     assert h.nbytes == before == 60 * 4
     h.record("e2", "running", 1.0)
     assert h.nbytes == 2 * 60 * 4
+
+
+@pytest.mark.parametrize(("value", "target", "shown"), [
+    (20.0001, 20.0, "20.0001s"),  # a p99 interpolated just past a bucket edge that is also the target
+    (20.04, 20.0, "20.04s"),
+    (0.0401, 0.04, "40.1ms"),
+    (0.056, 0.04, "56ms"),
+    (2.3, 2.0, "2.30s"),
+])
+def test_alert_value_never_prints_as_its_target(value, target, shown):
+    """'E2E p99 20.0s > 20.0s' reads as false: the value gets the digits that show it exceeds the target."""
+    from infertop.analysis.alerts import engine_alerts
+    from infertop.config import SloConfig
+    from infertop.domain.engine import EngineStats
+
+    slo = SloConfig(ttft_p99_s=1e9, itl_p95_s=1e9, e2e_p99_s=target, queue_p99_s=1e9, kv_cache_pct=101.0)
+    stats = EngineStats(name="e", url="http://127.0.0.1:1", state="up", e2e_p99_s=value)
+    (alert,) = engine_alerts([stats], slo)
+    assert alert.text.startswith(f"E2E p99 {shown} > ")
+    shown_value = float(shown[:-2]) / 1e3 if shown.endswith("ms") else float(shown[:-1])
+    assert shown_value > target

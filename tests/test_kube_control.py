@@ -110,8 +110,9 @@ DEPLOY = {
 def test_plan_scale_is_exact_and_conditional():
     plan = plan_scale("Deployment", DEPLOY, 5)
     assert plan.summary == "replicas 3 → 5" and plan.target == "deployment default/vllm"
-    assert plan.subresource == "scale" and plan.body == {"metadata": {"resourceVersion": "41"},
-                                                         "spec": {"replicas": 5}}
+    # only the field it changes (no resourceVersion: the write adds the one it re-reads just before)
+    assert plan.subresource == "scale" and plan.body == {"spec": {"replicas": 5}}
+    assert plan.guard == ((("spec", "replicas"), 3),) and plan.resource_version == "41"
     assert "-  replicas: 3\n+  replicas: 5" in plan.diff
     assert "managedFields" not in plan.diff and "resourceVersion" not in plan.diff and "status" not in plan.diff
     assert (plan.old, plan.new) == (3, 5)
@@ -347,20 +348,32 @@ def test_dry_run_failure_is_reported_and_nothing_changes(emu, h):
     assert entry["result"] == "failed" and entry["dry_run"] is True and "bad key!" in entry["diff"]
 
 
-def test_a_stale_object_is_409_never_retried_blindly(emu, h):
+def test_a_changed_spec_is_a_conflict_never_retried_blindly(emu, h):
+    emu.add_deployment(NS, "vllm", replicas=2)
+    emu.wait_until(lambda: ready(emu, "vllm", 2))
+    plan = h.ctl.prepare("scale", "Deployment", NS, "vllm", replicas=3)
+    emu.patch("deployments", "vllm", {"spec": {"replicas": 1}}, NS)  # someone else scaled meanwhile
+    outcome = h.ctl.execute(plan)
+    assert outcome.result == "conflict" and outcome.status == 409
+    assert "spec.replicas 2 → 1" in outcome.message and "nothing was sent" in outcome.message
+    assert emu.get("deployments", "vllm", NS)["spec"]["replicas"] == 1
+    assert emu.count_requests("PATCH", f"/apis/apps/v1/namespaces/{NS}/deployments/vllm/scale",
+                              lambda r: "dryRun" not in r.query) == 0  # nothing sent
+    fresh = h.ctl.prepare("scale", "Deployment", NS, "vllm", replicas=3)  # re-read → a new plan to confirm
+    assert fresh.summary == "replicas 1 → 3"
+    assert h.ctl.execute(fresh).ok
+    assert [e["result"] for e in h.outcomes()] == ["conflict", "ok"]
+
+
+def test_a_change_elsewhere_in_the_object_is_no_conflict(emu, h):
     emu.add_deployment(NS, "vllm", replicas=2)
     emu.wait_until(lambda: ready(emu, "vllm", 2))
     plan = h.ctl.prepare("scale", "Deployment", NS, "vllm", replicas=3)
     emu.patch("deployments", "vllm", {"metadata": {"labels": {"touched": "by-someone-else"}}}, NS)
-    outcome = h.ctl.execute(plan)
-    assert outcome.result == "conflict" and outcome.status == 409
-    assert emu.get("deployments", "vllm", NS)["spec"]["replicas"] == 2
+    assert h.ctl.execute(plan).ok
+    assert emu.get("deployments", "vllm", NS)["spec"]["replicas"] == 3
     assert emu.count_requests("PATCH", f"/apis/apps/v1/namespaces/{NS}/deployments/vllm/scale",
-                              lambda r: "dryRun" not in r.query) == 1  # exactly one try
-    fresh = h.ctl.prepare("scale", "Deployment", NS, "vllm", replicas=3)  # re-read → a new plan to confirm
-    assert fresh.resource_version != plan.resource_version
-    assert h.ctl.execute(fresh).ok
-    assert [e["result"] for e in h.outcomes()] == ["conflict", "ok"]
+                              lambda r: "dryRun" not in r.query) == 1
 
 
 def test_access_reviews_say_what_may_be_done(emu, h):
@@ -544,7 +557,8 @@ def test_the_follow_reads_the_informers_and_never_ends_on_a_stale_object(kube_em
         assert outcome == Outcome("ok", "replicas 2 → 4: 4/4 ready") and ready(emu, "vllm", 4)
         reads = emu.count_requests("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/vllm")
         polls = len(h.progress)
-        assert reads <= 2 and polls >= 10  # a GET only before the write, and while the watch lags behind it
+        # GETs only before the write (its pods; the guarded write's re-read) and while the watch lags behind it
+        assert reads <= 3 and polls >= 10
         assert emu.count_requests("GET", f"/api/v1/namespaces/{NS}/pods") <= 2
     finally:
         watcher.stop()

@@ -386,7 +386,7 @@ async def test_forbidden_actions_are_hidden_and_a_403_hides_one(emu, tmp_path):
     assert emu.get("deployments", "vllm", NS)["metadata"]["generation"] == 1
 
 
-async def test_a_409_is_read_again_and_confirmed_again(emu, tmp_path):
+async def test_a_changed_spec_is_read_again_and_confirmed_again(emu, tmp_path):
     emu.add_deployment(NS, "vllm", replicas=2)
     emu.wait_until(lambda: ready(emu, "vllm", 2))
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
@@ -399,8 +399,8 @@ async def test_a_409_is_read_again_and_confirmed_again(emu, tmp_path):
         screen = await confirm(pilot, app, "replicas 2 → 3", press=False)
         emu.patch("deployments", "vllm", {"spec": {"replicas": 1}}, NS)  # someone else scaled meanwhile
         await pilot.press("y")
-        await until(pilot, lambda: screen.state == "review" and "409 Conflict" in text(
-            screen.query_one("#confirm-status")) and screen.dry_run_ok, message="re-confirmation")
+        await until(pilot, lambda: screen.state == "review" and "changed since it was read (spec.replicas 2 → 1)"
+                    in text(screen.query_one("#confirm-status")) and screen.dry_run_ok, message="re-confirmation")
         assert screen.change == "replicas 1 → 3"  # the re-read object
         assert emu.get("deployments", "vllm", NS)["spec"]["replicas"] == 1  # nothing retried blindly
         await pilot.press("y")

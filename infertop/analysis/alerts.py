@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..domain.engine import DEGRADED, DOWN, EngineStats
-from ..format import pct_human, seconds_human
+from ..format import pct_human, seconds_human, seconds_over
 
 CRITICAL = "critical"
 WARNING = "warning"
@@ -34,7 +34,7 @@ def engine_alerts(stats: Iterable[EngineStats], slo) -> list[Alert]:
         )
         for label, value, target in checks:
             if value is not None and value > target:
-                out.append(Alert(WARNING, s.name, f"{label} {seconds_human(value)} > {seconds_human(target)}"))
+                out.append(Alert(WARNING, s.name, f"{label} {seconds_over(value, target)} > {seconds_human(target)}"))
         if s.kv_cache_pct is not None and s.kv_cache_pct > slo.kv_cache_pct:
             out.append(Alert(WARNING, s.name, f"KV cache {pct_human(s.kv_cache_pct)} > {pct_human(slo.kv_cache_pct)}"))
         if s.preemptions_per_s:

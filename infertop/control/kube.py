@@ -5,9 +5,14 @@ function (``plan_*``) that returns a :class:`Plan`: the exact request, a
 one-line summary ("replicas 3 → 5") and a unified diff of the object
 before/after. :meth:`KubeControl.dry_run` sends the same request with
 ``dryRun=All`` (errors are shown before the operator is asked);
-:meth:`KubeControl.execute` sends it for real — every write carries the
-resourceVersion that was read, so an object that changed in between answers
-409 and the caller re-reads and asks again (never a blind retry) — then
+:meth:`KubeControl.execute` sends it for real — a patch of only the fields
+it changes, guarded: just before writing, the object is read again; if a
+field the plan was made from (an HPA's bounds, the replicas, the pod
+template…) changed since, nothing is sent and the outcome is ``conflict``
+(re-plan, re-confirm the new diff); otherwise the patch carries *that*
+read's resourceVersion, so a change in between still answers 409 — then it
+is read and checked again, so a status-only change (an HPA sync, a
+readiness flip) never fails the action — then
 follows the change to completion (rollout, pods, drain) with progress
 callbacks, and appends one line to the audit log.
 
@@ -45,6 +50,7 @@ from .kube_plan import (
     STRATEGIC,
     DryRun,
     Outcome,
+    SpecChanged,
     Plan,
     PlanError,
     Progress,
@@ -52,6 +58,7 @@ from .kube_plan import (
     _meta,
     apply_arg_changes,
     drainable_pods,
+    guard_changes,
     object_diff,
     plan_args,
     plan_configmap,
@@ -75,6 +82,7 @@ __all__ = [
     "RESOURCES",
     "STRATEGIC",
     "DryRun",
+    "SpecChanged",
     "InformerCache",
     "KubeAction",
     "KubeControl",
@@ -88,6 +96,7 @@ __all__ = [
     "apply_arg_changes",
     "check_permissions",
     "drainable_pods",
+    "guard_changes",
     "object_diff",
     "plan_args",
     "plan_configmap",
@@ -103,6 +112,17 @@ __all__ = [
 
 
 # ---------------------------------------------------------------- execution
+
+WRITE_TRIES = 5  # guarded writes: a 409 from a change elsewhere in the object (status) reads and checks again
+
+
+def _with_rv(body: dict, rv: str | None) -> dict:
+    """``body`` with ``metadata.resourceVersion`` (the patch applies only to exactly that version)."""
+    out = dict(body)
+    if rv:
+        out["metadata"] = dict(out.get("metadata") or {}) | {"resourceVersion": rv}
+    return out
+
 
 class KubeControl(KubeFollower):
     """Reads, dry-runs, executes and follows :class:`Plan` s against one session."""
@@ -206,16 +226,41 @@ class KubeControl(KubeFollower):
         raise PlanError(f"unknown action {action!r}")
 
     # ----- requests
-    def _send(self, plan: Plan, *, dry_run: bool, body: Any = None) -> dict:
-        body = plan.body if body is None else body
+    def _patch(self, plan: Plan, body: Any, *, dry_run: bool = False) -> dict:
         kw: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
+        fn = self._fn("patch", plan.kind, plan.subresource)
+        if plan.content_type == MERGE:
+            kw["_content_type"] = MERGE
+        if plan.namespace is not None:
+            return self.session.raw(fn, plan.name, plan.namespace, body, **kw)
+        return self.session.raw(fn, plan.name, body, **kw)
+
+    def _write(self, plan: Plan) -> dict:
+        """Send ``plan.body`` for real, guarded (see the module's docstring).
+
+        Raises :class:`SpecChanged` (nothing sent) when a field the plan was made
+        from changed since; a KubeError 409 only when the object kept changing
+        through every try.
+        """
+        err: KubeError | None = None
+        for _ in range(WRITE_TRIES):
+            live = self.read(plan.kind, plan.namespace, plan.name)
+            changed = guard_changes(plan, live)
+            if changed:
+                raise SpecChanged(f"{plan.kind} {plan.name} changed since it was read ({'; '.join(changed)}): "
+                                  "nothing was sent")
+            try:
+                return self._patch(plan, _with_rv(plan.body, _meta(live).get("resourceVersion")))
+            except KubeError as e:
+                if e.status != 409:
+                    raise
+                err = e  # changed between the read and the write: read and check again
+        assert err is not None
+        raise err
+
+    def _send(self, plan: Plan, *, dry_run: bool) -> dict:
         if plan.action in ("scale", "hpa", "args", "restart", "configmap", "cordon", "uncordon"):
-            fn = self._fn("patch", plan.kind, plan.subresource)
-            if plan.content_type == MERGE:
-                kw["_content_type"] = MERGE
-            if plan.namespace is not None:
-                return self.session.raw(fn, plan.name, plan.namespace, body, **kw)
-            return self.session.raw(fn, plan.name, body, **kw)
+            return self._patch(plan, plan.body, dry_run=True) if dry_run else self._write(plan)
         if plan.action == "delete_pod":
             return self._delete_pod(plan.namespace, plan.name, plan.params.get("uid"), dry_run=dry_run)
         raise PlanError(f"{plan.action} is not a single request")
@@ -312,8 +357,9 @@ class KubeControl(KubeFollower):
         """Audit the intent, do it, follow it, audit the outcome.
 
         The intent line is on disk before the first request; an audit log that
-        cannot be written refuses the action (nothing is sent). A 409 returns
-        ``Outcome("conflict")``: re-read, re-plan, re-confirm.
+        cannot be written refuses the action (nothing is sent). A field the plan
+        was made from that changed meanwhile (or an object that kept changing)
+        returns ``Outcome("conflict")``: re-read, re-plan, re-confirm.
         """
         progress = progress or (lambda p: None)
         abort = abort or threading.Event()
@@ -323,6 +369,8 @@ class KubeControl(KubeFollower):
                 return self._execute(plan, progress, abort)
             except KubeError as e:
                 return Outcome("conflict" if e.status == 409 else "failed", str(e), e.status)
+            except SpecChanged as e:
+                return Outcome("conflict", str(e), 409)
             except PlanError as e:
                 return Outcome("failed", str(e))
 

@@ -93,8 +93,8 @@ class KubeFollower:
     """The following half of :class:`~infertop.control.kube.KubeControl` (rollouts, pod and node drains).
 
     Uses from the class it is mixed into: ``session``, ``cfg``, ``poll_s``,
-    ``clock``, ``read``, ``pods_of``, ``_fn``, ``_send_patch_pod``,
-    ``_delete_pod`` and ``_evict``.
+    ``clock``, ``read``, ``pods_of``, ``_fn``, ``_send_patch_pod``, ``_write``
+    (the guarded write of a plan's body), ``_delete_pod`` and ``_evict``.
     """
 
     session: KubeSession
@@ -105,6 +105,7 @@ class KubeFollower:
     pods_of: Callable[..., list[dict]]
     _fn: Callable[..., Callable[..., Any]]
     _send_patch_pod: Callable[..., dict]
+    _write: Callable[..., dict]
     _delete_pod: Callable[..., dict]
     _evict: Callable[..., dict]
     cache: InformerCache | None = None
@@ -233,7 +234,7 @@ class KubeFollower:
         removed = plan.params.get("removed") or {}
         if plan.body is not None:
             progress(Progress("taking the pod out of its Service(s)…", 0.0))
-            self._send_patch_pod(plan, plan.body)  # 409 here: nothing changed yet, re-confirm
+            self._write(plan)  # labels changed since the plan: nothing changed yet, re-confirm
         deadline = self.clock() + self.cfg.drain_timeout_s
         initial: float | None = None
         zeros = 0
@@ -303,7 +304,7 @@ class KubeFollower:
         node = plan.name
         if plan.body is not None:
             progress(Progress(f"cordoning {node}…", 0.0))
-            self.session.raw(self._fn("patch", "Node"), node, plan.body)
+            self._write(plan)  # guarded: a cordon the node's status updates never fail
         pods = list(plan.params.get("pods") or [])
         total = len(pods) or 1
         deadline = self.clock() + self.cfg.node_drain_timeout_s

@@ -30,6 +30,7 @@ __all__ = [
     "RESOURCES",
     "STRATEGIC",
     "DryRun",
+    "SpecChanged",
     "Outcome",
     "Plan",
     "PlanError",
@@ -37,6 +38,7 @@ __all__ = [
     "ProgressFn",
     "apply_arg_changes",
     "drainable_pods",
+    "guard_changes",
     "object_diff",
     "plan_args",
     "plan_configmap",
@@ -71,6 +73,12 @@ class PlanError(ActionRefused):
     """The requested change is not possible or changes nothing (one line)."""
 
 
+class SpecChanged(Exception):
+    """Re-read just before the write: a field the plan was made from changed since (nothing was sent)."""
+
+    status = 409
+
+
 @dataclass(frozen=True)
 class Plan:
     """One change, ready to be dry-run, confirmed and executed."""
@@ -84,7 +92,11 @@ class Plan:
     body: Any = None  # the patch (or delete options)
     content_type: str = STRATEGIC
     subresource: str = ""
-    resource_version: str | None = None
+    resource_version: str | None = None  # as read at plan time (the write sends the one re-read just before)
+    # (path, value at plan time): the fields the change was planned from. Just before writing, the object is
+    # read again; if one of them differs, nothing is sent (re-plan, re-confirm). Anything else — status,
+    # other metadata — may change meanwhile without a conflict.
+    guard: tuple[tuple[tuple[str, ...], Any], ...] = ()
     old: Any = None  # compact before/after for the audit log
     new: Any = None
     steps: tuple[str, ...] = ()  # what happens, in order (multi-step actions)
@@ -142,6 +154,41 @@ def _meta(obj: dict) -> dict:
     return obj.get("metadata") or {}
 
 
+def _at(obj: dict | None, path: tuple[str, ...]) -> Any:
+    """The value at ``path`` (None where absent)."""
+    cur: Any = obj
+    for key in path:
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+def _guard(obj: dict, *paths: tuple[str, ...]) -> tuple[tuple[tuple[str, ...], Any], ...]:
+    return tuple((p, copy.deepcopy(_at(obj, p))) for p in paths)
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "(unset)"
+    if isinstance(value, (dict, list)):
+        return "(changed)"
+    text = str(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def guard_changes(plan: "Plan", live: dict) -> list[str]:
+    """What changed in ``live`` among the fields ``plan`` was made from: ["spec.maxReplicas 8 → 10"]."""
+    out = []
+    for path, was in plan.guard:
+        now = _at(live, path)
+        if now != was:
+            name = ".".join(path)
+            both = (_shown(was), _shown(now))
+            out.append(name if "(changed)" in both else f"{name} {both[0]} → {both[1]}")
+    return out
+
+
 def _label(kind: str, obj: dict) -> str:
     meta = _meta(obj)
     ns = meta.get("namespace")
@@ -166,7 +213,7 @@ def plan_scale(kind: str, obj: dict, replicas: int) -> Plan:
         warnings.append("scaling to 0 stops every engine of this workload")
     return Plan("scale", kind, _meta(obj).get("namespace"), _meta(obj)["name"], f"replicas {old} → {replicas}",
                 object_diff(obj, after, _label(kind, obj)),
-                body={"metadata": {"resourceVersion": rv}, "spec": {"replicas": replicas}},
+                body={"spec": {"replicas": replicas}}, guard=_guard(obj, ("spec", "replicas")),
                 content_type=MERGE, subresource="scale", resource_version=rv, old=old, new=replicas,
                 warnings=tuple(warnings), params={"replicas": replicas, "from": old})
 
@@ -194,8 +241,9 @@ def plan_hpa(obj: dict, min_replicas: int | None, max_replicas: int | None) -> P
     rv = _rv(obj)
     return Plan("hpa", "HorizontalPodAutoscaler", _meta(obj).get("namespace"), _meta(obj)["name"], ", ".join(parts),
                 object_diff(obj, after, _label("HorizontalPodAutoscaler", obj)),
-                body={"metadata": {"resourceVersion": rv}, "spec": {"minReplicas": new_min, "maxReplicas": new_max}},
-                content_type=MERGE, resource_version=rv, old={"min": old_min, "max": old_max},
+                body={"spec": {"minReplicas": new_min, "maxReplicas": new_max}},
+                guard=_guard(obj, ("spec", "minReplicas"), ("spec", "maxReplicas")), content_type=MERGE,
+                resource_version=rv, old={"min": old_min, "max": old_max},
                 new={"min": new_min, "max": new_max}, params={"min": new_min, "max": new_max})
 
 
@@ -294,9 +342,8 @@ def plan_args(kind: str, obj: dict, changes: str, container: str = "") -> Plan:
     return Plan("args", kind, _meta(obj).get("namespace"), _meta(obj)["name"],
                 f"{main['name']} args: {shlex.join(old) or '(none)'} → {shlex.join(new)}",
                 object_diff(obj, after, _label(kind, obj)),
-                body={"metadata": {"resourceVersion": rv},
-                      "spec": {"template": {"spec": {"containers": [{"name": main["name"], "args": new}]}}}},
-                resource_version=rv, old=old, new=new,
+                body={"spec": {"template": {"spec": {"containers": [{"name": main["name"], "args": new}]}}}},
+                guard=_guard(obj, ("spec", "template")), resource_version=rv, old=old, new=new,
                 steps=("patch the pod template (a rolling update replaces every pod)",
                        "follow the rollout until it completes or is stuck"),
                 params={"container": main["name"], "args": new})
@@ -314,9 +361,8 @@ def plan_restart(kind: str, obj: dict, now: float) -> Plan:
     return Plan("restart", kind, _meta(obj).get("namespace"), _meta(obj)["name"],
                 f"pod template annotation {RESTARTED_AT}: {old or '(none)'} → {stamp}",
                 object_diff(obj, after, _label(kind, obj)),
-                body={"metadata": {"resourceVersion": rv},
-                      "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: stamp}}}}},
-                resource_version=rv, old=old, new=stamp,
+                body={"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: stamp}}}}},
+                guard=_guard(obj, ("spec", "template")), resource_version=rv, old=old, new=stamp,
                 steps=("annotate the pod template (a rolling update replaces every pod)",
                        "follow the rollout until it completes or is stuck"),
                 params={"restarted_at": stamp})
@@ -409,12 +455,12 @@ def plan_drain_pod(pod: dict, services: list[dict], owner: dict | None = None, o
                      + (" and delete the pod" if owner_kind == "Deployment" else ""))
     summary = (f"take pod {meta['name']} out of {svc_names}, wait for in-flight requests to finish, then "
                + ("delete it" if then == "delete" else "scale down by one"))
-    body = {"metadata": {"resourceVersion": rv,
-                         "labels": {k: None for k in remove},
+    body = {"metadata": {"labels": {k: None for k in remove},
                          "annotations": {DRAINED_FROM: json.dumps(remove, sort_keys=True)}}} if remove else None
     return Plan("drain_pod", "Pod", meta.get("namespace"), meta["name"], summary,
                 object_diff(view, view_after, f"pod/{meta.get('namespace')}/{meta['name']}"),
                 body=body, resource_version=rv, old={"labels": labels}, new={"labels": after_labels},
+                guard=_guard(pod, ("metadata", "uid"), ("metadata", "labels")),
                 steps=tuple(steps), warnings=tuple(warnings),
                 params={"removed": remove, "then": then, "uid": meta.get("uid"),
                         "owner_kind": owner_kind, "owner": _meta(owner).get("name") if owner else None,
@@ -436,8 +482,9 @@ def plan_cordon(node: dict, cordon: bool = True) -> Plan:
                 f"node {meta['name']}: " + ("schedulable → cordoned (no new pods)" if cordon
                                             else "cordoned → schedulable"),
                 object_diff(node, after, f"node/{meta['name']}"),
-                body={"metadata": {"resourceVersion": rv}, "spec": {"unschedulable": True if cordon else None}},
-                resource_version=rv, old={"unschedulable": was}, new={"unschedulable": cordon})
+                body={"spec": {"unschedulable": True if cordon else None}},
+                guard=_guard(node, ("spec", "unschedulable")), resource_version=rv, old={"unschedulable": was},
+                new={"unschedulable": cordon})
 
 
 def drainable_pods(pods: list[dict]) -> tuple[list[dict], list[str]]:
@@ -473,8 +520,9 @@ def plan_drain_node(node: dict, pods: list[dict]) -> Plan:
     rv = _rv(node)
     return Plan("drain_node", "Node", None, meta["name"],
                 f"drain node {meta['name']}: " + ("" if cordoned else "cordon, ") + f"evict {len(evict)} pod(s)",
-                diff, body={"metadata": {"resourceVersion": rv}, "spec": {"unschedulable": True}} if not cordoned
-                else None, resource_version=rv, old={"unschedulable": cordoned, "pods": names},
+                diff, body={"spec": {"unschedulable": True}} if not cordoned else None,
+                guard=_guard(node, ("spec", "unschedulable")), resource_version=rv,
+                old={"unschedulable": cordoned, "pods": names},
                 new={"unschedulable": True, "pods": []}, steps=tuple(steps),
                 warnings=tuple(f"skipped {s}" for s in skipped),
                 params={"pods": [(_meta(p).get("namespace"), _meta(p).get("name"), _meta(p).get("uid"))
@@ -497,7 +545,7 @@ def plan_configmap(cm: dict, key: str, value: str) -> Plan:
     shown_new = value if len(value) <= 40 else value[:39] + "…"
     return Plan("configmap", "ConfigMap", meta.get("namespace"), meta["name"],
                 f"data.{key}: {shown_old} → {shown_new}", object_diff(cm, after, _label("ConfigMap", cm)),
-                body={"metadata": {"resourceVersion": rv}, "data": {key: value}}, content_type=MERGE,
+                body={"data": {key: value}}, guard=_guard(cm, ("data", key)), content_type=MERGE,
                 resource_version=rv, old=old, new=value, params={"key": key},
                 warnings=("pods that read this ConfigMap pick the change up on their own schedule "
                           "(a mounted file within ~1 min; environment variables only after a restart)",))

@@ -5,8 +5,11 @@ Inference Extension) or ``llm-d.ai/v1alpha2`` (newer llm-d);
 :func:`find_objectives` says which one the cluster serves and whether this
 user may patch it — the action is absent when neither is installed or the
 patch is not permitted. :class:`ObjectivePriority` is a kind of the one action
-pipeline: fresh read → diff → server dry run → merge patch carrying the
-resourceVersion read (409: plan again) → read back. Blocking (thread workers).
+pipeline: fresh read → diff → server dry run → read again just before the
+write: a priority changed since is a conflict (nothing sent: plan again), else
+a merge patch of ``spec.priority`` carrying *that* read's resourceVersion (a
+409 from a change elsewhere in the object reads and checks again) → read back.
+Blocking (thread workers).
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ GROUPS = (("inference.networking.x-k8s.io", "v1alpha2"), ("llm-d.ai", "v1alpha2"
 PLURAL = "inferenceobjectives"
 MERGE = "application/merge-patch+json"
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+WRITE_TRIES = 5
+
+
+def _shown(priority: Any) -> str:
+    return "unset" if priority is None else plain_text(priority, 20)
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,7 @@ class ObjectivePriority:
         self.target = f"InferenceObjective {namespace}/{name}"
         self.object_key = f"objective:{namespace}/{name}"
         self.old: int | None = None
+        self.raw_old: Any = None  # spec.priority exactly as read: the write is refused if it changed since
         self.resource_version: str | None = None
 
     def _read(self) -> dict:
@@ -117,8 +126,10 @@ class ObjectivePriority:
         except KubeError as e:
             raise ActionRefused(str(e), e.status) from None
 
-    def _patch(self, *, dry_run: bool) -> dict:
-        body = {"metadata": {"resourceVersion": self.resource_version}, "spec": {"priority": self.priority}}
+    def _patch(self, *, dry_run: bool, resource_version: str | None = None) -> dict:
+        body: dict[str, Any] = {"spec": {"priority": self.priority}}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
         kw: dict[str, Any] = {"_content_type": MERGE}
         if dry_run:
             kw["dry_run"] = "All"
@@ -129,6 +140,7 @@ class ObjectivePriority:
         doc = self._read()
         obj = _objective(doc, self.namespace)
         self.resource_version = (doc.get("metadata") or {}).get("resourceVersion")
+        self.raw_old = (doc.get("spec") or {}).get("priority")
         self.old = obj.priority
         if self.old == self.priority:
             raise ActionRefused(f"{self.target} already has priority {self.priority}: nothing to change")
@@ -147,11 +159,32 @@ class ObjectivePriority:
             return Preflight(False, str(e), e.status)
         return Preflight(True, "the API server accepts the change (dry run)")
 
+    def _write(self) -> Outcome | None:
+        """The guarded write; an Outcome when it did not happen."""
+        err: KubeError | None = None
+        for _ in range(WRITE_TRIES):
+            try:
+                live = self._read()
+            except ActionRefused as e:
+                return Outcome("failed", f"nothing was sent: {e}", e.status)
+            now = (live.get("spec") or {}).get("priority")
+            if now != self.raw_old:
+                return Outcome("conflict", f"{self.target} changed since it was read (spec.priority "
+                                           f"{_shown(self.raw_old)} → {_shown(now)}): nothing was sent", 409)
+            try:
+                self._patch(dry_run=False, resource_version=(live.get("metadata") or {}).get("resourceVersion"))
+                return None
+            except KubeError as e:
+                if e.status != 409:
+                    return Outcome("failed", str(e), e.status)
+                err = e  # changed elsewhere between the read and the write: read and check again
+        assert err is not None
+        return Outcome("conflict", str(err), err.status)
+
     def execute(self, progress: ProgressFn, abort: threading.Event) -> Outcome:
-        try:
-            self._patch(dry_run=False)
-        except KubeError as e:
-            return Outcome("conflict" if e.status == 409 else "failed", str(e), e.status)
+        failed = self._write()
+        if failed is not None:
+            return failed
         progress(Progress("patched; reading it back…", 0.5))
         try:
             got = _objective(self._read(), self.namespace).priority

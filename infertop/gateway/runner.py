@@ -102,7 +102,9 @@ class GatewayRunner:
 
     async def start(self) -> GatewayRunner:
         self.check_files(initial=True)
-        self.url = await self._serve(self.gateway.app, self.gw.listen)
+        host, port = split_address(self.gw.listen)
+        h = f"[{host}]" if ":" in host else host
+        self.url = f"http://{h}:{await self.gateway.serve(host, port)}"
         if self.admin is not None:
             self.admin_url = await self._serve(self.admin.app, self.gw.admin_listen)
         self._tasks.append(asyncio.create_task(self._poll_engines()))
@@ -115,9 +117,7 @@ class GatewayRunner:
         if grace_s > 0:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + grace_s
-            for r in self._runners[:1]:
-                for site in list(r.sites):
-                    await site.stop()
+            self.gateway.stop_listening()
             while loop.time() < deadline and (self.policy.queued or
                                                any(e.in_flight for e in self.policy.engines.values())):
                 await asyncio.sleep(0.05)
@@ -127,6 +127,7 @@ class GatewayRunner:
         for r in reversed(self._runners):
             await r.cleanup()
         self._runners.clear()
+        await self.gateway.close()
 
     async def __aenter__(self) -> GatewayRunner:
         return await self.start()

@@ -1,55 +1,43 @@
-"""The proxy: aiohttp server for clients, one aiohttp client session to the engines.
+"""The proxy's policy glue: client requests (:mod:`.http1`) in, engine connections (:mod:`.upstream_pool`) out.
 
-A completion request is read (≤ ``max_body_bytes``), classified, queued in the
-:class:`~infertop.gateway.policy.Policy` and waits on a future until the policy
-hands it an engine; then the upstream answer is passed through chunk by chunk.
-Dispatch runs synchronously whenever something changes (an arrival, a finished
-request, an admin change, an engine coming back) and on a timer for promotions
-and batching waits — no dispatcher task, no polling.
+A completion request (its body ≤ ``max_body_bytes``, read by the connection) is
+classified, queued in the :class:`~infertop.gateway.policy.Policy` and waits on a
+future until the policy hands it an engine; then the upstream answer is passed
+through piece by piece as it arrives. Dispatch runs synchronously whenever
+something changes (an arrival, a finished request, an admin change, an engine
+coming back) and on a timer for promotions and batching waits — no dispatcher
+task, no polling.
 
-Failure rules: a connect error, a connect timeout or a 5xx before any byte went to
-the client re-queues the request for another engine (502 only when none is left);
-an upstream that stays silent for its ``timeout_s`` answers 504 (it may be working
-on the request, so it is not retried); a client that disconnects cancels its
-upstream request (the connection to the engine is closed).
+Failure rules: a connect error, a connect timeout, a connection reset before the
+answer's head or a 5xx — all before any byte went to the client — re-queue the
+request for another engine (502 only when none is left); an upstream that stays
+silent for its ``timeout_s`` answers 504 (it may be working on the request, so it
+is not retried); a client that disconnects cancels its upstream request (that
+connection to the engine is closed, not returned to the pool).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import sys
 from dataclasses import dataclass, field
 
-import aiohttp
-from aiohttp import web
-from yarl import URL
-
+from .http1 import HttpConnection, Request, error_body
 from .metrics import GatewayMetrics
 from .policy import EngineState, Pending, Policy, vllm_priority
+from .upstream_pool import UpstreamConn, UpstreamError, UpstreamPool
 
 CLASS_HEADERS = ("x-gateway-inference-objective", "x-infertop-class")
 FAIRNESS_HEADERS = ("x-gateway-inference-fairness-id", "x-infertop-tenant")
-_PASS_HEADERS = ("Content-Type", "Cache-Control")  # from the engine's answer to the client
+# from the engine's answer to the client: (name as parsed, as sent)
+_PASS_HEADERS = (("content-type", b"Content-Type"), ("cache-control", b"Cache-Control"))
 _PRIORITY_REFUSED = b"priority scheduling is not enabled"
-_JSON_HEADERS = {"Content-Type": "application/json"}  # to the engine; aiohttp copies it, never changes it
 MAX_ATTEMPTS = 3  # tries of one request on engines that failed it before it started
+MODELS_TIMEOUT_S = 5.0
+_POST, _GET = b"POST", b"GET"
 
-
-def error_body(status: int, message: str, typ: str = "invalid_request_error") -> bytes:
-    """An OpenAI-style error document."""
-    return json.dumps({"error": {"message": message, "type": typ, "param": None, "code": status}}).encode()
-
-
-def json_error(status: int, message: str, typ: str = "invalid_request_error") -> web.Response:
-    return web.Response(status=status, body=error_body(status, message, typ), content_type="application/json")
-
-
-class _PassThrough(web.StreamResponse):
-    """A streamed answer whose headers leave with its first chunk (one write, not two)."""
-
-    _send_headers_immediately = False
+__all__ = ["EngineOptions", "Gateway", "GatewayState", "error_body", "note"]
 
 
 class _NotStarted(Exception):
@@ -61,13 +49,8 @@ class _NotStarted(Exception):
 
 @dataclass
 class EngineOptions:
-    timeout_s: float = 300.0
+    timeout_s: float = 300.0  # the engine may not go silent for longer (no limit on a long stream)
     connect_timeout_s: float = 2.0
-
-    @functools.cached_property
-    def client_timeout(self) -> aiohttp.ClientTimeout:
-        """No total limit (a long stream is fine); the engine must connect, and never go silent, for long."""
-        return aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s, sock_read=self.timeout_s)
 
 
 @dataclass
@@ -82,42 +65,53 @@ class GatewayState:
 
 
 class Gateway:
-    """The client-facing proxy. ``app`` serves /v1/*, /health and /metrics."""
+    """The client-facing proxy: ``await serve(host, port)`` answers /v1/*, /health and /metrics."""
 
     def __init__(self, state: GatewayState) -> None:
         self.state = state
         self.policy = state.policy
         self.metrics = state.metrics
-        self.session: aiohttp.ClientSession | None = None
+        self.pool: UpstreamPool | None = None
+        self.connections: set[HttpConnection] = set()
+        self._server: asyncio.AbstractServer | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._urls: dict[tuple[str, str], URL] = {}
-        self.app = web.Application(client_max_size=state.max_body_bytes)
-        self.app.router.add_post("/v1/completions", self.completions)
-        self.app.router.add_post("/v1/chat/completions", self.completions)
-        self.app.router.add_get("/v1/models", self.models)
-        self.app.router.add_get("/health", self.health)
-        self.app.router.add_get("/metrics", self.metrics_page)
-        self.app.on_startup.append(self._start)
-        self.app.on_cleanup.append(self._stop)
+        # path → (method, handler, answered by a task)
+        self._routes = {"/v1/completions": (_POST, self.completions, True),
+                        "/v1/chat/completions": (_POST, self.completions, True),
+                        "/v1/models": (_GET, self.models, True),
+                        "/health": (_GET, self.health, False),
+                        "/metrics": (_GET, self.metrics_page, False)}
 
     def now(self) -> float:
         return (self._loop or asyncio.get_running_loop()).time()
 
-    async def _start(self, app: web.Application) -> None:
-        self._loop = asyncio.get_running_loop()  # kept: looking it up costs a getpid() call each time
-        if self.session is None:
-            # no pool limit: the policy's caps bound what goes to each engine
-            self.session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30),
-                auto_decompress=False, skip_auto_headers=("User-Agent",))
+    async def serve(self, host: str, port: int) -> int:
+        """Listen for clients; returns the bound port."""
+        loop = self._loop = asyncio.get_running_loop()  # kept: looking it up costs a getpid() call each time
+        if self.pool is None:
+            self.pool = UpstreamPool(loop)
+        limit = self.state.max_body_bytes
+        self._server = await loop.create_server(lambda: HttpConnection(self, loop, limit, self.connections),
+                                                host, port, backlog=1024, reuse_address=True)
+        return self._server.sockets[0].getsockname()[1]
 
-    async def _stop(self, app: web.Application) -> None:
+    def stop_listening(self) -> None:
+        """Take no new connection; those open keep being served."""
+        if self._server is not None:
+            self._server.close()
+
+    async def close(self) -> None:
+        self.stop_listening()
         if self._timer is not None:
             self._timer.cancel()
-        if self.session is not None:
-            await self.session.close()
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()
+        if self.pool is not None:
+            self.pool.close()
+        await asyncio.sleep(0)  # let the connections' close callbacks run
 
     # -- dispatch ---------------------------------------------------------------------------------
 
@@ -157,15 +151,45 @@ class Gateway:
 
     # -- client routes ----------------------------------------------------------------------------
 
-    def _classify(self, request: web.Request) -> tuple[str, str]:
-        h = request.headers
+    def handle(self, req: Request, conn: HttpConnection) -> asyncio.Task | None:
+        """Route one request: answered at once, or by the task returned."""
+        route = self._routes.get(req.path)
+        if req.error is not None:
+            status, message = req.error
+            if status == 413 and route is not None and route[0] == _POST:
+                self.metrics.answered(self._classify(req)[0], 413)
+            conn.respond(status, error_body(status, message))
+            return None
+        if route is None:
+            conn.respond(404, error_body(404, f"no route {req.path[:200]}"))
+            return None
+        method, fn, is_async = route
+        if req.method != method:
+            conn.respond(405, error_body(405, f"{req.method.decode('latin-1')[:20]} is not allowed on {req.path}"),
+                         extra=b"Allow: %s\r\n" % method)
+            return None
+        if not is_async:
+            fn(req, conn)
+            return None
+        return (self._loop or asyncio.get_running_loop()).create_task(self._answer(fn, req, conn))
+
+    async def _answer(self, fn, req: Request, conn: HttpConnection) -> None:
+        try:
+            await fn(req, conn)
+        except Exception as e:  # a bug must not leave the client waiting (500); the request is never logged
+            note(f"internal error answering {req.path[:100]}: {type(e).__name__}")
+        finally:
+            conn.handler_ended(asyncio.current_task())
+
+    def _classify(self, req: Request) -> tuple[str, str]:
+        h = req.headers
         name = None
         for key in CLASS_HEADERS:
             name = h.get(key)
             if name:
                 break
         if not name and self.state.api_keys:
-            auth = h.get("Authorization", "")
+            auth = h.get("authorization", "")
             if auth[:7].lower() == "bearer ":
                 name = self.state.api_keys.get(auth[7:].strip())
         fid = ""
@@ -175,44 +199,29 @@ class Gateway:
                 break
         return self.policy.class_of(name), fid[:256]
 
-    async def _read_body(self, request: web.Request) -> bytes | None:
-        """The body, or None when it is larger than allowed."""
-        limit = self.state.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            return None
-        chunks, size = [], 0
-        while True:
-            chunk = await request.content.readany()
-            if not chunk:
-                return b"".join(chunks)
-            size += len(chunk)
-            if size > limit:
-                return None
-            chunks.append(chunk)
+    def _error(self, conn: HttpConnection, cls: str, status: int, message: str,
+               typ: str = "invalid_request_error") -> None:
+        self.metrics.answered(cls, status)
+        conn.respond(status, error_body(status, message, typ))
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        cls, fid = self._classify(request)
-        body = await self._read_body(request)
-        if body is None:
-            self.metrics.answered(cls, 413)
-            return json_error(413, f"request body larger than {self.state.max_body_bytes} bytes")
+    async def completions(self, req: Request, conn: HttpConnection) -> None:
+        cls, fid = self._classify(req)
+        body = req.body
         try:
             doc = json.loads(body)
         except (ValueError, UnicodeDecodeError) as e:
-            self.metrics.answered(cls, 400)
-            return json_error(400, f"Invalid JSON body: {str(e)[:200]}")
+            return self._error(conn, cls, 400, f"Invalid JSON body: {str(e)[:200]}")
         if not isinstance(doc, dict):
-            self.metrics.answered(cls, 400)
-            return json_error(400, "Invalid JSON body: expected a JSON object")
+            return self._error(conn, cls, 400, "Invalid JSON body: expected a JSON object")
         loop = self._loop or asyncio.get_running_loop()
         p = Pending(origin=cls, fairness_id=fid, arrived_at=loop.time(), token=loop.create_future())
         pol = self.policy
         if not pol.can_route(p):
-            self.metrics.answered(cls, 502)
-            return json_error(502, "no engine can take the request (all down or draining)", "upstream_error")
+            return self._error(conn, cls, 502, "no engine can take the request (all down or draining)",
+                               "upstream_error")
         if not pol.enqueue(p, p.arrived_at):
-            self.metrics.answered(cls, 429)
-            return json_error(429, f"the gateway queue is full ({pol.max_queue} requests)", "rate_limit_error")
+            return self._error(conn, cls, 429, f"the gateway queue is full ({pol.max_queue} requests)",
+                               "rate_limit_error")
         self.pump()
         code: int | str = 499  # the client went away unless something else is said below
         try:
@@ -220,10 +229,11 @@ class Gateway:
                 engine = await p.token
                 if engine is None:
                     code = 502
-                    return json_error(502, "no engine can take the request", "upstream_error")
+                    conn.respond(502, error_body(502, "no engine can take the request", "upstream_error"))
+                    return
                 try:
-                    resp, code = await self._proxy(request, engine, body, doc, p)
-                    return resp
+                    code = await self._proxy(req, conn, engine, body, doc, p)
+                    return
                 except _NotStarted as ns:
                     self.metrics.upstream_error(engine.name, ns.code)
                     if ns.code == "connect" and engine.up:
@@ -240,8 +250,9 @@ class Gateway:
                     p.token = loop.create_future()
                     if not again:
                         code = 502
-                        return json_error(502, f"the request failed on every engine that could take it "
-                                               f"(last: {engine.name}: {ns.code})", "upstream_error")
+                        conn.respond(502, error_body(502, f"the request failed on every engine that could take it "
+                                                          f"(last: {engine.name}: {ns.code})", "upstream_error"))
+                        return
                     if engine.up:
                         self.pump()
                     else:
@@ -257,14 +268,6 @@ class Gateway:
         finally:
             self.metrics.answered(cls, code)
 
-    def _url(self, engine: EngineState, path: str) -> URL:
-        """The engine's URL for ``path``, parsed once (aiohttp would parse a string per request)."""
-        key = (engine.url, path)
-        url = self._urls.get(key)
-        if url is None:
-            url = self._urls[key] = URL(engine.url + path)
-        return url
-
     def _payload(self, engine: EngineState, body: bytes, doc: dict, p: Pending) -> bytes:
         if engine.priority_scheduling is False:
             return body
@@ -276,111 +279,103 @@ class Gateway:
         sep = b"," if doc else b""
         return raw[:-1] + b'%s"priority":%d}' % (sep, prio)
 
-    async def _proxy(self, request: web.Request, engine: EngineState, body: bytes, doc: dict,
-                     p: Pending) -> tuple[web.StreamResponse, int]:
-        """Send to ``engine`` and stream its answer back. Raises _NotStarted to re-queue."""
-        pol = self.policy
+    async def _proxy(self, req: Request, conn: HttpConnection, engine: EngineState, body: bytes, doc: dict,
+                     p: Pending) -> int:
+        """Send to ``engine`` and relay its answer; returns the status. Raises _NotStarted to re-queue."""
         opts = self.state.options.get(engine.name) or EngineOptions()
-        timeout = opts.client_timeout
-        auth = request.headers.get("Authorization")
-        headers = {"Content-Type": "application/json", "Authorization": auth} if auth else _JSON_HEADERS
-        assert self.session is not None
+        auth = req.headers.get("authorization")
+        headers = b"Content-Type: application/json\r\n"
+        if auth:
+            headers += b"Authorization: %s\r\n" % auth.encode("latin-1")
+        assert self.pool is not None
         try:
             while True:
                 payload = self._payload(engine, body, doc, p)
                 try:
-                    resp = await self.session.post(self._url(engine, request.path), data=payload,
-                                                   headers=headers, timeout=timeout)
-                except aiohttp.ConnectionTimeoutError:
-                    raise _NotStarted("timeout") from None
-                except asyncio.TimeoutError:
-                    self.metrics.upstream_error(engine.name, "timeout")
-                    return json_error(504, f"engine {engine.name} did not answer within {opts.timeout_s:g} s",
-                                      "upstream_error"), 504
-                except aiohttp.ClientConnectorError:
-                    raise _NotStarted("connect") from None
-                except (aiohttp.ClientError, OSError):
-                    raise _NotStarted("reset") from None
-                if resp.status == 400 and payload is not body and engine.priority_scheduling is None:
-                    text = await resp.content.read(65536)
-                    resp.release()
+                    up = await self.pool.request(engine.url, _POST, req.path, payload, headers,
+                                                 connect_timeout_s=opts.connect_timeout_s, timeout_s=opts.timeout_s)
+                except UpstreamError as e:
+                    if e.code == "timeout" and e.connected:
+                        self.metrics.upstream_error(engine.name, "timeout")
+                        conn.respond(504, error_body(504, f"engine {engine.name} did not answer within "
+                                                          f"{opts.timeout_s:g} s", "upstream_error"))
+                        return 504
+                    raise _NotStarted(e.code) from None
+                if up.status == 400 and payload is not body and engine.priority_scheduling is None:
+                    try:
+                        text = await up.read_body()
+                    except UpstreamError as e:
+                        up.close()
+                        raise _NotStarted(e.code) from None
+                    up.release()
                     if _PRIORITY_REFUSED in text:  # detected: this engine runs FCFS; send without priority
                         engine.priority_scheduling = False
                         continue
-                    return web.Response(status=400, body=text, content_type="application/json"), 400
+                    conn.respond(400, text)
+                    return 400
                 break
-            if resp.status >= 500:
-                resp.close()
-                raise _NotStarted(str(resp.status))
+            if up.status >= 500:
+                up.close()
+                raise _NotStarted(str(up.status))
             engine.answered_at = self.now()
-            if engine.priority_scheduling is None and payload is not body and resp.status < 300:
+            if engine.priority_scheduling is None and payload is not body and up.status < 300:
                 engine.priority_scheduling = True
-            if resp.status >= 400:
-                self.metrics.upstream_error(engine.name, resp.status)
-            return await self._stream(request, engine, resp, opts), resp.status
+            if up.status >= 400:
+                self.metrics.upstream_error(engine.name, up.status)
+            await self._relay(conn, engine, up)
+            return up.status
         finally:
-            pol.finish(p, engine.name)
+            self.policy.finish(p, engine.name)
             self.pump()
 
-    async def _stream(self, request: web.Request, engine: EngineState, resp: aiohttp.ClientResponse,
-                      opts: EngineOptions) -> web.StreamResponse:
-        out = _PassThrough(status=resp.status, reason=resp.reason)
-        for key in _PASS_HEADERS:
-            v = resp.headers.get(key)
-            if v is not None:
-                out.headers[key] = v
-        clen = resp.headers.get("Content-Length")
-        if clen is not None and clen.isdigit():
-            out.content_length = int(clen)
-        done = False
+    async def _relay(self, conn: HttpConnection, engine: EngineState, up: UpstreamConn) -> None:
+        h = up.headers
+        extra = b"".join(b"%s: %s\r\n" % (out, h[k]) for k, out in _PASS_HEADERS if k in h)
+        clen = h.get("content-length")
+        head = conn.start(up.status, up.reason, extra, int(clen) if clen is not None and clen.isdigit() else None)
+        err: str | None = None
         try:
-            await out.prepare(request)
-            content = resp.content
-            async for chunk in content.iter_any():
-                if content.is_eof():  # the last chunk: it and the end of the answer in one write
-                    done = True
-                    await out.write_eof(chunk)
-                    break
-                await out.write(chunk)
-            else:
-                done = True
-                await out.write_eof()
-        except asyncio.TimeoutError:
-            self.metrics.upstream_error(engine.name, "timeout")
-            out.force_close()
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-            if not done:
-                self.metrics.upstream_error(engine.name, "reset")
-            out.force_close()
+            fut = up.relay(conn, head)
+            if fut is not None:
+                err = await fut
         finally:
-            if done:
-                resp.release()
+            if err is None and up.complete:
+                up.release()
             else:
-                resp.close()  # the engine sees the disconnect and aborts the request
-        return out
+                up.close()  # the engine sees the disconnect and aborts the request
+        if err is not None:
+            self.metrics.upstream_error(engine.name, err)
+            conn.abort()
 
-    async def models(self, request: web.Request) -> web.Response:
-        assert self.session is not None
+    async def models(self, req: Request, conn: HttpConnection) -> None:
+        assert self.pool is not None
         for e in self.policy.engines.values():
             if not e.up:
                 continue
+            up = None
             try:
-                async with self.session.get(e.url + "/v1/models", timeout=aiohttp.ClientTimeout(total=5)) as r:
-                    data = await r.read()
-                    if r.status == 200:
-                        return web.Response(body=data, content_type="application/json")
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                async with asyncio.timeout(MODELS_TIMEOUT_S):
+                    up = await self.pool.request(e.url, _GET, "/v1/models", None, connect_timeout_s=MODELS_TIMEOUT_S,
+                                                 timeout_s=MODELS_TIMEOUT_S)
+                    data = await up.read_body()
+            except (UpstreamError, TimeoutError):
+                if up is not None:
+                    up.close()
                 continue
-        return json_error(502, "no engine answered /v1/models", "upstream_error")
+            status = up.status
+            up.release()
+            if status == 200:
+                conn.respond(200, data)
+                return
+        conn.respond(502, error_body(502, "no engine answered /v1/models", "upstream_error"))
 
-    async def health(self, request: web.Request) -> web.Response:
+    def health(self, req: Request, conn: HttpConnection) -> None:
         ok = any(e.routable for e in self.policy.engines.values())
-        return web.json_response({"status": "ok" if ok else "no engine available"}, status=200 if ok else 503)
+        conn.respond(200 if ok else 503, json.dumps({"status": "ok" if ok else "no engine available"}).encode())
 
-    async def metrics_page(self, request: web.Request) -> web.Response:
+    def metrics_page(self, req: Request, conn: HttpConnection) -> None:
         text = self.metrics.render(self.policy, self.now())
-        return web.Response(text=text, content_type="text/plain", charset="utf-8",
-                            headers={"Cache-Control": "no-store"})
+        conn.respond(200, text.encode(), b"text/plain; charset=utf-8", b"Cache-Control: no-store\r\n")
 
 
 def note(msg: str) -> None:

@@ -119,7 +119,7 @@ class SimCluster:
         namespace: str = "inference",
         hot_engine: int | None = 0,
         throttle_gpu: int | None | str = "auto",
-        base_rate: float = 4.5,
+        base_rate: float = 3.0,
         max_model_len: int | Sequence[int] = 8192,
         num_gpu_blocks: int | Sequence[int] = 7168,
         scheduling_policy: str = "priority",
@@ -156,7 +156,6 @@ class SimCluster:
         overrides = list(engine_overrides or [])
         self.load = LoadGenerator(n_engines, seed, load, base_rate=base_rate, hot_engine=self.hot_engine)
         self.engines: list[SimEngine] = []
-        self._last_tick = time.monotonic()
         for i in range(n_engines):
             cfg = EngineConfig(model_name=names[i], max_num_seqs=int(seqs[i]), max_model_len=int(lens[i]),
                                num_gpu_blocks=int(blocks[i]), metrics_version=metrics_version,
@@ -172,7 +171,7 @@ class SimCluster:
                          container="vllm" if kubernetes_labels else None)
             port = (base_port + i) if base_port else 0
             eng = SimEngine(core, gpu, index=i, host=host, port=port, hostname_label=hostname_label,
-                            clock=self._clock_for(i), http_metrics=http_metrics, process_metrics=process_metrics)
+                            http_metrics=http_metrics, process_metrics=process_metrics)
             self.engines.append(eng)
         if dcgm_port is None:
             dcgm_port = (base_port + n_engines) if base_port else 0
@@ -206,15 +205,6 @@ class SimCluster:
         """Virtual time of engine 0 (all engines advance together)."""
         return self.engines[0].core.now
 
-    def _clock_for(self, i: int):
-        def clock() -> float:
-            core = self.engines[i].core
-            if not (self.realtime and self._driver is not None):
-                return core.now
-            lag = min(max(0.0, time.monotonic() - self._last_tick), 2 * self.tick_s)
-            return core.now + lag * self.speed
-        return clock
-
     # ------------------------------------------------------------- lifecycle
 
     def start(self) -> SimCluster:
@@ -235,7 +225,6 @@ class SimCluster:
         self._started = True
         if self.realtime:
             self._stop.clear()
-            self._last_tick = time.monotonic()
             self._driver = threading.Thread(target=self._drive, name=f"infertop-sim-driver-{id(self):x}", daemon=True)
             self._driver.start()
         return self
@@ -294,7 +283,6 @@ class SimCluster:
             except Exception:  # pragma: no cover - keep the fleet alive, but loudly
                 import traceback
                 traceback.print_exc()
-            self._last_tick = time.monotonic()
 
     # -------------------------------------------------------------- actions
 

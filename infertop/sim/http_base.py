@@ -120,6 +120,12 @@ class _Handler(BaseHTTPRequestHandler):
     sys_version = ""
     timeout = 120  # idle keep-alive connections
 
+    def setup(self) -> None:
+        super().setup()
+        # like uvicorn's: headers and each chunk go out in separate writes; with Nagle's algorithm a
+        # chunk would wait for the ACK of the headers, which the client delays ~40 ms
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, format, *args) -> None:  # noqa: A002 - stdlib signature
         pass
 

@@ -18,6 +18,14 @@ One *hot* engine gets 1.25x the rate, stronger bursts (2.6x) and twice the
 long-context (RAG) share during them, so the demo has an engine that queues
 and preempts while the others mostly keep up.
 
+The default ``base_rate`` (3 requests/s per engine) is sized against what one
+engine of the default configuration serves of this mix (about 9 requests/s at
+``max_num_seqs`` 64): the fleet answers in hundreds of ms and only the hot
+engine's bursts (~10 requests/s, more of it long-context) queue past a 2 s TTFT
+for a while. At 4.5, every burst ran an engine 1.2-1.6x over capacity for ~18 s:
+queues of 100+, priority-5 batch requests starved for 30 s and more, and a 60 s
+window's TTFT p99 stayed at tens of seconds long after the queue had drained.
+
 The request mix: chat (shared system prompts), code completion (shared
 repository context), long-context RAG, and low-priority batch jobs
 (priority 5; the others 0).
@@ -67,7 +75,7 @@ _HOT_BURSTY = ((0.00, 0.25), (0.30, 1.0), (0.70, 2.6), (0.86, 1.0))
 class LoadGenerator:
     """Generates arrivals per engine; call :meth:`generate` before stepping an engine."""
 
-    def __init__(self, n_engines: int, seed: int = 0, mode: str = "bursty", *, base_rate: float = 4.5,
+    def __init__(self, n_engines: int, seed: int = 0, mode: str = "bursty", *, base_rate: float = 3.0,
                  hot_engine: int | None = 0, hot_factor: float = 1.25, period_s: float = 120.0,
                  mix: tuple[WorkloadClass, ...] = DEFAULT_MIX) -> None:
         if mode not in LOAD_MODES:

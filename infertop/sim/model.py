@@ -217,7 +217,7 @@ class EngineModel(KvCacheMixin):
 
     def submit(self, req: SimRequest) -> bool:
         """Queue a request. Its ``arrival_t`` may lie in the future (it then
-        arrives during a later :meth:`step`); None means "now".
+        arrives during a later :meth:`step`); None or a past time means "now": it waits at once.
 
         Returns False (and counts an admission rejection) when the waiting
         queue is full; raises ValueError for a prompt that cannot fit.
@@ -237,9 +237,15 @@ class EngineModel(KvCacheMixin):
             target = min(target, max(1, int(req.stop_at)))
         req.target = target
         req.seq = next(self._seq)
-        heapq.heappush(self._pending, (req.arrival_t, req.seq, req))
         if req.on_token is not None:
             self._watched[req] = None
+        if req.arrival_t <= self.now:
+            # it is here: waiting from this moment (as vLLM's scheduler has it), not at the next step,
+            # so /metrics never shows an accepted request as neither waiting nor running
+            req.state = WAITING
+            self._push_waiting(req, front=False)
+        else:
+            heapq.heappush(self._pending, (req.arrival_t, req.seq, req))
         return True
 
     def abort(self, req: SimRequest) -> bool:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
 
 from . import dcgm as _dcgm
 from .dcgm import SimGpu, render_dcgm
@@ -142,7 +141,7 @@ class SimEngine:
     """
 
     def __init__(self, core: EngineModel, gpu: SimGpu, *, index: int = 0, host: str = "127.0.0.1", port: int = 0,
-                 clock: Callable[[], float] | None = None, hostname_label: str = "Hostname",
+                 hostname_label: str = "Hostname",
                  http_metrics: bool = True, process_metrics: bool = True) -> None:
         self.index = index
         self.core = core
@@ -152,7 +151,6 @@ class SimEngine:
         self.http_metrics = http_metrics
         self.process_metrics = process_metrics
         self.hostname_label = hostname_label
-        self._clock = clock
         self._fault: str | None = None
         self._fault_lock = threading.Lock()
         self._hang_release = threading.Event()
@@ -234,13 +232,11 @@ class SimEngine:
                 self._listener.open()
 
     # model access
-    def virtual_now(self) -> float:
-        return self._clock() if self._clock is not None else self.core.now
-
     def submit(self, req: SimRequest) -> bool:
+        """Hand a request to the engine: with no ``arrival_t`` it arrives at the engine's present
+        (``core.now``), so it is counted as waiting at once and its TTFT is queue + prefill; a time
+        ahead of the engine's clock would leave it in neither gauge until the driver's next tick."""
         with self.lock:
-            if req.arrival_t is None:
-                req.arrival_t = max(self.core.now, self.virtual_now())
             return self.core.submit(req)
 
     def abort(self, req: SimRequest) -> bool:

@@ -27,6 +27,7 @@ from ..domain.gpu import GpuStats, classify
 from ..domain.kube import ClusterSnapshot
 from ..domain.source import SourceHealth
 from ..sources.nvml import NO_BINDING, NO_DRIVER
+from .cluster_join import ClusterJoin
 from .codec import from_doc, to_doc
 
 QUIET_NVML = (NO_DRIVER, NO_BINDING)
@@ -206,7 +207,7 @@ class FleetState:
         cdoc = doc.get("cluster")
         if cdoc is not None:
             snap = from_doc(ClusterSnapshot, cdoc) if "context" in cdoc else None
-            cluster = ClusterState(snap, from_doc(Freshness, cdoc.get("freshness") or {}))
+            cluster = ClusterState(snap, from_doc(Freshness, cdoc.get("freshness") or {}), cdoc.get("api_calls"))
         return cls(
             tick=int(doc.get("tick") or 0), taken_at=float(doc.get("taken_at") or 0.0),
             refresh_s=float(doc.get("refresh_s") or 1.0), window_s=float(doc.get("window_s") or 60.0),
@@ -310,6 +311,7 @@ class FleetJoiner:
         self.window_s = window_s
         self.mode = mode
         self.engine_pods = dict(engine_pods or {})
+        self.cluster_join = ClusterJoin(self.engine_pods)  # pods ↔ engines from each cluster read
         self.wall, self.mono = wall, mono
         self.tick = 0
         self._last_good: dict[str, EngineStats] = {}
@@ -375,9 +377,10 @@ class FleetJoiner:
         windows = []
         engine_windows: dict[str, list] = {}
         sources: list[SourceState] = []
-        collectors = self.collector.collectors
+        pod_engines, gone = self.cluster_join.join(self.cluster, not self.cluster_error, self.collector.collectors)
+        collectors = [c for c in self.collector.collectors if id(c) not in gone]  # scaled away: gone, not down
         # the GPU → engine mapping first, so that each engine's state is built once, with its GPUs
-        gpus = self._gpus({s.name for c in collectors for s in c.stats})
+        gpus = self._gpus({s.name for c in collectors for s in c.stats}, pod_engines)
         by_engine: dict[str, list[str]] = {}
         for g in gpus:
             for name in _gpu_engines(g):
@@ -495,9 +498,10 @@ class FleetJoiner:
         self._missing[name] = (s, fresh.status, fresh.reason, out)
         return out
 
-    def _gpus(self, names: set[str]) -> list[GpuStats]:
+    def _gpus(self, names: set[str], live_pods: Mapping[str, str]) -> list[GpuStats]:
         rows = self.gpu_rows
-        pods = {**self.engine_pods, **getattr(self.collector, "engine_pods", {})}  # Prometheus: from pod labels
+        # Prometheus: from pod labels; a cluster read: pods by address (after a rescale too)
+        pods = {**self.engine_pods, **getattr(self.collector, "engine_pods", {}), **live_pods}
         if pods:
             from ..sources.gpu import assign_pod_engines
 

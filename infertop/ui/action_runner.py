@@ -40,8 +40,7 @@ from ..control.pipeline import (
 from .screens.actions_list import ActionsListScreen, QuitScreen
 from .screens.confirm import ConfirmScreen
 
-CONFLICT_NOTE = ("⚠ The object changed since it was read (409 Conflict): it was read again — "
-                 "review the change below and confirm again.")
+CONFLICT_NOTE = "it was read again: review the change below and confirm again."
 
 
 async def in_daemon_thread(fn: Callable[[], Any], name: str) -> Any:
@@ -173,10 +172,11 @@ class ActionRunner:
                 outcome = await in_daemon_thread(lambda: execute_audited(kind, audit, progress, run.abort, pre),
                                                  f"action {kind.object_key}")
                 screen = self._action_view(run)
-                if outcome.result == "conflict":
-                    note = CONFLICT_NOTE
+                if outcome.result == "conflict":  # what changed, then: read again, confirm again
+                    note = f"⚠ {outcome.message} — {CONFLICT_NOTE}" if outcome.message else f"⚠ {CONFLICT_NOTE}"
                     run.progress = None
-                    self.log_event(f"[yellow]{escape(review.title)}: 409 conflict — re-read, confirm again[/yellow]")  # type: ignore[attr-defined]
+                    self.log_event(f"[yellow]{escape(review.title)}: conflict — {escape(outcome.message)}; "  # type: ignore[attr-defined]
+                                   "re-read, confirm again[/yellow]")
                     if not screen.is_attached:  # hidden meanwhile: show the re-read change
                         screen = ConfirmScreen(kind.target, dry_run="pending")
                         run.view = screen

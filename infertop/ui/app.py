@@ -20,7 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, RichLog, TabbedContent, TabPane
 
 from ..config import Config
-from ..domain.engine import FleetSnapshot
+from ..domain.engine import UNKNOWN, FleetSnapshot
 from ..domain.gpu import classify
 from ..domain.source import SourceHealth
 from ..format import count_human, seconds_human
@@ -31,6 +31,7 @@ from ..sources.vllm import EngineEndpoint, FleetCollector
 from ..state.fleet import FleetJoiner, FleetState
 from ..state.engine_groups import GROUP_BY
 from ..state.fleet_history import record_state
+from ..state.membership import FleetMembership
 from ..state.history import HistoryStore
 from ..state.recording import StateLog
 from .status import alert_changes, status_line
@@ -137,6 +138,7 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
         self._gpu_states: dict[str, str] = {}
         self._gpu_logged_at: dict[str, float] = {}
         self._states: dict[str, str] = {}
+        self._membership = FleetMembership()  # engines that joined or left (a rescale), for the Log pane
         self.player = settings.replay
         if self.player is not None:
             self.poll = False
@@ -412,7 +414,13 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
             self.screen.show(r.gpu if r is not None else None)
 
     def _note_changes(self, previous: FleetState | None, state: FleetState) -> None:
-        """Log engine state changes, SLO alerts firing and clearing, and GPU state changes, once each."""
+        """Log engines joining or leaving (a rescale), engine state changes, SLO alerts firing and
+        clearing, and GPU state changes, once each."""
+        for line in self._membership.changes(state):
+            self.log_event(Text(line))
+        names = {e.name for e in state.engines}
+        for gone in [n for n in self._states if n not in names]:
+            del self._states[gone]  # back later in a new pod: its states start afresh
         self._note_state_changes(state.engines)
         for line in alert_changes(previous, state):
             self.log_event(line)
@@ -439,7 +447,8 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
         s = self.settings
         mode = s.mode + (" · read-only" if s.read_only else "")
         src = s.config.source or "no config file"
-        n = len(self.collector.collectors)
+        # what the fleet state holds (engines scaled away have left it), not the endpoints watched
+        n = len(self.state.engines) if self.state is not None else len(self.collector.collectors)
         text = Text()
         text.append("infertop", style="bold")
         text.append(f" · {mode} · {n} engine{'s' if n != 1 else ''} · {src}")
@@ -463,6 +472,8 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
         for e in engines:
             s = e.stats
             prev = self._states.get(s.name)
+            if prev is None and s.state == UNKNOWN:
+                continue  # not polled yet (the first ticks, a pod's engine that just joined): nothing to tell
             if prev != s.state:
                 self._states[s.name] = s.state
                 if prev is not None or s.state != "up":

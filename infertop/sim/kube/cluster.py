@@ -80,6 +80,7 @@ class SimKube:
         self.hpa_sync_s = hpa_sync_s
         self.scale_down_window_s = scale_down_window_s
         self.bound: dict[str, int] = {}  # pod name → engine index
+        self._dying: set[int] = set()  # engines whose pod is gone, until their process is stopped
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -185,10 +186,15 @@ class SimKube:
             if pod_name in self.bound:
                 return "127.0.0.1", engines[self.bound[pod_name]].port
             used = set(self.bound.values())
-            free = next((i for i in range(len(engines)) if i not in used), None)
+            # an engine whose pod has just gone only when no other is free: stopped here, then restarted
+            free = next((i for i in range(len(engines)) if i not in used and i not in self._dying),
+                        next((i for i in sorted(self._dying) if i not in used), None))
             if free is None:
                 return None
             self.bound[pod_name] = free
+            if free in self._dying:
+                self._dying.discard(free)
+                self._stop_engine(free)
         e = engines[free]
         e.gpu.pod, e.gpu.namespace, e.gpu.container = pod_name, self.namespace, "vllm"
         if not e.alive or e.fault is not None:
@@ -217,7 +223,16 @@ class SimKube:
                 self._wva_at = time.monotonic()
                 self._optimise()
             for i in gone:
-                self.sim.engines[i].kill()  # the pod is gone: so is its engine process
+                with self._lock:
+                    if i in self._dying:  # else a new pod has taken (and restarted) it already
+                        self._dying.discard(i)
+                        self._stop_engine(i)
+
+    def _stop_engine(self, i: int) -> None:
+        """Its pod is gone: so is its engine process, and its GPU is no pod's (hold ``_lock``)."""
+        e = self.sim.engines[i]
+        e.kill()
+        e.gpu.pod = e.gpu.namespace = e.gpu.container = None
 
     def _optimise(self) -> None:
         """The variant autoscaler's stand-in: enough replicas for the running requests at the HPA's target."""
@@ -249,6 +264,7 @@ class SimKube:
                 pod = pods.get((self.namespace, pod_name))
                 if pod is None:
                     del self.bound[pod_name]
+                    self._dying.add(i)
                     gone.append(i)
                 else:
                     labels = pod["metadata"].get("labels") or {}
