@@ -20,6 +20,7 @@ from infertop.sources.vllm import EngineEndpoint
 from infertop.state.fleet import FRESH, MISSING, STALE, FleetJoiner, FleetState
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.widgets.engines_table import EnginesTable
+from pilot_wait import until
 from vllm_text import v1_doc
 
 
@@ -248,8 +249,9 @@ async def test_every_visible_copy_of_a_metric_is_equal(sim_cluster):
         for _ in range(4):
             sim_cluster.advance(7)
             await app.poll_now()
-            await pilot.pause()
             f = app.state.fleet
+            await until(pilot, lambda: text_of(app, "#tile-running .tile-value") == count_human(f.running),
+                        "the Overview painted from this tick")
             # tiles, sparkline labels and the state agree
             assert text_of(app, "#tile-running .tile-value") == trend_value(app, "#t-running") == count_human(f.running)
             assert text_of(app, "#tile-waiting .tile-value") == trend_value(app, "#t-waiting") == count_human(f.waiting)
@@ -262,10 +264,11 @@ async def test_every_visible_copy_of_a_metric_is_equal(sim_cluster):
             alerts = [str(line.render()) for line in app.query(".alert-line").results()]
             # the Engines pane, shown as a user would, is painted from the same tick
             await pilot.press("2")
-            await pilot.pause()
+            await until(pilot, lambda: app.query_one("#panes").active == "engines", "the Engines pane on view")
             assert app.state.fleet is f
             main = cells(app, "#engines-table")
             await pilot.press("1")
+            await until(pilot, lambda: app.query_one("#panes").active == "overview", "the Overview back on view")
             # the Engines table and the hot list show the same cells for the same engine
             for name, row in hot.items():
                 for key, text in row.items():
