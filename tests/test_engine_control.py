@@ -83,7 +83,7 @@ class Env:
             max_num_seqs=max_num_seqs,
             python=sys.executable,
             env={f"FAKE_ENGINE_{k.upper()}": str(v) for k, v in fake.items()},
-            start_timeout_s=20.0,
+            start_timeout_s=60.0,  # a fake engine starts in well under a second, unless the machine is starved
             stop_grace_s=5.0,
         )
         return prof
@@ -114,7 +114,7 @@ def env(tmp_path: Path):
     e.cleanup()
 
 
-def wait_until(pred, timeout: float = 10.0, step: float = 0.05) -> bool:
+def wait_until(pred, timeout: float = 60.0, step: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():
@@ -417,7 +417,7 @@ def test_pid_reuse_is_refused_and_nothing_is_signalled(env):
         mgr.restart("e")
     with pytest.raises(NotOurProcessError, match=refusal):
         mgr.set_args("e", {"max_num_seqs": 8})
-    assert alive(rec.pid) and httpx.get(rec.url + "/health", timeout=2).status_code == 200
+    assert alive(rec.pid) and httpx.get(rec.url + "/health", timeout=30).status_code == 200
     assert mgr.status("e").phase == "stale" and not mgr.health("e") and mgr.managed("e") is None
     refused = [a for a in env.audit() if a["result"] == "refused"]
     assert [a["action"] for a in refused] == ["engine.stop", "engine.restart", "engine.set"]
@@ -470,7 +470,8 @@ def test_foreign_process_with_recorded_pid_is_never_signalled(env):
     mgr.stop("e")
     # Another program now runs under a PID the state file names (its real start
     # time, but another command line): infertop must refuse to touch it.
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    # it must outlive the test however starved the machine (it used to sleep only 60 s); the finally kills it
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)
     state = {"name": "e", "pid": other.pid, "pgid": other.pid, "sid": other.pid,
              "starttime": read_stat(other.pid).starttime, "cmdline": list(rec.cmdline), "port": rec.port,
              "url": rec.url, "args": rec.args, "profile": {"model": "m"},
@@ -667,7 +668,7 @@ def _config(env: Env, **profiles) -> Path:
     lines = [f"audit_log: {env.audit_path}", "profiles:"]
     for name, (port, fake) in profiles.items():
         lines += [f"  {name}:", "    model: fake-model", f"    port: {port}", "    max_num_seqs: 4",
-                  f"    python: {sys.executable}", "    start_timeout_s: 20", "    stop_grace_s: 5", "    env:"]
+                  f"    python: {sys.executable}", "    start_timeout_s: 60", "    stop_grace_s: 5", "    env:"]
         lines += [f"      FAKE_ENGINE_{k.upper()}: '{v}'" for k, v in fake.items()]
     path = env.tmp / "config.yaml"
     path.write_text("\n".join(lines) + "\n")
