@@ -61,26 +61,32 @@ async def test_tab_and_shift_tab_switch_panes_from_a_focused_table_and_input(eng
     app = make_app(engines[0])
     async with app.run_test(size=(120, 40)) as pilot:
         await app.poll_now()
-        await pilot.press("2")
-        assert isinstance(app.focused, EnginesTable)
-        await pilot.press("tab")
-        assert app.current_pane == "log"
-        await pilot.press("tab")
-        assert app.current_pane == "gpus" and isinstance(app.focused, GpusTable)
-        await pilot.press(*["tab"] * (len(PANES) - 3))
+
+        async def press(key: str, cond, what: str) -> None:  # one key, then the state it leads to
+            await pilot.press(key)
+            await until(pilot, cond, what)
+
+        await press("2", lambda: isinstance(app.focused, EnginesTable), "the Engines table focused")
+        await press("tab", lambda: app.current_pane == "log", "Tab: the Log pane")
+        await press("tab", lambda: app.current_pane == "gpus" and isinstance(app.focused, GpusTable),
+                    "Tab: the GPUs table focused")
+        gpus = PANES.index("gpus")
+        for k in range(len(PANES) - 3):
+            want = PANES[(gpus + k + 1) % len(PANES)]
+            await press("tab", lambda want=want: app.current_pane == want, f"Tab: {want}")
         assert app.current_pane == "overview"  # wraps around
-        await pilot.press("shift+tab")
-        assert app.current_pane == PANES[-1]
-        await pilot.press(*["shift+tab"] * (len(PANES) - 3))
+        await press("shift+tab", lambda: app.current_pane == PANES[-1], "Shift+Tab: the last pane")
+        for i in range(len(PANES) - 3):
+            await press("shift+tab", lambda i=i: app.current_pane == PANES[-2 - i], "Shift+Tab back")
         assert app.current_pane == "log"
-        await pilot.press("slash")  # the filter box has the focus
-        assert isinstance(app.focused, Input)
-        await pilot.press("tab")
-        assert app.current_pane == "log" and not isinstance(app.focused, Input)
+        await press("slash", lambda: isinstance(app.focused, Input), "the filter box focused")
+        await press("tab", lambda: not isinstance(app.focused, Input), "Tab out of the filter box")
+        assert app.current_pane == "log"
         # in a dialog Tab belongs to the dialog
-        await pilot.press("2", "s")
-        assert isinstance(app.screen, SortPicker)
+        await press("2", lambda: app.current_pane == "engines", "the Engines pane")
+        await press("s", lambda: isinstance(app.screen, SortPicker), "the sort picker")
         await pilot.press("tab")
+        await pilot.pause()
         assert isinstance(app.screen, SortPicker) and app.current_pane == "engines"
 
 
