@@ -310,6 +310,7 @@ async def test_no_data_is_a_dash_and_a_down_source_is_a_cross(scripted):
         status = text_of(app, "#statusbar")
         assert status.startswith("✗ 1/1 engines down: timeout after 0.5 s, since ")
         await pilot.press("2")
+        await until(pilot, lambda: app.query_one("#panes").active == "engines", "the engines pane")
         t = app.query_one("#engines-table", EnginesTable)
         row = t.get_row("only")
         assert str(row[1].plain).startswith("down ")  # state with the age of the values shown
@@ -331,12 +332,14 @@ async def test_tui_and_snapshot_render_the_same_numbers_from_one_recorded_state(
     async with app.run_test(size=(160, 40)) as pilot:
         app.show_state(state)
         await pilot.press("2")  # the Engines pane
+        await until(pilot, lambda: app.query_one("#panes").active == "engines", "the engines pane")
         await pilot.pause()
         tui = cells(app, "#engines-table")
         for name in ("alpha", "beta"):
             t = table[name]
             assert [tui[name]["run"], tui[name]["wait"], tui[name]["kv"]] == [t[3], t[4], t[5]]
         await pilot.press("1")
+        await until(pilot, lambda: app.query_one("#panes").active == "overview", "the overview pane")
         await pilot.pause()
         assert text_of(app, "#tile-running .tile-value") == count_human(state.fleet.running) == "9"
         assert text_of(app, "#tile-kv .tile-value") == f"{pct_human(30.0)}/{pct_human(50.0)}"

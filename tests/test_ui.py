@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from textual.widgets import Input
 
 from infertop.config import Config
 from infertop.sources.vllm import EngineEndpoint
@@ -60,6 +61,7 @@ async def test_overview_and_engines_show_live_values(two_engines):
         assert text_of(app, ".alert-line").endswith(": connection refused")
         assert "✗ gone down: connection refused, since " in text_of(app, "#statusbar")
         await pilot.press("2")
+        await until(pilot, lambda: app.query_one("#panes").active == "engines", "the Engines pane")
         assert app.query_one("#panes").active == "engines"
         rows = table_rows(app)
         assert rows["alpha"][:6] == ["alpha", "up", "7", "3", "7/8", "50%"]
@@ -73,6 +75,8 @@ async def test_filter_detail_and_help(two_engines):
         await app.poll_now()
         table = app.query_one("#engines-table", EnginesTable)
         await pilot.press("slash")
+        # typed before the box has the focus, 'q' would quit
+        await until(pilot, lambda: isinstance(app.focused, Input), "the filter box focused")
         await pilot.press(*"qwen")
         await until(pilot, lambda: list(table_rows(app)) == ["beta"], "the filter 'qwen' leaves only beta")
         await pilot.press("enter")  # leaves the filter box, focus on the table
@@ -102,6 +106,7 @@ async def test_usable_at_80x24(two_engines):
     async with app.run_test(size=(80, 24)) as pilot:
         await app.poll_now()
         await pilot.press("2")
+        await until(pilot, lambda: app.query_one("#panes").active == "engines", "the Engines pane")
         await pilot.pause()
         table = app.query_one("#engines-table", EnginesTable)
         assert table.size.height >= 4  # rows visible between the tabs and the status bar
@@ -119,6 +124,7 @@ async def test_bad_data_keeps_app_running(scripted):
         await pilot.pause()
         assert "bad down: garbage /metrics" in text_of(app, "#statusbar")
         await pilot.press("2")  # the Engines pane
+        await until(pilot, lambda: app.query_one("#panes").active == "engines", "the Engines pane")
         await pilot.pause()
         assert table_rows(app)["good"][1] == "up"
         assert app.is_running
@@ -150,6 +156,7 @@ def test_snapshot_engines_pane(snap_compare):
     async def run_before(pilot):
         app.show_state(joiner.build())
         await pilot.press("2")
+        await until(pilot, lambda: app.query_one("#panes").active == "engines", "the Engines pane")
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(100, 20), run_before=run_before)
