@@ -123,6 +123,19 @@ def wait_until(pred, timeout: float = 60.0, step: float = 0.05) -> bool:
     return pred()
 
 
+def spawn_foreign(argv: list[str], **kw) -> subprocess.Popen:
+    """Start another program and wait until the kernel shows its command line.
+
+    ``Popen`` returns once the exec has begun (the error pipe closes and a vfork
+    parent resumes when the new memory is installed), but ``/proc/<pid>/cmdline``
+    stays empty until the kernel has laid out the new argv: a starved child can
+    sit in between, and infertop would then rightly name it by its ``comm`` alone.
+    """
+    proc = subprocess.Popen(argv, **kw)
+    assert wait_until(lambda: read_cmdline(proc.pid) == argv), (argv, read_cmdline(proc.pid))
+    return proc
+
+
 # ----------------------------------------------------------------- pure parts
 
 
@@ -438,7 +451,7 @@ def test_cli_pid_mismatch_exits_3_keeps_the_state_aside_and_leaves_no_lock(env, 
     engine_cli.main(["stop", *base, "e"])
     capsys.readouterr()
     # Another program now runs under the PID the state file names.
-    other = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    other = spawn_foreign(["sleep", "1000"], start_new_session=True)
     try:
         st = read_stat(other.pid)
         (env.state_dir / "engines" / "e.json").write_text(json.dumps({
@@ -471,7 +484,7 @@ def test_foreign_process_with_recorded_pid_is_never_signalled(env):
     # Another program now runs under a PID the state file names (its real start
     # time, but another command line): infertop must refuse to touch it.
     # it must outlive the test however starved the machine (it used to sleep only 60 s); the finally kills it
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)
+    other = spawn_foreign([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)
     state = {"name": "e", "pid": other.pid, "pgid": other.pid, "sid": other.pid,
              "starttime": read_stat(other.pid).starttime, "cmdline": list(rec.cmdline), "port": rec.port,
              "url": rec.url, "args": rec.args, "profile": {"model": "m"},
@@ -845,7 +858,7 @@ def test_engines_record_their_owner(env):
     rec = mgr.start("e", env.profile())
     assert rec.owner["pid"] == os.getpid() and rec.owner["user"] and not rec.foreign
     assert rec.owner_text.startswith("started by ") and f"infertop pid {os.getpid()}" in rec.owner_text
-    other = subprocess.Popen(["sleep", "60"])
+    other = subprocess.Popen(["sleep", "3600"])  # killed below; outlives any starved run
     try:
         path = env.state_dir / "engines" / "e.json"
         st = json.loads(path.read_text())
