@@ -43,8 +43,8 @@ def two_engines(scripted):
     b = scripted().serve_engine(v1_doc(engines={"0": {"running": 2}}, model="qwen-7b"), model="qwen-7b")
     # A starved machine may take seconds to answer on loopback: a poll that timed out would show the
     # engine down, not the values these tests look for.
-    return [EngineEndpoint("alpha", a.url, max_num_seqs=8, timeout_s=SLOW_S), EngineEndpoint("beta", b.url, timeout_s=SLOW_S),
-            EngineEndpoint("gone", "http://127.0.0.1:9")]
+    return [EngineEndpoint("alpha", a.url, max_num_seqs=8, timeout_s=SLOW_S),
+            EngineEndpoint("beta", b.url, timeout_s=SLOW_S), EngineEndpoint("gone", "http://127.0.0.1:9")]
 
 
 async def test_overview_and_engines_show_live_values(two_engines):
