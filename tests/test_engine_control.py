@@ -83,7 +83,7 @@ class Env:
             max_num_seqs=max_num_seqs,
             python=sys.executable,
             env={f"FAKE_ENGINE_{k.upper()}": str(v) for k, v in fake.items()},
-            start_timeout_s=20.0,
+            start_timeout_s=60.0,  # a fake engine starts in well under a second, unless the machine is starved
             stop_grace_s=5.0,
         )
         return prof
@@ -114,13 +114,26 @@ def env(tmp_path: Path):
     e.cleanup()
 
 
-def wait_until(pred, timeout: float = 10.0, step: float = 0.05) -> bool:
+def wait_until(pred, timeout: float = 60.0, step: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():
             return True
         time.sleep(step)
     return pred()
+
+
+def spawn_foreign(argv: list[str], **kw) -> subprocess.Popen:
+    """Start another program and wait until the kernel shows its command line.
+
+    ``Popen`` returns once the exec has begun (the error pipe closes and a vfork
+    parent resumes when the new memory is installed), but ``/proc/<pid>/cmdline``
+    stays empty until the kernel has laid out the new argv: a starved child can
+    sit in between, and infertop would then rightly name it by its ``comm`` alone.
+    """
+    proc = subprocess.Popen(argv, **kw)
+    assert wait_until(lambda: read_cmdline(proc.pid) == argv), (argv, read_cmdline(proc.pid))
+    return proc
 
 
 # ----------------------------------------------------------------- pure parts
@@ -417,7 +430,7 @@ def test_pid_reuse_is_refused_and_nothing_is_signalled(env):
         mgr.restart("e")
     with pytest.raises(NotOurProcessError, match=refusal):
         mgr.set_args("e", {"max_num_seqs": 8})
-    assert alive(rec.pid) and httpx.get(rec.url + "/health", timeout=2).status_code == 200
+    assert alive(rec.pid) and httpx.get(rec.url + "/health", timeout=30).status_code == 200
     assert mgr.status("e").phase == "stale" and not mgr.health("e") and mgr.managed("e") is None
     refused = [a for a in env.audit() if a["result"] == "refused"]
     assert [a["action"] for a in refused] == ["engine.stop", "engine.restart", "engine.set"]
@@ -438,7 +451,7 @@ def test_cli_pid_mismatch_exits_3_keeps_the_state_aside_and_leaves_no_lock(env, 
     engine_cli.main(["stop", *base, "e"])
     capsys.readouterr()
     # Another program now runs under the PID the state file names.
-    other = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    other = spawn_foreign(["sleep", "1000"], start_new_session=True)
     try:
         st = read_stat(other.pid)
         (env.state_dir / "engines" / "e.json").write_text(json.dumps({
@@ -470,7 +483,8 @@ def test_foreign_process_with_recorded_pid_is_never_signalled(env):
     mgr.stop("e")
     # Another program now runs under a PID the state file names (its real start
     # time, but another command line): infertop must refuse to touch it.
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    # it must outlive the test however starved the machine (it used to sleep only 60 s); the finally kills it
+    other = spawn_foreign([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)
     state = {"name": "e", "pid": other.pid, "pgid": other.pid, "sid": other.pid,
              "starttime": read_stat(other.pid).starttime, "cmdline": list(rec.cmdline), "port": rec.port,
              "url": rec.url, "args": rec.args, "profile": {"model": "m"},
@@ -667,7 +681,7 @@ def _config(env: Env, **profiles) -> Path:
     lines = [f"audit_log: {env.audit_path}", "profiles:"]
     for name, (port, fake) in profiles.items():
         lines += [f"  {name}:", "    model: fake-model", f"    port: {port}", "    max_num_seqs: 4",
-                  f"    python: {sys.executable}", "    start_timeout_s: 20", "    stop_grace_s: 5", "    env:"]
+                  f"    python: {sys.executable}", "    start_timeout_s: 60", "    stop_grace_s: 5", "    env:"]
         lines += [f"      FAKE_ENGINE_{k.upper()}: '{v}'" for k, v in fake.items()]
     path = env.tmp / "config.yaml"
     path.write_text("\n".join(lines) + "\n")
@@ -844,7 +858,7 @@ def test_engines_record_their_owner(env):
     rec = mgr.start("e", env.profile())
     assert rec.owner["pid"] == os.getpid() and rec.owner["user"] and not rec.foreign
     assert rec.owner_text.startswith("started by ") and f"infertop pid {os.getpid()}" in rec.owner_text
-    other = subprocess.Popen(["sleep", "60"])
+    other = subprocess.Popen(["sleep", "3600"])  # killed below; outlives any starved run
     try:
         path = env.state_dir / "engines" / "e.json"
         st = json.loads(path.read_text())

@@ -63,7 +63,7 @@ class Gateway:
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.url = f"http://127.0.0.1:{self.port}"
         self.admin_url = f"http://127.0.0.1:{self.admin_port}"
-        assert wait_until(self._ready, timeout=20), (tmp / "gateway.log").read_text()
+        assert wait_until(self._ready, timeout=60), (tmp / "gateway.log").read_text()
 
     def _ready(self) -> bool:
         try:
@@ -74,7 +74,7 @@ class Gateway:
 
     def engine(self, name: str) -> dict:
         doc = httpx.get(self.admin_url + "/admin/state", headers={"Authorization": f"Bearer {TOKEN}"},
-                        timeout=2, trust_env=False).json()
+                        timeout=30, trust_env=False).json()
         return next(e for e in doc["engines"] if e["name"] == name)
 
     def stop(self) -> None:
@@ -173,7 +173,7 @@ def test_set_under_load_through_the_gateway_fails_no_request_and_each_step_is_au
     try:
         mgr = env.manager()
         rec = mgr.start("e", env.profiles["e"])
-        assert wait_until(lambda: gw.engine("e")["up"], timeout=10)
+        assert wait_until(lambda: gw.engine("e")["up"], timeout=60)
         assert gw.engine("e")["cap"] == 4
         cfg = load_config(gw.config)
         drain, warnings = find_gateway(cfg, "e", rec.url)
@@ -181,7 +181,7 @@ def test_set_under_load_through_the_gateway_fails_no_request_and_each_step_is_au
         assert TOKEN not in repr(drain) and TOKEN not in repr(drain.ref)
 
         load = start_load(gw.url, clients=8)
-        assert wait_until(lambda: load.tally().get("ok", 0) >= 8, timeout=20), load.tally()
+        assert wait_until(lambda: load.tally().get("ok", 0) >= 8, timeout=60), load.tally()
         events, at = [], {}
 
         def progress(ev) -> None:
@@ -191,7 +191,7 @@ def test_set_under_load_through_the_gateway_fails_no_request_and_each_step_is_au
 
         res = mgr.set_args("e", {"max_num_seqs": 8}, progress, gateway=drain)
         t1 = time.monotonic()
-        assert wait_until(lambda: load.tally(t1).get("ok", 0) >= 8, timeout=20), load.tally(t1)
+        assert wait_until(lambda: load.tally(t1).get("ok", 0) >= 8, timeout=60), load.tally(t1)
         total = load.stop()
         assert set(total) == {"ok"}, (total, load.details("http_5xx")[:3], load.details("cut")[:3])
         # requests sent before the new engine was spawned that ended after it was healthy waited in the
@@ -227,7 +227,7 @@ def test_without_a_gateway_requests_during_the_drain_get_500(env, tmp_path):
     rec = mgr.start("e", env.profiles["e"])
     load = start_load(rec.url, clients=8)
     try:
-        assert wait_until(lambda: load.tally().get("ok", 0) >= 8, timeout=20)
+        assert wait_until(lambda: load.tally().get("ok", 0) >= 8, timeout=60)
         mgr.set_args("e", {"max_num_seqs": 8})
     finally:
         total = load.stop()
@@ -255,10 +255,10 @@ def test_a_failed_change_undrains_and_an_abort_at_the_gateway_signals_nothing(en
             ("gateway.undrain", "intent", ""), ("gateway.undrain", "outcome", "ok")]
         # 2. long requests in flight at the gateway; abort while it drains: nothing is signalled
         rec = mgr.start("e", env.profiles["e"])
-        assert wait_until(lambda: gw.engine("e")["up"], timeout=10)
+        assert wait_until(lambda: gw.engine("e")["up"], timeout=60)
         load = start_load(gw.url, clients=3, max_tokens=200)  # 4 s each
         try:
-            assert wait_until(lambda: gw.engine("e")["in_flight"] >= 3, timeout=10)
+            assert wait_until(lambda: gw.engine("e")["in_flight"] >= 3, timeout=60)
             abort = threading.Event()
 
             def progress(ev) -> None:
@@ -340,6 +340,8 @@ def test_which_gateway_fronts_an_engine():
 async def test_tui_change_drains_at_the_gateway_and_says_so(env, tmp_path):
     from test_engine_ui import until
 
+    from textual.widgets import Input
+
     from infertop.ui.app import InfertopApp, Settings
     from infertop.ui.screens.confirm import ConfirmScreen
     from infertop.ui.screens.engine_dialogs import ArgsDialog
@@ -359,7 +361,9 @@ async def test_tui_change_drains_at_the_gateway_and_says_so(env, tmp_path):
             await app.poll_now()
             await pilot.pause()
             await pilot.press("m")
-            assert isinstance(app.screen, ArgsDialog)
+            # the keys go to the dialog's input only once it has the focus
+            await until(pilot, lambda: isinstance(app.screen, ArgsDialog) and isinstance(app.focused, Input),
+                        message="the args dialog with its input focused")
             await pilot.press("end", "backspace", "8", "enter")
             screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok
                                  and app.screen, message="check")

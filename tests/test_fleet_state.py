@@ -20,6 +20,7 @@ from infertop.sources.vllm import EngineEndpoint
 from infertop.state.fleet import FRESH, MISSING, STALE, FleetJoiner, FleetState
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.widgets.engines_table import EnginesTable
+from pilot_wait import until
 from vllm_text import v1_doc
 
 
@@ -248,8 +249,9 @@ async def test_every_visible_copy_of_a_metric_is_equal(sim_cluster):
         for _ in range(4):
             sim_cluster.advance(7)
             await app.poll_now()
-            await pilot.pause()
             f = app.state.fleet
+            await until(pilot, lambda: text_of(app, "#tile-running .tile-value") == count_human(f.running),
+                        "the Overview painted from this tick")
             # tiles, sparkline labels and the state agree
             assert text_of(app, "#tile-running .tile-value") == trend_value(app, "#t-running") == count_human(f.running)
             assert text_of(app, "#tile-waiting .tile-value") == trend_value(app, "#t-waiting") == count_human(f.waiting)
@@ -262,10 +264,11 @@ async def test_every_visible_copy_of_a_metric_is_equal(sim_cluster):
             alerts = [str(line.render()) for line in app.query(".alert-line").results()]
             # the Engines pane, shown as a user would, is painted from the same tick
             await pilot.press("2")
-            await pilot.pause()
+            await until(pilot, lambda: app.query_one("#panes").active == "engines", "the Engines pane on view")
             assert app.state.fleet is f
             main = cells(app, "#engines-table")
             await pilot.press("1")
+            await until(pilot, lambda: app.query_one("#panes").active == "overview", "the Overview back on view")
             # the Engines table and the hot list show the same cells for the same engine
             for name, row in hot.items():
                 for key, text in row.items():
@@ -307,6 +310,7 @@ async def test_no_data_is_a_dash_and_a_down_source_is_a_cross(scripted):
         status = text_of(app, "#statusbar")
         assert status.startswith("✗ 1/1 engines down: timeout after 0.5 s, since ")
         await pilot.press("2")
+        await until(pilot, lambda: app.query_one("#panes").active == "engines", "the engines pane")
         t = app.query_one("#engines-table", EnginesTable)
         row = t.get_row("only")
         assert str(row[1].plain).startswith("down ")  # state with the age of the values shown
@@ -328,12 +332,14 @@ async def test_tui_and_snapshot_render_the_same_numbers_from_one_recorded_state(
     async with app.run_test(size=(160, 40)) as pilot:
         app.show_state(state)
         await pilot.press("2")  # the Engines pane
+        await until(pilot, lambda: app.query_one("#panes").active == "engines", "the engines pane")
         await pilot.pause()
         tui = cells(app, "#engines-table")
         for name in ("alpha", "beta"):
             t = table[name]
             assert [tui[name]["run"], tui[name]["wait"], tui[name]["kv"]] == [t[3], t[4], t[5]]
         await pilot.press("1")
+        await until(pilot, lambda: app.query_one("#panes").active == "overview", "the overview pane")
         await pilot.pause()
         assert text_of(app, "#tile-running .tile-value") == count_human(state.fleet.running) == "9"
         assert text_of(app, "#tile-kv .tile-value") == f"{pct_human(30.0)}/{pct_human(50.0)}"

@@ -22,6 +22,7 @@ from infertop.ui.screens.sort_picker import SortPicker
 from infertop.ui.widgets.engines_table import EnginesTable
 from infertop.ui.widgets.gpus import GpusTable
 from infertop.ui.widgets.panels import ScaledSparkline, Trend, bars
+from pilot_wait import until
 from vllm_text import v1_doc
 
 DEAD = "http://127.0.0.1:9"  # nothing listens: connection refused
@@ -50,7 +51,8 @@ def engines(scripted):
     docs = {"beta": v1_doc(engines={"0": {"running": 2}}, model="qwen-7b")}
     a = scripted().serve_engine(v1_doc(engines={"0": {"running": 7, "waiting": 3, "kv": 0.5}}), model="llama-8b")
     b = scripted().serve_engine(lambda: docs["beta"], model="qwen-7b")
-    eps = [EngineEndpoint("alpha", a.url, max_num_seqs=8), EngineEndpoint("beta", b.url),
+    # a generous poll timeout: a starved machine must not turn a slow answer into a down engine
+    eps = [EngineEndpoint("alpha", a.url, max_num_seqs=8, timeout_s=30), EngineEndpoint("beta", b.url, timeout_s=30),
            EngineEndpoint("gone", DEAD)]
     return eps, docs
 
@@ -59,26 +61,32 @@ async def test_tab_and_shift_tab_switch_panes_from_a_focused_table_and_input(eng
     app = make_app(engines[0])
     async with app.run_test(size=(120, 40)) as pilot:
         await app.poll_now()
-        await pilot.press("2")
-        assert isinstance(app.focused, EnginesTable)
-        await pilot.press("tab")
-        assert app.current_pane == "log"
-        await pilot.press("tab")
-        assert app.current_pane == "gpus" and isinstance(app.focused, GpusTable)
-        await pilot.press(*["tab"] * (len(PANES) - 3))
+
+        async def press(key: str, cond, what: str) -> None:  # one key, then the state it leads to
+            await pilot.press(key)
+            await until(pilot, cond, what)
+
+        await press("2", lambda: isinstance(app.focused, EnginesTable), "the Engines table focused")
+        await press("tab", lambda: app.current_pane == "log", "Tab: the Log pane")
+        await press("tab", lambda: app.current_pane == "gpus" and isinstance(app.focused, GpusTable),
+                    "Tab: the GPUs table focused")
+        gpus = PANES.index("gpus")
+        for k in range(len(PANES) - 3):
+            want = PANES[(gpus + k + 1) % len(PANES)]
+            await press("tab", lambda want=want: app.current_pane == want, f"Tab: {want}")
         assert app.current_pane == "overview"  # wraps around
-        await pilot.press("shift+tab")
-        assert app.current_pane == PANES[-1]
-        await pilot.press(*["shift+tab"] * (len(PANES) - 3))
+        await press("shift+tab", lambda: app.current_pane == PANES[-1], "Shift+Tab: the last pane")
+        for i in range(len(PANES) - 3):
+            await press("shift+tab", lambda i=i: app.current_pane == PANES[-2 - i], "Shift+Tab back")
         assert app.current_pane == "log"
-        await pilot.press("slash")  # the filter box has the focus
-        assert isinstance(app.focused, Input)
-        await pilot.press("tab")
-        assert app.current_pane == "log" and not isinstance(app.focused, Input)
+        await press("slash", lambda: isinstance(app.focused, Input), "the filter box focused")
+        await press("tab", lambda: not isinstance(app.focused, Input), "Tab out of the filter box")
+        assert app.current_pane == "log"
         # in a dialog Tab belongs to the dialog
-        await pilot.press("2", "s")
-        assert isinstance(app.screen, SortPicker)
+        await press("2", lambda: app.current_pane == "engines", "the Engines pane")
+        await press("s", lambda: isinstance(app.screen, SortPicker), "the sort picker")
         await pilot.press("tab")
+        await pilot.pause()
         assert isinstance(app.screen, SortPicker) and app.current_pane == "engines"
 
 
@@ -100,13 +108,16 @@ async def test_engine_column_stays_pinned_after_scrolling_right(engines):
         assert first.lstrip().startswith("alpha")
 
 
-async def choose_sort(app, pilot, column: str) -> None:
+async def choose_sort(app, pilot, column: str, header: str) -> None:
+    """Pick ``column`` in the sort picker; wait until the picker is gone and the header shows ``header``."""
     await pilot.press("s")
-    assert isinstance(app.screen, SortPicker)
+    await until(pilot, lambda: isinstance(app.screen, SortPicker), "the sort picker open")
     options = app.screen.query_one(OptionList)
     options.highlighted = options.get_option_index(column)
     await pilot.press("enter")
-    await pilot.pause()
+    table = app.query_one("#engines-table", EnginesTable)
+    await until(pilot, lambda: not isinstance(app.screen, SortPicker) and header in line_text(table, 0),
+                f"the picker closed and {header!r} in the header")
 
 
 async def test_sort_picker_sorts_reverses_and_the_selected_engine_stays_selected(engines):
@@ -117,19 +128,23 @@ async def test_sort_picker_sorts_reverses_and_the_selected_engine_stays_selected
         table = app.query_one("#engines-table", EnginesTable)
         table.clock = lambda: now[0]
         await app.poll_now()
-        await pilot.press("2", "down")
-        assert order(app) == ["alpha", "beta", "gone"] and table.selected_engine == "beta"
+        # one key at a time: Pilot sends the next key once the process looks idle, which a
+        # starved process does before the first key's focus change has run
+        await pilot.press("2")
+        await until(pilot, lambda: app.focused is table, "the Engines table focused")
+        await pilot.press("down")
+        await until(pilot, lambda: table.selected_engine == "beta", "the cursor on beta")
+        assert order(app) == ["alpha", "beta", "gone"]
         assert line_text(table, 0).lstrip().startswith("Engine ▲")
 
-        await choose_sort(app, pilot, "run")
+        await choose_sort(app, pilot, "run", "Run ▼")
         assert order(app) == ["alpha", "beta", "gone"]  # 7, 2, no value last
-        assert "Run ▼" in line_text(table, 0) and "Engine ▲" not in line_text(table, 0)
-        await choose_sort(app, pilot, "run")  # the same column again: reversed
+        assert "Engine ▲" not in line_text(table, 0)
+        await choose_sort(app, pilot, "run", "Run ▲")  # the same column again: reversed
         assert order(app) == ["beta", "alpha", "gone"]
-        assert "Run ▲" in line_text(table, 0)
         assert table.selected_engine == "beta" and table.cursor_row == 0
 
-        # beta now runs more than alpha: the rows hold still for a few seconds...
+        # beta now runs more than alpha: the rows hold still for a few seconds (the table's clock)...
         docs["beta"] = v1_doc(engines={"0": {"running": 9}}, model="qwen-7b")
         now[0] = 1.0
         await app.poll_now()
@@ -141,10 +156,14 @@ async def test_sort_picker_sorts_reverses_and_the_selected_engine_stays_selected
         await app.poll_now()
         await pilot.pause()
         assert order(app) == ["alpha", "beta", "gone"]
-        assert table.selected_engine == "beta" and table.cursor_row == 1
+        await until(pilot, lambda: table.cursor_row == 1, "the cursor following beta to row 1")
+        assert table.selected_engine == "beta"
         # Esc closes the picker without changing anything
-        await pilot.press("s", "escape")
-        assert not isinstance(app.screen, SortPicker) and "Run ▲" in line_text(table, 0)
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, SortPicker), "the sort picker open")
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, SortPicker), "the sort picker closed by Esc")
+        assert "Run ▲" in line_text(table, 0) and order(app) == ["alpha", "beta", "gone"]
 
 
 async def test_footer_at_80x24_shows_the_panes_keys_and_quit(engines):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from textual.widgets import Input
 
 from infertop.config import Config
 from infertop.sources.vllm import EngineEndpoint
@@ -11,6 +12,7 @@ from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.screens.engine_detail import EngineDetailScreen
 from infertop.ui.screens.help import HelpScreen
 from infertop.ui.widgets.engines_table import EnginesTable
+from pilot_wait import until
 from vllm_text import v1_doc
 
 
@@ -28,6 +30,9 @@ def table_rows(app, selector: str = "#engines-table") -> dict[str, list[str]]:
     return out
 
 
+SLOW_S = 30.0  # an engine poll's timeout in these tests
+
+
 def make_app(endpoints, **kw) -> InfertopApp:
     return InfertopApp(Settings(config=Config(), endpoints=endpoints, **kw), poll=False)
 
@@ -36,8 +41,10 @@ def make_app(endpoints, **kw) -> InfertopApp:
 def two_engines(scripted):
     a = scripted().serve_engine(v1_doc(engines={"0": {"running": 7, "waiting": 3, "kv": 0.5}}), model="llama-8b")
     b = scripted().serve_engine(v1_doc(engines={"0": {"running": 2}}, model="qwen-7b"), model="qwen-7b")
-    return [EngineEndpoint("alpha", a.url, max_num_seqs=8), EngineEndpoint("beta", b.url),
-            EngineEndpoint("gone", "http://127.0.0.1:9")]
+    # A starved machine may take seconds to answer on loopback: a poll that timed out would show the
+    # engine down, not the values these tests look for.
+    return [EngineEndpoint("alpha", a.url, max_num_seqs=8, timeout_s=SLOW_S),
+            EngineEndpoint("beta", b.url, timeout_s=SLOW_S), EngineEndpoint("gone", "http://127.0.0.1:9")]
 
 
 async def test_overview_and_engines_show_live_values(two_engines):
@@ -54,6 +61,7 @@ async def test_overview_and_engines_show_live_values(two_engines):
         assert text_of(app, ".alert-line").endswith(": connection refused")
         assert "✗ gone down: connection refused, since " in text_of(app, "#statusbar")
         await pilot.press("2")
+        await until(pilot, lambda: app.query_one("#panes").active == "engines", "the Engines pane")
         assert app.query_one("#panes").active == "engines"
         rows = table_rows(app)
         assert rows["alpha"][:6] == ["alpha", "up", "7", "3", "7/8", "50%"]
@@ -65,23 +73,27 @@ async def test_filter_detail_and_help(two_engines):
     app = make_app(two_engines)
     async with app.run_test(size=(120, 40)) as pilot:
         await app.poll_now()
+        table = app.query_one("#engines-table", EnginesTable)
         await pilot.press("slash")
+        # typed before the box has the focus, 'q' would quit
+        await until(pilot, lambda: isinstance(app.focused, Input), "the filter box focused")
         await pilot.press(*"qwen")
-        await pilot.pause()
-        assert list(table_rows(app)) == ["beta"]
+        await until(pilot, lambda: list(table_rows(app)) == ["beta"], "the filter 'qwen' leaves only beta")
         await pilot.press("enter")  # leaves the filter box, focus on the table
+        await until(pilot, lambda: app.focused is table, "the table focused after Enter in the filter")
         await pilot.press("enter")  # opens the selected engine
-        await pilot.pause()
-        assert isinstance(app.screen, EngineDetailScreen)
+        await until(pilot, lambda: isinstance(app.screen, EngineDetailScreen)
+                    and "Running / waiting" in text_of(app.screen, "#detail-body"), "the detail screen painted")
         body = text_of(app.screen, "#detail-body")
+        assert "Engine beta" in text_of(app.screen, "#detail-title")
         assert "qwen-7b" in body and "Running / waiting" in body
         await pilot.press("escape")
+        await until(pilot, lambda: app.screen is app.main, "back on the main screen")
         await pilot.press("escape")  # clears the filter
-        await pilot.pause()
-        assert set(table_rows(app)) == {"alpha", "beta", "gone"}
+        await until(pilot, lambda: set(table_rows(app)) == {"alpha", "beta", "gone"}, "every engine back")
         await pilot.press("question_mark")
-        await pilot.pause()
-        assert isinstance(app.screen, HelpScreen)
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen)
+                    and app.screen.query_one("#help-keys").row_count > 0, "the help screen")
         help_table = app.screen.query_one("#help-keys")
         titles = {str(help_table.get_row_at(i)[1]) for i in range(help_table.row_count)}
         hidden = {a.title for a in ACTIONS if a.group == "Kubernetes" and a.action not in ("kube_context",
@@ -94,6 +106,7 @@ async def test_usable_at_80x24(two_engines):
     async with app.run_test(size=(80, 24)) as pilot:
         await app.poll_now()
         await pilot.press("2")
+        await until(pilot, lambda: app.query_one("#panes").active == "engines", "the Engines pane")
         await pilot.pause()
         table = app.query_one("#engines-table", EnginesTable)
         assert table.size.height >= 4  # rows visible between the tabs and the status bar
@@ -111,6 +124,7 @@ async def test_bad_data_keeps_app_running(scripted):
         await pilot.pause()
         assert "bad down: garbage /metrics" in text_of(app, "#statusbar")
         await pilot.press("2")  # the Engines pane
+        await until(pilot, lambda: app.query_one("#panes").active == "engines", "the Engines pane")
         await pilot.pause()
         assert table_rows(app)["good"][1] == "up"
         assert app.is_running
@@ -142,6 +156,7 @@ def test_snapshot_engines_pane(snap_compare):
     async def run_before(pilot):
         app.show_state(joiner.build())
         await pilot.press("2")
+        await until(pilot, lambda: app.query_one("#panes").active == "engines", "the Engines pane")
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(100, 20), run_before=run_before)

@@ -363,7 +363,7 @@ class _LifecycleMixin(_StoreMixin):
         st["phase"] = "stopping"
         with contextlib.suppress(OSError):  # the signal matters more than the record of it
             self._write_state(name, st)
-        watcher = _InFlightWatcher(self._endpoint(st), self.metrics_interval_s) if kind == "alive" else None
+        watcher = _InFlightWatcher(self._endpoint(st), self.metrics_interval_s, before_n) if kind == "alive" else None
         sigkill = False
         kill_why = f"SIGKILL after {grace:g} s grace"
         log_path = Path(st.get("log_path") or self.log_path(name))

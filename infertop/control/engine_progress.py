@@ -151,11 +151,13 @@ _METRICS_MAX_BYTES = 16 * 1024 * 1024
 class _InFlightWatcher:
     """Polls an engine's running + waiting (and its abort counter) in a background thread while it drains."""
 
-    def __init__(self, endpoint: EngineEndpoint, interval_s: float = 1.0) -> None:
+    def __init__(self, endpoint: EngineEndpoint, interval_s: float = 1.0, at_signal: int | None = None) -> None:
         self.endpoint = endpoint
         self.interval_s = interval_s
         self.value: int | None = None
-        self.max_seen: int | None = None
+        # What was in flight at the signal is part of the drain even when this thread's first
+        # scrape comes late (a starved machine) and sees the drain already under way.
+        self.max_seen: int | None = at_signal
         self.last_value: int | None = None  # the last value read before the server went away
         self.aborted: float | None = None  # the abort counter at the last scrape
         self._stop = threading.Event()

@@ -94,6 +94,9 @@ def _write_file_sd(path: str, groups: list) -> None:
 
 
 def main(argv: list[str]) -> int:
+    # Read before "ready" is printed: a parent that dies as soon as it reads "ready" must not
+    # be replaced here by whatever adopted us (the simulator would then outlive it).
+    parent = os.getppid()
     args = build_parser().parse_args(argv)
     if args.engines < 1:
         print("infertop sim: --engines must be at least 1", file=sys.stderr)
@@ -169,7 +172,6 @@ def main(argv: list[str]) -> int:
                 out.write(f"kube {kube.url} kubeconfig={path} context={DEMO_CONTEXT} namespace={kube.namespace}\n")
             out.write("ready\n")
             out.flush()
-            parent = os.getppid()
             while not stop.wait(0.5):
                 if args.exit_with_parent and os.getppid() != parent:
                     break  # re-parented: infertop died without stopping us

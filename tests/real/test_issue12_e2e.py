@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from pilot_wait import until as pilot_until
+
 from infertop.analysis.scaling import APPLIED, AUTO, RECOMMEND, RECOMMENDED, REFUSED, STABILISATION
 from infertop.config import AdvisorConfig, Config, KubeConfig, PrometheusConfig, SloConfig
 from infertop.control.audit import AuditLog
@@ -297,13 +299,12 @@ async def test_500_engines_from_prometheus_scroll_filter_group_and_sort(fleet500
         await pilot.press("2")
         table = app.query_one("#engines-table", EnginesTable)
 
-        async def until(cond, what: str, timeout_s: float = 30.0) -> None:
-            deadline = time.monotonic() + timeout_s
-            while not cond():
-                assert time.monotonic() < deadline, f"timed out waiting for {what}"
-                await pilot.pause(0.05)
+        async def until(cond, what: str, timeout_s: float = 60.0) -> None:
+            await pilot_until(pilot, cond, what, timeout_s)
 
-        await until(lambda: table.row_count == N, f"{N} rows")
+        # one key at a time where the next one depends on it: Pilot sends the next key once the process
+        # looks idle, which a starved process does before the first key's focus change has run
+        await until(lambda: table.row_count == N and app.focused is table, f"{N} rows, the table focused")
         state = app.state
         assert state is not None and len(state.engines) == N and all(e.fresh for e in state.engines)
         stats = {e.name: e.stats for e in state.engines}
@@ -320,17 +321,19 @@ async def test_500_engines_from_prometheus_scroll_filter_group_and_sort(fleet500
         await pilot.press("ctrl+end")
         await until(lambda: table.scroll_y > 0, "a scroll")
         assert table.cursor_row == N - 1 and table.selected_engine == keys[-1]
-        await pilot.press("ctrl+home", "pagedown")
+        await pilot.press("ctrl+home")
+        await until(lambda: table.cursor_row == 0, "the cursor on the first row")
+        await pilot.press("pagedown")
         await until(lambda: 0 < table.cursor_row < N - 1, "a page down")
 
         # sort by Run, largest first; the cursor keeps its engine
         selected = table.selected_engine
         await pilot.press("s")
-        assert isinstance(app.screen, SortPicker)
+        await until(lambda: isinstance(app.screen, SortPicker), "the sort picker")
         options = app.screen.query_one(OptionList)
         options.highlighted = options.get_option_index("run")
         await pilot.press("enter")
-        await pilot.pause()
+        await until(lambda: not isinstance(app.screen, SortPicker) and table.sort_key == "run", "sorted by Run")
         order = [row.key.value for row in table.ordered_rows]
         assert [running[k] for k in order] == sorted(running.values(), reverse=True)
         assert table.selected_engine == selected
@@ -338,6 +341,7 @@ async def test_500_engines_from_prometheus_scroll_filter_group_and_sort(fleet500
 
         # filter by model: a fifth of the fleet
         await pilot.press("slash")
+        await until(lambda: isinstance(app.focused, Input), "the filter box focused")
         await pilot.press(*"model-c")
         await until(lambda: table.row_count == N // len(MODELS), "the filter")
         assert all(model_of[row.key.value] == "model-c" for row in table.ordered_rows)
