@@ -22,7 +22,7 @@ class Clock:
 
 
 def make(urls, clock, **kw):
-    eps = [EngineEndpoint(name, url, timeout_s=kw.pop("timeout_s", 2.0)) if isinstance(url, str) else url
+    eps = [EngineEndpoint(name, url, timeout_s=kw.pop("timeout_s", 30.0)) if isinstance(url, str) else url
            for name, url in urls]
     return FleetCollector(eps, window_s=kw.pop("window_s", 60.0), clock=clock, **kw)
 
