@@ -207,10 +207,12 @@ class Trend(Vertical):
         self._fmt: Callable[[float], str] | None = None
         self._series: list[float | None] = []  # the last data, NaN as None
         self._first = 0  # absolute index of the series' first point (see bucket_max)
+        self._label = Label(self.title)  # kept: no query per trend per tick
+        self._spark = ScaledSparkline()
 
     def compose(self):
-        yield Label(self.title)
-        yield ScaledSparkline()
+        yield self._label
+        yield self._spark
 
     def show(self, data: list[float], value_text: str, *, fmt: Callable[[float], str] | None = None,
              percent: bool | None = None) -> None:
@@ -222,20 +224,20 @@ class Trend(Vertical):
         label = f"{self.title}  {value_text}"
         if label != self._label_text:
             self._label_text = label
-            self.query_one(Label).update(Text(label), layout=False)  # one line of fixed width
+            self._label.update(Text(label), layout=False)  # one line of fixed width
         self._follow(data)
         self._fmt = fmt or _unit_format(value_text) or self._fmt or rate_human
         if percent is None:
             percent = self._fmt is pct_human
         present = [v for v in data if _present(v)]
         if len(data) < 2 or not present:
-            self.query_one(ScaledSparkline).plot((), 1.0, "")  # one point is not a trend
+            self._spark.plot((), 1.0, "")  # one point is not a trend
             return
         top = 100.0 if percent else max(present)
         if top <= 0:
             top = 1.0  # all zero: the lowest bars, on a scale of 0..1
         top_text = self._fmt(top)
-        self.query_one(ScaledSparkline).plot(data, top, top_text, self._first)
+        self._spark.plot(data, top, top_text, self._first)
 
     def _follow(self, data: Sequence[float | None]) -> None:
         """Count the points that scrolled out, so that bucket boundaries stay with
