@@ -48,7 +48,7 @@ def run_app(mode: str) -> None:
         .trend > Static { height: 1fr; }
         DataTable { height: auto; max-height: 17; }
         .alert { height: 1; padding: 0 1; }
-        #top, #status { height: 1; }
+        #top, #status { height: 1; width: 1fr; }
         """
 
         def compose(self) -> ComposeResult:
@@ -77,7 +77,8 @@ def run_app(mode: str) -> None:
 
         def on_mount(self) -> None:
             table = self.query_one(DataTable)
-            table.add_columns(*(f"c{i}" for i in range(10)))
+            for i in range(10):
+                table.add_column(f"c{i}", key=f"c{i}")
             for r in range(6):
                 table.add_row(*(f"{r}.{c}" for c in range(10)), key=f"r{r}")
             self.n = 0
