@@ -351,7 +351,7 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
         main.query_one("#statusbar", QuietStatic).show(status_line(state, gpu_status_parts(gpu_health, state.taken_at)))
         pane = main.query_one("#panes", TabbedContent).active
         if pane == "overview":
-            overview = main.query_one(Overview)
+            overview = main.query_one("#overview-pane", Overview)  # by id: a cached lookup, not a walk
             overview.show_state(state, self.history)
             overview.show_gpus(summarize(list(state.gpus)), configured=state.gpus_configured)
         elif pane == "engines":

@@ -49,17 +49,18 @@ class Tile(Vertical):
         self.label = label
         self._raw: float | None = None
         self._key: tuple | None = None
+        self._value = QuietStatic(classes="tile-value")  # kept: no query per tile per tick
 
     def compose(self) -> ComposeResult:
         yield Static(self.label, classes="tile-label")
-        yield QuietStatic(classes="tile-value")
+        yield self._value
 
     def set_value(self, value: str, bad: bool = False, note: str = "", raw: float | None = None) -> None:
         """Show ``value`` (the value line repaints only when its text changes)."""
         text = Text(value, style="bold red" if bad else "bold")
         if note:
             text.append(f" {note}", style="dim")
-        self.query_one(".tile-value", QuietStatic).show(text)
+        self._value.show(text)
 
 
 TILES = (
@@ -106,6 +107,7 @@ class Overview(Vertical):
         self._engines = 0
         self._queues = False  # a gateway or endpoint picker is watched: its tiles are shown
         self._alerts: list[Alert] = []
+        self._alert_lines = [QuietStatic(classes="alert-line") for _ in range(ALERT_LINES)]
 
     def compose(self) -> ComposeResult:
         with Grid(id="tiles"):
@@ -122,8 +124,7 @@ class Overview(Vertical):
         yield EnginesTable(slo=self.slo, columns=HOT_COLUMNS, limit=5, sort_key="pressure", resort_every_s=5.0,
                            id="hot")
         yield QuietStatic(id="alerts-title")
-        for _ in range(ALERT_LINES):
-            yield QuietStatic(classes="alert-line")
+        yield from self._alert_lines
 
     def on_resize(self) -> None:
         self._fit()
@@ -146,11 +147,11 @@ class Overview(Vertical):
         self.query_one("#overview-trends").styles.height = trend
         left = height - tile_lines - trend - 3  # hot title, hot header, alerts title
         engines = max(1, self._engines)
-        alerts = max(2, min(len(self.query(".alert-line")), left // 3))
+        alerts = max(2, min(len(self._alert_lines), left // 3))
         hot = max(1, min(HOT_ROWS_MAX, engines, left - alerts))
-        alerts = max(2, min(len(self.query(".alert-line")), left - hot))
+        alerts = max(2, min(len(self._alert_lines), left - hot))
         self.query_one("#hot", EnginesTable).set_limit(hot)
-        for i, line in enumerate(self.query(".alert-line")):
+        for i, line in enumerate(self._alert_lines):
             line.display = i < alerts
         if alerts != self.alert_rows:
             self.alert_rows = alerts
@@ -265,7 +266,7 @@ class Overview(Vertical):
             title.append(" none", style="green")
             title.append(" — every engine within its SLO targets")
         self.query_one("#alerts-title", QuietStatic).show(title)
-        lines = list(self.query(".alert-line").results(QuietStatic))[: self.alert_rows]
+        lines = self._alert_lines[: self.alert_rows]
         width = self.size.width - 2  # the lines' padding
         fits = len(groups) <= len(lines)
         for i, line in enumerate(lines):

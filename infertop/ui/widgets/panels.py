@@ -148,6 +148,8 @@ class ScaledSparkline(LeanLines, Widget):
         if (tuple(data), top, top_text, first) == (self.data, self.top, self.top_text, self.first):
             return
         self.data, self.top, self.top_text, self.first = tuple(data), top, top_text, first
+        if not self.size.area:  # not on screen (a hidden wide trend): it renders from these when it gets a size
+            return
         old, rows = self._rows, self._lines()
         if old is None or rows is None or len(old) != len(rows) or self._rows_size != self.size:
             self.refresh()
@@ -203,14 +205,17 @@ class Trend(Vertical):
     def __init__(self, title: str, **kwargs) -> None:
         super().__init__(**kwargs)
         self.title = title
-        self._label_text = ""
+        self._label_text = ""  # the title and latest value
+        self._label_shown = ""  # the one on screen
         self._fmt: Callable[[float], str] | None = None
         self._series: list[float | None] = []  # the last data, NaN as None
         self._first = 0  # absolute index of the series' first point (see bucket_max)
+        self._label = Label(self.title)  # kept: no query per trend per tick
+        self._spark = ScaledSparkline()
 
     def compose(self):
-        yield Label(self.title)
-        yield ScaledSparkline()
+        yield self._label
+        yield self._spark
 
     def show(self, data: list[float], value_text: str, *, fmt: Callable[[float], str] | None = None,
              percent: bool | None = None) -> None:
@@ -219,23 +224,30 @@ class Trend(Vertical):
         ``value_text`` ends in %)."""
         if not self.children:  # not composed yet (a screen pushed this tick): the next tick shows it
             return
-        label = f"{self.title}  {value_text}"
-        if label != self._label_text:
-            self._label_text = label
-            self.query_one(Label).update(Text(label), layout=False)  # one line of fixed width
+        self._label_text = f"{self.title}  {value_text}"
+        if self.display:  # a hidden trend's title is written when it is shown (on_show)
+            self._show_label()
         self._follow(data)
         self._fmt = fmt or _unit_format(value_text) or self._fmt or rate_human
         if percent is None:
             percent = self._fmt is pct_human
         present = [v for v in data if _present(v)]
         if len(data) < 2 or not present:
-            self.query_one(ScaledSparkline).plot((), 1.0, "")  # one point is not a trend
+            self._spark.plot((), 1.0, "")  # one point is not a trend
             return
         top = 100.0 if percent else max(present)
         if top <= 0:
             top = 1.0  # all zero: the lowest bars, on a scale of 0..1
         top_text = self._fmt(top)
-        self.query_one(ScaledSparkline).plot(data, top, top_text, self._first)
+        self._spark.plot(data, top, top_text, self._first)
+
+    def _show_label(self) -> None:
+        if self._label_text != self._label_shown:
+            self._label_shown = self._label_text
+            self._label.update(Text(self._label_text), layout=False)  # one line of fixed width
+
+    def on_show(self) -> None:
+        self._show_label()
 
     def _follow(self, data: Sequence[float | None]) -> None:
         """Count the points that scrolled out, so that bucket boundaries stay with
