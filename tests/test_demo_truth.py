@@ -19,6 +19,7 @@ import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from test_sim_kube import wait_for
 
 from infertop.sim import SimCluster
 from infertop.sim.model import SimRequest
@@ -177,15 +178,6 @@ def test_cluster_state_round_trips_through_its_document():
 # the join after the simulated cluster scales down and up
 
 
-def _wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.05)
 
 
 def _answers(url: str) -> bool:
@@ -241,9 +233,9 @@ async def test_engines_scaled_away_leave_the_state_and_new_pods_engines_join_aga
         apps = kubernetes.client.AppsV1Api(session.api_client)
         await asyncio.to_thread(apps.patch_namespaced_deployment_scale, "vllm", "inference",
                                 {"spec": {"replicas": 1}})
-        await asyncio.to_thread(_wait_for, lambda: sum(_answers(e.url) for e in sim.engines) == 1,
+        await asyncio.to_thread(wait_for, lambda: sum(_answers(e.url) for e in sim.engines) == 1,
                                 what="two engines stopped")
-        await asyncio.to_thread(_wait_for, lambda: len(read_cluster(session).pods) == 1, what="one pod left")
+        await asyncio.to_thread(wait_for, lambda: len(read_cluster(session).pods) == 1, what="one pod left")
         (survivor,) = [f"vllm-{e.index}" for e in sim.engines if _answers(e.url)]
         state = await tick()
         assert engines_and_gpus(state) == {survivor: ("up", True, 1)}  # the others are gone, not down
@@ -254,9 +246,9 @@ async def test_engines_scaled_away_leave_the_state_and_new_pods_engines_join_aga
 
         await asyncio.to_thread(apps.patch_namespaced_deployment_scale, "vllm", "inference",
                                 {"spec": {"replicas": 3}})
-        await asyncio.to_thread(_wait_for, lambda: all(_answers(e.url) for e in sim.engines),
+        await asyncio.to_thread(wait_for, lambda: all(_answers(e.url) for e in sim.engines),
                                 what="the engines started again")
-        await asyncio.to_thread(_wait_for, lambda: len([p for p in read_cluster(session).pods if p.engine_url]) == 3,
+        await asyncio.to_thread(wait_for, lambda: len([p for p in read_cluster(session).pods if p.engine_url]) == 3,
                                 what="three pods with engines")
         state = await tick()
         assert engines_and_gpus(state) == {f"vllm-{i}": ("up", True, 1) for i in range(3)}

@@ -19,6 +19,7 @@ import pyte
 import pytest
 from rich.text import Text
 from textual.app import App
+from test_expfmt import perturb
 from textual.widgets import TabbedContent
 
 from infertop.config import Config, GpuConfig
@@ -480,15 +481,6 @@ async def test_lean_client_bounds_and_errors_are_one_line():
 
 
 # ----- lazy values: only the samples the extractor reads are converted -----------------------
-def _next_scrape(text: str, k: float) -> str:
-    """Same series, new values (every value changes, as in a busy engine's next scrape)."""
-    out = []
-    for line in text.split("\n"):
-        if line and not line.startswith("#"):
-            head, _, v = line.rpartition(" ")
-            line = f"{head} {float(v) + k!r}"
-        out.append(line)
-    return "\n".join(out)
 
 
 def test_lazy_values_give_the_extractor_the_same_samples_as_full_conversion():
@@ -500,7 +492,7 @@ def test_lazy_values_give_the_extractor_the_same_samples_as_full_conversion():
         eager, lazy = (Parser(), Extractor()), (Parser(lazy_values=True), Extractor())
         text = path.read_text()
         for k in range(4):  # the first document is cold, the next ones reuse its layout
-            doc = _next_scrape(text, 1.5 * k) if k else text
+            doc = perturb(text, 1.5 * k) if k else text
             want = eager[1].extract(eager[0].parse(doc))
             exp = lazy[0].parse(doc)
             assert lazy[1].extract(exp) == want

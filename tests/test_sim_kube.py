@@ -33,7 +33,7 @@ def answers(url: str) -> bool:
         return False
 
 
-def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
+def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
