@@ -20,6 +20,7 @@ from typing import Any
 from ..domain.gpu import GpuStats
 from ..domain.source import SourceHealth
 from .dcgm import METRICS, build_rows
+from .prom_connect import connect_prometheus
 from .sanitize import error_text
 
 NO_SERIES = "Prometheus has no DCGM_FI_* series — is dcgm-exporter scraped by it?"
@@ -75,17 +76,7 @@ class PromGpuSource:
 
     def _connect(self) -> Any:
         if self._prom is None:
-            from prometheus_api_client import PrometheusConnect  # noqa: PLC0415
-            from urllib3.util.retry import Retry  # noqa: PLC0415
-
-            headers = None
-            if self.token_file:
-                with open(self.token_file, encoding="utf-8") as fh:
-                    headers = {"Authorization": f"Bearer {fh.read().strip()}"}
-            # no retries: a dead Prometheus must cost one timeout, not five
-            self._prom = PrometheusConnect(url=self.url, headers=headers, disable_ssl=True,
-                                           retry=Retry(total=0, connect=0, read=0, status=0),
-                                           timeout=self.timeout_s)
+            self._prom = connect_prometheus(self.url, self.token_file, self.timeout_s)
         return self._prom
 
     def query_rows(self) -> list[GpuStats]:

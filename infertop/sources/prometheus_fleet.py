@@ -38,6 +38,7 @@ from typing import Any
 
 from ..domain.engine import DOWN, UP, EngineStats, FleetSnapshot
 from ..domain.source import SourceHealth
+from .prom_connect import connect_prometheus
 from .prom_gpu import describe_prom_error
 from .prometheus_fleet_map import (
     EngineRow,
@@ -161,18 +162,8 @@ class PromFleetSource:
 
     def _connect(self) -> Any:
         if self._prom is None:
-            from prometheus_api_client import PrometheusConnect  # noqa: PLC0415
-            from urllib3.util.retry import Retry  # noqa: PLC0415
-
-            headers = None
-            if self.cfg.token_file:
-                with open(self.cfg.token_file, encoding="utf-8") as fh:
-                    headers = {"Authorization": f"Bearer {fh.read().strip()}"}
-            # no retries: a dead Prometheus costs one timeout per refresh, not five;
             # POST: the engine query is a few KB of PromQL
-            self._prom = PrometheusConnect(url=self.url, headers=headers, disable_ssl=True, method="POST",
-                                           retry=Retry(total=0, connect=0, read=0, status=0),
-                                           timeout=self.timeout_s)
+            self._prom = connect_prometheus(self.url, self.cfg.token_file, self.timeout_s, method="POST")
         return self._prom
 
     # -- one refresh (blocking: call from a thread) ------------------------------

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..domain.source import SourceHealth
+from .prom_connect import connect_prometheus
 from .prom_gpu import describe_prom_error
 from .queues import QueueEndpoint, QueueWindow, build_view
 from .queues_names import EPP_NAMES, GATEWAY, GATEWAY_NAMES, QueueSample, extract
@@ -66,15 +67,7 @@ class PromQueueCollector:
 
     def _connect(self) -> Any:
         if self._prom is None:
-            from prometheus_api_client import PrometheusConnect  # noqa: PLC0415
-            from urllib3.util.retry import Retry  # noqa: PLC0415
-
-            headers = None
-            if self.token_file:
-                with open(self.token_file, encoding="utf-8") as fh:
-                    headers = {"Authorization": f"Bearer {fh.read().strip()}"}
-            self._prom = PrometheusConnect(url=self.prom_url, headers=headers, disable_ssl=True,
-                                           retry=Retry(total=0, connect=0, read=0, status=0), timeout=self.timeout_s)
+            self._prom = connect_prometheus(self.prom_url, self.token_file, self.timeout_s)
         return self._prom
 
     def query(self) -> QueueSample:
