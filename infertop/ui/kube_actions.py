@@ -1,52 +1,27 @@
-"""Kubernetes in the app: the Cluster pane's data and every Kubernetes action.
+"""Kubernetes in the app, the action half: capabilities and every Kubernetes action.
 
-``KubeActions`` is a mixin of :class:`~infertop.ui.app.InfertopApp`. The
-blocking client runs in thread workers (``asyncio.to_thread``); informers
-(``sources/kube.py``) keep the cluster view current and a timer repaints the
-pane (ages tick; only changed cells go out). While reads fail the pane is
-stale (the header says since when and why, objects are dimmed); when every
-resource was read again, permissions are re-checked. Every action is a
-:class:`~infertop.control.kube.KubeAction` handed to the one action pipeline
-(:meth:`~infertop.ui.action_runner.ActionRunner.start_action`): fresh read →
-pure plan (diff) → server dry run → ``ConfirmScreen`` → execute (audit
-intent first) → follow in the background → audit outcome; a 409 re-reads and
-asks again, a 403 disables the action for that kind and namespace.
+``KubeActions`` is a mixin of :class:`~infertop.ui.app.InfertopApp`; the session,
+informers and Cluster pane are its base :class:`~infertop.ui.kube_connection.KubeConnection`.
+Every action is a :class:`~infertop.control.kube.KubeAction` handed to the one
+action pipeline (:meth:`~infertop.ui.action_runner.ActionRunner.start_action`):
+fresh read → pure plan (diff) → server dry run → ``ConfirmScreen`` → execute
+(audit intent first) → follow in the background → audit outcome; a 409 re-reads
+and asks again, a 403 disables the action for that kind and namespace.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
-from rich.markup import escape
-from rich.text import Text
 from textual.widgets import TabbedContent
 
-from ..config import KubeConfig
-from ..control.audit import AuditLog
-from ..control.kube import KubeAction, KubeControl, Permissions, check_permissions
-from ..domain.kube import ClusterSnapshot, HpaView, NodeView, PodView, WorkloadView
-from ..sources.kube import (
-    ClusterWatcher,
-    KubeError,
-    KubeSession,
-    fetch_pod_loads,
-    kube_contexts,
-    namespaces_list,
-    read_cluster,
-    session_for,
-)
-from .action_runner import ActionRunner
+from ..control.kube import KubeAction
+from ..domain.kube import HpaView, NodeView, PodView, WorkloadView
+from ..sources.kube import KubeError, kube_contexts, namespaces_list
+from .kube_connection import KUBE_MUTATING, KubeConnection
 from .screens.kube_dialogs import ChoiceDialog, args_dialog, configmap_dialog, hpa_dialog, scale_dialog, text_dialog
-from .widgets.cluster import ClusterPane
 
-# action name → the permission it needs (control.kube.PERMISSIONS)
-KUBE_MUTATING = {
-    "kube_scale": "scale", "kube_hpa": "hpa", "kube_args": "args", "kube_restart": "restart",
-    "kube_delete_pod": "delete_pod", "kube_drain_pod": "drain_pod", "kube_cordon": "cordon",
-    "kube_drain_node": "drain_node", "kube_configmap": "configmap",
-}
 KUBE_ACTIONS = set(KUBE_MUTATING) | {"kube_context", "kube_namespace", "cluster_view"}
 KEY_HINTS = (  # (action, key, word) for the Cluster pane's key line
     ("kube_scale", "S", "scale"), ("kube_hpa", "H", "hpa"), ("kube_args", "A", "args"),
@@ -54,9 +29,6 @@ KEY_HINTS = (  # (action, key, word) for the Cluster pane's key line
     ("kube_cordon", "C", "cordon"), ("kube_drain_node", "N", "node-drain"), ("kube_configmap", "M", "cm"),
     ("kube_context", "K", "ctx"), ("kube_namespace", "^N", "ns"),
 )
-MAX_SCRAPED_PODS = 64
-NOT_CONFIGURED = ("Kubernetes is not configured: run with --context NAME [--namespace NS], set kube.context in "
-                  "the config file, or press K to pick a context from your kubeconfig.")
 
 
 # action → which selected object it acts on (for per-kind, per-namespace permissions)
@@ -64,324 +36,8 @@ KUBE_TARGET = {"kube_scale": "workload", "kube_args": "workload", "kube_restart"
                "kube_delete_pod": "pod", "kube_drain_pod": "pod", "kube_cordon": "node", "kube_drain_node": "node"}
 
 
-class KubeActions(ActionRunner):
-    """Mixin for InfertopApp. Needs ``settings``, ``collector``, ``log_event``, ``query_one``, ``notify``."""
-
-    kube_session: KubeSession | None = None
-    kube_watcher: ClusterWatcher | None = None
-    kube_control: KubeControl | None = None
-    kube_perms: Permissions | None = None
-    kube_snapshot: ClusterSnapshot | None = None
-    kube_loads: dict = {}
-    kube_error: str | None = None
-    kube_connecting: bool = False
-    kube_running_text: str = ""
-    _kube_rendered = -1
-    _kube_poll_at = 0.0
-    _kube_refreshing = False
-    _kube_loads_running = False
-    _kube_scrape_skip = 0
-    _kube_poll_stale_since: float | None = None  # polling without watches: reads failing since
-    _kube_poll_reconnects = 0
-    _kube_reconnects_seen = 0
-    _kube_was_stale = False
-    _kube_relist_note = ""  # Ctrl+R feedback in the header
-    kube_perm_checks = 0  # permission checks run (on connect and after each reconnect)
-
-    # ----- setup -----------------------------------------------------------------
-    def _main_screen(self) -> Any:
-        """The screen with the panes (``query_one`` would search an open dialog)."""
-        return self.screen_stack[0]  # type: ignore[attr-defined]
-
-    def _pane(self) -> ClusterPane:
-        return self._main_screen().query_one(ClusterPane)
-
-    @property
-    def kube_cfg(self) -> KubeConfig:
-        return self.settings.config.kube  # type: ignore[attr-defined]
-
-    def kube_audit(self) -> AuditLog:
-        return self.audit_log()
-
-    def kube_setup(self) -> None:
-        """On mount: connect when configured; repaint the pane every kube.refresh_s."""
-        self.kube_loads = {}
-        pane = self._pane()
-        self._kube_keys()
-        if self.kube_cfg.configured:
-            pane.show_message("Kubernetes: connecting…", "dim")
-            self.kube_connect()
-        else:
-            pane.show_message(NOT_CONFIGURED)
-        self.set_interval(self.kube_cfg.refresh_s, self._kube_tick)  # type: ignore[attr-defined]
-
-    def kube_shutdown(self) -> None:
-        if self.kube_watcher is not None:
-            self.kube_watcher.stop()
-            self.kube_watcher = None
-
-    def _kube_retire(self, old: KubeSession) -> None:
-        """A session replaced by a context (or namespace) switch: closed now, or — while an action
-        started on it still runs — kept for that action's follow and closed when it ends."""
-        self._kube_retired = [*getattr(self, "_kube_retired", ()), old]
-        self._kube_close_retired()
-
-    def _kube_close_retired(self) -> None:
-        retired = getattr(self, "_kube_retired", ())
-        if not retired:
-            return
-        busy = {id(getattr(getattr(r.kind, "control", None), "session", None)) for r in self.action_board.runs()}
-        keep = [s for s in retired if id(s) in busy]
-        for s in retired:
-            if id(s) not in busy:
-                s.close()
-        self._kube_retired = keep
-
-    def _actions_changed(self) -> None:
-        super()._actions_changed()
-        self._kube_close_retired()  # an action ended: the session of a context left meanwhile may go
-
-    def kube_connect(self, context: str | None = None, namespaces: list[str] | None = None) -> None:
-        """Connect (or switch context / namespaces) in a thread worker."""
-        self.kube_connecting = True
-        self.run_worker(lambda: self._kube_connect_work(context, namespaces), thread=True,  # type: ignore[attr-defined]
-                        group="kube-connect", exclusive=True, exit_on_error=False)
-
-    def _kube_connect_work(self, context: str | None, namespaces: list[str] | None) -> None:
-        cfg = self.kube_cfg
-        try:
-            session = session_for(cfg, context, namespaces)
-            perms = check_permissions(session)
-            watcher = None
-            if cfg.watch:
-                watcher = ClusterWatcher(session, cfg).start()
-                watcher.wait_synced(cfg.timeout_s)
-                snap = watcher.snapshot()
-            else:
-                try:
-                    snap = read_cluster(session, cfg)
-                except KubeError as e:
-                    if e.status != 0:
-                        raise
-                    # no answer yet: connect anyway, stale and empty, and keep polling until it answers
-                    snap = ClusterSnapshot(context=session.context, namespaces=tuple(session.namespaces),
-                                           taken_at=time.time(), user=session.user, server=session.server,
-                                           stale_since=time.time(), stale_error=str(e))
-        except KubeError as e:
-            self.call_from_thread(self._kube_failed, str(e))  # type: ignore[attr-defined]
-            return
-        self.call_from_thread(self._kube_connected, session, watcher, perms, snap)  # type: ignore[attr-defined]
-
-    def _kube_failed(self, message: str) -> None:
-        self.kube_connecting = False
-        self.kube_error = message
-        self._pane().show_message(f"Kubernetes: {message}", "bold red")  # type: ignore[attr-defined]
-        self.log_event(f"[red]Kubernetes:[/red] {escape(message)}")  # type: ignore[attr-defined]
-        self.refresh_bindings()  # type: ignore[attr-defined]
-
-    def _kube_connected(self, session: KubeSession, watcher: ClusterWatcher | None, perms: Permissions,
-                        snap: ClusterSnapshot) -> None:
-        old = self.kube_session
-        self.kube_shutdown()
-        if old is not None and old.api_client is not session.api_client:
-            self._kube_retire(old)
-        self.kube_connecting = False
-        self.kube_error = None
-        self.kube_session, self.kube_watcher, self.kube_perms = session, watcher, perms
-        self.kube_control = KubeControl(session, self.kube_audit(), self.kube_cfg, watcher=watcher)
-        self.kube_snapshot = snap
-        self.kube_loads = {}
-        self.kube_perm_checks += 1
-        self._kube_rendered = watcher.version if watcher is not None else -1
-        self._kube_reconnects_seen = watcher.reconnects if watcher is not None else 0
-        self._kube_poll_reconnects = 0
-        self._kube_poll_stale_since = snap.stale_since if watcher is None else None
-        self.kube_error = snap.stale_error if watcher is None else None
-        self._kube_was_stale = False
-        self._kube_relist_note = ""
-        self._kube_render()
-        self._kube_keys()
-        self.refresh_bindings()  # type: ignore[attr-defined]
-        denied = [a for a, p in KUBE_MUTATING.items() if perms.allows(p) is False]
-        note = f"; not permitted: {', '.join(a.removeprefix('kube_') for a in denied)}" if denied else ""
-        self.log_event(escape(f"Kubernetes: context {session.context}, namespace {', '.join(session.namespaces)}: "  # type: ignore[attr-defined]
-                              f"{len(snap.workloads)} workloads, {len(snap.pods)} pods{note}"))
-
-    # ----- refresh ---------------------------------------------------------------
-    def _kube_tick(self) -> None:
-        """Timer: rebuild the view when the informers saw a change (or poll without watches), else repaint
-        the ages; after a reconnect, re-check permissions."""
-        if self.kube_session is None or not self.is_running:  # type: ignore[attr-defined]
-            return
-        watcher = self.kube_watcher
-        self._kube_check_reconnect()
-        if not self._kube_refreshing:
-            if watcher is None or watcher.version != self._kube_rendered:
-                self._kube_refreshing = True
-                self.run_worker(self._kube_refresh_work(), group="kube-refresh", exit_on_error=False)  # type: ignore[attr-defined]
-            elif self._cluster_active():
-                self._kube_render()  # nothing new from the server: the ages still move
-        if self._kube_scrape_skip > 0:
-            self._kube_scrape_skip -= 1
-        elif not self._kube_loads_running:
-            self._kube_loads_running = True
-            self.run_worker(self._kube_loads_work(), group="kube-loads", exit_on_error=False)  # type: ignore[attr-defined]
-
-    def _kube_check_reconnect(self) -> None:
-        """Every resource was read again after a failure: what the user may do may have changed too."""
-        session, watcher = self.kube_session, self.kube_watcher
-        reconnects = watcher.reconnects if watcher is not None else self._kube_poll_reconnects
-        if session is None or reconnects == self._kube_reconnects_seen:
-            return
-        self._kube_reconnects_seen = reconnects
-        self.run_worker(lambda: self._kube_recheck_work(session), thread=True,  # type: ignore[attr-defined]
-                        group="kube-recheck", exclusive=True, exit_on_error=False)
-
-    def _kube_recheck_work(self, session: KubeSession) -> None:
-        perms = check_permissions(session)
-        self.call_from_thread(self._kube_rechecked, session, perms)  # type: ignore[attr-defined]
-
-    def _kube_rechecked(self, session: KubeSession, perms: Permissions) -> None:
-        if session is not self.kube_session:
-            return  # switched context meanwhile
-        self.kube_perms = perms
-        self.kube_perm_checks += 1
-        self._kube_keys()
-        self.refresh_bindings()  # type: ignore[attr-defined]
-        denied = [a for a, p in KUBE_MUTATING.items() if perms.allows(p) is False]
-        note = f"; not permitted: {', '.join(a.removeprefix('kube_') for a in denied)}" if denied else ""
-        self.log_event(escape(f"Kubernetes: reconnected to {session.context}: every resource read again, "  # type: ignore[attr-defined]
-                              f"permissions re-checked{note}"))
-
-    async def _kube_refresh_work(self) -> None:
-        try:
-            await self._kube_refresh()
-        finally:
-            self._kube_refreshing = False
-
-    async def _kube_loads_work(self) -> None:
-        try:
-            await self._kube_scrape()
-        finally:
-            self._kube_loads_running = False
-
-    async def _kube_refresh(self) -> None:
-        session, watcher = self.kube_session, self.kube_watcher
-        if session is None:
-            return
-        try:
-            if watcher is not None:
-                version = watcher.version
-                snap = await asyncio.to_thread(watcher.snapshot)
-                self._kube_rendered = version
-            else:
-                snap = await asyncio.to_thread(read_cluster, session, self.kube_cfg)
-        except KubeError as e:
-            if session is not self.kube_session:
-                return
-            self.kube_error = str(e)
-            if watcher is None and self._kube_poll_stale_since is None:
-                last = self.kube_snapshot
-                self._kube_poll_stale_since = last.taken_at if last is not None else time.time()
-            self._kube_render()
-            return
-        if session is not self.kube_session:
-            return  # switched context meanwhile
-        if watcher is None and self._kube_poll_stale_since is not None:
-            self._kube_poll_stale_since = None
-            self._kube_poll_reconnects += 1
-        self.kube_snapshot = snap
-        self.kube_error = None
-        self._kube_render()
-
-    async def _kube_scrape(self) -> None:
-        """Read running/waiting from the pods' engines (pod IP:port), when reachable from here."""
-        snap = self.kube_snapshot
-        if snap is None:
-            return
-        urls = {p.key: p.engine_url for p in snap.pods if p.engine_url and p.phase == "Running" and not p.terminating}
-        urls = dict(list(urls.items())[:MAX_SCRAPED_PODS])
-        loads = await fetch_pod_loads(urls, timeout_s=1.5)
-        self.kube_loads = loads
-        # pod IPs are often unreachable from where infertop runs: then try again only every 5th refresh
-        self._kube_scrape_skip = 4 if urls and all(v.error for v in loads.values()) else 0
-
-    async def kube_refresh_now(self) -> None:
-        """Ctrl+R: relist every resource (with watches; a plain read without), scrape the pods, say so."""
-        session, watcher = self.kube_session, self.kube_watcher
-        if session is None:
-            return
-        self._kube_relist_note = "relisting…"
-        self._kube_render()
-        if watcher is not None:
-            tokens = watcher.request_relist("Ctrl+R")
-            await asyncio.to_thread(watcher.wait_relisted, tokens, self.kube_cfg.timeout_s)
-        await self._kube_refresh()
-        await self._kube_scrape()
-        if session is not self.kube_session:
-            return
-        failed = self._kube_stale() is not None
-        self._kube_relist_note = f"{'relist failed' if failed else 'relisted'} {time.strftime('%H:%M:%S')}"
-        self._kube_render()
-
-    @property
-    def kube_stale_error(self) -> str | None:
-        """Why the cluster cannot be read now (the objects shown are the last read), else None."""
-        stale = self._kube_stale()
-        return stale[1] if stale is not None else None
-
-    def _kube_stale(self) -> tuple[float, str] | None:
-        """(since, why) while the cluster cannot be read: the pane shows the last objects read."""
-        snap = self.kube_snapshot
-        if self.kube_watcher is not None:
-            return (snap.stale_since, snap.stale_error or "failing") if snap is not None and snap.stale else None
-        if self._kube_poll_stale_since is not None:
-            return self._kube_poll_stale_since, self.kube_error or "failing"
-        return None
-
-    def _engine_names(self) -> dict[str, str]:
-        out = {}
-        for c in getattr(self.collector, "collectors", []):  # type: ignore[attr-defined]
-            out[c.endpoint.url.rstrip("/")] = c.endpoint.name
-        return out
-
-    def _kube_render(self) -> None:
-        pane = self._pane()
-        snap, session = self.kube_snapshot, self.kube_session
-        if snap is None or session is None:
-            return
-        not_ready = sum(1 for p in snap.pods if not p.ready and not p.terminating)
-        gpus = sum(n.gpu_allocatable or 0 for n in snap.nodes)
-        header = Text()
-        header.append("⎈ ", style="bold")
-        header.append(f"{session.context}", style="bold")
-        header.append(f" · ns {', '.join(session.namespaces)} · {session.user or '?'} · ")
-        header.append(f"{len(snap.workloads)} workloads, {len(snap.pods)} pods")
-        if not_ready:
-            header.append(f" ({not_ready} not ready)", style="yellow")
-        header.append(f", {len(snap.nodes)} nodes/{gpus} GPUs")
-        stale = self._kube_stale()
-        if stale is not None:
-            header.append(" · stale", style="bold red")
-        else:
-            header.append(" · watching" if self.kube_watcher is not None else " · polling", style="dim")
-        if self._kube_relist_note:
-            header.append(f" · {self._kube_relist_note}", style="dim")
-        if self.settings.read_only:  # type: ignore[attr-defined]
-            header.append(" · read-only", style="bold yellow")
-        problems = list(snap.errors) + ([self.kube_error] if self.kube_error else [])
-        if stale is not None:
-            since = time.strftime("%H:%M:%S", time.localtime(stale[0]))
-            problems.insert(0, f"stale since {since}: {stale[1]}")
-        if self.kube_running_text:
-            header.append(f"\n▶ {self.kube_running_text}", style="bold cyan")
-        elif problems:
-            header.append(f"\n✗ {problems[0]}", style="bold red")
-        if (stale is not None) != self._kube_was_stale:
-            self._kube_was_stale = stale is not None
-            if stale is not None:
-                self.log_event(f"[red]Kubernetes:[/red] {escape(problems[0])}")  # type: ignore[attr-defined]
-        pane.show(snap, header, self.kube_loads, self._engine_names(), stale=stale is not None)
+class KubeActions(KubeConnection):
+    """Mixin for InfertopApp: what the operator can do in the cluster, and the keys for it."""
 
     def _kube_keys(self) -> None:
         parts = []
