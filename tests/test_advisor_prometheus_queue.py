@@ -244,3 +244,34 @@ def test_the_nearest_queue_of_a_workload_is_its_depth_and_nothing_is_counted_twi
     every = [s for ss in att.by_workload.values() for s in ss] + att.fleet_wide
     assert sorted(map(id, every)) == sorted(map(id, doc["series"]))  # each series in exactly one place
     assert workload_depth([]) is None
+
+
+async def test_the_autoscaler_pane_says_where_each_depth_came_from(prom):
+    from rich.text import Text
+    from textual.app import App
+
+    from infertop.ui.widgets.autoscaler import AutoscalerPane
+    from pilot_wait import until
+
+    views = Console(prom).tick()
+
+    class Host(App):
+        def compose(self):
+            yield AutoscalerPane()
+
+    app = Host()
+    async with app.run_test(size=(160, 50)) as pilot:
+        pane = app.query_one(AutoscalerPane)
+        pane.show(list(views.values()), Text("advisor"))
+        detail = pane.query_one("#as-detail")
+
+        def shown() -> str:
+            r = detail.render()
+            return str(getattr(r, "plain", r))
+
+        await until(pilot, lambda: "queue depth from:" in shown(), "the detail of the first workload")
+        assert "queue depth from: Prometheus: endpoint-picker queue, 1 series (inference_pool=pool-a" in shown()
+        assert f"fleet-wide, no workload's: gateway {GATEWAY:g} (1 series)" in shown()
+        assert pane.select(f"Deployment/{NS}/qwen")
+        await until(pilot, lambda: "vLLM waiting, 1 series" in shown(), "the qwen workload's detail")
+        assert f"(pod=vllm-2-0000, instance={LIVE[2]})" in shown()
