@@ -99,7 +99,8 @@ MAX_QUEUE_SERIES = MAX_ENGINES
 def queue_series(result: Iterable[Mapping[str, Any]],
                  max_series: int = MAX_QUEUE_SERIES) -> tuple[list[dict[str, Any]], int]:
     """The queue query's series as ``{"queue": kind, "labels": {…}, "depth": n}`` (labels as plain
-    text, without ``__name__`` and the tag), and how many were left out (over ``max_series``)."""
+    text, without ``__name__`` and the tag), nearest queue kind first, and how many were left out
+    (over ``max_series``)."""
     out: list[dict[str, Any]] = []
     dropped = 0
     for item in result:
@@ -117,6 +118,9 @@ def queue_series(result: Iterable[Mapping[str, Any]],
                   if k not in (QUEUE_LABEL, "__name__") and val}
         out.append({"queue": plain_text(kind, 40) if isinstance(kind, str) and kind else PROMQL_QUEUE,
                     "labels": labels, "depth": v})
+    # Prometheus' order is its own: sorted, a refresh lists the same queues in the same places
+    # (the recorder stores each place as a column; the views keep their order)
+    out.sort(key=lambda s: (queue_rank(s["queue"]), s["queue"], sorted(s["labels"].items())))
     return out, dropped
 
 
