@@ -50,8 +50,8 @@ class QuietStatic(Static):
 
 def on_view(widget: Widget) -> bool:
     """True when neither ``widget`` nor any container of it is ``display: none`` (a pane not on view,
-    the Overview's wide trends on a narrow terminal). Its size cannot tell: a widget keeps the size
-    it last had on screen."""
+    the Overview's wide trends on a narrow terminal). Its size tells only after the next layout:
+    until then it reads the size it had on screen."""
     node = widget
     while isinstance(node, Widget):
         if not node.display:
