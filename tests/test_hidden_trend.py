@@ -1,12 +1,16 @@
-"""A hidden trend (the Overview's wide trends below 160 columns) costs no repaint per tick,
-and shows the latest title and series as soon as it is shown."""
+"""A hidden trend (the Overview's wide trends below 160 columns, a trend in a pane not on view)
+costs no repaint per tick, and shows the latest title and series as soon as it is shown —
+whether or not it was shown before."""
 
 from __future__ import annotations
 
+import pytest
 from textual.app import App
+from textual.containers import Vertical
 from textual.widgets import Label
 
 from infertop.ui.widgets.panels import ScaledSparkline, Trend
+from tests.pilot_wait import until
 
 
 class HiddenTrendApp(App):
@@ -36,3 +40,43 @@ async def test_a_hidden_trend_is_not_repainted_and_shows_its_latest_values_when_
         assert label.render().plain == "Requests/s  9"
         rows = str(spark.render()).splitlines()
         assert rows[0].startswith("9.0▕") and rows[-1].endswith("█")
+
+
+class ShownThenHiddenApp(App):
+    CSS = """
+    #box { height: 4; }
+    Screen.trend-off Trend { display: none; }
+    Screen.box-off #box { display: none; }
+    """
+
+    def compose(self):
+        with Vertical(id="box"):
+            yield Trend("Requests/s", id="t")
+
+
+def screen_lines(app) -> list[str]:
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+@pytest.mark.parametrize("hide", ["trend-off", "box-off"])  # the trend itself, or a container of it (a pane)
+async def test_a_trend_shown_then_hidden_is_not_repainted_and_shows_its_latest_values_when_shown_again(hide):
+    app = ShownThenHiddenApp()
+    async with app.run_test(size=(40, 6)) as pilot:
+        trend = app.query_one(Trend)
+        spark = app.query_one(ScaledSparkline)
+        label = trend.query_one(Label)
+        await until(pilot, lambda: spark.size.area, "the trend laid out")
+        trend.show([1.0, 2.0, 3.0], "3")
+        await until(pilot, lambda: any(line.lstrip().startswith("3.0▕") for line in screen_lines(app)),
+                    "the first values on screen")
+        app.screen.add_class(hide)
+        await until(pilot, lambda: not any("▕" in line for line in screen_lines(app)), "the trend hidden")
+        await until(pilot, lambda: not spark._repaint_required and not label._repaint_required, "painted")
+        # (hidden, it has no region on screen: its size reads 0 once the layout has run)
+        for top in (5.0, 7.0, 9.0):  # ticks while hidden
+            trend.show([1.0, 2.0, 3.0, top], f"{top:g}")
+            assert not spark._repaint_required and not label._repaint_required
+        app.screen.remove_class(hide)
+        await until(pilot, lambda: any(line.lstrip().startswith("9.0▕") for line in screen_lines(app))
+                    and any("Requests/s  9" in line for line in screen_lines(app)),
+                    "the latest title and series on screen once shown")

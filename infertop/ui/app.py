@@ -447,11 +447,13 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
         s = self.settings
         mode = s.mode + (" · read-only" if s.read_only else "")
         src = s.config.source or "no config file"
-        # what the fleet state holds (engines scaled away have left it), not the endpoints watched
-        n = len(self.state.engines) if self.state is not None else len(self.collector.collectors)
+        # what the fleet state holds (engines scaled away have left it), not the endpoints watched:
+        # before the first tick there is no state, so no count
+        n = len(self.state.engines) if self.state is not None else None
+        engines = "— engines" if n is None else f"{n} engine{'s' if n != 1 else ''}"
         text = Text()
         text.append("infertop", style="bold")
-        text.append(f" · {mode} · {n} engine{'s' if n != 1 else ''} · {src}")
+        text.append(f" · {mode} · {engines} · {src}")
         clock = ""
         if self.player is not None:
             p = self.player

@@ -48,6 +48,18 @@ class QuietStatic(Static):
         return st.text_wrap == "nowrap" and lines > 0 and lines == self._lines
 
 
+def on_view(widget: Widget) -> bool:
+    """True when neither ``widget`` nor any container of it is ``display: none`` (a pane not on view,
+    the Overview's wide trends on a narrow terminal). Its size tells only after the next layout:
+    until then it reads the size it had on screen."""
+    node = widget
+    while isinstance(node, Widget):
+        if not node.display:
+            return False
+        node = node.parent
+    return True
+
+
 def _present(v: float | None) -> bool:
     return v is not None and not math.isnan(v)
 
@@ -142,16 +154,20 @@ class ScaledSparkline(LeanLines, Widget):
         self.first = 0  # absolute index of data[0] (bucket boundaries)
         self._rows: list[str] | None = None  # the rows last painted, with their axis
         self._rows_size = (0, 0)
+        self._unpainted = False  # data plotted while hidden: painted when shown (on_show)
 
     def plot(self, data: Sequence[float | None], top: float, top_text: str, first: int = 0) -> None:
         """Show ``data`` on 0..``top``; repaints only the columns whose bars changed."""
         if (tuple(data), top, top_text, first) == (self.data, self.top, self.top_text, self.first):
             return
         self.data, self.top, self.top_text, self.first = tuple(data), top, top_text, first
-        if not self.size.area:  # not on screen (a hidden wide trend): it renders from these when it gets a size
+        if not self.size.area or not on_view(self):  # hidden: no repaint per tick, one when shown
+            self._unpainted = True
             return
         old, rows = self._rows, self._lines()
-        if old is None or rows is None or len(old) != len(rows) or self._rows_size != self.size:
+        if (self._unpainted or old is None or rows is None or len(old) != len(rows)
+                or self._rows_size != self.size):
+            self._unpainted = False
             self.refresh()
             return
         changed = [c for r in range(len(rows)) for c in range(len(rows[r]))
@@ -161,6 +177,11 @@ class ScaledSparkline(LeanLines, Widget):
             return
         left, right = min(changed), max(changed)
         self.refresh(Region(left, 0, right - left + 1, len(rows)))  # e.g. the newest bar alone
+
+    def on_show(self) -> None:
+        if self._unpainted:  # what it shows was rendered before it was hidden
+            self._unpainted = False
+            self.refresh()
 
     def _lines(self) -> list[str] | None:
         """Each row as drawn: the axis (scale, ▕) then the bars; None: nothing to draw."""
@@ -225,7 +246,7 @@ class Trend(Vertical):
         if not self.children:  # not composed yet (a screen pushed this tick): the next tick shows it
             return
         self._label_text = f"{self.title}  {value_text}"
-        if self.display:  # a hidden trend's title is written when it is shown (on_show)
+        if on_view(self):  # a hidden trend's title is written when it is shown (on_show)
             self._show_label()
         self._follow(data)
         self._fmt = fmt or _unit_format(value_text) or self._fmt or rate_human

@@ -125,7 +125,9 @@ class QueuePane(Vertical):
     QueuePane { height: 1fr; }
     QueuePane #queue-header { height: auto; max-height: 4; padding: 0 1; }
     QueuePane .queue-title { height: 1; padding: 0 1; text-style: bold; }
-    QueuePane #queue-classes { height: 2fr; }
+    /* the classes take the rows they have (up to half the pane), the engines the rest: a fixed
+       split left blank rows under three classes while six engines scrolled */
+    QueuePane #queue-classes { height: auto; max-height: 50%; }
     QueuePane #queue-engines { height: 1fr; }
     QueuePane #queue-keys { height: 1; padding: 0 1; color: $text-muted; }
     """
