@@ -403,7 +403,7 @@ class Api:
         now = self.emu.clock()
         meta["deletionTimestamp"] = format_time(now + grace)
         meta["deletionGracePeriodSeconds"] = grace
-        self.emu.controllers.terminating[meta["uid"]] = now + self.emu.termination_delay
+        self.emu.controllers.kubelet.terminating[meta["uid"]] = now + self.emu.termination_delay
         return self.store.put(PODS, pod)
 
     def delete_collection(self, rt: ResourceType, namespace: str | None, label_pred, field_pred,
