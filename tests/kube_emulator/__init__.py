@@ -9,6 +9,7 @@ from infertop.sim.kube import KubeEmulator, Request
 
 __all__ = ["KubeEmulator", "Request"]
 
-for _name in ("api", "controllers", "errors", "patch", "resources", "selectors", "server", "store", "util",
-              "validation"):
+for _name in ("api", "controller_base", "controllers", "defaults", "deployments", "errors", "events", "hpa",
+              "kubelet", "patch", "quantities", "replicasets", "resources", "scheduler", "selectors", "server",
+              "statefulsets", "store", "subresources", "typecheck", "util", "validation"):
     sys.modules[f"{__name__}.{_name}"] = importlib.import_module(f"infertop.sim.kube.{_name}")

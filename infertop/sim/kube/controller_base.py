@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from .quantities import parse_quantity
 from .resources import resource_type
 from .store import clone
 from .util import find_condition, format_time, parse_time
-from .validation import parse_quantity
 
 if TYPE_CHECKING:
     from .server import KubeEmulator
@@ -114,7 +114,7 @@ class ControllerBase:
         return out
 
     def _event(self, rt, obj: dict, etype: str, reason: str, message: str, component: str, **kw) -> None:
-        self.api.record_event(rt, obj, etype, reason, message, component, **kw)
+        self.api.events.record(rt, obj, etype, reason, message, component, **kw)
 
     def _new_pod(self, owner_rt, owner: dict, template: dict, *, name: str | None = None,
                  extra_labels: dict | None = None, spec_extra: dict | None = None) -> dict:

@@ -20,6 +20,7 @@ from .controller_base import (DEPLOYMENTS, HPAS, NAMESPACES, NODES, PDBS, PODS, 
                               ControllerBase, is_active, is_terminating)
 from .deployments import DeploymentController
 from .kubelet import Kubelet
+from .quantities import resolve_intstr
 from .replicasets import ReplicaSetController
 from .resources import RESOURCE_TYPES
 from .scheduler import Scheduler
@@ -27,7 +28,6 @@ from .selectors import selector_from_label_selector
 from .statefulsets import StatefulSetController
 from .store import clone
 from .util import find_condition, set_condition
-from .validation import resolve_intstr
 
 if TYPE_CHECKING:
     from .server import KubeEmulator

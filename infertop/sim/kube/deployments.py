@@ -5,9 +5,9 @@ limit, rollback by template, and the Deployment's status and conditions."""
 from __future__ import annotations
 
 from .controller_base import DEPLOYMENTS, REPLICASETS, ControllerBase, controller_uid, is_active, omit_zero, owner_ref
+from .quantities import resolve_intstr
 from .store import clone
 from .util import find_condition, parse_time, set_condition, template_hash
-from .validation import resolve_intstr
 
 REVISION = "deployment.kubernetes.io/revision"
 

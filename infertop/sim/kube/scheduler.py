@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections import Counter
 
 from .controller_base import GPU, NODES, PODS, ControllerBase, is_terminating, pod_gpus
+from .quantities import parse_quantity
 from .store import clone
 from .util import find_condition, set_condition
-from .validation import parse_quantity
 
 
 class Scheduler(ControllerBase):

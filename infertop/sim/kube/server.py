@@ -1290,7 +1290,7 @@ class KubeEmulator:
         rt = self._rt(kind)
         with self.store.lock:
             obj = self.api.get_current(rt, self._ns(rt, namespace), name)
-            self.api.record_event(rt, obj, etype, reason, message, component)
+            self.api.events.record(rt, obj, etype, reason, message, component)
 
     def set_hpa_status(self, namespace: str, name: str, *, desired_replicas: int | None = None,
                        current_replicas: int | None = None, current_metrics: list | None = None,
@@ -1329,9 +1329,9 @@ class KubeEmulator:
                 if old != n:
                     self.api.update_scale(target_rt, namespace, ref["name"], {"spec": {"replicas": n}})
                     status["lastScaleTime"] = format_time(self.clock())
-                    self.api.record_event(rt, hpa, "Normal", "SuccessfulRescale",
-                                          f"New size: {n}; reason: pods metric above target",
-                                          "horizontal-pod-autoscaler")
+                    self.api.events.record(rt, hpa, "Normal", "SuccessfulRescale",
+                                           f"New size: {n}; reason: pods metric above target",
+                                           "horizontal-pod-autoscaler")
             return self.store.put(rt, hpa)
 
     # ------------------------------------------------- failure modes etc.
