@@ -49,6 +49,7 @@ affinity other than nodeSelector, Endpoints/EndpointSlices, ControllerRevisions,
 a metrics API (an HPA's status is set by tests, or computed from ``set_hpa_metrics``'s source), TLS.
 """
 
-from .server import KubeEmulator, Request
+from .http_server import Request
+from .server import KubeEmulator
 
 __all__ = ["KubeEmulator", "Request"]

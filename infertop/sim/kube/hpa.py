@@ -213,4 +213,3 @@ class HpaController:
     def _tolerance(self, spec: dict, direction: str) -> float:
         t = _quantity(self._rules(spec, direction).get("tolerance"))
         return DEFAULT_TOLERANCE if t is None else t
-
