@@ -19,8 +19,9 @@ DEADLINE_S = 60.0
 
 
 async def until(pilot, predicate: Callable[[], object], what: str = "condition",
-                timeout_s: float = DEADLINE_S) -> None:
-    """Pause ``pilot`` until ``predicate()`` is true; fail naming ``what`` after ``timeout_s``.
+                timeout_s: float = DEADLINE_S) -> object:
+    """Pause ``pilot`` until ``predicate()`` is true and return its value; fail naming
+    ``what`` after ``timeout_s``.
 
     A predicate that raises (a widget not mounted yet) counts as false; the
     last such error is chained to the failure.
@@ -29,8 +30,9 @@ async def until(pilot, predicate: Callable[[], object], what: str = "condition",
     last: Exception | None = None
     while True:
         try:
-            if predicate():
-                return
+            value = predicate()
+            if value:
+                return value
             last = None
         except Exception as e:  # noqa: BLE001 — e.g. NoMatches before a screen is composed
             last = e

@@ -13,8 +13,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from pilot_wait import until
 from test_engine_control import Env, alive, wait_until
-from test_engine_ui import confirm_and_wait, settings, until
+from test_engine_ui import confirm_and_wait, settings
 
 from infertop.control.engines import EngineAborted
 from infertop.ui.app import InfertopApp
@@ -110,14 +111,14 @@ async def test_tui_aborts_a_change_during_its_drain_and_says_what_state_the_engi
         assert isinstance(app.screen, ArgsDialog)
         await pilot.press("end", "backspace", "8", "enter")
         screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok
-                             and app.screen, message="check")
+                             and app.screen, what="check")
         notes = "\n".join(screen.notes)
         assert "no infertop gateway in front" in notes and "HTTP 500" in notes and "infertop gateway" in notes
         await pilot.press("y")
-        await until(pilot, lambda: "draining (2 in flight)" in screen.progress_text, message=screen.progress_text)
+        await until(pilot, lambda: "draining (2 in flight)" in screen.progress_text, what=screen.progress_text)
         assert "left" in screen.progress_text  # the countdown to the grace
         await pilot.press("a")
-        await until(pilot, lambda: screen.state == "done", message=screen.progress_text)
+        await until(pilot, lambda: screen.state == "done", what=screen.progress_text)
         assert screen.result == "aborted", screen.result_text
         assert "still stopping" in screen.result_text and "no SIGKILL" in screen.result_text
         assert alive(pid)

@@ -338,7 +338,7 @@ def test_which_gateway_fronts_an_engine():
 
 
 async def test_tui_change_drains_at_the_gateway_and_says_so(env, tmp_path):
-    from test_engine_ui import until
+    from pilot_wait import until
 
     from textual.widgets import Input
 
@@ -355,7 +355,7 @@ async def test_tui_change_drains_at_the_gateway_and_says_so(env, tmp_path):
         app = InfertopApp(s, poll=False)
         async with app.run_test(size=(120, 40)) as pilot:
             await until(pilot, lambda: app.engine_manager is not None and app.managed("e") is not None,
-                        message="re-adopted")
+                        what="re-adopted")
             await app.workers.wait_for_complete()
             await pilot.press("2")
             await app.poll_now()
@@ -363,15 +363,15 @@ async def test_tui_change_drains_at_the_gateway_and_says_so(env, tmp_path):
             await pilot.press("m")
             # the keys go to the dialog's input only once it has the focus
             await until(pilot, lambda: isinstance(app.screen, ArgsDialog) and isinstance(app.focused, Input),
-                        message="the args dialog with its input focused")
+                        what="the args dialog with its input focused")
             await pilot.press("end", "backspace", "8", "enter")
             screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok
-                                 and app.screen, message="check")
+                                 and app.screen, what="check")
             notes = "\n".join(screen.notes)
             assert f"drain at gateway 127.0.0.1:{gw.port} first" in notes and "undrain" in notes, notes
             assert "no infertop gateway" not in notes
             await pilot.press("y")
-            await until(pilot, lambda: screen.state == "done", message=screen.progress_text)
+            await until(pilot, lambda: screen.state == "done", what=screen.progress_text)
             assert screen.result == "ok", screen.result_text
             assert f"undrained at gateway 127.0.0.1:{gw.port}" in screen.result_text
             assert gw.engine("e")["draining"] is False

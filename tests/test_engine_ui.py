@@ -16,6 +16,7 @@ from infertop.ui.screens.confirm import ConfirmScreen
 from infertop.ui.screens.engine_dialogs import ArgsDialog, ProfilePicker
 from infertop.ui.screens.engine_detail import EngineDetailScreen
 from infertop.ui.widgets.engines_table import EnginesTable
+from pilot_wait import until
 
 FAKE = str(Path(__file__).with_name("fake_engine.py").resolve())
 
@@ -35,23 +36,13 @@ def settings(tmp_path, read_only=False) -> Settings:
                     engine_module=FAKE)
 
 
-async def until(pilot, predicate, tries: int = 1500, message: str = ""):
-    """Bounded wait on app state (≤ tries × 20 ms of event-loop time)."""
-    for _ in range(tries):
-        value = predicate()
-        if value:
-            return value
-        await pilot.pause(0.02)
-    raise AssertionError(f"timed out waiting: {message or predicate}")
-
-
 async def confirm_and_wait(app, pilot) -> ConfirmScreen:
     """The one confirmation screen: wait for its check, confirm with y, wait for the end."""
     screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok is not None
-                         and app.screen, message="check")
+                         and app.screen, what="check")
     assert screen.dry_run_ok, screen.dry_run_text
     await pilot.press("y")
-    await until(pilot, lambda: screen.state == "done", message=f"done: {screen.progress_text}")
+    await until(pilot, lambda: screen.state == "done", what=f"done: {screen.progress_text}")
     return screen
 
 
@@ -127,7 +118,7 @@ async def test_engines_named_like_urls_never_crash_and_keys_say_why(tmp_path, na
     s.endpoints = [EngineEndpoint(name, "http://127.0.0.1:1")]
     app = InfertopApp(s, poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.engine_manager is not None, message="engine manager")
+        await until(pilot, lambda: app.engine_manager is not None, what="engine manager")
         await app.poll_now()
         await pilot.press("2")
         await pilot.pause()
@@ -152,13 +143,13 @@ async def test_enter_never_confirms_and_a_configured_engine_keeps_its_timeout_an
     s.endpoints = [EngineEndpoint("fake", f"http://127.0.0.1:{port}", timeout_s=7.5)]  # listed in `engines:`
     app = InfertopApp(s, poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.engine_manager is not None, message="engine manager")
+        await until(pilot, lambda: app.engine_manager is not None, what="engine manager")
         await pilot.press("2", "n", "enter")  # the only profile
         screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok
-                             and app.screen, message="check")
+                             and app.screen, what="check")
         assert screen.title_text == "Start engine fake"
         await pilot.press("enter")
-        await until(pilot, lambda: len(app.screen_stack) == 1, message="cancelled")
+        await until(pilot, lambda: len(app.screen_stack) == 1, what="cancelled")
         assert app.engine_manager.status("fake") is None  # nothing started
         await pilot.press("n", "enter")
         op = await confirm_and_wait(app, pilot)
@@ -169,14 +160,14 @@ async def test_enter_never_confirms_and_a_configured_engine_keeps_its_timeout_an
     # another infertop (same state directory) adopts it: the confirmation names who started it
     again = InfertopApp(settings_like(s), poll=False)
     async with again.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: again.managed("fake") is not None, message="adopted")
+        await until(pilot, lambda: again.managed("fake") is not None, what="adopted")
         await again.poll_now()
         await pilot.press("2", "x")
         op = await until(pilot, lambda: isinstance(again.screen, ConfirmScreen) and again.screen.dry_run_ok
-                         and again.screen, message="check")
+                         and again.screen, what="check")
         assert op.title_text.startswith("Stop engine fake — started by ")
         await pilot.press("y")
-        await until(pilot, lambda: op.state == "done", message=op.progress_text)
+        await until(pilot, lambda: op.state == "done", what=op.progress_text)
         assert op.result == "ok", op.result_text
         await pilot.press("escape")
         # listed in `engines:`: still watched after the stop (it shows down, not frozen)
@@ -194,22 +185,21 @@ async def test_a_slow_start_can_be_aborted_and_leaves_nothing_running(tmp_path):
     profile.env = {"FAKE_ENGINE_START_DELAY": "120"}  # /health never answers in this test
     app = InfertopApp(s, poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.engine_manager is not None, message="engine manager")
+        await until(pilot, lambda: app.engine_manager is not None, what="engine manager")
         await pilot.press("2", "n", "enter")
         screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok
-                             and app.screen, message="check")
+                             and app.screen, what="check")
         await pilot.press("y")
-        await until(pilot, lambda: "waiting for /health" in screen.progress_text, message=screen.progress_text)
+        await until(pilot, lambda: "waiting for /health" in screen.progress_text, what=screen.progress_text)
         assert "left" in screen.progress_text  # counting down to start_timeout_s
         pid = app.engine_manager.status("fake").pid
         await pilot.press("a")
-        await until(pilot, lambda: screen.state == "done", message=screen.progress_text)
+        await until(pilot, lambda: screen.state == "done", what=screen.progress_text)
         assert screen.result == "aborted" and "nothing is left running" in screen.result_text
         assert app.engine_manager.status("fake") is None or not app.engine_manager.status("fake").alive
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
     audit = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
     assert [(e["action"], e["result"]) for e in audit if "result" in e] == [("engine.start", "failed")]
-
 
 
 def test_a_trend_painted_before_it_is_composed_does_not_crash():

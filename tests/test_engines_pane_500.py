@@ -4,7 +4,6 @@ cells of the engines that changed."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 from textual.widgets import Input, OptionList
@@ -18,6 +17,7 @@ from infertop.state.fleet import FRESH, ClusterState, EngineState, FleetState, F
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.screens.sort_picker import SortPicker
 from infertop.ui.widgets.engines_table import GROUP_PREFIX, EnginesTable
+from pilot_wait import until
 
 N = 500
 MODELS = 5  # engine i serves model m{i % 5}
@@ -57,13 +57,6 @@ def rows(table: EnginesTable) -> list[str]:
 
 def cell(table: EnginesTable, row: str, col: str) -> str:
     return str(table.get_cell(row, col))
-
-
-async def until(pilot, cond, what: str, timeout_s: float = 60.0) -> None:  # generous: a starved CI host
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await pilot.pause(0.05)
 
 
 def test_groups_come_from_the_state_pods_gpus_and_models():

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 
-from test_kube_ui import NS, TOKEN, audit, confirm, connected, make_app, ready, set_input, until
+from pilot_wait import until
+from test_kube_ui import NS, TOKEN, audit, confirm, connected, make_app, ready, set_input
 
 from infertop.ui.screens.actions_list import ActionsListScreen
 from infertop.ui.screens.confirm import ConfirmScreen
@@ -44,7 +45,7 @@ async def start_stuck_scale(pilot, app, pane) -> ConfirmScreen:
     await pilot.press("enter")
     screen = await confirm(pilot, app, "replicas 1 → 2", press=False)
     await pilot.press("y")
-    await until(pilot, lambda: "ImagePullBackOff" in screen.progress_text, message=screen.progress_text)
+    await until(pilot, lambda: "ImagePullBackOff" in screen.progress_text, what=screen.progress_text)
     return screen
 
 
@@ -58,7 +59,7 @@ async def switch_to_lab_b(pilot, app, screen: ConfirmScreen):
     assert [oid for oid, _ in dialog.options] == ["lab", "lab-b"]
     await pilot.press("down", "enter")
     await until(pilot, lambda: app.kube_session is not None and app.kube_session.context == "lab-b",
-                message="context switch")
+                what="context switch")
     await pilot.pause(0.3)  # ~6 follow polls at 0.05 s on the old context's session
     assert run.in_flight, run.status_text()
     return run
@@ -77,10 +78,10 @@ async def test_a_follow_survives_a_context_switch_and_ends_ok(emu, tmp_path):
         assert app._kube_retired == [first]  # kept open for the follow
         assert app.kube_running_text.startswith("Scale: deployment default/slow (context lab): ")
         emu.clear_failures()  # the pods start: the scale completes, followed on the old context
-        await until(pilot, lambda: run.outcome is not None, message=run.status_text())
+        await until(pilot, lambda: run.outcome is not None, what=run.status_text())
         assert run.outcome.result == "ok", run.outcome
         assert ready(emu, "slow", 2)
-        await until(pilot, lambda: app._kube_retired == [], message="the old session is closed once its follow ended")
+        await until(pilot, lambda: app._kube_retired == [], what="the old session is closed once its follow ended")
         assert len(first.api_client.rest_client.pool_manager.pools) == 0  # closed: no pooled connection left
     (outcome,) = [e for e in audit(tmp_path) if e.get("action") == "kube.scale"]
     assert (outcome["result"], outcome["context"]) == ("ok", "lab"), outcome
@@ -101,7 +102,7 @@ async def test_a_follow_aborted_after_a_context_switch_is_audited_aborted(emu, t
         reopened = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen)
         assert reopened.state == "running"
         await pilot.press("a")
-        await until(pilot, lambda: reopened.state == "done", message=reopened.progress_text)
+        await until(pilot, lambda: reopened.state == "done", what=reopened.progress_text)
         assert reopened.result == "aborted", reopened.result_text
         assert "the change itself stays applied" in reopened.result_text
     (outcome,) = [e for e in audit(tmp_path) if e.get("action") == "kube.scale"]
@@ -135,9 +136,9 @@ async def test_a_pod_drain_on_unreadable_metrics_warns_before_confirmation_and_c
             screen.notes
         await pilot.press("y")
         await until(pilot, lambda: "cannot read the engine's in-flight requests" in screen.progress_text,
-                    message=screen.progress_text)
+                    what=screen.progress_text)
         assert "left" in screen.progress_text  # …and the wait counts down to drain_timeout_s
         await pilot.press("a")
-        await until(pilot, lambda: screen.state == "done", message=screen.progress_text)
+        await until(pilot, lambda: screen.state == "done", what=screen.progress_text)
         assert screen.result == "aborted" and "labels restored" in screen.result_text
     assert emu.get("pods", pod.split("/")[1], NS)["metadata"]["labels"].get("app") == "blind"

@@ -16,6 +16,7 @@ import pytest
 from infertop.config import Config, KubeConfig
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.widgets.cluster import ClusterPane
+from pilot_wait import until
 
 NS = "default"
 TOKEN = "kube-freshness-token"
@@ -36,16 +37,6 @@ def make_app(tmp_path, kubeconfig, **kube) -> InfertopApp:
     return InfertopApp(Settings(config=cfg, endpoints=[], state_dir=str(tmp_path / "state")), poll=False)
 
 
-async def until(pilot, predicate, tries: int = 750, message: str = ""):
-    """Bounded wait on app state (≤ tries × 20 ms of event-loop time)."""
-    for _ in range(tries):
-        value = predicate()
-        if value:
-            return value
-        await pilot.pause(0.02)
-    raise AssertionError(f"timed out waiting: {message or predicate}")
-
-
 def header(pane: ClusterPane) -> str:
     r = pane.query_one("#cluster-header").render()
     return str(getattr(r, "plain", r))
@@ -57,7 +48,7 @@ def workload_names(pane: ClusterPane) -> set[str]:
 
 
 async def connected(pilot, app: InfertopApp) -> ClusterPane:
-    await until(pilot, lambda: app.kube_session is not None and app.kube_snapshot is not None, message="connect")
+    await until(pilot, lambda: app.kube_session is not None and app.kube_snapshot is not None, what="connect")
     await pilot.press("5")
     await pilot.pause()
     return app.query_one(ClusterPane)
@@ -76,7 +67,7 @@ async def test_the_pane_goes_stale_when_the_api_server_dies_and_recovers_by_itse
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"), watch=watch)
     async with app.run_test(size=(120, 30)) as pilot:
         pane = await connected(pilot, app)
-        await until(pilot, lambda: workload_names(pane) == {"vllm", "old"}, message="first read")
+        await until(pilot, lambda: workload_names(pane) == {"vllm", "old"}, what="first read")
         assert " · stale" not in header(pane) and not pane.has_class("-stale")
         assert app.kube_perm_checks == 1
         checks = emu.count_requests("POST", SSAR)
@@ -84,7 +75,7 @@ async def test_the_pane_goes_stale_when_the_api_server_dies_and_recovers_by_itse
 
         emu.stop()
         text = await until(pilot, lambda: "cannot reach the API server: connection refused" in header(pane)
-                           and header(pane), message="stale header")
+                           and header(pane), what="stale header")
         first, second = text.split("\n")
         assert first.endswith(" · stale") and "watching" not in first and "polling" not in first
         assert re.fullmatch(r"✗ stale since \d\d:\d\d:\d\d: cannot reach the API server: connection refused", second)
@@ -101,10 +92,10 @@ async def test_the_pane_goes_stale_when_the_api_server_dies_and_recovers_by_itse
 
         await until(pilot, lambda: workload_names(pane) == {"vllm", "fresh"} and not pane.has_class("-stale")
                     and len(pod_names()) == 2 and not any(p.startswith("old-") for p in pod_names()),
-                    message="recovered without a K press")
+                    what="recovered without a K press")
         assert "stale" not in header(pane) and "✗" not in header(pane) and app.kube_stale_error is None
         assert header(pane).split("\n")[0].endswith(" · watching" if watch else " · polling")
-        await until(pilot, lambda: app.kube_perm_checks >= 2, message="permissions re-checked")
+        await until(pilot, lambda: app.kube_perm_checks >= 2, what="permissions re-checked")
         assert emu.count_requests("POST", SSAR) > checks
 
 
@@ -116,7 +107,7 @@ async def test_ages_move_between_two_renders_without_a_watch_event(kube_emulator
     async with app.run_test(size=(120, 30)) as pilot:
         pane = await connected(pilot, app)
         await until(pilot, lambda: app.kube_watcher.version == app._kube_rendered and not app._kube_refreshing,
-                    message="rendered")
+                    what="rendered")
         clock = FakeClock(time.time() + 30)
         pane.clock = clock
         app._kube_tick()
@@ -151,7 +142,7 @@ async def test_ctrl_r_relists_and_says_so(kube_emulator, tmp_path):
         assert all(inf.lists == 1 for inf in app.kube_watcher.informers)
         emu.clear_requests()
         await pilot.press("ctrl+r")
-        text = await until(pilot, lambda: "relisted" in header(pane) and header(pane), message="feedback")
+        text = await until(pilot, lambda: "relisted" in header(pane) and header(pane), what="feedback")
         assert re.search(r" · relisted \d\d:\d\d:\d\d", text.split("\n")[0])
         assert all(inf.lists == 2 for inf in app.kube_watcher.informers)
         assert emu.count_requests(predicate=lambda r: r.query.get("watch") != "true" and r.method == "GET") >= 6
@@ -167,10 +158,10 @@ async def test_an_api_server_down_at_start_is_waited_for(kube_emulator, tmp_path
     app = make_app(tmp_path, kubeconfig, watch=watch, timeout_s=1.0)
     async with app.run_test(size=(120, 30)) as pilot:
         pane = await connected(pilot, app)
-        await until(pilot, lambda: "✗ stale since" in header(pane), message="stale from the start")
+        await until(pilot, lambda: "✗ stale since" in header(pane), what="stale from the start")
         assert "cannot reach the API server" in header(pane) and workload_names(pane) == set()
         emu.start()
         await until(pilot, lambda: workload_names(pane) == {"vllm"} and "stale" not in header(pane),
-                    tries=1500, message="the first read once it answers (retries back off up to 5 s)")
-        await until(pilot, lambda: app.kube_perm_checks == 2, message="permissions checked again")
+                    what="the first read once it answers (retries back off up to 5 s)")
+        await until(pilot, lambda: app.kube_perm_checks == 2, what="permissions checked again")
         assert app.kube_perms.allows("scale") is True  # unknown while it was down, known now

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import itertools
 
-from test_kube_ui import NS, TOKEN, audit, confirm, connected, make_app, ready, set_input, text, until
+from pilot_wait import until
+from test_kube_ui import NS, TOKEN, audit, confirm, connected, make_app, ready, set_input, text
 
 from infertop.ui.screens.confirm import ConfirmScreen
 from infertop.ui.screens.kube_dialogs import FormDialog
@@ -33,7 +34,7 @@ def _syncing(kube_emulator):
 
 async def _edit(pilot, app, lo: str, hi: str) -> ConfirmScreen:
     await pilot.press("H")
-    form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen, message="HPA form")
+    form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen, what="HPA form")
     await set_input(pilot, form, "min", lo)
     await set_input(pilot, form, "max", hi)
     await pilot.press("enter")
@@ -51,7 +52,7 @@ async def test_h_twice_while_the_hpa_syncs_its_status(kube_emulator, tmp_path):
             rv = _hpa_rv(emu)
             emu.wait_until(lambda rv=rv: _hpa_rv(emu) > rv, message="an HPA status sync while confirming")
             await pilot.press("y")
-            await until(pilot, lambda screen=screen: screen.state == "done", message="the edit done")
+            await until(pilot, lambda screen=screen: screen.state == "done", what="the edit done")
             assert screen.result == "ok", screen.result_text
             await pilot.press("escape")
             spec = emu.get("horizontalpodautoscalers", "vllm", NS)["spec"]
@@ -69,13 +70,13 @@ async def test_h_when_the_bounds_changed_meanwhile_reconfirms_with_the_new_diff(
         await pilot.press("y")
         await until(pilot, lambda: screen.state == "review" and screen.dry_run_ok
                     and "spec.maxReplicas 8 → 10" in text(screen.query_one("#confirm-status")),
-                    message="re-confirmation")
+                    what="re-confirmation")
         status = text(screen.query_one("#confirm-status"))
         assert "nothing was sent" in status and "confirm again" in status
         assert screen.change == "min 1 → 2, max 10 → 6"  # the re-read object
         assert emu.get("horizontalpodautoscalers", "vllm", NS)["spec"]["maxReplicas"] == 10
         await pilot.press("y")
-        await until(pilot, lambda: screen.state == "done", message="the edit done")
+        await until(pilot, lambda: screen.state == "done", what="the edit done")
         assert screen.result == "ok", screen.result_text
     spec = emu.get("horizontalpodautoscalers", "vllm", NS)["spec"]
     assert (spec["minReplicas"], spec["maxReplicas"]) == (2, 6)

@@ -20,6 +20,7 @@ from infertop.state.fleet import ClusterState, EngineState, FleetState, Slo
 from infertop.state.membership import JOIN_POD_WAIT_S, FleetMembership
 from infertop.sources.vllm import EngineEndpoint
 from infertop.ui.app import InfertopApp, Settings
+from pilot_wait import until
 
 SLO = Slo(1.0, 0.1, 10.0, 5.0, 90.0)
 
@@ -67,15 +68,6 @@ def _answers(url: str) -> bool:
         return False
 
 
-async def _until(pilot, predicate, message: str, tries: int = 1500):
-    for _ in range(tries):
-        value = predicate()
-        if value:
-            return value
-        await pilot.pause(0.02)
-    raise AssertionError(f"timed out waiting: {message}")
-
-
 async def test_after_a_scale_down_the_header_and_the_log_say_what_the_fleet_state_says(tmp_path):
     import kubernetes
 
@@ -96,7 +88,7 @@ async def test_after_a_scale_down_the_header_and_the_log_say_what_the_fleet_stat
                 snap = app.kube_snapshot
                 return snap is not None and len([p for p in snap.pods if p.engine_url]) == n
 
-            await _until(pilot, lambda: pods_with_engines(3), "the cluster read")
+            await until(pilot, lambda: pods_with_engines(3), "the cluster read")
             app.tick()  # before the first poll: every engine is unknown — nothing to tell yet
             await app.poll_now()
             assert not [line for line in app.log_lines if "vllm-" in line], list(app.log_lines)
@@ -107,8 +99,8 @@ async def test_after_a_scale_down_the_header_and_the_log_say_what_the_fleet_stat
             apps = kubernetes.client.AppsV1Api(app.kube_session.api_client)
             await asyncio.to_thread(apps.patch_namespaced_deployment_scale, "vllm", "inference",
                                     {"spec": {"replicas": 1}})
-            await _until(pilot, lambda: sum(_answers(e.url) for e in sim.engines) == 1, "two engines stopped")
-            await _until(pilot, lambda: pods_with_engines(1) and len(app.kube_snapshot.pods) == 1, "one pod left")
+            await until(pilot, lambda: sum(_answers(e.url) for e in sim.engines) == 1, "two engines stopped")
+            await until(pilot, lambda: pods_with_engines(1) and len(app.kube_snapshot.pods) == 1, "one pod left")
             await app.poll_now()
             assert len(app.state.engines) == 1
             assert " · 1 engine · " in str(top.render())  # was: 3 (the endpoints watched)
@@ -120,8 +112,8 @@ async def test_after_a_scale_down_the_header_and_the_log_say_what_the_fleet_stat
 
             await asyncio.to_thread(apps.patch_namespaced_deployment_scale, "vllm", "inference",
                                     {"spec": {"replicas": 3}})
-            await _until(pilot, lambda: all(_answers(e.url) for e in sim.engines), "the engines started again")
-            await _until(pilot, lambda: pods_with_engines(3), "three pods with engines")
+            await until(pilot, lambda: all(_answers(e.url) for e in sim.engines), "the engines started again")
+            await until(pilot, lambda: pods_with_engines(3), "three pods with engines")
             await app.poll_now()
             assert " · 3 engines · " in str(top.render())
             new_pod = {p.engine_url: p.name for p in app.kube_snapshot.pods}

@@ -28,6 +28,7 @@ from infertop.ui.screens.confirm import ConfirmScreen
 from infertop.ui.screens.help import HelpScreen
 from infertop.ui.screens.kube_dialogs import ChoiceDialog, FormDialog
 from infertop.ui.widgets.cluster import ClusterPane
+from pilot_wait import until
 
 try:
     from kube_emulator import KubeEmulator
@@ -63,16 +64,6 @@ def audit(tmp_path) -> list[dict]:
     return [e for e in audit_all(tmp_path) if e.get("phase") != "intent"]
 
 
-async def until(pilot, predicate, tries: int = 500, message: str = ""):
-    """Bounded wait on app state (≤ tries × 20 ms of event-loop time)."""
-    for _ in range(tries):
-        value = predicate()
-        if value:
-            return value
-        await pilot.pause(0.02)
-    raise AssertionError(f"timed out waiting: {message or predicate}")
-
-
 def ready(emu: KubeEmulator, app: str, n: int) -> bool:
     pods = [p for p in emu.list("pods", NS, f"app={app}") if not p["metadata"].get("deletionTimestamp")]
     return len(pods) == n and all({c["type"]: c["status"] for c in p["status"].get("conditions") or []}.get("Ready")
@@ -80,7 +71,7 @@ def ready(emu: KubeEmulator, app: str, n: int) -> bool:
 
 
 async def connected(pilot, app: InfertopApp) -> ClusterPane:
-    await until(pilot, lambda: app.kube_session is not None and app.kube_snapshot is not None, message="connect")
+    await until(pilot, lambda: app.kube_session is not None and app.kube_snapshot is not None, what="connect")
     await pilot.press("5")
     await pilot.pause()
     return app.query_one(ClusterPane)
@@ -106,13 +97,13 @@ async def set_input(pilot, screen, field: str, value: str) -> None:
 async def confirm(pilot, app, change: str | None = None, *, press: bool = True) -> ConfirmScreen:
     """Wait for the dry run in the confirmation, check the change, confirm and wait for the end."""
     screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok is not None
-                         and app.screen, message="dry run")
+                         and app.screen, what="dry run")
     assert screen.dry_run_ok, screen.dry_run_text
     if change is not None:
         assert screen.change == change
     if press:
         await pilot.press("y")
-        await until(pilot, lambda: screen.state == "done", message=f"action done: {screen.progress_text}")
+        await until(pilot, lambda: screen.state == "done", what=f"action done: {screen.progress_text}")
     return screen
 
 
@@ -268,12 +259,12 @@ async def test_drain_and_delete_a_pod_from_the_keyboard(emu, tmp_path):
             screen = await confirm(pilot, app, press=False)
             assert screen.change.startswith(f"take pod {first.split('/')[1]} out of vllm")
             await pilot.press("y")
-            await until(pilot, lambda: screen.progress_text.startswith("in flight: 4"), message="draining")
+            await until(pilot, lambda: screen.progress_text.startswith("in flight: 4"), what="draining")
             assert "app" not in emu.get("pods", first.split("/")[1], NS)["metadata"]["labels"]
             assert screen.state == "running" and not emu.get("pods", first.split("/")[1], NS)["metadata"].get(
                 "deletionTimestamp")
             sim.advance(30.0)  # the in-flight requests finish
-            await until(pilot, lambda: screen.state == "done", message=screen.progress_text)
+            await until(pilot, lambda: screen.state == "done", what=screen.progress_text)
             assert screen.result == "ok" and "drained (0 in flight) and deleted" in screen.result_text
             await pilot.press("escape")
             await until(pilot, lambda: first not in rows(pane, "pods"))
@@ -313,10 +304,10 @@ async def test_cordon_and_drain_a_node_with_a_blocking_pdb(emu, tmp_path):
         screen = await confirm(pilot, app, "drain node gpu-a: cordon, evict 1 pod(s)", press=False)
         assert any("blocked now" in n for n in screen.notes)  # the dry run saw the PDB
         await pilot.press("y")
-        await until(pilot, lambda: "blocked by a disruption budget" in screen.progress_text, message="429 countdown")
+        await until(pilot, lambda: "blocked by a disruption budget" in screen.progress_text, what="429 countdown")
         assert "retry" in screen.progress_text and screen.state == "running"
         emu.patch("deployments", "vllm", {"spec": {"replicas": 3}}, NS)  # now the PDB allows one disruption
-        await until(pilot, lambda: screen.state == "done", message=screen.progress_text)
+        await until(pilot, lambda: screen.state == "done", what=screen.progress_text)
         assert screen.result == "ok" and "1 pod(s) evicted after" in screen.result_text
         await pilot.press("escape")
     assert [(e["action"], e["result"]) for e in audit(tmp_path)] == [
@@ -400,7 +391,7 @@ async def test_a_changed_spec_is_read_again_and_confirmed_again(emu, tmp_path):
         emu.patch("deployments", "vllm", {"spec": {"replicas": 1}}, NS)  # someone else scaled meanwhile
         await pilot.press("y")
         await until(pilot, lambda: screen.state == "review" and "changed since it was read (spec.replicas 2 → 1)"
-                    in text(screen.query_one("#confirm-status")) and screen.dry_run_ok, message="re-confirmation")
+                    in text(screen.query_one("#confirm-status")) and screen.dry_run_ok, what="re-confirmation")
         assert screen.change == "replicas 1 → 3"  # the re-read object
         assert emu.get("deployments", "vllm", NS)["spec"]["replicas"] == 1  # nothing retried blindly
         await pilot.press("y")
@@ -456,7 +447,7 @@ async def test_switching_context_and_namespace(emu, tmp_path):
         dialog = await until(pilot, lambda: isinstance(app.screen, ChoiceDialog) and app.screen)
         assert [oid for oid, _ in dialog.options] == ["lab", "lab-b"]
         await pilot.press("down", "enter")
-        await until(pilot, lambda: app.kube_session.context == "lab-b", message="context switch")
+        await until(pilot, lambda: app.kube_session.context == "lab-b", what="context switch")
         assert app.kube_session.namespaces == ["team-b"]
         await until(pilot, lambda: list(rows(pane, "workloads")) == ["Deployment/team-b/mistral"])
         await pilot.press("ctrl+n")
@@ -465,7 +456,7 @@ async def test_switching_context_and_namespace(emu, tmp_path):
         assert {"default", "team-b", "kube-system"} <= set(names)
         dialog.query_one("#choices").highlighted = names.index("default")
         await pilot.press("enter")
-        await until(pilot, lambda: app.kube_session.namespaces == ["default"], message="namespace switch")
+        await until(pilot, lambda: app.kube_session.namespaces == ["default"], what="namespace switch")
         await until(pilot, lambda: list(rows(pane, "workloads")) == ["Deployment/default/vllm"])
         assert app.kube_session.context == "lab-b"
         await pilot.press("3")
@@ -579,7 +570,7 @@ async def test_abort_a_stuck_scale_while_another_action_runs(emu, tmp_path):
         await pilot.press("enter")
         stuck = await confirm(pilot, app, "replicas 1 → 2", press=False)
         await pilot.press("y")
-        await until(pilot, lambda: "ImagePullBackOff" in stuck.progress_text, message=stuck.progress_text)
+        await until(pilot, lambda: "ImagePullBackOff" in stuck.progress_text, what=stuck.progress_text)
         assert stuck.state == "running" and "left" in stuck.progress_text  # a countdown to the timeout
         emu.clear_requests()
         await pilot.pause(0.5)  # ~10 follow polls at 0.05 s: from the informers, not GETs
@@ -607,7 +598,7 @@ async def test_abort_a_stuck_scale_while_another_action_runs(emu, tmp_path):
         reopened = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen)
         assert reopened.state == "running" and reopened.change == "replicas 1 → 2"
         await pilot.press("a")
-        await until(pilot, lambda: reopened.state == "done", message=reopened.progress_text)
+        await until(pilot, lambda: reopened.state == "done", what=reopened.progress_text)
         assert reopened.result == "aborted" and "the change itself stays applied" in reopened.result_text
         assert app.action_board.runs() == []
     assert [(e["action"], e["target"], e["result"]) for e in audit(tmp_path)] == [
@@ -637,7 +628,7 @@ async def test_quit_during_a_rollout_asks_and_the_next_start_reports_it(emu, tmp
         screen = await confirm(pilot, app, press=False)
         await pilot.press("y")
         await until(pilot, lambda: screen.state == "running" and "CrashLoopBackOff" in screen.progress_text,
-                    message=screen.progress_text)
+                    what=screen.progress_text)
         await pilot.press("q")
         ask = await until(pilot, lambda: isinstance(app.screen, QuitScreen) and app.screen)
         assert ask.question.startswith("1 action in flight: quit anyway? y/n")
@@ -647,7 +638,7 @@ async def test_quit_during_a_rollout_asks_and_the_next_start_reports_it(emu, tmp
         await pilot.press("q")
         await until(pilot, lambda: isinstance(app.screen, QuitScreen))
         await pilot.press("y")
-        await until(pilot, lambda: not app.is_running, message="quit")
+        await until(pilot, lambda: not app.is_running, what="quit")
     # the follow stops without an outcome: the intent stays unfinished
     await asyncio.to_thread(wait_for, lambda: not any(t.name.startswith("action kube:") for t in threading.enumerate()))
     (intent,) = audit_all(tmp_path)
@@ -660,14 +651,14 @@ async def test_quit_during_a_rollout_asks_and_the_next_start_reports_it(emu, tmp
     async with again.run_test(size=(120, 40)) as pilot:
         await pilot.press("3")
         log = await until(pilot, lambda: "outcome unknown" in (t := "\n".join(
-            line.text for line in again.query_one("#log-view").lines)) and t, message="log")
+            line.text for line in again.query_one("#log-view").lines)) and t, what="log")
         assert "kube.args deployment default/vllm" in log
     # … once: it now has an `unknown` outcome in the audit log
     intent_again, unknown = audit_all(tmp_path)
     assert (unknown["phase"], unknown["op"], unknown["result"]) == ("outcome", intent["op"], "unknown")
     third = make_app(tmp_path, kc)
     async with third.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: third.engine_manager is not None, message="start done")
+        await until(pilot, lambda: third.engine_manager is not None, what="start done")
         await third.workers.wait_for_complete()  # adopt_engines (which reports) ran
         await pilot.press("3")
         await pilot.pause()

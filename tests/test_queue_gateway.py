@@ -15,18 +15,10 @@ from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.screens.confirm import ConfirmScreen
 from infertop.ui.screens.kube_dialogs import FormDialog
 from infertop.ui.widgets.queue import QueuePane
+from pilot_wait import until
 
 TOKEN = "gateway-admin-token"
 CLIENTS_PER_CLASS = 6
-
-
-async def until(pilot, predicate, tries: int = 750, pause_s: float = 0.02, message: str = ""):
-    for _ in range(tries):
-        value = predicate()
-        if value:
-            return value
-        await pilot.pause(pause_s)
-    raise AssertionError(f"timed out waiting: {message or predicate}")
 
 
 @pytest.fixture
@@ -101,12 +93,12 @@ async def test_a_weight_edited_in_the_pane_changes_the_gateways_shares(gateway, 
         form.query_one("#field-weight").value = "8"
         form.submit()
         screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok is not None
-                             and app.screen, message="dry run")
+                             and app.screen, what="dry run")
         assert screen.dry_run_ok, screen.dry_run_text
         assert screen.change == "weight 2 → 8"
         assert gateway.policy.classes["batch"].weight == 2  # the dry run changed nothing
         await pilot.press("y")
-        await until(pilot, lambda: screen.state == "done", message="weight change")
+        await until(pilot, lambda: screen.state == "done", what="weight change")
         assert screen.result == "ok", screen.result_text
         assert gateway.policy.classes["batch"].weight == 8
         await pilot.press("escape")

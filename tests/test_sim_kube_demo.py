@@ -16,15 +16,7 @@ from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.screens.confirm import ConfirmScreen
 from infertop.ui.screens.kube_dialogs import FormDialog
 from infertop.ui.widgets.cluster import ClusterPane
-
-
-async def until(pilot, predicate, tries: int = 1500, message: str = ""):
-    for _ in range(tries):
-        value = predicate()
-        if value:
-            return value
-        await pilot.pause(0.02)
-    raise AssertionError(f"timed out waiting: {message or predicate}")
+from pilot_wait import until
 
 
 def text(widget) -> str:
@@ -51,7 +43,7 @@ async def test_the_demo_cluster_pane_is_live_and_its_actions_dry_run(tmp_path, m
                 snap = app.kube_snapshot
                 return snap is not None and len([p for p in snap.pods if p.engine_url]) == 3
 
-            await until(pilot, bound, message="the demo cluster read")
+            await until(pilot, bound, what="the demo cluster read")
             await pilot.press("5")
             await pilot.pause()
             pane = app.query_one(ClusterPane)
@@ -70,7 +62,7 @@ async def test_the_demo_cluster_pane_is_live_and_its_actions_dry_run(tmp_path, m
             await pilot.pause()
             await pilot.press("enter")
             screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen)
-                                 and app.screen.dry_run_ok is not None and app.screen, message="dry run")
+                                 and app.screen.dry_run_ok is not None and app.screen, what="dry run")
             assert screen.dry_run_ok, screen.dry_run_text
             assert screen.change.startswith("replicas ") and screen.change.endswith(" → 1")  # the HPA may move
             await pilot.press("escape")

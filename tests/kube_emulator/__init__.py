@@ -9,6 +9,8 @@ from infertop.sim.kube import KubeEmulator, Request
 
 __all__ = ["KubeEmulator", "Request"]
 
-for _name in ("api", "controllers", "errors", "patch", "resources", "selectors", "server", "store", "util",
-              "validation"):
+for _name in ("access", "api", "controller_base", "controllers", "defaults", "deployments", "errors", "events",
+              "hpa", "http_server", "kubelet", "patch", "pod_runtime", "quantities", "replicasets", "resources",
+              "routing", "scheduler", "seed_autoscalers", "seed_objects", "selectors", "server", "statefulsets",
+              "store", "subresources", "typecheck", "util", "validation", "watch"):
     sys.modules[f"{__name__}.{_name}"] = importlib.import_module(f"infertop.sim.kube.{_name}")

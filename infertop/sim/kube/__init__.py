@@ -17,7 +17,8 @@ makes the HPA KEDA would own); discovery (``/version``,
 ``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>[/<version>]``, with or
 without trailing slash).
 
-API semantics: a cluster-wide resourceVersion counter; 409 on a stale
+API semantics (the verbs in ``api.py``, ``subresources.py`` and ``events.py``; admission in
+``typecheck.py``, ``defaults.py`` and ``validation.py``): a cluster-wide resourceVersion counter; 409 on a stale
 resourceVersion (PUT body, or ``metadata.resourceVersion`` in a patch);
 strategic-merge / merge / JSON patch by Content-Type; ``dryRun=All``;
 label and field selectors; ``limit``/``continue``; watches (chunked
@@ -29,7 +30,8 @@ with the resourceVersion counter reset, as a restored server); Status
 errors (400, 401, 403, 404, 405, 409, 410, 415, 422, 429, 504) shaped like the real API's; no-op updates write nothing;
 the status subresource split; graceful pod deletion.
 
-Controllers (``controllers.py``): Deployments -> ReplicaSets -> Pods with
+Controllers (``controllers.py`` runs a pass over ``deployments.py``, ``replicasets.py``,
+``statefulsets.py``, ``scheduler.py``, ``kubelet.py`` and its own small ones): Deployments -> ReplicaSets -> Pods with
 rolling updates (maxSurge/maxUnavailable, Recreate, revisions, rollback
 by template), StatefulSets (ordinals, OrderedReady/Parallel, rolling
 update with partition), a scheduler (round-robin, cordons, taints,
@@ -47,6 +49,7 @@ affinity other than nodeSelector, Endpoints/EndpointSlices, ControllerRevisions,
 a metrics API (an HPA's status is set by tests, or computed from ``set_hpa_metrics``'s source), TLS.
 """
 
-from .server import KubeEmulator, Request
+from .http_server import Request
+from .server import KubeEmulator
 
 __all__ = ["KubeEmulator", "Request"]

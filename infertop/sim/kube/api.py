@@ -1,5 +1,6 @@
-"""The API operations (create, get, list, update, patch, delete, scale,
-eviction, access review), independent of HTTP.
+"""The object verbs (create, get, list, update, patch, delete), independent of HTTP;
+the subresources (scale, eviction, access review) are in ``subresources.py``, Events
+in ``events.py``.
 
 Every operation takes the store lock for its whole read-check-write, so a
 resourceVersion check and the write that follows are atomic. Operations
@@ -13,62 +14,26 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from . import errors as E
+from .defaults import apply_defaults, initial_status
+from .events import EventRecorder
 from .patch import PatchError, json_patch, merge_patch, strategic_merge_patch
-from .resources import BY_KIND, BY_KEY, ResourceType, resource_type
-from .selectors import format_label_selector, selector_from_label_selector
+from .resources import BY_KEY, ResourceType, resource_type
 from .store import clone
+from .subresources import Subresources
+from .typecheck import go_unmarshal_message, type_errors
 from .util import canonical_json, format_time, random_suffix
-from .validation import apply_defaults, go_unmarshal_message, type_errors, validate
+from .validation import validate
 
 if TYPE_CHECKING:
     from .server import KubeEmulator
 
 PODS = resource_type("pods")
 NAMESPACES = resource_type("namespaces")
-PDBS = resource_type("poddisruptionbudgets")
-EVENTS = resource_type("events")
 
 STRATEGIC = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY = "application/apply-patch+yaml"
-
-SCALABLE = ("Deployment", "StatefulSet", "ReplicaSet")
-
-
-def initial_status(rt: ResourceType, obj: dict) -> dict | None:
-    """The status the real API server gives a freshly created object."""
-    kind = rt.kind
-    if kind == "Pod":
-        return {"phase": "Pending", "qosClass": _qos_class(obj)}
-    if kind == "Deployment":
-        return {}
-    if kind in ("StatefulSet", "ReplicaSet"):
-        return {"replicas": 0, "availableReplicas": 0} if kind == "StatefulSet" else {"replicas": 0}
-    if kind == "HorizontalPodAutoscaler":
-        return {"currentReplicas": 0, "desiredReplicas": 0}
-    if kind == "PodDisruptionBudget":
-        return {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
-    if kind == "Namespace":
-        return {"phase": "Active"}
-    if kind == "Service":
-        return {"loadBalancer": {}}
-    return None
-
-
-def _qos_class(pod: dict) -> str:
-    containers = (pod.get("spec") or {}).get("containers") or []
-    any_set, guaranteed = False, True
-    for c in containers:
-        res = c.get("resources") or {} if isinstance(c, dict) else {}
-        limits, requests = res.get("limits") or {}, res.get("requests") or {}
-        if limits or requests:
-            any_set = True
-        if not limits or set(limits) < {"cpu", "memory"} or any(requests.get(k, v) != v for k, v in limits.items()):
-            guaranteed = False
-    if not any_set:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
 
 
 def _strip_rv(obj: dict) -> dict:
@@ -77,11 +42,11 @@ def _strip_rv(obj: dict) -> dict:
     return obj
 
 
-class Api:
+class Api(Subresources):
     def __init__(self, emu: "KubeEmulator"):
         self.emu = emu
         self.store = emu.store
-        self._event_index: dict[tuple, str] = {}
+        self.events = EventRecorder(self)
         self._cluster_ip = 0
 
     # ------------------------------------------------------------- helpers
@@ -403,7 +368,7 @@ class Api:
         now = self.emu.clock()
         meta["deletionTimestamp"] = format_time(now + grace)
         meta["deletionGracePeriodSeconds"] = grace
-        self.emu.controllers.terminating[meta["uid"]] = now + self.emu.termination_delay
+        self.emu.controllers.kubelet.terminating[meta["uid"]] = now + self.emu.termination_delay
         return self.store.put(PODS, pod)
 
     def delete_collection(self, rt: ResourceType, namespace: str | None, label_pred, field_pred,
@@ -415,183 +380,3 @@ class Api:
                 body = self.delete(rt, meta.get("namespace"), meta["name"], options, dry_run=dry_run)
                 out.append(body if body.get("kind") != "Status" else obj)
             return out
-
-    # -------------------------------------------------------------- scale
-    def scale_view(self, rt: ResourceType, obj: dict) -> dict:
-        if rt.kind not in SCALABLE:
-            raise E.path_not_found()
-        meta = obj["metadata"]
-        return {
-            "kind": "Scale",
-            "apiVersion": "autoscaling/v1",
-            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-                         if k in meta},
-            "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 1)},
-            "status": {
-                "replicas": int((obj.get("status") or {}).get("replicas") or 0),
-                "selector": format_label_selector((obj.get("spec") or {}).get("selector")),
-            },
-        }
-
-    def update_scale(self, rt: ResourceType, namespace: str | None, name: str, body: dict, *,
-                     dry_run: bool = False, patching: bool = False) -> dict:
-        if rt.kind not in SCALABLE:
-            raise E.path_not_found()
-        scale_rt = BY_KIND["HorizontalPodAutoscaler"]  # only for the group in messages
-        causes = type_errors("Scale", body)
-        if causes:
-            if patching:
-                raise E.invalid_object(scale_rt, "Scale", name, causes)
-            raise E.bad_request(go_unmarshal_message("Scale", "autoscaling/v1", causes[0]))
-        with self.store.lock:
-            current = self.get_current(rt, namespace, name)
-            meta = body.get("metadata") or {}
-            if meta.get("name") not in (None, name):
-                raise E.bad_request(f"the name of the object ({meta.get('name')}) does not match the name on "
-                                    f"the URL ({name})")
-            rv = meta.get("resourceVersion")
-            if rv and rv != current["metadata"]["resourceVersion"]:
-                raise E.conflict(rt, name)
-            replicas = (body.get("spec") or {}).get("replicas", 0)
-            if replicas < 0:
-                raise E.invalid_object(scale_rt, "Scale", name, [E.invalid(
-                    "spec.replicas", replicas, "must be greater than or equal to 0")])
-            new = clone(current)
-            if new["spec"].get("replicas") != replicas:
-                new["spec"]["replicas"] = replicas
-                new["metadata"]["generation"] = new["metadata"].get("generation", 1) + 1
-                if not dry_run:
-                    new = self.store.put(rt, new)
-            return self.scale_view(rt, new)
-
-    # ----------------------------------------------------------- eviction
-    def evict(self, namespace: str, name: str, body: Any, *, dry_run: bool = False) -> dict:
-        if not isinstance(body, dict):
-            raise E.bad_request("the body of the request does not decode into an Eviction")
-        body_name = (body.get("metadata") or {}).get("name")
-        if body_name and body_name != name:
-            raise E.bad_request("name in URL does not match name in Eviction object")
-        options = body.get("deleteOptions") or {}
-        dry_run = dry_run or "All" in (options.get("dryRun") or [])
-        with self.store.lock:
-            pod = self.get_current(PODS, namespace, name)
-            ok = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
-            if pod["metadata"].get("deletionTimestamp"):
-                return ok
-            labels = pod["metadata"].get("labels") or {}
-            pdbs = [p for p in self.store.iter(PDBS, namespace)
-                    if selector_from_label_selector((p.get("spec") or {}).get("selector"))(labels)]
-            if len(pdbs) > 1:
-                raise E.ApiError(500, "InternalError",
-                                 "This pod has more than one PodDisruptionBudget, which the eviction subresource "
-                                 "does not support.")
-            if pdbs:
-                pdb = clone(pdbs[0])
-                status = self.emu.controllers.pdb_status(pdb)
-                ready = self.emu.controllers.pod_ready(pod)
-                healthy_enough = status["currentHealthy"] >= status["desiredHealthy"]
-                if ready or not healthy_enough:
-                    if status["disruptionsAllowed"] <= 0:
-                        pdb_name = pdb["metadata"]["name"]
-                        raise E.ApiError(
-                            429, "TooManyRequests",
-                            "Cannot evict pod as it would violate the pod's disruption budget.",
-                            {"causes": [{
-                                "reason": "DisruptionBudget",
-                                "message": f"The disruption budget {pdb_name} needs "
-                                           f"{status['desiredHealthy']} healthy pods and has "
-                                           f"{status['currentHealthy']} currently",
-                            }]},
-                        )
-                    if not dry_run:
-                        status["disruptionsAllowed"] -= 1
-                        status.setdefault("disruptedPods", {})[name] = self.now()
-                        pdb["status"] = status
-                        self.store.put(PDBS, pdb)
-            if not dry_run:
-                self._delete_pod(pod, options, dry_run=False)
-            return ok
-
-    # ------------------------------------------------------ access review
-    def access_review(self, body: Any) -> dict:
-        if not isinstance(body, dict) or not isinstance(body.get("spec"), dict):
-            raise E.invalid_object(BY_KIND["SelfSubjectAccessReview"], "SelfSubjectAccessReview", "",
-                                   [E.required("spec")])
-        spec = body["spec"]
-        attrs = spec.get("resourceAttributes")
-        if attrs:
-            allowed = self.emu.is_allowed(
-                attrs.get("verb") or "", attrs.get("group") or "", attrs.get("resource") or "",
-                attrs.get("subresource") or "", attrs.get("namespace") or "",
-            )
-        elif spec.get("nonResourceAttributes"):
-            allowed = True
-        else:
-            raise E.invalid_object(BY_KIND["SelfSubjectAccessReview"], "SelfSubjectAccessReview", "",
-                                   [E.invalid("spec.resourceAttributes", None,
-                                              "exactly one of nonResourceAttributes or resourceAttributes "
-                                              "must be specified")])
-        status = {"allowed": allowed}
-        status["reason"] = "allowed by the emulator's rules" if allowed else ""
-        if not allowed:
-            status["denied"] = False  # not allowed by a rule, not explicitly denied (as RBAC)
-        return {
-            "kind": "SelfSubjectAccessReview",
-            "apiVersion": "authorization.k8s.io/v1",
-            "metadata": {"creationTimestamp": None},
-            "spec": spec,
-            "status": status,
-        }
-
-    # -------------------------------------------------------------- events
-    def record_event(self, involved_rt: ResourceType, involved: dict, etype: str, reason: str, message: str,
-                     component: str, *, host: str | None = None, field_path: str | None = None) -> None:
-        """Create an Event, or bump count/lastTimestamp of the same one (as client-go's recorder)."""
-        meta = involved["metadata"]
-        namespace = meta.get("namespace") or "default"
-        key = (namespace, meta.get("uid"), etype, reason, message, field_path)
-        now = self.now()
-        with self.store.lock:
-            name = self._event_index.get(key)
-            existing = self.store.get(EVENTS, namespace, name) if name else None
-            if existing is not None:
-                existing["count"] = existing.get("count", 1) + 1
-                existing["lastTimestamp"] = now
-                self.store.put(EVENTS, existing)
-                return
-            if self.store.peek(NAMESPACES, "", namespace) is None:
-                return
-            name = f"{meta['name']}.{self.emu.rng.getrandbits(64):016x}"
-            ref = {
-                "kind": involved_rt.kind,
-                "namespace": meta.get("namespace") or "",
-                "name": meta["name"],
-                "uid": meta.get("uid"),
-                "apiVersion": involved_rt.api_version,
-                "resourceVersion": meta.get("resourceVersion"),
-            }
-            if not involved_rt.namespaced:
-                ref.pop("namespace")
-            if field_path:
-                ref["fieldPath"] = field_path
-            source = {"component": component}
-            if host:
-                source["host"] = host
-            event = {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"name": name, "namespace": namespace},
-                "involvedObject": ref,
-                "reason": reason,
-                "message": message,
-                "type": etype,
-                "count": 1,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "source": source,
-                "reportingComponent": component,
-                "reportingInstance": host or "",
-                "eventTime": None,
-            }
-            self.create(EVENTS, namespace, event)
-            self._event_index[key] = name

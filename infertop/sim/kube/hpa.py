@@ -32,6 +32,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .quantities import parse_quantity
 from .resources import resource_type
 from .util import set_condition
 
@@ -48,8 +49,6 @@ COMPONENT = "horizontal-pod-autoscaler"
 
 
 def _quantity(value: Any) -> float | None:
-    from .validation import parse_quantity
-
     try:
         return parse_quantity(value) if value is not None else None
     except (ValueError, TypeError):
@@ -142,13 +141,13 @@ class HpaController:
                           f"the HPA was unable to compute the replica count: {message}", ts)
             set_condition(conditions, "AbleToScale", "True", "SucceededGetScale",
                           "the HPA controller was able to get the target's current scale", ts)
-            ctl.api.record_event(HPAS, hpa, "Warning", reason, message,
-                                 COMPONENT)
-            ctl.api.record_event(HPAS, hpa, "Warning",
-                                 "FailedComputeMetricsReplicas",
-                                 f"invalid metrics (1 invalid out of {len(spec.get('metrics') or [])}), first error "
-                                 f"is: failed to get {'pods' if reason == 'FailedGetPodsMetric' else 'external'} "
-                                 f"metric value: {message}", COMPONENT)
+            ctl.api.events.record(HPAS, hpa, "Warning", reason, message,
+                                  COMPONENT)
+            ctl.api.events.record(HPAS, hpa, "Warning",
+                                  "FailedComputeMetricsReplicas",
+                                  f"invalid metrics (1 invalid out of {len(spec.get('metrics') or [])}), first error "
+                                  f"is: failed to get {'pods' if reason == 'FailedGetPodsMetric' else 'external'} "
+                                  f"metric value: {message}", COMPONENT)
             status["desiredReplicas"] = current
             return
         proposal, metric = max(proposals) if proposals else (current, "")
@@ -198,8 +197,8 @@ class HpaController:
             status["lastScaleTime"] = ts
             why = f"{'pods' if metric else 'All'} metric {metric} above target" if desired > current else \
                 "All metrics below target"
-            ctl.api.record_event(HPAS, hpa, "Normal", "SuccessfulRescale",
-                                 f"New size: {desired}; reason: {why}", COMPONENT)
+            ctl.api.events.record(HPAS, hpa, "Normal", "SuccessfulRescale",
+                                  f"New size: {desired}; reason: {why}", COMPONENT)
 
     @staticmethod
     def _rules(spec: dict, direction: str) -> dict:
@@ -214,4 +213,3 @@ class HpaController:
     def _tolerance(self, spec: dict, direction: str) -> float:
         t = _quantity(self._rules(spec, direction).get("tolerance"))
         return DEFAULT_TOLERANCE if t is None else t
-

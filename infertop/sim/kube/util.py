@@ -104,3 +104,8 @@ def set_condition(conditions: list, ctype: str, status: str, reason: str | None,
         cur.setdefault("lastProbeTime", None)
     if update_time and (changed or "lastUpdateTime" not in cur):
         cur["lastUpdateTime"] = now
+
+
+def bool_param(value: str | None) -> bool:
+    """A boolean query parameter (``watch=true``, ``force=1``)."""
+    return value in ("true", "True", "1")
