@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .pod_runtime import WAIT
 from .server import KubeEmulator
 from .util import format_time
 
@@ -177,8 +178,10 @@ class SimKube:
         values = [float(self.sim.engines[i].core.num_running) for i in idx if i is not None]
         return values or None
 
-    def _allocate(self, namespace: str, pod_name: str) -> tuple[str, int] | None:
-        """The kubelet gives a new pod of the Deployment its address: a free engine's (started if stopped)."""
+    def _allocate(self, namespace: str, pod_name: str) -> tuple[str, int] | str | None:
+        """The kubelet gives a new pod of the Deployment its address: a free engine's (started if stopped).
+        None free — every engine still serves a pod, one that terminates included (a scale-up right after a
+        scale-down) — WAIT: the pod stays ContainerCreating until one is; it never runs without an engine."""
         if namespace != self.namespace or not pod_name.startswith(self.name + "-"):
             return None
         engines = self.sim.engines
@@ -190,7 +193,7 @@ class SimKube:
             free = next((i for i in range(len(engines)) if i not in used and i not in self._dying),
                         next((i for i in sorted(self._dying) if i not in used), None))
             if free is None:
-                return None
+                return WAIT
             self.bound[pod_name] = free
             if free in self._dying:
                 self._dying.discard(free)

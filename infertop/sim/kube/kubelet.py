@@ -8,6 +8,7 @@ import hashlib
 from typing import Any
 
 from .controller_base import NODES, PODS, ControllerBase, is_terminating
+from .pod_runtime import WAIT
 from .store import clone
 from .util import format_time, parse_time, set_condition
 
@@ -25,8 +26,11 @@ class Kubelet(ControllerBase):
         self.started: dict[str, float] = {}  # pod uid -> when its sandbox started (float precision)
         self._ip_counter = 1
 
-    def _alloc_ip(self, pod: dict) -> tuple[str, int | None]:
+    def _alloc_ip(self, pod: dict) -> tuple[str, int | None] | None:
+        """(ip, port) for a pod's sandbox; None while the endpoint allocator has nothing free for it."""
         mapped = self.emu._endpoint_for(pod["metadata"]["namespace"], pod["metadata"]["name"])
+        if mapped == WAIT:
+            return None
         if mapped is not None:
             return mapped
         while True:
@@ -68,8 +72,12 @@ class Kubelet(ControllerBase):
         started = self.started.setdefault(uid, parse_time(status.get("startTime")) or now)
         status.setdefault("startTime", format_time(started))
         ts_now = format_time(now)
-        if not status.get("podIP"):
-            ip, port = self._alloc_ip(pod)
+        got = None if status.get("podIP") else self._alloc_ip(pod)
+        sandbox = bool(status.get("podIP")) or got is not None
+        if not sandbox:  # no endpoint for it yet: ContainerCreating, and its start counts from the sandbox
+            self.started[uid] = started = now
+        if got is not None:
+            ip, port = got
             status["podIP"] = ip
             status["podIPs"] = [{"ip": ip}]
             if port is not None and spec.get("containers"):
@@ -111,7 +119,7 @@ class Kubelet(ControllerBase):
                                    f'Failed to pull image "{image}": rpc error: code = NotFound desc = failed to '
                                    f'pull and unpack image "{image}": not found', fpath))
                     events.append(("Normal", "BackOff", f'Back-off pulling image "{image}"', fpath))
-            elif elapsed < self.emu.start_delay:
+            elif not sandbox or elapsed < self.emu.start_delay:
                 pending = True
                 cs["state"] = {"waiting": {"reason": "ContainerCreating"}}
             elif args_failure:

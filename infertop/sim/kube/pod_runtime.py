@@ -11,6 +11,8 @@ from . import errors as E
 from . import resources as R
 from .store import clone
 
+WAIT = "wait"  # an endpoint allocator's "nothing free for this pod yet"
+
 
 class PodRuntime:
     """Pod failure modes, endpoints, readiness and logs, as methods of the emulator."""
@@ -70,18 +72,20 @@ class PodRuntime:
                             ports.append({"name": "http", "containerPort": port, "protocol": "TCP"})
                     self.store.put(rt, pod)
 
-    def set_endpoint_allocator(self, allocate: Callable[[str, str], tuple[str, int | None] | None] | None) -> None:
+    def set_endpoint_allocator(self, allocate: Callable[[str, str], tuple[str, int | None] | str | None] | None) -> None:
         """``allocate(namespace, pod_name)`` is asked first when the kubelet gives a pod its IP (under the
-        store lock: be quick, make no API request); ``(ip, port)`` points the pod there, None: as usual.
-        One call per pod, whatever the number of pods (``set_pod_endpoint`` patterns are scanned per pod)."""
+        store lock: be quick, make no API request); ``(ip, port)`` points the pod there, None: as usual,
+        ``WAIT``: nothing for it yet — the pod stays ContainerCreating, without an IP, and is asked again
+        each pass. One call per pod, whatever the number of pods (``set_pod_endpoint`` patterns are scanned
+        per pod)."""
         self._allocator = allocate
 
-    def _endpoint_for(self, namespace: str, name: str) -> tuple[str, int | None] | None:
+    def _endpoint_for(self, namespace: str, name: str) -> tuple[str, int | None] | str | None:
         allocate = getattr(self, "_allocator", None)
         if allocate is not None:
             got = allocate(namespace, name)
             if got is not None:
-                return got
+                return got  # an endpoint, or WAIT
         for pattern, ns, ip, port in self._endpoints:
             if (ns is None or ns == namespace) and fnmatch.fnmatchcase(name, pattern):
                 return ip, port
@@ -98,7 +102,7 @@ class PodRuntime:
             if ip is None:
                 raise LookupError(f"pod {pod_name} has no IP yet (not scheduled/started)")
             mapped = self._endpoint_for(pod["metadata"]["namespace"], pod_name)
-            if mapped is not None and mapped[1] is not None:
+            if mapped is not None and mapped != WAIT and mapped[1] is not None:
                 return ip, mapped[1]
             for c in pod["spec"].get("containers") or []:
                 for p in c.get("ports") or []:

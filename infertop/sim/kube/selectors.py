@@ -98,7 +98,7 @@ def parse_label_selector(text: str | None) -> Matcher:
                     bound = int(value)
                 except ValueError:
                     raise SelectorError(
-                        f"unable to parse requirement: for 'Gt', 'Lt' operators, the value must be an integer"
+                        "unable to parse requirement: for 'Gt', 'Lt' operators, the value must be an integer"
                     ) from None
 
                 def cmp(l, k=key, b=bound, gt=(op == ">")):
