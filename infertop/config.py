@@ -91,7 +91,7 @@ class PrometheusConfig:
     latency_interval_s: float = bounded(15.0, 0.1, 3600)  # the quantile queries (the costly ones) at most this often
     window_s: float = bounded(60.0, 1, 86400)  # rate() and histogram_quantile() window
     selector: str = ""  # extra matchers for every vLLM series, e.g. job="vllm"
-    queue_promql: str = DEFAULT_QUEUE_PROMQL  # fleet queue depth; {SEL} stands for the selector
+    queue_promql: str = DEFAULT_QUEUE_PROMQL  # queue depth, one series per queue; {SEL}: the selector
     target_labels: list[str] = field(default_factory=lambda: ["namespace", "pod", "instance"])
     engine_label: str = "engine"  # vLLM V1's engine index within one server ("" to merge them)
     model_label: str = "model_name"

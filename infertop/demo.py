@@ -9,7 +9,8 @@ A demo keeps its local-engine state (and audit log) in its own directory,
 engines another infertop started on this host. The simulator also serves a
 Kubernetes API (``infertop sim --kube-port``) whose Deployment's pods are the
 engines; its kubeconfig (context ``infertop-demo``) is written in that
-directory too, so the Cluster pane and every Kubernetes action work on it.
+directory too, one per demo run (named by the run's PID, removed when the
+demo stops): two demos on one host never read each other's cluster or token.
 """
 
 from __future__ import annotations
@@ -33,6 +34,17 @@ def demo_state_dir() -> Path:
     return default_state_dir() / "demo"
 
 
+def demo_kubeconfig_path() -> Path:
+    """This demo run's kubeconfig: one per process, so a second demo on the host cannot overwrite it.
+    Those of demo runs that died without stopping (their PID gone) are removed."""
+    folder = demo_state_dir()
+    for old in folder.glob("kubeconfig-*"):
+        pid = old.name.rpartition("-")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+            old.unlink(missing_ok=True)
+    return folder / f"kubeconfig-{os.getpid()}"
+
+
 class DemoError(RuntimeError):
     pass
 
@@ -50,7 +62,9 @@ class Demo:
     gateway: object | None = None  # infertop.gateway.demo.DemoGateway: the gateway and its load
 
     def stop(self) -> None:
-        """Stop the simulator and everything it started."""
+        """Stop the simulator and everything it started, and remove this run's kubeconfig."""
+        if self.kubeconfig:
+            Path(self.kubeconfig).unlink(missing_ok=True)
         if self.gateway is not None:
             self.gateway.stop()
         if self.proc.poll() is not None:
@@ -72,7 +86,7 @@ def start_demo(n_engines: int = 6, seed: int = 7, load: str = "bursty", timeout_
     cmd = [sys.executable, "-m", "infertop", "sim", "--engines", str(n_engines), "--seed", str(seed),
            "--load", load, "--warmup", "30", "--kubernetes-labels", "--exit-with-parent"]
     if kube:
-        cmd += ["--kube-port", "0", "--kubeconfig", str(demo_state_dir() / "kubeconfig")]
+        cmd += ["--kube-port", "0", "--kubeconfig", str(demo_kubeconfig_path())]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                             text=True, start_new_session=True)
     demo = Demo(proc)

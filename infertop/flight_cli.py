@@ -44,13 +44,15 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="a recording or an incident bundle")
     p.add_argument("--speed", type=float, default=1.0, help="playback speed, 0.5 to 60 (default 1)")
     p.add_argument("--at", metavar="TIME", default=None,
-                   help="start at this time of the recording: HH:MM[:SS] (local time) or an offset like +5m")
+                   help="start at this time of the recording: HH:MM[:SS] (local time), +5m from its start, "
+                        "or --at=-5m from its end")
 
 
 async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration_s: float | None,
                       dcgm_urls=None, engine_pods=None, mode: str = "live", stop: asyncio.Event | None = None,
-                      prometheus: bool = False) -> int:
-    """Poll like the TUI, append one fleet state per tick; returns the number of ticks recorded."""
+                      prometheus: bool = False, on_tick=None) -> int:
+    """Poll like the TUI, append one fleet state per tick; returns the number of ticks recorded.
+    ``on_tick(state)`` sees each state once it is appended."""
     from .gpu_snapshot import _collector
     from .sources.vllm import FleetCollector
     from .state.fleet import FleetJoiner
@@ -80,6 +82,7 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
                 pass
 
     gpu_task = asyncio.create_task(gpus())
+    cluster_task = asyncio.create_task(cluster_reads(cfg, joiner, stop, engine_pods)) if cfg.kube.configured else None
     from .sources.queues import QueueFleet
     from .sources.queues_config import queue_collectors
 
@@ -95,6 +98,8 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
                 pass
             state = joiner.build()
             log.add(state.taken_at, state)
+            if on_tick is not None:
+                on_tick(state)
             if log.error:
                 print(f"infertop record: {log.error}", file=sys.stderr)
                 break
@@ -105,11 +110,49 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
         if collector._stopped is not None:
             collector._stopped.set()
         queue_task.cancel()
-        await asyncio.gather(polling, gpu_task, queue_task, return_exceptions=True)
+        await asyncio.gather(polling, gpu_task, queue_task, *([cluster_task] if cluster_task else []),
+                             return_exceptions=True)
         await gpu.aclose()
         await queues.aclose()
         await asyncio.to_thread(log.close)
     return log.ticks
+
+
+async def cluster_reads(cfg, joiner, stop: asyncio.Event, engine_pods=None) -> None:
+    """The cluster in every recorded tick, as the TUI shows it: a list of every kind each
+    ``kube.refresh_s`` (no watch: a recorder under cron or systemd keeps no informers), one session
+    kept open and reopened after a failure; a failed read keeps the last objects, marked stale with
+    the error. The scaling advisor evaluates in ``recommend`` at most: a recorder never scales."""
+    from .sources.kube import KubeError, read_cluster, session_for
+
+    if cfg.advisor.mode != "off":
+        from .state.advisor import Advisor
+
+        joiner.autoscalers = Advisor(cfg.advisor, cfg.slo, engine_pods=engine_pods, allow_auto=False)
+    session = None
+    try:
+        while not stop.is_set():
+            source = cfg.kube.context or "kubernetes"
+            try:
+                if session is None:
+                    session = await asyncio.to_thread(session_for, cfg.kube)
+                source = session.context
+                snap = await asyncio.to_thread(read_cluster, session, cfg.kube)
+                joiner.set_cluster(snap, source=source, api_calls=session.calls)
+            except Exception as e:  # noqa: BLE001 — a poll loop must not die: any failure is this source's error
+                error = str(e) if isinstance(e, KubeError) else f"{type(e).__name__}: {e}"
+                joiner.set_cluster(None, error=error, source=source,
+                                   api_calls=session.calls if session is not None else None)
+                if session is not None:
+                    session.close()
+                    session = None
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=max(cfg.kube.refresh_s, cfg.refresh_s))
+            except TimeoutError:
+                pass
+    finally:
+        if session is not None:
+            session.close()
 
 
 def record_main(args: argparse.Namespace, cfg, endpoints, *, dcgm_urls, engine_pods, mode: str,

@@ -59,6 +59,8 @@ def test_engines_map_to_their_workload_and_the_queue_is_the_sum_of_vllm_waiting(
     assert chat["engines"] == ["chat-1", "chat-2"] and batch["engines"] == ["batch-engine"]  # by URL; by pod map
     q, p99 = chat["latest"]["inputs"]
     assert (q["name"], q["value"], q["target"]) == ("queue depth", 13.0, 5.0)
+    assert chat["queue_source"] == {"from": "engines", "text": "vLLM waiting of its engines (2)"}
+    assert chat["queue_fleet_wide"] is None  # no Prometheus queue series in this state
     # no counter windows at hand (a replay): the slowest engine's own p99
     assert (p99["name"], p99["value"], p99["target"], p99["unit"]) == ("P99", 2.5, 2.0, "s")
     assert chat["latest"]["reason"] == "2 → 6: queue depth 13.0 > 5, P99 2500 ms > 2000 ms"
@@ -131,6 +133,7 @@ def test_the_gateway_queue_in_front_of_a_workload_replaces_vllm_waiting():
                       (_QEngine("e1", "chat-1"), _QEngine("e9", "batch-engine")))
     chat = by_name(advisor().evaluate(state(T0, engines, queues=[shared, gw])))["chat"]
     assert chat["latest"]["inputs"][0]["value"] == 31.0  # not the shared gateway's: whose queue is it?
+    assert chat["queue_source"]["text"] == "queue gw"  # (this stand-in has no kind)
     down = _QSource("gw", 31.0, Freshness(STALE, "http://gw", T0 - 60, 60.0, T0 - 60, "connection refused"),
                     gw.engines)
     chat = by_name(advisor().evaluate(state(T0, engines, queues=[down])))["chat"]

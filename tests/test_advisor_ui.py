@@ -130,6 +130,7 @@ async def test_recommendation_shown_and_applied_with_confirmation(emu, sim, tmp_
         assert cells[6].startswith("1 → 4: queue depth 16.0 > 5, ")
         detail = text(pane.query_one("#as-detail"))
         assert "infertop  advisor" in detail and "HPA       default/vllm" in detail
+        assert "queue depth from: vLLM waiting of its engines (1)" in detail  # no gateway, no Prometheus
         assert "decisions, newest first:" in detail and "recommended 1 → 4: queue depth 16.0 > 5" in detail
         header = text(pane.query_one("#as-header"))
         assert header.startswith("Advisor · mode recommend · targets: queue depth 5, ttft p99 600000 ms")

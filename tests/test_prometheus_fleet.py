@@ -111,7 +111,13 @@ def test_a_refresh_is_a_fixed_set_of_queries_whatever_the_fleet_size_with_every_
     names = re.findall(r"(vllm:[a-z0-9_:]+)(\{[^}]*\})?", engines)
     assert names and all(sel == '{job="vllm"}' for _, sel in names)
     assert qs["up"] == 'up{job="vllm"}'
-    assert 'sum(vllm:num_requests_waiting{job="vllm"})' in qs["queue"]
+    # the queue depth: one series per queue, tagged with its kind, keeping the labels that say whose it is
+    assert 'sum by (namespace, deployment, workload, pod, instance) (vllm:num_requests_waiting{job="vllm"})' in qs[
+        "queue"]
+    assert re.findall(r'"infertop_queue", "([a-z]+)"', qs["queue"]) == ["gateway", "epp", "epp", "vllm"]
+    assert "by (namespace, deployment, workload, inference_pool, model_name, target_model_name) " \
+           "(llm_d_epp_flow_control_queue_size)" in qs["queue"]
+    assert qs["queue"].count(" pod") == 1  # never by the gateway's or the endpoint picker's own pod
 
 
 def test_v0_and_v1_names_are_or_fallbacks_v1_first():

@@ -99,3 +99,69 @@ async def test_gateway_series_through_prometheus_and_a_missing_source(prometheus
     nothing = PromQueueCollector(QueueEndpoint("x", "epp", url), url, 60, selector='job="nope"')
     assert await nothing.poll() is None
     assert not nothing.health.ok and "Prometheus has no flow-control series" in nothing.health.last_error
+
+
+VLLM_WAITING = ("# TYPE vllm:num_requests_waiting gauge\n"
+                'vllm:num_requests_waiting{engine="0",model_name="llama"} 4\n'
+                'vllm:num_requests_waiting{engine="1",model_name="llama"} 2\n')
+
+
+def test_the_default_queue_query_gives_one_tagged_series_per_queue_through_prometheus(tmp_path):
+    """The fleet source's default queue PromQL, run by a real Prometheus scraping two endpoint pickers (both
+    name generations, one pool), a vLLM pod and an infertop gateway: one series per queue, each with the
+    labels that say whose it is — the pickers' own pod left out, the older generation not counted twice."""
+    from infertop.sources.prometheus_fleet_map import fleet_depth, queue_series
+    from infertop.sources.prometheus_fleet_query import FleetQueries
+
+    _require_prometheus()
+    servers = []
+    for text in ((FIXTURES / "epp_llmd.txt").read_text(),
+                 (FIXTURES / "epp_gie.txt").read_text().replace("} 120", "} 100"),  # tells which one is read
+                 VLLM_WAITING):
+        s = ScriptedServer()
+        s.routes["/metrics"] = (200, text)
+        servers.append(s.start())
+    gw = FakeGateway().start()
+    gw.burst("realtime", 4, oldest_s=0.7)
+    port = _free_port()
+    jobs = [("epp", servers[0], {"namespace": "serving", "pod": "epp-llmd-0"}),
+            ("epp", servers[1], {"namespace": "serving", "pod": "epp-gie-0"}),
+            ("vllm", servers[2], {"namespace": "serving", "pod": "vllm-a"})]
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n"
+                   "  - job_name: epp\n    static_configs:\n" + "".join(
+                       f'      - targets: ["{_hostport(s.url)}"]\n        labels: {labels}\n'
+                       for job, s, labels in jobs if job == "epp")
+                   + f'  - job_name: vllm\n    static_configs:\n      - targets: ["{_hostport(servers[2].url)}"]\n'
+                   f"        labels: {jobs[2][2]}\n"
+                   f'  - job_name: gateway\n    static_configs:\n      - targets: ["{_hostport(gw.url)}"]\n')
+    log = tmp_path / "prometheus.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'data'}",
+                                 f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=2h"],
+                                stdout=fh, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    promql = FleetQueries().queue()
+
+    def series():
+        r = httpx.post(f"{url}/api/v1/query", data={"query": promql}, timeout=2, trust_env=False).json()
+        assert r["status"] == "success", r  # the PromQL parses and runs
+        got, dropped = queue_series(r["data"]["result"])
+        return len(got) == 3 and dropped == 0 and got
+
+    try:
+        got = _wait("the three queues scraped", series, proc, log)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        gw.stop()
+        for s in servers:
+            s.stop()
+    by_kind = {s["queue"]: s for s in got}
+    assert by_kind["epp"] == {"queue": "epp", "depth": 165.0, "labels": {
+        "namespace": "serving", "inference_pool": "pool-a", "model_name": "llama", "target_model_name": "llama"}}
+    assert by_kind["vllm"]["depth"] == 6.0 and by_kind["vllm"]["labels"] == {
+        "namespace": "serving", "pod": "vllm-a", "instance": _hostport(servers[2].url)}
+    assert by_kind["gateway"] == {"queue": "gateway", "depth": 4.0,
+                                  "labels": {"job": "gateway", "instance": _hostport(gw.url)}}
+    assert fleet_depth(got) == 4.0  # the fleet as one number: the queue nearest the client

@@ -234,3 +234,49 @@ def test_headless_record_then_replay_file(tmp_path, scripted):
     r = subprocess.run([sys.executable, "-m", "infertop", "replay", str(bad)], capture_output=True, text=True,
                        timeout=60, env=env)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+async def test_headless_record_holds_the_cluster_and_the_advisor_and_marks_a_dead_api_stale(
+        tmp_path, scripted, kube_emulator):
+    """`infertop record` with Kubernetes configured records the cluster and the advisor's decisions in
+    each tick, as the TUI shows them; with the API server gone, the last objects stay, stale, with the error."""
+    import asyncio
+
+    from infertop.config import load_config
+    from infertop.flight_cli import record_loop
+
+    emu = kube_emulator("t0ken")
+    emu.add_deployment("default", "vllm", replicas=1)
+    kubeconfig = emu.write_kubeconfig(tmp_path / "kubeconfig", context="lab")
+    srv = scripted().serve_engine(v1_doc(engines={"0": {"running": 4, "waiting": 1}}))
+    config = tmp_path / "c.yaml"
+    config.write_text(f"gpu:\n  nvml: false\nrefresh_s: 0.2\nwindow_s: 10\n"
+                      f"kube:\n  kubeconfig: {kubeconfig}\n  context: lab\n  refresh_s: 0.2\n"
+                      "advisor:\n  workloads: [vllm]\n")
+    cfg = load_config(str(config))
+    path = str(tmp_path / "rec.infertop")
+
+    stop, seen = asyncio.Event(), {}
+
+    def on_tick(state: FleetState) -> None:
+        c = state.cluster
+        if "live" not in seen:
+            if c is not None and c.snapshot is not None and c.snapshot.workloads and state.autoscalers:
+                seen["live"] = state
+                emu.stop()  # the API server dies mid-recording
+        elif c is not None and c.freshness.status != "fresh":
+            seen["dead"] = state
+            stop.set()
+
+    await asyncio.wait_for(record_loop([EngineEndpoint("one", srv.url)], cfg, path, retention_s=3600,
+                                       duration_s=None, stop=stop, on_tick=on_tick), timeout=60)
+    live, dead = seen["live"], seen["dead"]
+    assert live.cluster.freshness.status == "fresh"
+    assert [w.name for w in dead.cluster.snapshot.workloads] == ["vllm"]  # the last objects, kept
+    assert dead.cluster.freshness.reason  # and why they are stale
+    with Replay(path) as rp:
+        replayed = FleetState.from_doc(rp.at(rp.span()[1])[1])
+    assert [w.name for w in replayed.cluster.snapshot.workloads] == ["vllm"]
+    assert replayed.cluster.freshness.status != "fresh"
+    advice = [d for d in replayed.autoscalers if d.get("workload") == "Deployment/default/vllm"]
+    assert advice and advice[0]["mode"] in ("recommend", "off") and advice[0]["latest"] is not None

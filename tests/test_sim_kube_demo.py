@@ -8,6 +8,7 @@ directory at ``tmp_path``.
 
 from __future__ import annotations
 
+import os
 import stat
 
 from infertop.cli import build_parser, fleet_sources, resolve_config
@@ -37,7 +38,8 @@ async def test_the_demo_cluster_pane_is_live_and_its_actions_dry_run(tmp_path, m
     (tmp_path / "none.yaml").write_text("gpu:\n  nvml: false\naudit_log: " + str(tmp_path / "audit.jsonl") + "\n")
     cfg, notes = resolve_config(args)
     with fleet_sources(args, cfg, notes) as fleet:
-        kubeconfig = tmp_path / "xdg" / "infertop" / "demo" / "kubeconfig"
+        # one kubeconfig per demo run: a second demo on the host cannot overwrite this one's token
+        kubeconfig = tmp_path / "xdg" / "infertop" / "demo" / f"kubeconfig-{os.getpid()}"
         assert cfg.kube.kubeconfig == str(kubeconfig) and cfg.kube.context == "infertop-demo"
         assert stat.S_IMODE(kubeconfig.stat().st_mode) == 0o600
         assert any("simulated Kubernetes cluster" in n for n in notes)
@@ -72,3 +74,4 @@ async def test_the_demo_cluster_pane_is_live_and_its_actions_dry_run(tmp_path, m
             assert screen.dry_run_ok, screen.dry_run_text
             assert screen.change.startswith("replicas ") and screen.change.endswith(" → 1")  # the HPA may move
             await pilot.press("escape")
+    assert not kubeconfig.exists(), "the demo's kubeconfig outlived the demo"

@@ -45,7 +45,8 @@ from .prometheus_fleet_map import (
     Key,
     engine_names,
     engine_rows,
-    scalar,
+    fleet_depth,
+    queue_series,
     tagged_values,
     target_key,
     targets_down,
@@ -126,7 +127,10 @@ class PromFleetSource:
         self.collectors: list[PromEngine] = []
         self.health = SourceHealth(name=self.name, kind=KIND, ok=False)
         self.fleet_values: dict[str, float] = {}  # FleetView fields Prometheus computed over all engines
-        self.queues: tuple[dict, ...] = ()
+        self.queues: tuple[dict, ...] = ()  # one doc: the queue query's series (see _queue_doc)
+        self._queue_series: list[dict] = []  # the last series read, kept (stale) while the query fails
+        self._queue_at: float | None = None  # wall clock of that read
+        self._queue_dropped = 0
         self.engine_pods: dict[str, str] = {}  # pod → engine name (GPU rows carry the pod)
         self.last: RefreshResult | None = None
         self.query_count = 0  # HTTP queries sent since start
@@ -198,7 +202,7 @@ class PromFleetSource:
             up = fast["up"].result()
             values = fast["engines"].result()
             try:
-                queue = scalar(fast["queue"].result())
+                queue = fast["queue"].result()
                 queue_error = None
             except Exception as exc:  # noqa: BLE001 — a bad queue_promql must not hide the engines
                 queue, queue_error = None, describe_prom_error(exc, self.timeout_s)
@@ -218,8 +222,10 @@ class PromFleetSource:
             row.values.update(self._latency.get(key, ()))
         down, n_targets = targets_down(up, self.target_labels)
         self._apply(rows, down, now)
-        self.queues = ({"source": KIND, "promql": self.queries.queue(), "depth": queue,
-                        "error": queue_error},)
+        if queue is not None:
+            self._queue_series, self._queue_dropped = queue_series(queue)
+            self._queue_at = self.wall()
+        self.queues = (self._queue_doc(queue_error),)
         latency = now - started
         warnings = []
         if latency > self.cfg.slow_after_s:
@@ -228,6 +234,10 @@ class PromFleetSource:
             warnings.append(f"partial: {len(down)} of {n_targets} targets down (up == 0)")
         if dropped:
             warnings.append(f"{dropped} more engines not shown (narrow prometheus.selector)")
+        if queue_error:
+            warnings.append(f"queue depth: {queue_error}")
+        if self._queue_dropped:
+            warnings.append(f"{self._queue_dropped} more queue series not read (narrow prometheus.queue_promql)")
         if not rows:
             warnings.append("no vllm: series — is vLLM scraped by this Prometheus (prometheus.selector)?")
         if self._latency_error:
@@ -362,7 +372,18 @@ class PromFleetSource:
         for eng in self.collectors:
             self._engine_failed(eng, f"Prometheus {self.url}: {why}", now, DOWN)
         self.fleet_values = {}
-        self.queues = ({"source": KIND, "promql": self.queries.queue(), "depth": None, "error": why},)
+        self.queues = (self._queue_doc(why),)
+
+    def _queue_doc(self, error: str | None) -> dict:
+        """The ``queues`` slot's entry: every series of the queue query as last read (``series``:
+        kind, labels, depth), when (``sampled_at``, wall clock; None: never), and why it is not
+        current (``error``: the last read failed; the series are the previous ones). ``depth``:
+        the fleet as one number (:func:`fleet_depth`). The advisor attributes the series to
+        workloads (state/advisor_queues.py)."""
+        series = self._queue_series
+        return {"source": KIND, "promql": self.queries.queue(), "depth": fleet_depth(series),
+                "error": error, "sampled_at": self._queue_at, "series": series,
+                "dropped": self._queue_dropped}
 
     # -- backfill (blocking) -----------------------------------------------------
     def backfill(self, points: int | None = None, step_s: float | None = None) -> dict[tuple[str, str], list]:

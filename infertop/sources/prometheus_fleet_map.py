@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .prometheus_fleet_query import FIELD_LABEL
+from .prometheus_fleet_query import FIELD_LABEL, QUEUE_KINDS, QUEUE_LABEL
 from .sanitize import plain_text
 
 MAX_ENGINES = 20_000  # a Prometheus answering more label sets is misconfigured (selector too wide)
@@ -89,6 +89,58 @@ def scalar(result: Iterable[Mapping[str, Any]]) -> float | None:
         if isinstance(item, Mapping):
             return sample_value(item)
     return None
+
+
+#: the kind of a queue series no ``infertop_queue`` tag names (a queue_promql of one's own)
+PROMQL_QUEUE = "promql"
+MAX_QUEUE_SERIES = MAX_ENGINES
+
+
+def queue_series(result: Iterable[Mapping[str, Any]],
+                 max_series: int = MAX_QUEUE_SERIES) -> tuple[list[dict[str, Any]], int]:
+    """The queue query's series as ``{"queue": kind, "labels": {…}, "depth": n}`` (labels as plain
+    text, without ``__name__`` and the tag), nearest queue kind first, and how many were left out
+    (over ``max_series``)."""
+    out: list[dict[str, Any]] = []
+    dropped = 0
+    for item in result:
+        metric = item.get("metric") if isinstance(item, dict) else None
+        if not isinstance(metric, dict):
+            continue
+        v = sample_value(item)
+        if v is None:
+            continue
+        if len(out) >= max_series:
+            dropped += 1
+            continue
+        kind = metric.get(QUEUE_LABEL)
+        labels = {plain_text(k, 80): plain_text(val) for k, val in metric.items()
+                  if k not in (QUEUE_LABEL, "__name__") and val}
+        out.append({"queue": plain_text(kind, 40) if isinstance(kind, str) and kind else PROMQL_QUEUE,
+                    "labels": labels, "depth": v})
+    # Prometheus' order is its own: sorted, a refresh lists the same queues in the same places
+    # (the recorder stores each place as a column; the views keep their order)
+    out.sort(key=lambda s: (queue_rank(s["queue"]), s["queue"], sorted(s["labels"].items())))
+    return out, dropped
+
+
+def fleet_depth(series: Iterable[Mapping[str, Any]]) -> float | None:
+    """The fleet's queue depth as one number: the queues nearest the client that have series (the
+    gateway's, else the endpoint picker's, else one's own query's, else vLLM's waiting), summed.
+    None when there is none."""
+    by_kind: dict[str, float] = {}
+    for s in series:
+        by_kind[s["queue"]] = by_kind.get(s["queue"], 0.0) + s["depth"]
+    for kind in sorted(by_kind, key=queue_rank):
+        return by_kind[kind]
+    return None
+
+
+def queue_rank(kind: str) -> int:
+    """Order of precedence of a queue kind: gateway, endpoint picker, any other, vLLM waiting."""
+    if kind == "vllm":
+        return len(QUEUE_KINDS)
+    return QUEUE_KINDS.index(kind) if kind in QUEUE_KINDS else len(QUEUE_KINDS) - 1
 
 
 def target_key(labels: Mapping[str, str], target_labels: Sequence[str]) -> Key:

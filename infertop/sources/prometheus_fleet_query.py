@@ -52,10 +52,29 @@ PREFIX_V0_GAUGE = "vllm:gpu_prefix_cache_hit_rate"
 #: the sample time of this gauge says how old an engine's series are
 CLOCK_METRIC = "vllm:num_requests_running"
 
-#: the default queue depth: the infertop gateway's queue, else the endpoint
-#: picker's flow-control queue (llm-d, then upstream name), else the engines' own waiting queues
-DEFAULT_QUEUE_PROMQL = ("sum(infertop_gateway_queue_size) or sum(llm_d_epp_flow_control_queue_size) "
-                        "or sum(inference_extension_flow_control_queue_size) or sum(vllm:num_requests_waiting{SEL})")
+#: the series of the queue query carry ``infertop_queue="<kind>"``: which queue a series is
+QUEUE_LABEL = "infertop_queue"
+#: the queues a Deployment may have in front of it, the one nearest the client first: the
+#: infertop gateway's, the endpoint picker's flow control, the engines' own waiting queues
+QUEUE_KINDS = ("gateway", "epp", "vllm")
+#: labels kept on every queue series: a Deployment named outright (a relabel rule can add them)
+_NAMED = "namespace, deployment, workload"
+
+
+def _queue_tag(expr: str, kind: str) -> str:
+    return f'label_replace({expr}, "{QUEUE_LABEL}", "{kind}", "{QUEUE_LABEL}", "")'
+
+
+#: the default queue depth: one series per queue, tagged with its kind and keeping the labels that
+#: say whose it is — the gateway's per scrape target, the endpoint picker's per pool and model (llm-d
+#: name first: ``or`` keeps it where both generations give the same label set; not ``by pod``: that
+#: is the picker's own pod), vLLM's waiting per pod (and scrape target). {SEL}: the selector.
+DEFAULT_QUEUE_PROMQL = " or ".join([
+    _queue_tag(f"sum by ({_NAMED}, job, instance) (infertop_gateway_queue_size)", "gateway"),
+    *(_queue_tag(f"sum by ({_NAMED}, inference_pool, model_name, target_model_name) ({name})", "epp")
+      for name in ("llm_d_epp_flow_control_queue_size", "inference_extension_flow_control_queue_size")),
+    _queue_tag(f"sum by ({_NAMED}, pod, instance) (vllm:num_requests_waiting{{SEL}})", "vllm"),
+])
 
 #: fields of the "engines" query (cheap: one gauge or rate per engine) …
 FAST_FIELDS = tuple(GAUGES) + ("kv_cache_pct",) + tuple(RATES) + ("prefix_cache_hit_pct", "sample_ts")
@@ -151,7 +170,7 @@ class FleetQueries:
                            if fields is None or f in fields)
 
     def queue(self) -> str:
-        """The configured queue-depth PromQL (``{SEL}`` stands for the selector)."""
+        """The configured queue-depth PromQL (``{SEL}`` stands for the selector): one series per queue."""
         return self.queue_promql.replace("{SEL}", "{" + self.selector + "}" if self.selector else "")
 
     def fast(self) -> dict[str, str]:

@@ -7,7 +7,9 @@ named in ``advisor.workloads``):
   untrusted while the cluster reads are stale;
 * queue depth: the gateway / endpoint-picker queue in front of the workload
   when the fleet's ``queues`` slot has one (see :func:`_queue_from_slot`),
-  else the sum of vLLM ``waiting`` over the workload's engines;
+  else the Prometheus queue series attributed to it (``advisor_queues``),
+  else the sum of vLLM ``waiting`` over the workload's engines; each view
+  says which (``queue_source``) and what no workload owns (``queue_fleet_wide``);
 * p99: the configured quantile (TTFT p99 by default) of its engines over the
   window — their histogram windows merged, as ``histogram_quantile(sum by
   (le))``, or the slowest engine's own p99 where no windows are at hand
@@ -46,10 +48,15 @@ from ..analysis.scaling import (
 )
 from ..domain.engine import DEGRADED, UP
 from ..domain.kube import ClusterSnapshot, HpaView, WorkloadView
+from ..sources.prometheus_fleet_map import queue_rank
+from .advisor_queues import QueueAttribution, attribute, prom_queue_doc, queue_name, source_text, workload_depth
 
 P99_HISTOGRAMS = {"ttft_p99_s": ("ttft", 0.99, "P99"), "e2e_p99_s": ("e2e", 0.99, "E2E P99"),
                   "queue_p99_s": ("queue", 0.99, "queue P99")}
 LOG_KEEP = 50  # decision log entries per workload
+#: a queue (gateway, endpoint picker) whose series vanished from Prometheus this long ago is forgotten:
+#: until then the workload's queue depth is missing (not vLLM's waiting in its place)
+QUEUE_FORGET_S = 600.0
 SERIES_KEEP = 120  # input samples per workload (the pane's sparklines)
 
 
@@ -103,8 +110,9 @@ def _wanted(cfg_workloads: Sequence[str], w: WorkloadView) -> bool:
     return w.name in cfg_workloads or f"{w.namespace}/{w.name}" in cfg_workloads
 
 
-def _queue_from_slot(queues: Sequence[Any], w: WorkloadView, engines: Sequence[str]) -> Signal | None:
-    """The gateway / endpoint-picker queue in front of ``w``, when the fleet's ``queues`` slot has one.
+def _queue_from_slot(queues: Sequence[Any], w: WorkloadView, engines: Sequence[str]) -> tuple[Signal, dict] | None:
+    """The gateway / endpoint-picker queue in front of ``w``, when the fleet's ``queues`` slot has one,
+    and where it came from.
 
     A queue source (the Queue helper's ``QueueSource``: ``queued``, ``freshness``, ``engines`` each with the
     watched ``engine`` it is) counts for ``w`` when every engine behind it is one of ``w``'s: a gateway in
@@ -118,8 +126,10 @@ def _queue_from_slot(queues: Sequence[Any], w: WorkloadView, engines: Sequence[s
             depth = q.get("depth", q.get("queue_depth"))
             if match and (depth is None or isinstance(depth, (int, float))):
                 status = str(q.get("status") or ("fresh" if depth is not None else MISSING))
-                return Signal("queue depth", None if depth is None else float(depth), 0.0, status=status,
-                              age_s=q.get("age_s"), why=q.get("why") or q.get("error"))
+                src = str(q.get("source") or "queues")
+                return (Signal("queue depth", None if depth is None else float(depth), 0.0, status=status,
+                               age_s=q.get("age_s"), why=q.get("why") or q.get("error")),
+                        {"from": src, "text": f"{src}: {w.key}"})
             continue
         behind = {getattr(e, "engine", None) for e in getattr(q, "engines", None) or ()} - {None}
         if not mine or not behind or not behind <= mine:
@@ -130,15 +140,52 @@ def _queue_from_slot(queues: Sequence[Any], w: WorkloadView, engines: Sequence[s
         if status == MISSING and getattr(fr, "status", None) == STALE_STATUS:
             status = STALE_STATUS
         why = getattr(fr, "reason", None) or (getattr(q, "missing", None) or {}).get("queued")
-        return Signal("queue depth", None if depth is None else float(depth), 0.0, status=status,
-                      age_s=getattr(fr, "age_s", None), why=why)
+        kind = str(getattr(q, "kind", "") or "queue")
+        name = str(getattr(q, "name", "") or "?")
+        return (Signal("queue depth", None if depth is None else float(depth), 0.0, status=status,
+                       age_s=getattr(fr, "age_s", None), why=why),
+                {"from": kind, "text": f"{kind} {name}" + (" (through Prometheus)"
+                                                           if getattr(q, "via", "") == "prometheus" else "")})
     return None
+
+
+def _queue_from_prometheus(att: QueueAttribution, w: WorkloadView, now: float,
+                           seen: dict[str, tuple[str, float]] | None) -> tuple[Signal, dict] | None:
+    """``w``'s queue depth from the Prometheus queue series attributed to it; missing (with the reason)
+    while a nearer queue it had lately is gone from Prometheus; None: no series of its own."""
+    d = workload_depth(att.by_workload.get(w.key, ()))
+    before = (seen or {}).get(w.key)
+    if before is not None and now - before[1] > QUEUE_FORGET_S:
+        before = None
+    if before is not None and before[0] != "vllm" and (d is None or queue_rank(before[0]) < queue_rank(d.kind)):
+        why = f"no {queue_name(before[0])} series in Prometheus for {now - before[1]:.0f} s"
+        return (Signal("queue depth", None, 0.0, status=MISSING, age_s=None, why=why),
+                {"from": "prometheus", "queue": before[0], "series": 0, "text": f"Prometheus: {why}"})
+    if d is None:
+        return None
+    if seen is not None and not att.error:
+        seen[w.key] = (d.kind, now)
+    age = None if att.sampled_at is None else max(0.0, now - att.sampled_at)
+    status, why = ("fresh", None) if not att.error else (STALE_STATUS, f"Prometheus queue query: {att.error}")
+    labels = [dict(s.get("labels") or {}) for s in d.series]
+    return (Signal("queue depth", d.depth, 0.0, status=status, age_s=age, why=why),
+            {"from": "prometheus", "queue": d.kind, "series": len(d.series), "labels": labels[:3],
+             "also": [k for k in d.kinds if k != d.kind], "text": source_text(d.kind, len(d.series), labels)})
 
 
 def workload_inputs(state: Any, w: WorkloadView, hpa: HpaView | None, engines: Sequence[str],
                     windows: Mapping[str, list], policy: Policy, p99_metric: str,
-                    cluster_why: str | None) -> Inputs:
+                    cluster_why: str | None, queues: QueueAttribution | None = None) -> Inputs:
     """The inputs of one evaluation of ``w`` from the fleet state."""
+    return inputs_and_queue_source(state, w, hpa, engines, windows, policy, p99_metric, cluster_why, queues)[0]
+
+
+def inputs_and_queue_source(state: Any, w: WorkloadView, hpa: HpaView | None, engines: Sequence[str],
+                            windows: Mapping[str, list], policy: Policy, p99_metric: str,
+                            cluster_why: str | None, queues: QueueAttribution | None = None,
+                            seen: dict[str, tuple[str, float]] | None = None) -> tuple[Inputs, dict]:
+    """The inputs of one evaluation of ``w``, and where its queue depth came from (``from``, ``text``;
+    ``queues``: the Prometheus queue series attributed; ``seen``: workload → the queue kind it had, when)."""
     known = [e for e in (state.engine(n) for n in engines) if e is not None]
     # an engine never read yet (a pod just started) is not there yet; one that stopped answering is stale
     es = [e for e in known if e.freshness.status != MISSING]
@@ -157,12 +204,20 @@ def workload_inputs(state: Any, w: WorkloadView, hpa: HpaView | None, engines: S
     else:
         status, why = "fresh", None
 
-    queue = _queue_from_slot(state.queues, w, [e.name for e in known])
-    if queue is None:
+    found = _queue_from_slot(state.queues, w, [e.name for e in known])
+    if found is None and queues is not None:
+        found = _queue_from_prometheus(queues, w, state.taken_at, seen)
+    if found is None:
         waits = [e.stats.waiting for e in es if e.stats.waiting is not None]
         qv = float(sum(waits)) if waits and status != MISSING else None
         queue = Signal("queue depth", qv, 0.0, status=status if qv is not None or status != "fresh" else MISSING,
                        age_s=age, why=why or (None if qv is not None else "vLLM waiting not exported"))
+        text = f"vLLM waiting of its engines ({len(waits)})"
+        if queues is not None and queues.error and not queues.by_workload.get(w.key):
+            text += f"; Prometheus queue query: {queues.error}"
+        source = {"from": "engines", "text": text}
+    else:
+        queue, source = found
     queue = replace(queue, target=policy.target_queue_depth)
 
     hist, q, label = P99_HISTOGRAMS[p99_metric]
@@ -180,7 +235,7 @@ def workload_inputs(state: Any, w: WorkloadView, hpa: HpaView | None, engines: S
     sig = Signal(label, p99, policy.target_p99_s, "s", p_status, age, p_why)
     lo = hpa.min_replicas if hpa is not None and hpa.min_replicas is not None else None
     hi = hpa.max_replicas if hpa is not None and hpa.max_replicas is not None else None
-    return Inputs(w.key, w.desired, queue, sig, lo, hi, current_why=cluster_why)
+    return Inputs(w.key, w.desired, queue, sig, lo, hi, current_why=cluster_why), source
 
 
 class Advisor:
@@ -201,6 +256,7 @@ class Advisor:
         self.series: dict[str, deque] = {}  # workload → (time, queue depth, p99 s)
         self._applies: list[Apply] = []
         self.outcomes: dict[str, str] = {}  # workload → the last auto apply's outcome
+        self.queue_seen: dict[str, tuple[str, float]] = {}  # workload → (Prometheus queue kind it had, when)
 
     # -- settings --------------------------------------------------------------
     def set_mode(self, mode: str) -> str | None:
@@ -244,6 +300,9 @@ class Advisor:
         now = state.taken_at
         eng = workload_engines(state, snap, self.engine_pods)
         explained = _explanations(snap, now)
+        doc = prom_queue_doc(state.queues)
+        att = attribute(doc, snap, state.engines, eng) if doc is not None else None
+        fleet_wide = att.fleet_doc() if att is not None else None
         out = []
         for w in snap.workloads:
             names = eng.get(w.key, [])
@@ -251,16 +310,19 @@ class Advisor:
                 continue
             hpa = snap.hpa_for(w)
             rec = None
+            source = None
             if self.mode != OFF:
-                inputs = workload_inputs(state, w, hpa, names, windows or {}, self.policy.policy,
-                                         self.p99_metric, cluster_why)
+                inputs, source = inputs_and_queue_source(state, w, hpa, names, windows or {}, self.policy.policy,
+                                                         self.p99_metric, cluster_why, att, self.queue_seen)
                 rec = self.policy.evaluate(inputs, now, mode=self.mode, paused=self.paused)
                 self._log(rec)
                 self._sample(rec)
                 if rec.action == APPLIED and rec.desired is not None and rec.current is not None:
                     self._applies.append(Apply(w.key, w.kind, w.namespace, w.name, rec.current, rec.desired,
                                                rec.reason))
-            out.append(self._view(w, hpa, names, rec, now, explained.get((w.kind, w.namespace, w.name))))
+            view = self._view(w, hpa, names, rec, now, explained.get((w.kind, w.namespace, w.name)))
+            view["queue_source"], view["queue_fleet_wide"] = source, fleet_wide
+            out.append(view)
         return out
 
     def _log(self, rec: DecisionRecord) -> None:

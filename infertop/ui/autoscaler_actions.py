@@ -117,8 +117,12 @@ class AutoscalerActions:
             if state.cluster is None:
                 header.append("\nKubernetes is not configured: the advisor needs the Deployments (--context NAME, "
                               "or press K).", style="yellow")
-        keys = "o mode · X kill switch · T targets" if self.settings.read_only else (  # type: ignore[attr-defined]
-            "p apply · o mode · X kill switch · T targets · H HPA min/max (Cluster pane)")
+        if adv is None:  # a replay: nothing here can act
+            keys = "replay: the recorded decisions, read only"
+        elif self.settings.read_only:  # type: ignore[attr-defined]
+            keys = "o mode · X kill switch · T targets"
+        else:
+            keys = "p apply · o mode · X kill switch · T targets · H HPA min/max (Cluster pane)"
         header.append(f"\n{keys}", style="dim")
         pane.show(state.autoscalers, header, adv.series if adv is not None else None)
 

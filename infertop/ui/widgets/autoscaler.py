@@ -166,6 +166,12 @@ class AutoscalerPane(Vertical):
         out.append(plain(f"{v['kind']} {v['namespace']}/{v['name']}"), style="bold")
         out.append(f" · engines: {plain(', '.join(v.get('engines') or ()) or DASH)} · ready {v.get('ready')}"
                    f" · bounds {v.get('min_replicas')}-{v.get('max_replicas')} ({plain(v.get('bounds_from'))})")
+        src, rest = v.get("queue_source"), v.get("queue_fleet_wide")
+        if src:
+            out.append(f"\nqueue depth from: {plain(src.get('text'), 160)}")
+        if rest and rest.get("series"):  # series no workload owns: shown, never in a workload's depth
+            kinds = ", ".join(f"{plain(k)} {d:g}" for k, d in (rest.get("depth_by_queue") or {}).items())
+            out.append(f"\nfleet-wide, no workload's: {kinds} ({rest['series']} series)", style="dim")
         w = v.get("windows") or {}
         out.append(f"\ncooldown {_secs(v.get('cooldown_left_s'))} left of {w.get('cooldown_s', 0):g} s · windows: "
                    f"up {w.get('scale_up_s', 0):g} s, down {w.get('scale_down_s', 0):g} s · "
