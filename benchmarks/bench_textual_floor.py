@@ -13,6 +13,12 @@ these modes, each in its own pseudo-terminal, all at once, with htop -d 10:
   tiles   the clock and every tile value change each tick
   all     the clock, every tile, each sparkline's newest bar and every table
           cell change each tick (more than the real Overview changes)
+  tiles-alerts  as tiles, and 3 of the 12 alert lines change each tick (the
+          real Overview's share: ~12 tiles and ~3 alert lines)
+  lines-alerts  the same changes, but the 18 tiles are ONE line-API widget
+          (a Strip per row, refresh of only the rows whose text changed) and
+          the alerts title and lines another
+  all-lines  as all, with the two line-API widgets of lines-alerts
 
 CPU is the process's utime+stime from /proc over the same seconds (see
 benchmarks/bench_tui.py, whose pty runner this uses). ``--mode M --app``
@@ -29,14 +35,71 @@ import tempfile
 import time
 from pathlib import Path
 
-MODES = ("idle", "clock", "tiles", "all")
+MODES = ("idle", "clock", "tiles", "tiles-alerts", "lines-alerts", "all", "all-lines")
 
 
-def run_app(mode: str) -> None:
+def run_app(mode: str, run: bool = True):
     from rich.text import Text
     from textual.app import App, ComposeResult
     from textual.containers import Grid, Horizontal, Vertical
+    from rich.cells import cell_len, set_cell_size
+    from rich.segment import Segment
+    from rich.style import Style
+    from textual.geometry import Region
+    from textual.strip import Strip
+    from textual.widget import Widget
     from textual.widgets import DataTable, Label, Static, TabbedContent, TabPane
+
+    lines_mode = mode in ("lines-alerts", "all-lines")
+
+    class Lines(Widget):
+        """Rows of cells, each cell a few (text, style) parts: a Strip per row,
+        and only rows whose parts changed are refreshed."""
+
+        DEFAULT_CSS = "Lines { height: auto; }"
+
+        def __init__(self, rows: int, **kw) -> None:
+            super().__init__(**kw)
+            self.rows: list[tuple] = [()] * rows
+            self.strips: list[Strip | None] = [None] * rows
+
+        def get_content_height(self, container, viewport, width: int) -> int:
+            return len(self.rows)
+
+        def set_row(self, y: int, cells: tuple) -> None:
+            if self.rows[y] != cells:
+                self.rows[y] = cells
+                self.strips[y] = None
+                self.refresh(Region(0, y, self.size.width, 1))
+
+        def render_line(self, y: int) -> Strip:
+            width = self.size.width
+            if y >= len(self.rows):
+                return Strip.blank(width)
+            strip = self.strips[y]
+            if strip is None or strip.cell_length != width:
+                strip = self.strips[y] = Strip(self.segments(self.rows[y], width), width)
+            return strip
+
+        def segments(self, cells: tuple, width: int) -> list:
+            out, n = [], len(cells) or 1
+            for i, parts in enumerate(cells):
+                x0, x1 = width * i // n, width * (i + 1) // n
+                room, used = x1 - x0 - 1, 0
+                out.append(Segment(" "))
+                for text, style in parts:
+                    w = cell_len(text)
+                    if used + w > room:
+                        out.append(Segment(set_cell_size(text, max(0, room - used - 1)) + "…", style))
+                        used = room
+                        break
+                    out.append(Segment(text, style))
+                    used += w
+                if used < room:
+                    out.append(Segment(" " * (room - used)))
+            return out
+
+    BOLD, DIM, MUTED = Style(bold=True), Style(dim=True), Style(color="grey50")
 
     class Floor(App):
         CSS = """
@@ -56,11 +119,14 @@ def run_app(mode: str) -> None:
             with TabbedContent():
                 with TabPane("Overview"):
                     with Vertical():
-                        with Grid(id="tiles"):
-                            for i in range(18):
-                                with Vertical(classes="tile"):
-                                    yield Static(f"Tile {i}")
-                                    yield Static("0", id=f"v{i}")
+                        if lines_mode:
+                            yield Lines(6, id="tilelines")
+                        else:
+                            with Grid(id="tiles"):
+                                for i in range(18):
+                                    with Vertical(classes="tile"):
+                                        yield Static(f"Tile {i}")
+                                        yield Static("0", id=f"v{i}")
                         with Horizontal(id="trends"):
                             for i in range(4):
                                 with Vertical(classes="trend"):
@@ -68,9 +134,12 @@ def run_app(mode: str) -> None:
                                     yield Static("", id=f"s{i}")
                         yield Static("[b]Under most pressure[/b]")
                         yield DataTable(id="hot", cursor_type="none")
-                        yield Static("Alerts none")
-                        for i in range(12):
-                            yield Static("", classes="alert")
+                        if lines_mode:
+                            yield Lines(13, id="alertlines")
+                        else:
+                            yield Static("Alerts none")
+                            for i in range(12):
+                                yield Static("", classes="alert")
                 with TabPane("Engines"):
                     yield Static("engines")
             yield Static("", id="status")
@@ -82,7 +151,15 @@ def run_app(mode: str) -> None:
             for r in range(6):
                 table.add_row(*(f"{r}.{c}" for c in range(10)), key=f"r{r}")
             self.n = 0
-            self.values = [self.query_one(f"#v{i}", Static) for i in range(18)]
+            if lines_mode:
+                self.tl = self.query_one("#tilelines", Lines)
+                self.al = self.query_one("#alertlines", Lines)
+                for r in range(3):
+                    self.tl.set_row(2 * r, tuple(((f"Tile {6 * r + c}", MUTED),) for c in range(6)))
+                self.al.set_row(0, ((("Alerts none", BOLD),),))
+            else:
+                self.values = [self.query_one(f"#v{i}", Static) for i in range(18)]
+                self.alerts = list(self.query(".alert").results(Static))
             self.sparks = [self.query_one(f"#s{i}", Static) for i in range(4)]
             self.top = self.query_one("#top", Static)
             self.bars: list[str] = [""] * 4
@@ -94,10 +171,19 @@ def run_app(mode: str) -> None:
             if mode == "idle":
                 return
             self.top.update(f"infertop-floor {time.strftime('%H:%M:%S')}", layout=False)
-            if mode in ("tiles", "all"):
+            if mode in ("tiles", "all", "tiles-alerts"):
                 for i, v in enumerate(self.values):
                     v.update(Text(f"{(n * 7 + i) % 1000}.{n % 10}", style="bold"), layout=False)
-            if mode == "all":
+            if mode == "tiles-alerts":
+                for i in range(3):
+                    self.alerts[i].update(Text(f"● engine-{i} — waiting {n % 50} > 0", style="bold"), layout=False)
+            if lines_mode:
+                for r in range(3):
+                    self.tl.set_row(2 * r + 1, tuple(((f"{(n * 7 + 6 * r + c) % 1000}.{n % 10}", BOLD),)
+                                                     for c in range(6)))
+                for i in range(3):
+                    self.al.set_row(1 + i, (((f"● engine-{i}", BOLD), (f" — waiting {n % 50} > 0", DIM)),))
+            if mode in ("all", "all-lines"):
                 for i, s in enumerate(self.sparks):
                     self.bars[i] = (self.bars[i] + "▁▂▃▄▅▆▇█"[(n + i) % 8])[-20:]
                     s.update(self.bars[i] + "\n" + self.bars[i], layout=False)
@@ -106,7 +192,10 @@ def run_app(mode: str) -> None:
                     for c in range(10):
                         table.update_cell(f"r{r}", f"c{c}", f"{(n + r + c) % 100}")
 
-    Floor().run()
+    app = Floor()
+    if run:
+        app.run()
+    return app
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ from infertop.sources.vllm import EngineEndpoint
 from infertop.state.fleet import FRESH, MISSING, STALE, FleetJoiner, FleetState
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.widgets.engines_table import EnginesTable
+from overview_view import alert_lines, tile
 from pilot_wait import until
 from vllm_text import v1_doc
 
@@ -250,18 +251,18 @@ async def test_every_visible_copy_of_a_metric_is_equal(sim_cluster):
             sim_cluster.advance(7)
             await app.poll_now()
             f = app.state.fleet
-            await until(pilot, lambda: text_of(app, "#tile-running .tile-value") == count_human(f.running),
+            await until(pilot, lambda: tile(app, "running") == count_human(f.running),
                         "the Overview painted from this tick")
             # tiles, sparkline labels and the state agree
-            assert text_of(app, "#tile-running .tile-value") == trend_value(app, "#t-running") == count_human(f.running)
-            assert text_of(app, "#tile-waiting .tile-value") == trend_value(app, "#t-waiting") == count_human(f.waiting)
-            assert text_of(app, "#tile-gen .tile-value") == trend_value(app, "#t-gen") == rate_human(f.generation_tokens_per_s)
-            assert text_of(app, "#tile-ttft99 .tile-value").split(" ")[0] == trend_value(app, "#t-ttft") \
+            assert tile(app, "running") == trend_value(app, "#t-running") == count_human(f.running)
+            assert tile(app, "waiting") == trend_value(app, "#t-waiting") == count_human(f.waiting)
+            assert tile(app, "gen") == trend_value(app, "#t-gen") == rate_human(f.generation_tokens_per_s)
+            assert tile(app, "ttft99").split(" ")[0] == trend_value(app, "#t-ttft") \
                 == seconds_human(f.ttft_p99_s)
             # the sparkline's newest point is the number beside it
             assert app.history.series("__fleet__", "running")[-1] == pytest.approx(f.running)
             hot = cells(app, "#hot")
-            alerts = [str(line.render()) for line in app.query(".alert-line").results()]
+            alerts = alert_lines(app)
             # the Engines pane, shown as a user would, is painted from the same tick
             await pilot.press("2")
             await until(pilot, lambda: app.query_one("#panes").active == "engines", "the Engines pane on view")
@@ -296,17 +297,17 @@ async def test_no_data_is_a_dash_and_a_down_source_is_a_cross(scripted):
         # the first frame, before any poll: no data is not zero
         app.tick()
         await pilot.pause()
-        assert text_of(app, "#tile-rps .tile-value") == "—"
-        assert text_of(app, "#tile-running .tile-value") == "—"
+        assert tile(app, "rps") == "—"
+        assert tile(app, "running") == "—"
         await app.poll_now()
         await pilot.pause()
-        assert text_of(app, "#tile-running .tile-value") == "4"
+        assert tile(app, "running") == "4"
         assert "✓ 1/1 engines ok" in text_of(app, "#statusbar")
         srv.hang.add("/metrics")
         await app.poll_now()
         await pilot.pause()
-        assert text_of(app, "#tile-running .tile-value") == "—"  # nothing is up: not 0, not the old value
-        assert text_of(app, "#tile-engines .tile-value") == "0/1"
+        assert tile(app, "running") == "—"  # nothing is up: not 0, not the old value
+        assert tile(app, "engines") == "0/1"
         status = text_of(app, "#statusbar")
         assert status.startswith("✗ 1/1 engines down: timeout after 0.5 s, since ")
         await pilot.press("2")
@@ -341,8 +342,8 @@ async def test_tui_and_snapshot_render_the_same_numbers_from_one_recorded_state(
         await pilot.press("1")
         await until(pilot, lambda: app.query_one("#panes").active == "overview", "the overview pane")
         await pilot.pause()
-        assert text_of(app, "#tile-running .tile-value") == count_human(state.fleet.running) == "9"
-        assert text_of(app, "#tile-kv .tile-value") == f"{pct_human(30.0)}/{pct_human(50.0)}"
+        assert tile(app, "running") == count_human(state.fleet.running) == "9"
+        assert tile(app, "kv") == f"{pct_human(30.0)}/{pct_human(50.0)}"
 
 
 def test_state_log_packs_older_ticks_and_gives_them_back_unchanged():

@@ -22,6 +22,7 @@ from infertop.sources.vllm import EngineEndpoint
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.screens.gpu_detail import GpuDetailScreen
 from infertop.ui.widgets.gpus import COLUMNS, GpusTable
+from overview_view import tile, tiles
 
 MiB = 1024 * 1024
 
@@ -54,8 +55,8 @@ async def test_throttling_gpu_with_reason_and_lost_gpu_failed_while_others_updat
     async with app.run_test(size=(120, 40)) as pilot:
         await app.poll_gpus_now()
         # Overview tiles: ok / throttled / failed, and the hottest GPU
-        assert text_of(app, "#tile-gpus .tile-value") == "2/1/0"
-        assert text_of(app, "#tile-gpu_temp .tile-value") == "84°C"
+        assert tile(app, "gpus") == "2/1/0"
+        assert tile(app, "gpu_temp") == "84°C"
         await pilot.press("4")
         await pilot.pause()
         assert app.query_one("#panes").active == "gpus"
@@ -89,8 +90,8 @@ async def test_throttling_gpu_with_reason_and_lost_gpu_failed_while_others_updat
         # the Overview tiles, painted from the same state when the pane is shown
         await pilot.press("1")
         await pilot.pause()
-        assert text_of(app, "#tile-gpus .tile-value") == "1/1/1"
-        assert "gpu2 failed" in text_of(app, "#tile-gpu_errors .tile-value")
+        assert tile(app, "gpus") == "1/1/1"
+        assert "gpu2 failed" in tile(app, "gpu_errors")
         # the state change is in the log
         await pilot.press("3")
         await pilot.pause()
@@ -172,7 +173,7 @@ async def test_no_driver_says_why_and_how_to_enable():
         assert "--dcgm URL" in notice and "prometheus.url" in notice
         assert not app.query_one("#gpus-table").display or app.query_one("#gpus-table").region.height == 0
         assert "no GPU source: no NVIDIA driver on this host (4: GPUs)" in text_of(app, "#statusbar")
-        assert text_of(app, "#tile-gpus .tile-value") == "none (4: why)"
+        assert tile(app, "gpus") == "none (4: why)"
 
 
 async def test_nothing_configured_says_how_to_enable():
@@ -206,7 +207,7 @@ async def test_gpus_pane_at_80x24():
         assert app.query_one("#statusbar").region.bottom <= 23
         await pilot.press("1")
         await pilot.pause()
-        assert app.query_one("#tile-gpus").region.bottom <= 24
+        assert tiles(app).tile_region("gpus").bottom <= 24
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +230,7 @@ async def test_app_reads_dcgm_exporter(sim):
         assert rows["gpu1"]["status"].startswith("throttled (")
         assert rows["gpu2"]["status"] == "error (XID 79)" and rows["gpu2"]["errors"].endswith("XID 79")
         assert "✓ GPU dcgm" in text_of(app, "#statusbar")
-        assert text_of(app, "#tile-gpus .tile-value") == "1/1/1"
+        assert tile(app, "gpus") == "1/1/1"
 
 
 def _snapshot(args: list[str], tmp_path) -> subprocess.CompletedProcess:

@@ -22,6 +22,8 @@ from infertop.ui.screens.sort_picker import SortPicker
 from infertop.ui.widgets.engines_table import EnginesTable
 from infertop.ui.widgets.gpus import GpusTable
 from infertop.ui.widgets.panels import ScaledSparkline, Trend, bars
+from infertop.ui.widgets.overview import TILES
+from overview_view import alert_lines, alerts, tiles
 from pilot_wait import until
 from vllm_text import v1_doc
 
@@ -188,14 +190,14 @@ async def test_slo_targets_on_the_tiles_are_not_clipped_at_80x24(engines):
     async with app.run_test(size=(80, 24)) as pilot:
         await app.poll_now()
         await pilot.pause()
-        for tile in ("ttft99", "itl95", "e2e99"):
-            value = app.query_one(f"#tile-{tile} .tile-value")
-            text = str(value.render())
-            assert "≤" in text, tile
-            assert len(text) <= value.content_region.width, (tile, text)
-            assert value.region.bottom <= 24
-        for label in app.query(".tile-label"):
-            assert len(str(label.render())) <= label.content_region.width
+        grid = tiles(app)
+        for key in ("ttft99", "itl95", "e2e99"):
+            text = grid.value_text(key)
+            assert "≤" in text and "…" not in text, (key, text)
+            assert len(text) <= grid.tile_width(key), (key, text)
+            assert grid.tile_region(key).bottom <= 24
+        for key, label in TILES:
+            assert grid.label_text(key) == label  # not cut
 
 
 async def test_alerts_that_do_not_fit_say_how_many_more_at_80x24(scripted):
@@ -205,13 +207,12 @@ async def test_alerts_that_do_not_fit_say_how_many_more_at_80x24(scripted):
     async with app.run_test(size=(80, 24)) as pilot:
         await app.poll_now()
         await pilot.pause()
-        lines = [w for w in app.query(".alert-line") if w.display]
-        assert len(lines) >= 2
-        texts = [str(w.render()) for w in lines]
+        texts = alert_lines(app)
+        assert len(texts) >= 2
         shown = sum(t.startswith("● dead-") for t in texts)
-        assert texts[len(lines) - 1] == f"… {5 - shown} more engines with {5 - shown} alerts"
+        assert texts[-1] == f"… {5 - shown} more engines with {5 - shown} alerts"
         status_top = app.query_one("#statusbar").region.y
-        assert all(w.region.bottom <= status_top for w in lines)  # on screen, above the status bar
+        assert alerts(app).region.bottom <= status_top  # on screen, above the status bar
 
 
 async def test_help_uses_the_width_cuts_nothing_and_lists_q(engines):

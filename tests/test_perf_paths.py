@@ -31,6 +31,7 @@ from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.driver import CellDiff
 from infertop.ui.widgets.lean import LeanTable
 from infertop.ui.widgets.panels import QuietStatic, ScaledSparkline, Trend, bars
+from overview_view import tile
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -312,7 +313,7 @@ async def test_a_pane_shown_later_shows_the_state_on_screen_at_once(tmp_path):
         app.query_one("#panes", TabbedContent).active = "engines"
         await pilot.pause()
         assert run_cell(app, "alpha") == "4" and run_cell(app, "beta") == "6"
-        assert app.query_one("#tile-running .tile-value").render().plain == "10"
+        assert tile(app, "running") == "10"
 
 
 def test_observe_copies_only_an_engine_that_was_polled():

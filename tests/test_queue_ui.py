@@ -12,9 +12,9 @@ from infertop.config import Config, KubeConfig, QueueGatewayConfig
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.screens.confirm import ConfirmScreen
 from infertop.ui.screens.kube_dialogs import ChoiceDialog, FormDialog
-from infertop.ui.widgets.overview import Tile
 from infertop.ui.widgets.queue import QueuePane
 from tests.queue_gateway_fake import TOKEN, FakeGateway
+from overview_view import tile
 
 NS = "default"
 KUBE_TOKEN = "queue-ui-token"
@@ -95,8 +95,8 @@ async def test_the_queue_pane_reflects_a_burst_and_goes_stale(gateway, tmp_path)
         await app.poll_now()
         await pilot.press("1")
         await pilot.pause()
-        assert app.query_one("#tile-queued", Tile).query_one(".tile-value").render().plain.startswith("7")
-        assert app.query_one("#tile-queue_oldest", Tile).query_one(".tile-value").render().plain == "12.0s"
+        assert tile(app, "queued").startswith("7")
+        assert tile(app, "queue_oldest") == "12.0s"
         # the gateway stops answering: the last values stay, dimmed, with why
         gateway.stop()
         await pilot.press("6")

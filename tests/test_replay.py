@@ -19,6 +19,7 @@ from infertop.state.replay import Player, Replay
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.widgets.engines_table import EnginesTable
 from vllm_text import v1_doc
+from overview_view import tile
 
 T0 = 1_796_025_600.0
 
@@ -98,7 +99,7 @@ async def cells_then_overview(app, pilot) -> tuple[dict, str, str]:
     table = cells(app)
     await pilot.press("1")
     await pilot.pause()
-    return table, text_of(app, "#tile-running .tile-value"), text_of(app, "#statusbar")
+    return table, tile(app, "running"), text_of(app, "#statusbar")
 
 
 def replay_app(path, clock: Clock, **kw) -> InfertopApp:

@@ -12,6 +12,7 @@ from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.screens.engine_detail import EngineDetailScreen
 from infertop.ui.screens.help import HelpScreen
 from infertop.ui.widgets.engines_table import EnginesTable
+from overview_view import alert_lines, tile
 from pilot_wait import until
 from vllm_text import v1_doc
 
@@ -52,13 +53,13 @@ async def test_overview_and_engines_show_live_values(two_engines):
     async with app.run_test(size=(120, 40)) as pilot:
         await app.poll_now()
         await pilot.pause()
-        assert text_of(app, "#tile-engines .tile-value") == "2/3"
-        assert text_of(app, "#tile-running .tile-value") == "9"
-        assert text_of(app, "#tile-waiting .tile-value") == "3"
+        assert tile(app, "engines") == "2/3"
+        assert tile(app, "running") == "9"
+        assert tile(app, "waiting") == "3"
         # the engines under most pressure: the dead one first, then the queued one
         assert list(table_rows(app, "#hot")) == ["gone", "alpha", "beta"]
-        assert text_of(app, ".alert-line").startswith("● gone — down since ")
-        assert text_of(app, ".alert-line").endswith(": connection refused")
+        assert alert_lines(app)[0].startswith("● gone — down since ")
+        assert alert_lines(app)[0].endswith(": connection refused")
         assert "✗ gone down: connection refused, since " in text_of(app, "#statusbar")
         await pilot.press("2")
         await until(pilot, lambda: app.query_one("#panes").active == "engines", "the Engines pane")

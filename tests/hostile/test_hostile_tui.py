@@ -13,6 +13,7 @@ from infertop.config import Config, GpuConfig
 from infertop.sources.gpu import GpuCollector
 from infertop.sources.vllm import EngineEndpoint
 from infertop.ui.app import InfertopApp, Settings
+from overview_view import alert_lines
 
 
 def cells(app, selector: str) -> list[list[str]]:
@@ -73,7 +74,7 @@ async def test_every_hostile_engine_at_once_in_the_tui(healthy, scripted):
         await pilot.press("1")
         await pilot.pause()
         assert app.is_running
-        alerts = " ".join(str(getattr(w.render(), "plain", "")) for w in app.query(".alert-line"))
+        alerts = " ".join(alert_lines(app))
         assert "\x1b" not in alerts
 
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Grid, Horizontal, Vertical
-from textual.widgets import Static
+from textual.containers import Horizontal, Vertical
 
 from ...analysis.alerts import CRITICAL, Alert
 from ...format import count_human, pct_human, rate_human, seconds_human
@@ -18,8 +17,10 @@ from ...state.fleet_history import FLEET
 from ...state.queues import queue_sources, queue_totals
 from ...state.history import HistoryStore
 from ...text import plain
+from .alert_lines import AlertLines
 from .engines_table import EnginesTable
 from .panels import QuietStatic, Trend
+from .tiles import TileGrid
 
 ALERT_LINES = 12  # composed; as many are shown as the height allows
 HOT_ROWS_MAX = 15
@@ -33,34 +34,6 @@ WIDE_TRENDS = (
     ("e2e_p99_s", "E2E p99", seconds_human),
     ("kv_cache_pct_max", "KV max", pct_human),
 )
-
-
-class Tile(Vertical):
-    """A label over a value; only the value line is ever repainted."""
-
-    DEFAULT_CSS = """
-    Tile { height: 2; padding: 0 0 0 1; }
-    Tile > .tile-label { color: $text-muted; }
-    Tile > Static { text-wrap: nowrap; text-overflow: ellipsis; }
-    """
-
-    def __init__(self, label: str, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.label = label
-        self._raw: float | None = None
-        self._key: tuple | None = None
-        self._value = QuietStatic(classes="tile-value")  # kept: no query per tile per tick
-
-    def compose(self) -> ComposeResult:
-        yield Static(self.label, classes="tile-label")
-        yield self._value
-
-    def set_value(self, value: str, bad: bool = False, note: str = "", raw: float | None = None) -> None:
-        """Show ``value`` (the value line repaints only when its text changes)."""
-        text = Text(value, style="bold red" if bad else "bold")
-        if note:
-            text.append(f" {note}", style="dim")
-        self._value.show(text)
 
 
 TILES = (
@@ -90,14 +63,12 @@ QUEUE_TILES = (("queued", "GW queued"), ("queue_oldest", "Oldest wait"))
 
 class Overview(Vertical):
     DEFAULT_CSS = """
-    Overview #tiles { grid-size: 6; grid-gutter: 0 0; height: auto; grid-rows: 2; }
     Overview #overview-trends { height: 3; }
     Overview #overview-trends > Trend { height: 100%; }
     Overview #overview-trends > .wide { display: none; }
     Overview.wide #overview-trends > .wide { display: block; }
-    Overview #hot-title, Overview #alerts-title, Overview .alert-line { padding: 0 1; }
+    Overview #hot-title { padding: 0 1; }
     Overview #hot { height: auto; max-height: 17; scrollbar-size-horizontal: 0; }
-    Overview .alert-line, Overview #alerts-title { height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, slo, **kwargs) -> None:
@@ -107,12 +78,12 @@ class Overview(Vertical):
         self._engines = 0
         self._queues = False  # a gateway or endpoint picker is watched: its tiles are shown
         self._alerts: list[Alert] = []
-        self._alert_lines = [QuietStatic(classes="alert-line") for _ in range(ALERT_LINES)]
+        # kept: no query per tick
+        self.tiles = TileGrid(TILES, QUEUE_TILES, id="tiles")
+        self.alert_lines = AlertLines(ALERT_LINES, rows=self.alert_rows, id="alerts")
 
     def compose(self) -> ComposeResult:
-        with Grid(id="tiles"):
-            for key, label in TILES:
-                yield Tile(label, id=f"tile-{key}")
+        yield self.tiles
         with Horizontal(id="overview-trends"):
             yield Trend("Gen tokens/s", id="t-gen")
             yield Trend("Running", id="t-running")
@@ -123,8 +94,7 @@ class Overview(Vertical):
         yield QuietStatic("[b]Under most pressure[/b]", id="hot-title")
         yield EnginesTable(slo=self.slo, columns=HOT_COLUMNS, limit=5, sort_key="pressure", resort_every_s=5.0,
                            id="hot")
-        yield QuietStatic(id="alerts-title")
-        yield from self._alert_lines
+        yield self.alert_lines
 
     def on_resize(self) -> None:
         self._fit()
@@ -139,20 +109,18 @@ class Overview(Vertical):
             return
         cols = 9 if width >= 135 else 6
         self.set_class(width >= 160, "wide")
-        grid = self.query_one("#tiles", Grid)
-        grid.styles.grid_size_columns = cols
+        self.tiles.set_columns(cols)
         shown = len(TILES) + (len(QUEUE_TILES) if self._queues else 0)
         tile_lines = 2 * -(-shown // cols)
         trend = 3 if height < 34 else (5 if height < 48 else 7)
         self.query_one("#overview-trends").styles.height = trend
         left = height - tile_lines - trend - 3  # hot title, hot header, alerts title
         engines = max(1, self._engines)
-        alerts = max(2, min(len(self._alert_lines), left // 3))
+        alerts = max(2, min(ALERT_LINES, left // 3))
         hot = max(1, min(HOT_ROWS_MAX, engines, left - alerts))
-        alerts = max(2, min(len(self._alert_lines), left - hot))
+        alerts = max(2, min(ALERT_LINES, left - hot))
         self.query_one("#hot", EnginesTable).set_limit(hot)
-        for i, line in enumerate(self._alert_lines):
-            line.display = i < alerts
+        self.alert_lines.set_rows(alerts)
         if alerts != self.alert_rows:
             self.alert_rows = alerts
             self.show_alerts(self._alerts)
@@ -164,8 +132,7 @@ class Overview(Vertical):
             self._engines = len(state.engines)
             self._fit()
 
-        def tile(key: str, value: str, bad: bool = False, note: str = "") -> None:
-            self.query_one(f"#tile-{key}", Tile).set_value(value, bad, note)
+        tile = self.tiles.set_value
 
         def over(v, target) -> bool:
             return v is not None and v > target
@@ -206,13 +173,7 @@ class Overview(Vertical):
         watched = bool(sources)
         if watched != self._queues:
             self._queues = watched
-            grid = self.query_one("#tiles", Grid)
-            for key, label in QUEUE_TILES:
-                found = grid.query(f"#tile-{key}")
-                if found:
-                    found.first().display = watched
-                elif watched:
-                    grid.mount(Tile(label, id=f"tile-{key}"))
+            self.tiles.show_extra(watched)
             self._fit()
         if not watched:
             return
@@ -220,20 +181,13 @@ class Overview(Vertical):
         worst = max((c.max_wait_s for q in sources if q.fresh for c in q.classes
                      if c.max_wait_s is not None and c.oldest_wait_s is not None and c.oldest_wait_s > c.max_wait_s),
                     default=None)
-        self.call_after_refresh(self._queue_tiles, count_human(queued), seconds_human(oldest), worst is not None)
-
-    def _queue_tiles(self, queued: str, oldest: str, late: bool) -> None:
-        """The queue tiles' values (after a refresh: a tile mounted this tick is composed by then)."""
-        for key, value, bad in (("queued", queued, False), ("queue_oldest", oldest, late)):
-            found = self.query(f"#tile-{key}")
-            if found:
-                found.first(Tile).set_value(value, bad)
+        self.tiles.set_value("queued", count_human(queued))
+        self.tiles.set_value("queue_oldest", seconds_human(oldest), bad=worst is not None)
 
     def show_gpus(self, g, configured: bool = True) -> None:
-        """GPU tiles from a :class:`~infertop.ui.widgets.gpus.GpuSummary` (live values with a dead-band)."""
+        """GPU tiles from a :class:`~infertop.ui.widgets.gpus.GpuSummary`."""
 
-        def tile(key: str, value: str, bad: bool = False, note: str = "", raw: float | None = None) -> None:
-            self.query_one(f"#tile-{key}", Tile).set_value(value, bad, note, raw)
+        tile = self.tiles.set_value
 
         if not g.gpus:
             tile("gpus", "none", note="(4: why)" if configured else "")
@@ -241,13 +195,13 @@ class Overview(Vertical):
                 tile(key, "—")
             return
         tile("gpus", f"{g.ok}/{g.throttled}/{g.failed}", bad=bool(g.throttled or g.failed))
-        tile("gpu_util", pct_human(g.util_mean_pct), raw=g.util_mean_pct)
+        tile("gpu_util", pct_human(g.util_mean_pct))
         mem = f"{pct_human(g.mem_pct)} of {g.mem_total_bytes / 1024**3:.0f}G" if g.mem_total_bytes else "—"
-        tile("gpu_mem", mem, raw=g.mem_pct)
-        tile("gpu_temp", "—" if g.temp_max_c is None else f"{g.temp_max_c:.0f}°C", bad=g.thermal, raw=g.temp_max_c)
+        tile("gpu_mem", mem)
+        tile("gpu_temp", "—" if g.temp_max_c is None else f"{g.temp_max_c:.0f}°C", bad=g.thermal)
         power = "—" if g.power_w is None else (f"{g.power_w / 1000:.1f}/{g.power_limit_w / 1000:.1f}kW"
                                                 if g.power_limit_w else f"{g.power_w / 1000:.1f}kW")
-        tile("gpu_power", power, raw=g.power_w)
+        tile("gpu_power", power)
         tile("gpu_errors", g.errors or "none", bad=g.errors is not None)
 
     def show_alerts(self, alerts: list[Alert]) -> None:
@@ -265,21 +219,22 @@ class Overview(Vertical):
         else:
             title.append(" none", style="green")
             title.append(" — every engine within its SLO targets")
-        self.query_one("#alerts-title", QuietStatic).show(title)
-        lines = self._alert_lines[: self.alert_rows]
+        out = self.alert_lines
+        out.show_title(title)
+        rows = self.alert_rows
         width = self.size.width - 2  # the lines' padding
-        fits = len(groups) <= len(lines)
-        for i, line in enumerate(lines):
-            if i < len(groups) and (fits or i < len(lines) - 1):
+        fits = len(groups) <= rows
+        for i in range(rows):
+            if i < len(groups) and (fits or i < rows - 1):
                 target, group = groups[i]
-                line.show(alert_line(target, group, width))
-            elif i == len(lines) - 1 and not fits:
+                out.show_line(i, alert_line(target, group, width))
+            elif i == rows - 1 and not fits:
                 more = len(groups) - i
                 n_alerts = sum(len(g) for _, g in groups[i:])
-                line.show(Text(f"… {more} more engine{'s' if more != 1 else ''} with {n_alerts} alert"
+                out.show_line(i, Text(f"… {more} more engine{'s' if more != 1 else ''} with {n_alerts} alert"
                                f"{'s' if n_alerts != 1 else ''}", style="dim"))
             else:
-                line.show("")
+                out.show_line(i, "")
 
 
 def alert_line(target: str, group: list[Alert], width: int) -> Text:

@@ -1,0 +1,24 @@
+"""What the Overview's tiles and alert lines show on screen, for Pilot tests."""
+
+from __future__ import annotations
+
+from infertop.ui.widgets.alert_lines import AlertLines
+from infertop.ui.widgets.tiles import TileGrid
+
+
+def tiles(app) -> TileGrid:
+    return app.query_one("#tiles", TileGrid)
+
+
+def tile(app, key: str) -> str:
+    """Tile ``key``'s value line as painted (with its note)."""
+    return tiles(app).value_text(key)
+
+
+def alerts(app) -> AlertLines:
+    return app.query_one("#alerts", AlertLines)
+
+
+def alert_lines(app) -> list[str]:
+    """The alert lines on screen under the title, blank ones included."""
+    return alerts(app).line_texts()
