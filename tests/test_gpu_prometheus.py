@@ -8,6 +8,7 @@ Skipped without it, unless INFERTOP_REQUIRE_REAL=1 (then it fails).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -72,27 +73,14 @@ def _wait(what: str, cond, proc: subprocess.Popen, log: Path, timeout_s: float =
     pytest.fail(f"timed out waiting for {what}; last: {last!r}\n{log.read_text()[-2000:]}")
 
 
-@pytest.fixture
-def sim():
-    with SimCluster(n_engines=3, seed=11, realtime=False, load="steady", kubernetes_labels=True) as c:
-        c.advance(90)  # frozen from here on: Prometheus and the direct scrape see the same values
-        yield c
-
-
-@pytest.fixture
-def prometheus(tmp_path, sim):
+@contextlib.contextmanager
+def running_prometheus(tmp_path: Path, scrape_configs: str, targets_up: int | None = None):
+    """A real Prometheus on a free loopback port scraping ``scrape_configs`` every second; yields
+    (url, proc, log) — once ``targets_up`` targets are up, when given — and stops it on the way out."""
     _require_prometheus()
     port = _free_port()
     cfg = tmp_path / "prometheus.yml"
-    engines = ", ".join(f'"{_hostport(e.url)}"' for e in sim.engines)
-    cfg.write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
-        "scrape_configs:\n"
-        f"  - job_name: dcgm\n    static_configs:\n      - targets: [\"{_hostport(sim.dcgm_url)}\"]\n"
-        # the same GPUs again, through each engine's own endpoint: rows must not double
-        f"  - job_name: dcgm-per-engine\n    metrics_path: /dcgm/metrics\n"
-        f"    static_configs:\n      - targets: [{engines}]\n"
-    )
+    cfg.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n" + scrape_configs)
     log = tmp_path / "prometheus.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
@@ -102,12 +90,13 @@ def prometheus(tmp_path, sim):
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        def all_up():
-            r = httpx.get(f"{url}/api/v1/query", params={"query": "up"}, timeout=2, trust_env=False).json()
-            res = r["data"]["result"]
-            return len(res) == 4 and all(x["value"][1] == "1" for x in res)
+        if targets_up is not None:
+            def all_up():
+                r = httpx.get(f"{url}/api/v1/query", params={"query": "up"}, timeout=2, trust_env=False).json()
+                res = r["data"]["result"]
+                return len(res) == targets_up and all(x["value"][1] == "1" for x in res)
 
-        _wait("up == 1 for the 4 targets", all_up, proc, log)
+            _wait(f"up == 1 for the {targets_up} targets", all_up, proc, log)
         yield url, proc, log
     finally:
         proc.terminate()
@@ -116,6 +105,24 @@ def prometheus(tmp_path, sim):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+@pytest.fixture
+def sim():
+    with SimCluster(n_engines=3, seed=11, realtime=False, load="steady", kubernetes_labels=True) as c:
+        c.advance(90)  # frozen from here on: Prometheus and the direct scrape see the same values
+        yield c
+
+
+@pytest.fixture
+def prometheus(tmp_path, sim):
+    engines = ", ".join(f'"{_hostport(e.url)}"' for e in sim.engines)
+    with running_prometheus(tmp_path,
+                            f"  - job_name: dcgm\n    static_configs:\n      - targets: [\"{_hostport(sim.dcgm_url)}\"]\n"
+                            # the same GPUs again, through each engine's own endpoint: rows must not double
+                            f"  - job_name: dcgm-per-engine\n    metrics_path: /dcgm/metrics\n"
+                            f"    static_configs:\n      - targets: [{engines}]\n", targets_up=4) as running:
+        yield running
 
 
 async def test_prometheus_rows_match_a_direct_dcgm_scrape(prometheus, sim):

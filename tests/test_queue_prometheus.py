@@ -6,7 +6,6 @@ Needs /usr/bin/prometheus (skipped without it unless INFERTOP_REQUIRE_REAL=1).""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -17,7 +16,7 @@ from infertop.sources.queues import QueueEndpoint, metrics_url
 from infertop.sources.queues_names import extract
 from infertop.sources.queues_prom import PromQueueCollector
 from scripted_server import ScriptedServer
-from test_gpu_prometheus import PROMETHEUS, _free_port, _hostport, _require_prometheus, _wait
+from test_gpu_prometheus import _hostport, _require_prometheus, _wait, running_prometheus
 from tests.queue_gateway_fake import FakeGateway
 
 pytestmark = pytest.mark.real_prometheus
@@ -44,34 +43,12 @@ def sources():
 
 @pytest.fixture
 def prometheus(tmp_path, sources):
-    _require_prometheus()
     servers, gw = sources
-    port = _free_port()
     jobs = [(job, _hostport(s.url)) for job, s in servers.items()] + [("gateway", _hostport(gw.url))]
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n" + "".join(
-        f'  - job_name: {job}\n    static_configs:\n      - targets: ["{target}"]\n' for job, target in jobs))
-    log = tmp_path / "prometheus.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'data'}",
-                                 f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=2h"],
-                                stdout=fh, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        def all_up():
-            r = httpx.get(f"{url}/api/v1/query", params={"query": "up"}, timeout=2, trust_env=False).json()
-            res = r["data"]["result"]
-            return len(res) == 3 and all(x["value"][1] == "1" for x in res)
-
-        _wait("up == 1 for the 3 targets", all_up, proc, log)
-        yield url, proc, log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    with running_prometheus(tmp_path, "".join(
+            f'  - job_name: {job}\n    static_configs:\n      - targets: ["{target}"]\n' for job, target in jobs),
+            targets_up=3) as running:
+        yield running
 
 
 @pytest.mark.parametrize("job", list(JOBS))
@@ -123,37 +100,26 @@ def test_the_default_queue_query_gives_one_tagged_series_per_queue_through_prome
         servers.append(s.start())
     gw = FakeGateway().start()
     gw.burst("realtime", 4, oldest_s=0.7)
-    port = _free_port()
     jobs = [("epp", servers[0], {"namespace": "serving", "pod": "epp-llmd-0"}),
             ("epp", servers[1], {"namespace": "serving", "pod": "epp-gie-0"}),
             ("vllm", servers[2], {"namespace": "serving", "pod": "vllm-a"})]
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n"
-                   "  - job_name: epp\n    static_configs:\n" + "".join(
-                       f'      - targets: ["{_hostport(s.url)}"]\n        labels: {labels}\n'
-                       for job, s, labels in jobs if job == "epp")
-                   + f'  - job_name: vllm\n    static_configs:\n      - targets: ["{_hostport(servers[2].url)}"]\n'
-                   f"        labels: {jobs[2][2]}\n"
-                   f'  - job_name: gateway\n    static_configs:\n      - targets: ["{_hostport(gw.url)}"]\n')
-    log = tmp_path / "prometheus.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'data'}",
-                                 f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=2h"],
-                                stdout=fh, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    scrape = ("  - job_name: epp\n    static_configs:\n" + "".join(
+                  f'      - targets: ["{_hostport(s.url)}"]\n        labels: {labels}\n'
+                  for job, s, labels in jobs if job == "epp")
+              + f'  - job_name: vllm\n    static_configs:\n      - targets: ["{_hostport(servers[2].url)}"]\n'
+              f"        labels: {jobs[2][2]}\n"
+              f'  - job_name: gateway\n    static_configs:\n      - targets: ["{_hostport(gw.url)}"]\n')
     promql = FleetQueries().queue()
-
-    def series():
-        r = httpx.post(f"{url}/api/v1/query", data={"query": promql}, timeout=2, trust_env=False).json()
-        assert r["status"] == "success", r  # the PromQL parses and runs
-        got, dropped = queue_series(r["data"]["result"])
-        return len(got) == 3 and dropped == 0 and got
-
     try:
-        got = _wait("the three queues scraped", series, proc, log)
+        with running_prometheus(tmp_path, scrape) as (url, proc, log):
+            def series():
+                r = httpx.post(f"{url}/api/v1/query", data={"query": promql}, timeout=2, trust_env=False).json()
+                assert r["status"] == "success", r  # the PromQL parses and runs
+                got, dropped = queue_series(r["data"]["result"])
+                return len(got) == 3 and dropped == 0 and got
+
+            got = _wait("the three queues scraped", series, proc, log)
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
         gw.stop()
         for s in servers:
             s.stop()
