@@ -38,6 +38,7 @@ def demo_kubeconfig_path() -> Path:
     """This demo run's kubeconfig: one per process, so a second demo on the host cannot overwrite it.
     Those of demo runs that died without stopping (their PID gone) are removed."""
     folder = demo_state_dir()
+    (folder / "kubeconfig").unlink(missing_ok=True)  # the one all demo runs shared before
     for old in folder.glob("kubeconfig-*"):
         pid = old.name.rpartition("-")[2]
         if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
