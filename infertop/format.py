@@ -11,6 +11,11 @@ def _missing(v: float | None) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
+def wait_human(seconds: float | None) -> str:
+    """A queue wait: an empty queue's oldest wait is "0", not "0µs"."""
+    return "0" if seconds == 0 else seconds_human(seconds)
+
+
 def seconds_human(v: float | None) -> str:
     """Latency: 850 ms, 2.45 s, 1m05s."""
     if _missing(v):

@@ -88,6 +88,9 @@ async def test_the_queue_pane_reflects_a_burst_and_goes_stale(gateway, tmp_path)
         await app.poll_now()
         await pilot.pause()
         assert cell(classes, 0, "share") == "100%" and cell(classes, 0, "depth") == "0"
+        # an empty queue's oldest wait reads 0, as in its table, not "0µs"
+        empty = pane.query_one("#queue-header").render().plain
+        assert "queued 0 · oldest 0" in empty and "oldest 0µs" not in empty, empty
         p99 = classes.get_row_at(0)[[k for k, _ in classes.cols].index("p99")]
         assert p99.plain.endswith(" / 1.00s") and "red" in str(p99.style)  # over its 1 s budget
         # the Overview carries the total queued and the oldest wait

@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 
 from ...analysis.alerts import CRITICAL, Alert
-from ...format import count_human, pct_human, rate_human, seconds_human
+from ...format import count_human, pct_human, rate_human, seconds_human, wait_human
 from ...state.fleet import FleetState
 from ...state.fleet_history import FLEET
 from ...state.queues import queue_sources, queue_totals
@@ -182,7 +182,7 @@ class Overview(Vertical):
                      if c.max_wait_s is not None and c.oldest_wait_s is not None and c.oldest_wait_s > c.max_wait_s),
                     default=None)
         self.tiles.set_value("queued", count_human(queued))
-        self.tiles.set_value("queue_oldest", seconds_human(oldest), bad=worst is not None)
+        self.tiles.set_value("queue_oldest", wait_human(oldest), bad=worst is not None)
 
     def show_gpus(self, g, configured: bool = True) -> None:
         """GPU tiles from a :class:`~infertop.ui.widgets.gpus.GpuSummary`."""

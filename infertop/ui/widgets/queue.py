@@ -15,7 +15,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 
-from ...format import DASH, count_human, pct_human, rate_human, seconds_human
+from ...format import DASH, count_human, pct_human, rate_human, seconds_human, wait_human
 from ...state.fleet import FRESH, STALE, FleetState
 from ...state.queues import QueueClass, QueueEngine, QueueSource, queue_sources
 from ...text import plain
@@ -54,11 +54,6 @@ def _num(v: float | None) -> str:
     return DASH if v is None else f"{v:g}"
 
 
-def wait_text(v: float | None) -> str:
-    """A wait in seconds; an empty queue's oldest wait is 0, not "0µs"."""
-    return "0" if v == 0 else seconds_human(v)
-
-
 def class_cells(q: QueueSource, c: QueueClass) -> list:
     dim = "dim" if not q.fresh else ""
     p99 = Text(seconds_human(c.wait_p99_s), style="bold red" if c.over_budget and q.fresh else dim)
@@ -66,7 +61,7 @@ def class_cells(q: QueueSource, c: QueueClass) -> list:
         p99.append(f" / {seconds_human(c.budget_s)}", style="dim")
     promo = count_human(c.promotions)
     return [Text(plain(q.name), style=dim), Text(plain(c.name), style=dim), Text(_num(c.priority), style=dim),
-            Text(count_human(c.depth), style=dim), Text(wait_text(c.oldest_wait_s), style=dim),
+            Text(count_human(c.depth), style=dim), Text(wait_human(c.oldest_wait_s), style=dim),
             Text(seconds_human(c.wait_p50_s), style=dim), p99, Text(_num(c.weight), style=dim),
             Text(seconds_human(c.max_wait_s), style=dim), Text(pct_human(c.share_pct), style=dim),
             Text(rate_human(c.dispatches_per_s), style=dim),
@@ -107,7 +102,7 @@ def header_line(q: QueueSource) -> Text:
         t.append(f" · stale {seconds_human(fr.age_s)}: {plain(fr.reason or '')}", style="yellow")
     elif fr.status != FRESH:
         t.append(f" · no data: {plain(fr.reason or '')}", style="red")
-    t.append(f" · queued {count_human(q.queued)} · oldest {seconds_human(q.oldest_wait_s)}")
+    t.append(f" · queued {count_human(q.queued)} · oldest {wait_human(q.oldest_wait_s)}")
     if q.pool_saturation_pct is not None:
         t.append(f" · pool saturation {pct_human(q.pool_saturation_pct)}",
                  style="yellow" if q.pool_saturation_pct >= 100 else "")
