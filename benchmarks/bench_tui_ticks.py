@@ -1,7 +1,7 @@
 """CPU per tick of the whole TUI (collection, state, paint), several trees side by side.
 
     .venv/bin/python benchmarks/bench_tui_ticks.py --tree before=/old/checkout --tree after=. [--engines 64]
-        [--seconds 60] [--pane overview|engines]
+        [--seconds 60] [--pane overview|engines] [--cprofile DIR]
 
 ``bench_tui.py`` measures CPU as % of a core in a real terminal; on a loaded
 machine a starved TUI paints fewer ticks and its % drops with them. This one
@@ -33,7 +33,7 @@ from infertop.config import Config
 from infertop.sources.vllm import EngineEndpoint
 from infertop.ui.app import InfertopApp, Settings
 
-urls, dcgm, pane, warm_s, seconds, state_dir = json.loads(sys.argv[1])
+urls, dcgm, pane, warm_s, seconds, state_dir, profile = json.loads(sys.argv[1])
 
 async def main():
     eps = [EngineEndpoint(f"vllm-{i}", u, max_num_seqs=64) for i, u in enumerate(urls)]
@@ -42,9 +42,17 @@ async def main():
         if pane == "engines":
             await pilot.press("2")
         await asyncio.sleep(warm_s)
+        prof = None
+        if profile:
+            import cProfile
+            prof = cProfile.Profile()
+            prof.enable()
         t0, c0, k0 = time.monotonic(), time.process_time(), app.joiner.tick
         await asyncio.sleep(seconds)
         t1, c1, k1 = time.monotonic(), time.process_time(), app.joiner.tick
+        if prof is not None:
+            prof.disable()
+            prof.dump_stats(profile)
         print(json.dumps({"cpu_s": c1 - c0, "wall_s": t1 - t0, "ticks": k1 - k0}), flush=True)
         app.exit()
 
@@ -60,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=15.0, help="seconds before measuring (windows fill, first paints)")
     ap.add_argument("--pane", choices=("overview", "engines"), default="overview")
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--cprofile", metavar="DIR", help="keep a cProfile of each tree's measured interval "
+                    "(DIR/LABEL.prof; it slows every tree alike: rank hot spots with it, not CPU per tick)")
     args = ap.parse_args(argv)
     trees = [t.split("=", 1) for t in args.tree]
     home = tempfile.mkdtemp(prefix="bench-ticks-")
@@ -78,9 +88,10 @@ def main(argv: list[str] | None = None) -> int:
             if not line or time.monotonic() > deadline:
                 raise SystemExit("bench_tui_ticks: the simulator did not start")
             urls += re.findall(r"http://[0-9.:]+[^\s]*", line)
-        job = json.dumps([urls[: args.engines], urls[args.engines], args.pane, args.warmup, args.seconds,
-                          str(Path(home) / "state")])
         for label, tree in trees:
+            profile = str(Path(args.cprofile).resolve() / f"{label}.prof") if args.cprofile else ""
+            job = json.dumps([urls[: args.engines], urls[args.engines], args.pane, args.warmup, args.seconds,
+                              str(Path(home) / "state"), profile])
             env = dict(env0, PYTHONPATH=str(Path(tree).resolve()))
             children.append((label, subprocess.Popen([args.python, "-c", CHILD, job], env=env, cwd=home,
                                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))

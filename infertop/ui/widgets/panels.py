@@ -6,14 +6,17 @@ import math
 import re
 from collections.abc import Callable, Sequence
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.containers import Vertical
+from textual.content import Content
 from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Label, Static
 
 from ...format import pct_human, rate_human, seconds_human
-from .lean import LeanLines
 
 
 class QuietStatic(Static):
@@ -134,10 +137,15 @@ def bars(data: Sequence[float | None], width: int, height: int, top: float, firs
 BLOCKS = "▁▂▃▄▅▆▇█"
 
 
-class ScaledSparkline(LeanLines, Widget):
+class ScaledSparkline(Widget):
     """A sparkline drawn on a stated scale, 0..``top``, with the scale written on its
     left (Textual's Sparkline stretches min..max of the data: a constant series
-    would draw as an empty line)."""
+    would draw as an empty line).
+
+    A line-API widget: each row is a Strip of two segments (the axis, the bars),
+    kept until the data, size or theme changes; a tick repaints only the columns
+    whose bars changed, without rendering the widget's whole content through
+    Rich text (the way a Static repaints)."""
 
     COMPONENT_CLASSES = {"sparkline--bar", "sparkline--axis"}
     DEFAULT_CSS = """
@@ -152,36 +160,44 @@ class ScaledSparkline(LeanLines, Widget):
         self.top = 1.0
         self.top_text = ""
         self.first = 0  # absolute index of data[0] (bucket boundaries)
-        self._rows: list[str] | None = None  # the rows last painted, with their axis
+        self._rows: list[str] | None = None  # the rows last drawn, with their axis
         self._rows_size = (0, 0)
         self._unpainted = False  # data plotted while hidden: painted when shown (on_show)
+        self._strips: list[Strip] | None = None  # the rows as painted, for _rows
+        self._styles: tuple[Style, Style] | None = None  # axis, bars: with the widget's base
 
     def plot(self, data: Sequence[float | None], top: float, top_text: str, first: int = 0) -> None:
         """Show ``data`` on 0..``top``; repaints only the columns whose bars changed."""
-        if (tuple(data), top, top_text, first) == (self.data, self.top, self.top_text, self.first):
+        data = tuple(data)
+        if (data, top, top_text, first) == (self.data, self.top, self.top_text, self.first):
             return
-        self.data, self.top, self.top_text, self.first = tuple(data), top, top_text, first
+        self.data, self.top, self.top_text, self.first = data, top, top_text, first
         if not self.size.area or not on_view(self):  # hidden: no repaint per tick, one when shown
             self._unpainted = True
+            self._strips, self._rows_size = None, (0, 0)  # drawn afresh from the data when painted
             return
         old, rows = self._rows, self._lines()
-        if (self._unpainted or old is None or rows is None or len(old) != len(rows)
-                or self._rows_size != self.size):
+        stale_size = self._rows_size != self.size
+        self._rows, self._rows_size, self._strips = rows, self.size, None
+        if self._unpainted or old is None or rows is None or len(old) != len(rows) or stale_size:
             self._unpainted = False
             self.refresh()
             return
         changed = [c for r in range(len(rows)) for c in range(len(rows[r]))
                    if c >= len(old[r]) or rows[r][c] != old[r][c]]
-        if not changed:
-            self._rows = rows
-            return
-        left, right = min(changed), max(changed)
-        self.refresh(Region(left, 0, right - left + 1, len(rows)))  # e.g. the newest bar alone
+        if changed:
+            left, right = min(changed), max(changed)
+            self.refresh(Region(left, 0, right - left + 1, len(rows)))  # e.g. the newest bar alone
 
     def on_show(self) -> None:
         if self._unpainted:  # what it shows was rendered before it was hidden
             self._unpainted = False
+            self._strips = None
             self.refresh()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles, self._strips = None, None  # a theme change: the colours in the strips are stale
 
     def _lines(self) -> list[str] | None:
         """Each row as drawn: the axis (scale, ▕) then the bars; None: nothing to draw."""
@@ -193,14 +209,46 @@ class ScaledSparkline(LeanLines, Widget):
         return [f"{self.top_text if i == 0 else ('0' if i == height - 1 else ''):>{axis}}▕{row}"
                 for i, row in enumerate(rows)]
 
+    def render_line(self, y: int) -> Strip:
+        strips = self._strips
+        if strips is None or self._rows_size != self.size:
+            strips = self._strips = self._render_strips()
+        if y < len(strips):
+            return strips[y]
+        # no trend yet: blank, as a Static paints an empty text (its one line padded with
+        # the background only, the lines below it in the widget's style)
+        style = self.visual_style.rich_style
+        return Strip.blank(self.size.width, Style(bgcolor=style.bgcolor) if y == 0 else style)
+
+    def _render_strips(self) -> list[Strip]:
+        """The rows as :meth:`render` draws them through Rich text and Textual's Content, the same
+        cells and styles, without that conversion per repaint."""
+        if self._rows_size != self.size:
+            self._rows, self._rows_size = self._lines(), self.size
+        rows = self._rows
+        if rows is None:
+            return []  # no trend yet: nothing, not a flat line that reads as zero
+        if self._styles is None:
+            base = self.visual_style
+            probe = Text("a")
+            probe.stylize(self.get_component_rich_style("sparkline--axis"))
+            probe.append("b", style=self.get_component_rich_style("sparkline--bar"))
+            by_text = {seg.text: seg.style for seg in Content.from_rich_text(probe, self.app.console)
+                       .render_segments(base)}
+            self._styles = (by_text["a"], by_text["b"])
+        axis_style, bar_style = self._styles
+        axis = max(len(self.top_text), 1) + 1
+        width = self.size.width
+        return [Strip([Segment(row[:axis], axis_style), Segment(row[axis:], bar_style)], width) for row in rows]
+
     def render(self) -> Text:
+        """The rows as Rich text (what :meth:`render_line` paints; for tests and screenshots)."""
         height = self.size.height
         axis = max(len(self.top_text), 1)
         text = Text(no_wrap=True, overflow="crop")
         lines = self._lines()
-        self._rows, self._rows_size = lines, self.size
         if lines is None:
-            return text  # no trend yet: nothing, not a flat line that reads as zero
+            return text
         bar_style = self.get_component_rich_style("sparkline--bar")
         axis_style = self.get_component_rich_style("sparkline--axis")
         rows = [line[axis + 1:] for line in lines]
