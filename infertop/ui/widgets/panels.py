@@ -215,10 +215,7 @@ class ScaledSparkline(Widget):
             strips = self._strips = self._render_strips()
         if y < len(strips):
             return strips[y]
-        # no trend yet: blank, as a Static paints an empty text (its one line padded with
-        # the background only, the lines below it in the widget's style)
-        style = self.visual_style.rich_style
-        return Strip.blank(self.size.width, Style(bgcolor=style.bgcolor) if y == 0 else style)
+        return super().render_line(y)  # no trend yet: render()'s empty text, painted as a Static paints it
 
     def _render_strips(self) -> list[Strip]:
         """The rows as :meth:`render` draws them through Rich text and Textual's Content, the same
@@ -235,7 +232,8 @@ class ScaledSparkline(Widget):
             probe.append("b", style=self.get_component_rich_style("sparkline--bar"))
             by_text = {seg.text: seg.style for seg in Content.from_rich_text(probe, self.app.console)
                        .render_segments(base)}
-            self._styles = (by_text["a"], by_text["b"])
+            # without the probe's text offsets (meta for text selection: a sparkline is not text to copy)
+            self._styles = (by_text["a"].clear_meta_and_links(), by_text["b"].clear_meta_and_links())
         axis_style, bar_style = self._styles
         axis = max(len(self.top_text), 1) + 1
         width = self.size.width
