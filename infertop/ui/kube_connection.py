@@ -177,8 +177,7 @@ class KubeConnection(ActionRunner):
         self._kube_render()
         self._kube_keys()
         self.refresh_bindings()  # type: ignore[attr-defined]
-        denied = [a for a, p in KUBE_MUTATING.items() if perms.allows(p) is False]
-        note = f"; not permitted: {', '.join(a.removeprefix('kube_') for a in denied)}" if denied else ""
+        note = _denied_note(perms)
         self.log_event(escape(f"Kubernetes: context {session.context}, namespace {', '.join(session.namespaces)}: "  # type: ignore[attr-defined]
                               f"{len(snap.workloads)} workloads, {len(snap.pods)} pods{note}"))
 
@@ -223,8 +222,7 @@ class KubeConnection(ActionRunner):
         self.kube_perm_checks += 1
         self._kube_keys()
         self.refresh_bindings()  # type: ignore[attr-defined]
-        denied = [a for a, p in KUBE_MUTATING.items() if perms.allows(p) is False]
-        note = f"; not permitted: {', '.join(a.removeprefix('kube_') for a in denied)}" if denied else ""
+        note = _denied_note(perms)
         self.log_event(escape(f"Kubernetes: reconnected to {session.context}: every resource read again, "  # type: ignore[attr-defined]
                               f"permissions re-checked{note}"))
 
@@ -357,3 +355,9 @@ class KubeConnection(ActionRunner):
             if stale is not None:
                 self.log_event(f"[red]Kubernetes:[/red] {escape(problems[0])}")  # type: ignore[attr-defined]
         pane.show(snap, header, self.kube_loads, self._engine_names(), stale=stale is not None)
+
+
+def _denied_note(perms: Permissions) -> str:
+    """"; not permitted: scale, drain" for the Log line of a connect or reconnect (empty when all may run)."""
+    denied = [a for a, p in KUBE_MUTATING.items() if perms.allows(p) is False]
+    return f"; not permitted: {', '.join(a.removeprefix('kube_') for a in denied)}" if denied else ""
