@@ -496,7 +496,7 @@ def test_quantities(text, value):
 
 def test_metric_values_read_as_numbers_not_milli_quantities():
     """An HPA reports averages as quantities ("21500m"); the why-not line says 21.5, as an operator reads it."""
-    from infertop.analysis.autoscalers import MetricLine, _metric_text
+    from infertop.analysis.autoscaler_hpa import MetricLine, _metric_text
 
     line = MetricLine("vllm:num_requests_running", "Pods", "21500m", "8", 21.5 / 8)
     assert _metric_text(line) == "vllm:num_requests_running 21.5 vs target 8"
