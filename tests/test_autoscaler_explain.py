@@ -128,7 +128,7 @@ def test_within_tolerance_names_the_ratio(emu, tmp_path):
     _, by_name = read(emu, tmp_path)
     a = hpa_of(by_name["vllm"])
     assert a.codes() == (WITHIN_TOLERANCE,)
-    assert a.reason == f"within tolerance: {WAITING} 5200m vs 5 (×1.04), inside ±10%"
+    assert a.reason == f"within tolerance: {WAITING} 5.2 vs 5 (×1.04), inside ±10%"  # not "5200m"
     # 5.6 is outside the band: no tolerance reason, and nothing holds it back
     emu.set_hpa_status(NS, "vllm", current_metrics=pods_metric("5600m"), desired_replicas=4)
     _, by_name = read(emu, tmp_path)

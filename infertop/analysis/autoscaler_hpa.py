@@ -171,7 +171,8 @@ def explain_hpa(h: HpaView, snap: ClusterSnapshot, wl: _Workload, now: float | N
             and all(1 - _tolerance(h, "down") <= r <= 1 + _tolerance(h, "up") for r in ratios)):
         tol = _tolerance(h, "up")
         why.append(WhyNot(WITHIN_TOLERANCE, "within tolerance: " + ", ".join(
-            f"{m.name} {m.current} vs {m.target} (×{m.ratio:.2f})" for m in metrics if m.ratio is not None)
+            f"{m.name} {_quantity_text(m.current)} vs {_quantity_text(m.target)} (×{m.ratio:.2f})"
+            for m in metrics if m.ratio is not None)
             + f", inside ±{tol:.0%}"))
 
     pending = _pending_reason(wl, desired)
