@@ -229,7 +229,7 @@ def cells(app, selector: str) -> dict[str, dict[str, str]]:
 def trend_value(app, selector: str) -> str:
     """The value a Trend's label states: "Running  73" → "73"."""
     label = text_of(app, f"{selector} Label")
-    return label.split("  ", 1)[1].strip()
+    return label.split("  ", 1)[1].strip() if "  " in label else ""  # "" before it was drawn
 
 
 @pytest.fixture
@@ -239,6 +239,23 @@ def sim_cluster():
     with SimCluster(4, seed=3, realtime=False, load="bursty") as c:
         c.advance(120)
         yield c
+
+
+async def test_wide_trends_are_drawn_when_the_terminal_widens_not_a_tick_later(sim_cluster):
+    eps = [EngineEndpoint(f"vllm-{i}", e.url, max_num_seqs=e.max_num_seqs, timeout_s=30)
+           for i, e in enumerate(sim_cluster.engines)]
+    app = InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False)), endpoints=eps), poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        sim_cluster.advance(7)
+        await app.poll_now()
+        f = app.state.fleet
+        await until(pilot, lambda: tile(app, "running") == count_human(f.running), "the Overview painted")
+        assert trend_value(app, "#t-requests_per_s") == ""  # hidden below 160 columns: not drawn
+        await pilot.resize_terminal(200, 60)
+        await until(pilot, lambda: app.query_one("#overview-pane").has_class("wide"), "the wide layout")
+        assert app.state.fleet is f  # no new tick
+        assert trend_value(app, "#t-requests_per_s") == rate_human(f.requests_per_s)
+        assert trend_value(app, "#t-e2e_p99_s") == tile(app, "e2e99").split(" ")[0]
 
 
 async def test_every_visible_copy_of_a_metric_is_equal(sim_cluster):
@@ -259,6 +276,9 @@ async def test_every_visible_copy_of_a_metric_is_equal(sim_cluster):
             assert tile(app, "gen") == trend_value(app, "#t-gen") == rate_human(f.generation_tokens_per_s)
             assert tile(app, "ttft99").split(" ")[0] == trend_value(app, "#t-ttft") \
                 == seconds_human(f.ttft_p99_s)
+            # at 160 columns the wide trends are shown too, from the same tick
+            assert trend_value(app, "#t-requests_per_s") == rate_human(f.requests_per_s)
+            assert trend_value(app, "#t-itl_p95_s") == tile(app, "itl95").split(" ")[0]
             # the sparkline's newest point is the number beside it
             assert app.history.series("__fleet__", "running")[-1] == pytest.approx(f.running)
             hot = hot_rows(app)

@@ -77,15 +77,26 @@ async def test_rows_by_pressure_with_the_engine_tables_cells_and_styles():
         table.update_state(state([stats("calm"), stats("queued", waiting=7.0), stats("slow", ttft_p99_s=0.5, itl_p95_s=0.063),
                                   stats("dead", state=DOWN)]))
         await pilot.pause()
-        assert table.engine_names == ["dead", "queued", "slow", "calm"]  # broken first, then queued, then slowest
+        # broken first, then over an SLO target (ITL 63 ms > 40 ms), then queued, then the rest
+        assert table.engine_names == ["dead", "slow", "queued", "calm"]
         shown = lines(table)
         assert shown[0].split() == ["Engine", "State", "Run", "Wait", "Run/Max", "KV%", "TTFT99", "ITL95",
                                     "Gen", "t/s", "E2E99"]
-        assert shown[3].split()[:8] == ["slow", "up", "4", "0", "4/64", "10%", "500ms", "63ms"]
-        assert cell_style(table, 3, "63ms").bold and cell_style(table, 3, "63ms").color.name == "red"  # over 40 ms
-        assert cell_style(table, 2, " 7 ").color.name == "yellow"  # a queue
+        assert shown[2].split()[:8] == ["slow", "up", "4", "0", "4/64", "10%", "500ms", "63ms"]
+        assert cell_style(table, 2, "63ms").bold and cell_style(table, 2, "63ms").color.name == "red"  # over 40 ms
+        assert cell_style(table, 3, " 7 ").color.name == "yellow"  # a queue
         assert cell_style(table, 1, "down").color.name == "red"
         assert table.rows_text()["queued"]["wait"] == "7"
+
+
+async def test_the_engine_furthest_over_its_slo_comes_before_a_short_queue():
+    app = HotApp(Clock(), limit=2)
+    async with app.run_test(size=(120, 12)) as pilot:
+        table = app.query_one(HotTable)
+        table.update_state(state([stats("q1", waiting=1.0), stats("q2", waiting=1.0), stats("ok"),
+                                  stats("ttft", ttft_p99_s=3.48), stats("itl", itl_p95_s=0.06)]))
+        await pilot.pause()
+        assert table.engine_names == ["ttft", "itl"]  # 1.74x and 1.5x over their targets; q1 and q2 below
 
 
 async def test_stale_values_are_dimmed_and_say_their_age():

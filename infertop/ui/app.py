@@ -589,7 +589,7 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
         if self.current_pane != "engines":
             self.action_show_pane("engines")
         table = self.main.query_one("#engines-table", EnginesTable)
-        columns = [(PRESSURE, "Pressure (down, queued, slowest first)")] + [(k, HEADERS[k]) for k in SORTABLE]
+        columns = [(PRESSURE, "Pressure (down, over an SLO, queued, slowest first)")] + [(k, HEADERS[k]) for k in SORTABLE]
         self.push_screen(SortPicker(columns, table.sort_key, table.descending), self._sort_picked)
 
     def action_group_engines(self) -> None:

@@ -57,16 +57,30 @@ PRESSURE = "pressure"
 RESORT_EVERY_S = 5.0  # a table sorted by a live value moves its rows at most this often
 
 
-def pressure(s: EngineStats) -> tuple:
-    """Sort key: broken engines first, then the most queued, then the slowest."""
-    return (s.state == UP, -(s.waiting or 0), -(s.ttft_p99_s or 0), -(s.running_ratio or 0), s.name)
+def slo_breach(s: EngineStats, slo) -> float:
+    """How far the engine's worst latency is over its SLO target (1.6 = 60 % over); 0 within every target."""
+    if slo is None:
+        return 0.0
+    worst = 0.0
+    for attr in ("ttft_p99_s", "itl_p95_s", "e2e_p99_s"):
+        v, target = getattr(s, attr), getattr(slo, attr)
+        if v is not None and target and v > target:
+            worst = max(worst, v / target)
+    return worst
 
 
-def sort_engines(stats: list[EngineStats], key: str, descending: bool) -> list[EngineStats]:
+def pressure(s: EngineStats, slo=None) -> tuple:
+    """Sort key: broken engines first, then those furthest over an SLO target, then the most
+    queued, then the slowest."""
+    return (s.state == UP, -slo_breach(s, slo), -(s.waiting or 0), -(s.ttft_p99_s or 0), -(s.running_ratio or 0),
+            s.name)
+
+
+def sort_engines(stats: list[EngineStats], key: str, descending: bool, slo=None) -> list[EngineStats]:
     """``stats`` ordered by column ``key`` (ties by name); engines without a value last."""
     rows = sorted(stats, key=lambda s: s.name)
     if key == PRESSURE:
-        return sorted(rows, key=pressure)
+        return sorted(rows, key=lambda s: pressure(s, slo))
     value = next(c[3] for c in COLUMNS if c[0] == key)
     present = [s for s in rows if value(s) is not None]
     present.sort(key=value, reverse=descending)  # stable: equal values stay in name order
@@ -126,7 +140,7 @@ def engine_cell(key: str, fmt: Cell, s: EngineStats, f: Freshness | None, slo) -
 
 
 def kept_or_sorted(stats: list[EngineStats], previous: list[str], sorted_ago_s: float, resort_every_s: float,
-                   sort_key: str, descending: bool, limit: int | None) -> tuple[list[EngineStats], bool]:
+                   sort_key: str, descending: bool, limit: int | None, slo=None) -> tuple[list[EngineStats], bool]:
     """The rows to show and whether they were sorted afresh: the engines of ``previous`` keep their
     places while the same engines are shown and the last sort is under ``resort_every_s`` old, so an
     action key never hits a row that just moved; otherwise ``stats`` sorted (at most ``limit``)."""
@@ -137,7 +151,7 @@ def kept_or_sorted(stats: list[EngineStats], previous: list[str], sorted_ago_s: 
         if len(kept) == len(previous) and full:
             kept.sort(key=lambda s: rank[s.name])
             return kept, False
-    rows = sort_engines(stats, sort_key, descending)
+    rows = sort_engines(stats, sort_key, descending, slo)
     return (rows if limit is None else rows[:limit]), True
 
 
@@ -303,7 +317,7 @@ class EnginesTable(LeanTable):
         wanted = [s for s in stats if self.matches(s)]
         now = self.clock()
         wanted, resorted = kept_or_sorted(wanted, self._engine_order, now - self._sorted_at, self.resort_every_s,
-                                          self.sort_key, self.descending, self.limit)
+                                          self.sort_key, self.descending, self.limit, self.slo)
         if resorted:
             self._sorted_at = now
         self._engine_order = [s.name for s in wanted]

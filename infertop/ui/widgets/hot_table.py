@@ -78,7 +78,7 @@ class HotTable(Widget):
         fresh = {e.name: e.freshness for e in state.engines}
         now = self.clock()
         rows, resorted = kept_or_sorted(list(state.engine_stats), self._order, now - self._sorted_at,
-                                        self.resort_every_s, self.sort_key, True, self.limit)
+                                        self.resort_every_s, self.sort_key, True, self.limit, self.slo)
         if resorted:
             self._sorted_at = now
         self._show(rows, fresh)
@@ -189,6 +189,7 @@ class HotTable(Widget):
             return Strip.blank(width, self.rich_style)
         segments: list[Segment] = []
         prev_style, prev_text = None, ""
+        merge = not self.app.is_headless  # SVG export drifts inside long runs of text (see lean.py)
         used = 0
         for i, (key, w) in enumerate(self._layout(width)):
             if y == 0:
@@ -198,7 +199,7 @@ class HotTable(Widget):
                 part = "hot--name" if i == 0 else ""
             cell = " " * PAD + set_cell_size(text, w - 2 * PAD) + " " * PAD
             style = self._style(part, cell_style)
-            if style == prev_style:  # one segment per run of one style: fewer escape codes on the wire
+            if style == prev_style and merge:  # one segment per run of one style: fewer escape codes
                 prev_text += cell
             else:
                 if prev_style is not None:

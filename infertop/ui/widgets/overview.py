@@ -78,6 +78,7 @@ class Overview(Vertical):
         self._engines = 0
         self._queues = False  # a gateway or endpoint picker is watched: its tiles are shown
         self._alerts: list[Alert] = []
+        self._shown: tuple[FleetState, HistoryStore] | None = None  # the tick on screen
         # kept: no query per tick
         self.tiles = TileGrid(TILES, QUEUE_TILES, id="tiles")
         self.alert_lines = AlertLines(ALERT_LINES, rows=self.alert_rows, id="alerts")
@@ -107,7 +108,10 @@ class Overview(Vertical):
         if not width or not height:
             return
         cols = 9 if width >= 135 else 6
-        self.set_class(width >= 160, "wide")
+        if (width >= 160) != self.has_class("wide"):
+            self.set_class(width >= 160, "wide")
+            if width >= 160:
+                self._show_wide_trends()
         self.tiles.set_columns(cols)
         shown = len(TILES) + (len(QUEUE_TILES) if self._queues else 0)
         tile_lines = 2 * -(-shown // cols)
@@ -160,11 +164,19 @@ class Overview(Vertical):
                                                  fmt=count_human)
         self.query_one("#t-ttft", Trend).show(history.series(FLEET, "ttft_p99_s", n), seconds_human(f.ttft_p99_s),
                                               fmt=seconds_human)
-        for key, _, fmt in WIDE_TRENDS:
-            self.query_one(f"#t-{key}", Trend).show(history.series(FLEET, key, n), fmt(getattr(f, key)), fmt=fmt,
-                                                   percent=fmt is pct_human)
+        self._shown = (state, history)
+        if self.has_class("wide"):  # hidden below 160 columns: drawn when the pane widens (_fit)
+            self._show_wide_trends()
         self.query_one("#hot", HotTable).update_state(state)
         self.show_alerts(list(state.alerts))
+
+    def _show_wide_trends(self) -> None:
+        if self._shown is None:
+            return
+        state, history = self._shown
+        for key, _, fmt in WIDE_TRENDS:
+            self.query_one(f"#t-{key}", Trend).show(history.series(FLEET, key, 120), fmt(getattr(state.fleet, key)),
+                                                   fmt=fmt, percent=fmt is pct_human)
 
     def _show_queues(self, state: FleetState) -> None:
         """Total queued in the gateways / pickers and the oldest wait (tiles shown only when one is watched)."""

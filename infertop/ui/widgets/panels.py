@@ -17,6 +17,7 @@ from textual.widget import Widget
 from textual.widgets import Label, Static
 
 from ...format import pct_human, rate_human, seconds_human
+from .tiles import text_strip
 
 
 class QuietStatic(Static):
@@ -259,6 +260,36 @@ class ScaledSparkline(Widget):
         return text
 
 
+class TrendTitle(Label):
+    """A trend's title and latest value: one line, changed every tick, painted from a cached
+    Strip (the cells a nowrap Label with an ellipsis paints) without a Static's update."""
+
+    def __init__(self, text: str, **kwargs) -> None:
+        super().__init__(text, **kwargs)
+        self._text = Text(text)
+        self._strip: Strip | None = None
+
+    def show(self, text: str) -> None:
+        if text != self._text.plain:
+            self._text, self._strip = Text(text), None
+            self.refresh()
+
+    def render(self) -> Text:
+        return self._text
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if y:
+            return Strip.blank(width, self.rich_style)
+        if self._strip is None or self._strip.cell_length != width:
+            self._strip = Strip(text_strip(self._text, width, self.visual_style, self.app.console), width)
+        return self._strip
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strip = None  # a theme change: the colours in the strip are stale
+
+
 class Trend(Vertical):
     """A titled sparkline with its latest value, on a stated scale: 0..100 for a
     percentage, 0..the largest value shown for counts, rates and latencies."""
@@ -277,7 +308,7 @@ class Trend(Vertical):
         self._fmt: Callable[[float], str] | None = None
         self._series: list[float | None] = []  # the last data, NaN as None
         self._first = 0  # absolute index of the series' first point (see bucket_max)
-        self._label = Label(self.title)  # kept: no query per trend per tick
+        self._label = TrendTitle(self.title)  # kept: no query per trend per tick
         self._spark = ScaledSparkline()
 
     def compose(self):
@@ -311,7 +342,7 @@ class Trend(Vertical):
     def _show_label(self) -> None:
         if self._label_text != self._label_shown:
             self._label_shown = self._label_text
-            self._label.update(Text(self._label_text), layout=False)  # one line of fixed width
+            self._label.show(self._label_text)
 
     def on_show(self) -> None:
         self._show_label()
