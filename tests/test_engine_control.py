@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from infertop.config import ProfileConfig
-from infertop.control import engine_cli, engines
+from infertop.control import engine_cli, engines, logtail
 from infertop.control.audit import AuditLog
 from infertop.control.engine_command import flag_count
 from infertop.control.engines import (
@@ -228,7 +228,7 @@ def test_tail_file_reads_only_the_end(tmp_path, monkeypatch):
         def __getattr__(self, name):
             return getattr(self.f, name)
 
-    monkeypatch.setattr(engines, "open", lambda *a, **k: Spy(real_open(*a, **k)), raising=False)
+    monkeypatch.setattr(logtail, "open", lambda *a, **k: Spy(real_open(*a, **k)), raising=False)
     lines = tail_file(path, 3)
     assert lines == [f"line 299998 {'x' * 40}", f"line 299999 {'x' * 40}", "progress 100%"]
     assert sum(read_bytes) < 64 * 1024 < size

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from .fleet import FleetState
+from .fleet_types import FleetState
 
 GROUP_BY = ("deployment", "model", "node")
 NO_DEPLOYMENT = "(no deployment)"

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .fleet import FRESH, MISSING, STALE, EngineState, Freshness
+from .fleet_types import FRESH, MISSING, STALE, EngineState, Freshness
 
 # PRODUCT.md's queue P99 budgets per workload class (seconds); config queues.budgets overrides.
 DEFAULT_BUDGETS_S = {"realtime": 1.0, "chat": 1.0, "code": 0.2, "batch": 30.0}

@@ -1,0 +1,223 @@
+"""Start, stop, restart and forget: the lifecycle actions of
+:class:`~infertop.control.engines.EngineManager`, audited and recorded in the history.
+
+Part of :mod:`infertop.control.engines`.  No UI imports.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from ..config import ProfileConfig
+from .engine_audit import _Audit, _r
+from .engine_command import _safe_args, effective_args, normalize_overrides
+from .engine_errors import AuditRefusedError, EngineBusyError, EngineError, InvalidArgsError, NotOurProcessError
+from .engine_gateway import GatewayStep, append_note
+from .engine_lifecycle import _LifecycleMixin
+from .engine_progress import Progress, _Emitter
+from .engine_state import EngineRecord, StopResult, _profile_from_dict
+from .gateway_drain import GatewayDrain
+
+
+class _ActionsMixin(_LifecycleMixin):
+    """start, stop, restart and forget of :class:`~infertop.control.engines.EngineManager`."""
+
+    # -- public: actions
+
+    def start(
+        self,
+        name: str,
+        profile: ProfileConfig,
+        progress: Progress | None = None,
+        *,
+        overrides: Mapping[str, Any] | None = None,
+        profile_name: str | None = None,
+        timeout_s: float | None = None,
+        unaudited: bool = False,
+    ) -> EngineRecord:
+        """Spawn the engine and wait for /health 200.
+
+        Raises PortInUseError (nothing spawned), EngineStartError (exit,
+        timeout, out of memory; the engine is killed and nothing is left),
+        EngineBusyError, InvalidArgsError, AuditRefusedError, or EngineError
+        ("already running").
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidArgsError("engine name: must not be empty")
+        emit = _Emitter(progress, name, "start")
+        audit = _Audit(self, "engine.start", name, unaudited)
+        try:
+            with self._operation(name):
+                over = normalize_overrides(profile, overrides)
+                new = effective_args(profile, over)
+                rec = self._do_start(
+                    name, profile, over, profile_name or name, emit, timeout_s, restarts=0,
+                    before_spawn=lambda cmd: audit.intent(new=new, check={"port": "free"}, cmdline=cmd,
+                                                          env_names=sorted(profile.env)))
+        except EngineError as e:
+            audit.failed(e, new=_safe_args(profile, overrides))
+            if not isinstance(e, (EngineBusyError, AuditRefusedError)):
+                self._history(name, "start", "failed", reason=e.reason)
+            raise
+        except OSError as e:
+            raise audit.fs_error(e) from None
+        audit.ok(new=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s))
+        self._history(name, "start", "ok", args=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s))
+        return rec
+
+    def stop(self, name: str, grace_s: float | None = None, progress: Progress | None = None, *,
+             unaudited: bool = False, abort: threading.Event | None = None,
+             gateway: GatewayDrain | None = None) -> StopResult:
+        """SIGTERM the main process (vLLM drains), SIGKILL the engine after ``grace_s``; nothing is left.
+
+        ``grace_s`` defaults to the profile's ``stop_grace_s``, at least
+        ``shutdown_timeout`` + 10 s.  With ``gateway`` (the infertop gateway in
+        front of the engine) the engine is drained there first and undrained
+        after (:class:`~infertop.control.engine_gateway.GatewayStep`).
+        ``abort`` stops the waiting (EngineAborted says in what state).  Raises
+        NotOurProcessError (refused, nothing signalled), EngineNotFound,
+        EngineBusyError, EngineStopError, AuditRefusedError, EngineAborted.
+        """
+        emit = _Emitter(progress, name, "stop")
+        audit = _Audit(self, "engine.stop", name, unaudited)
+        old = None
+        try:
+            with self._operation(name):
+                st = self._require_state(name)
+                old = st.get("args")
+                step = self._gateway_step(gateway, st, emit, abort, unaudited)
+                try:
+                    if step is not None:
+                        step.begin(self._grace_for(st, grace_s), int(st["pid"]))
+                    res = self._do_stop(st, grace_s, emit, abort=abort,
+                                        before_signal=lambda info: audit.intent(old=old, check=info,
+                                                                                grace_s=grace_s))
+                except EngineError as e:
+                    if step is not None:
+                        append_note(e, step.end(failed=True))
+                    raise
+                if step is not None:
+                    note = step.end(failed=False)
+                    res = replace(res, reason=f"{step.summary()}; {res.reason}; {note}",
+                                  gateway=f"{step.summary()}; {note}")
+        except EngineError as e:
+            audit.failed(e, old=old)
+            raise
+        except OSError as e:
+            raise audit.fs_error(e) from None
+        audit.ok(old=old, reason=res.reason, sigkill=res.sigkill, seconds=_r(res.seconds), pid=res.pid,
+                 in_flight_before=res.in_flight_before, in_flight_after=res.in_flight_after, failed=res.failed)
+        self._history(name, "stop", "ok", reason=res.reason, pid=res.pid, sigkill=res.sigkill,
+                      stop_s=_r(res.seconds), exit_code=res.exit_code)
+        return res
+
+    def _grace_for(self, st: Mapping[str, Any], grace_s: float | None) -> float:
+        return float(grace_s) if grace_s is not None else self._default_grace(st)
+
+    def _gateway_step(self, gateway: GatewayDrain | None, st: Mapping[str, Any], emit: _Emitter,
+                      abort: threading.Event | None, unaudited: bool) -> GatewayStep | None:
+        """The gateway step for a running engine (nothing to drain for one already gone, or not ours)."""
+        if gateway is None or self._identity(st)[0] != "alive":
+            return None
+        audit = self.audit
+        if unaudited:
+            try:
+                audit.check_writable()
+            except OSError:
+                audit = None
+        return GatewayStep(gateway, str(st["name"]), audit, emit, abort, min(self.poll_interval_s, 0.25))
+
+    def restart(
+        self,
+        name: str,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        profile: ProfileConfig | None = None,
+        progress: Progress | None = None,
+        grace_s: float | None = None,
+        timeout_s: float | None = None,
+        unaudited: bool = False,
+        abort: threading.Event | None = None,
+        gateway: GatewayDrain | None = None,
+    ) -> EngineRecord:
+        """Stop (drain) and start again with the recorded profile (or ``profile``),
+        the overrides set before, and ``overrides`` on top.  ``gateway``: drained there
+        first, undrained once healthy (or on failure); ``abort`` as for :meth:`stop`,
+        and while waiting for /health the new engine is left as it is."""
+        emit = _Emitter(progress, name, "restart")
+        audit = _Audit(self, "engine.restart", name, unaudited)
+        old = new = None
+        try:
+            with self._operation(name):
+                st = self._require_state(name)
+                old = st.get("args")
+                prof = self._profile_for(st, profile)
+                over = normalize_overrides(prof, {**(st.get("overrides") or {}), **dict(overrides or {})})
+                new = effective_args(prof, over)
+                step = self._gateway_step(gateway, st, emit, abort, unaudited)
+                try:
+                    if step is not None:
+                        step.begin(self._grace_for(st, grace_s), int(st["pid"]))
+                    self._do_stop(st, grace_s, emit, abort=abort,
+                                  before_signal=lambda info: audit.intent(old=old, new=new, check=info))
+                    rec = self._do_start(name, prof, over, st.get("profile_name") or name, emit, timeout_s,
+                                         restarts=int(st.get("restarts", 0)) + 1, abort=abort,
+                                         leave_on_abort=True)
+                except EngineError as e:
+                    if step is not None:
+                        append_note(e, step.end(failed=True))
+                    raise
+                if step is not None:
+                    emit("done", f"{step.summary()}; {step.end(failed=False)}", pid=rec.pid, force=True)
+        except EngineError as e:
+            audit.failed(e, old=old, new=new)
+            if not isinstance(e, (EngineBusyError, NotOurProcessError, AuditRefusedError)):
+                self._history(name, "restart", "failed", reason=e.reason, args=new)
+            raise
+        except OSError as e:
+            raise audit.fs_error(e) from None
+        audit.ok(old=old, new=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s))
+        self._history(name, "restart", "ok", args=rec.args, old=old, pid=rec.pid, startup_s=_r(rec.startup_s))
+        return rec
+
+    def _profile_for(self, st: Mapping[str, Any], given: ProfileConfig | None) -> ProfileConfig:
+        """The profile to start again from: ``given``, else the recorded one with its ``env``
+        values read from the config's profile (only their names are stored)."""
+        if given is not None:
+            return given
+        prof = _profile_from_dict(st.get("profile") or {})
+        names = [n for n in st.get("env_names") or [] if isinstance(n, str)]
+        if not names:
+            return prof
+        pname = st.get("profile_name") or st.get("name")
+        cfg = self.profiles.get(pname)
+        missing = [n for n in names if cfg is None or n not in cfg.env]
+        if missing:
+            raise EngineError(f"profile {pname!r}: the value of {', '.join(missing)} is not in the config "
+                              "(environment values are not stored with the engine's state); "
+                              "add the profile back to the config")
+        return replace(prof, env={n: cfg.env[n] for n in names})
+
+    def forget(self, name: str) -> bool:
+        """Drop a stale state file without signalling anything; True if one was dropped."""
+        st = self._read_state(name)
+        if st is None:
+            with self._lock:
+                stale = self._stale.pop(name, None)
+                exited = self._exited.pop(name, None)
+            if stale is not None:
+                self._history(name, "forget", "ok", reason="stale", pid=stale[0].get("pid"))
+                self._audit("engine.forget", name, "ok", old={"pid": stale[0].get("pid")}, reason=stale[1])
+            return stale is not None or exited is not None
+        kind, why = self._identity(st)
+        if kind == "alive" or (kind == "gone" and self._live_group(st)):
+            raise EngineError(f"engine {name!r} is running (pid {st['pid']}); stop it instead")
+        self._drop_state(name)
+        with self._lock:
+            self._exited.pop(name, None)
+        self._history(name, "forget", "ok", reason=why, pid=st.get("pid"))
+        self._audit("engine.forget", name, "ok", old={"pid": st.get("pid")}, reason=why)
+        return True

@@ -1,0 +1,166 @@
+"""Changing a running engine's launch arguments (:meth:`EngineManager.set_args`):
+drain, restart with them, verify, roll back on failure.
+
+Part of :mod:`infertop.control.engines`.  No UI imports.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from ..config import ProfileConfig
+from ..domain.engine import EngineStats
+from .engine_actions import _ActionsMixin
+from .engine_audit import _Audit, _r
+from .engine_command import _kv, normalize_overrides
+from .engine_errors import (
+    AuditRefusedError,
+    EngineBusyError,
+    EngineError,
+    EngineStartError,
+    InvalidArgsError,
+    NotOurProcessError,
+    SetArgsError,
+    VerifyError,
+)
+from .engine_gateway import append_note
+from .engine_progress import Progress, _Emitter, observe_once
+from .engine_state import EngineRecord, SetResult
+from .gateway_drain import GatewayDrain
+
+
+class _ReconfigureMixin(_ActionsMixin):
+    """set_args of :class:`~infertop.control.engines.EngineManager`."""
+
+    def set_args(
+        self,
+        name: str,
+        changes: Mapping[str, Any],
+        progress: Progress | None = None,
+        *,
+        check: Callable[[EngineRecord], str | None] | None = None,
+        grace_s: float | None = None,
+        timeout_s: float | None = None,
+        rollback: bool = True,
+        stats: Callable[[EngineRecord], EngineStats | None] | None = None,
+        profile: ProfileConfig | None = None,
+        unaudited: bool = False,
+        abort: threading.Event | None = None,
+        gateway: GatewayDrain | None = None,
+    ) -> SetResult:
+        """Change launch arguments: drain → restart with them → wait healthy → verify.
+
+        Verification reads ``/proc/<pid>/cmdline`` of the new engine and
+        compares the last value of each changed flag; ``check(record)`` may
+        add a behaviour check (return an error message, or None when fine).
+        If the new engine fails to start and ``rollback`` is set, the old
+        arguments are started again and SetArgsError(rolled_back=True) is
+        raised.  Unchanged values return ``changed=False`` without a restart.
+
+        ``before``/``after`` come from ``stats(record)`` when given (the TUI
+        passes its collector's latest stats: instant), else from one scrape
+        of /metrics bounded by ``observe_timeout_s`` (None if it fails).
+
+        ``gateway`` (an infertop gateway in front): drained there first, its
+        in-flight followed to 0, undrained once the new engine is verified (or
+        on any failure).  ``abort``: as for :meth:`restart`.
+        """
+        emit = _Emitter(progress, name, "set")
+        audit = _Audit(self, "engine.set", name, unaudited)
+        t0 = time.monotonic()
+        old_vals: dict[str, Any] = {}
+        new_vals: dict[str, Any] = {}
+        try:
+            with self._operation(name):
+                st = self._require_state(name)
+                prof = self._profile_for(st, profile)
+                changes = normalize_overrides(prof, changes)
+                if not changes:
+                    raise InvalidArgsError("nothing to change")
+                cur_args = dict(st.get("args") or {})
+                old_vals = {k: cur_args.get(k) for k in changes}
+                new_vals = dict(changes)
+                kind, why = self._identity(st)
+                if kind == "mismatch":
+                    raise NotOurProcessError(self._set_stale(st, why))
+                if old_vals == new_vals and kind == "alive":
+                    rec = self._record(st)
+                    self._audit("engine.set", name, "ok", old=old_vals, new=new_vals, reason="unchanged")
+                    return SetResult(name, False, old_vals, new_vals, rec, {}, None, None, None, None,
+                                     time.monotonic() - t0)
+                old_over = dict(st.get("overrides") or {})
+                new_over = normalize_overrides(prof, {**old_over, **changes})
+                before = self._stats(self._record(st), stats) if kind == "alive" else None
+                step = self._gateway_step(gateway, st, emit, abort, unaudited)
+                try:
+                    if step is not None:
+                        step.begin(self._grace_for(st, grace_s), int(st["pid"]))
+                    stop_res = self._do_stop(
+                        st, grace_s, emit, abort=abort,
+                        before_signal=lambda info: audit.intent(old=old_vals, new=new_vals, check=info,
+                                                                diff=f"{_kv(old_vals)} → {_kv(new_vals)}"))
+                    restarts = int(st.get("restarts", 0)) + 1
+                    try:
+                        rec = self._do_start(name, prof, new_over, st.get("profile_name") or name, emit,
+                                             timeout_s, restarts=restarts, abort=abort, leave_on_abort=True)
+                    except EngineStartError as e:
+                        if not rollback:
+                            raise SetArgsError(f"engine did not start with {_kv(new_vals)}: {e.reason}; "
+                                               "it is stopped", log_tail=e.log_tail) from None
+                        emit("rollback", f"new arguments failed ({e.reason}); starting again with {_kv(old_vals)}",
+                             force=True)
+                        try:
+                            self._do_start(name, prof, old_over, st.get("profile_name") or name, emit, timeout_s,
+                                           restarts=restarts, abort=abort, leave_on_abort=True)
+                        except EngineError as e2:
+                            raise SetArgsError(
+                                f"engine did not start with {_kv(new_vals)}: {e.reason}; rollback to "
+                                f"{_kv(old_vals)} failed too: {e2.reason}; it is stopped",
+                                log_tail=e.log_tail) from None
+                        raise SetArgsError(f"engine did not start with {_kv(new_vals)}: {e.reason}; "
+                                           f"rolled back to {_kv(old_vals)}", log_tail=e.log_tail,
+                                           rolled_back=True) from None
+                    emit("verifying", "verifying the new arguments took effect", pid=rec.pid, force=True)
+                    verified = self._verify_args(rec, changes)
+                    if check is not None:
+                        msg = check(rec)
+                        if msg:
+                            raise VerifyError(f"behaviour check failed: {msg}")
+                    if step is not None and "max_num_seqs" in changes:
+                        step.retune_cap(old_vals.get("max_num_seqs"), changes["max_num_seqs"])
+                    after = self._stats(rec, stats)
+                except EngineError as e:
+                    if step is not None:
+                        append_note(e, step.end(failed=True))
+                    raise
+                if step is not None:
+                    note = step.end(failed=False)
+                    stop_res = replace(stop_res, gateway=f"{step.summary()}; {note}")
+                total = time.monotonic() - t0
+                emit("done", f"{_kv(old_vals)} → {_kv(new_vals)} in {total:.1f} s", pid=rec.pid, force=True)
+        except EngineError as e:
+            audit.failed(e, old=old_vals or None, new=new_vals or None)
+            if not isinstance(e, (EngineBusyError, NotOurProcessError, AuditRefusedError)):
+                self._history(name, "set", "failed", old=old_vals, new=new_vals, reason=e.reason)
+            raise
+        except OSError as e:
+            raise audit.fs_error(e) from None
+        audit.ok(old=old_vals, new=new_vals, pid=rec.pid, startup_s=_r(rec.startup_s), total_s=_r(total),
+                 verified=verified, in_flight_before=stop_res.in_flight_before,
+                 in_flight_after=stop_res.in_flight_after, failed=stop_res.failed, gateway=stop_res.gateway or None)
+        self._history(name, "set", "ok", old=old_vals, new=new_vals, pid=rec.pid, args=rec.args,
+                      startup_s=_r(rec.startup_s), total_s=_r(total), stop_s=_r(stop_res.seconds))
+        return SetResult(name, True, old_vals, new_vals, rec, verified, before, after, stop_res,
+                         rec.startup_s, total)
+
+    def _stats(self, rec: EngineRecord, fn: Callable[[EngineRecord], EngineStats | None] | None) -> EngineStats | None:
+        if fn is not None:
+            try:
+                return fn(rec)
+            except Exception:  # noqa: BLE001 — informative only
+                return None
+        return observe_once(rec.endpoint(self.observe_timeout_s))
