@@ -85,13 +85,6 @@ def session_members(sid: int) -> list[ProcStat]:
     this names one engine's processes even after its leader died.
     """
     return live_processes(lambda st: st.session == sid)
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        st = read_stat(int(entry))
-        if st is not None and st.session == sid and st.state not in ("Z", "X"):
-            out.append(st)
-    return out
 
 
 def read_cgroup(pid: int) -> str | None:
