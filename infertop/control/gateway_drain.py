@@ -105,8 +105,11 @@ def _norm_url(url: str) -> str:
 class GatewayDrain:
     """One engine at one gateway: drain, undrain, in-flight (blocking, short timeouts)."""
 
-    def __init__(self, ref: GatewayRef, engine: str, timeout_s: float = 3.0) -> None:
+    # Connecting fails fast on a dead gateway; an answer may take longer from a gateway busy proxying a
+    # burst on a loaded host (a 3 s read timeout failed a restart under load: nothing was signalled).
+    def __init__(self, ref: GatewayRef, engine: str, timeout_s: float = 10.0, connect_timeout_s: float = 3.0) -> None:
         self.ref, self.engine, self.timeout_s = ref, engine, timeout_s
+        self.connect_timeout_s = min(connect_timeout_s, timeout_s)
         self.label = ref.label
 
     def __repr__(self) -> str:
@@ -115,7 +118,8 @@ class GatewayDrain:
     def _request(self, method: str, path: str, body: dict | None = None) -> Any:
         headers = {"Authorization": f"Bearer {self.ref.token}"} if self.ref.token else {}
         try:
-            with httpx.Client(timeout=self.timeout_s, trust_env=False) as c:
+            timeout = httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s)
+            with httpx.Client(timeout=timeout, trust_env=False) as c:
                 r = c.request(method, self.ref.admin_url + path, headers=headers, json=body)
         except httpx.HTTPError as e:
             raise GatewayError(f"{self.label}: admin API unreachable ({type(e).__name__})") from None
@@ -175,7 +179,7 @@ def _engine_at(engines: Iterable[dict], name: str, url: str | None) -> str | Non
     return None
 
 
-def find_gateway(config: Any, name: str, url: str | None, timeout_s: float = 2.0
+def find_gateway(config: Any, name: str, url: str | None, timeout_s: float = 10.0
                  ) -> tuple[GatewayDrain | None, list[str]]:
     """The gateway fronting engine ``name`` (at ``url``), asked through its admin API, and
     warnings about gateways the config names that could not be asked (one line each)."""
