@@ -54,7 +54,7 @@ from .widgets.engines_table import HEADERS, PRESSURE, RESORT_EVERY_S, SORTABLE, 
 from .widgets.hot_table import HotTable
 from .widgets.gpus import GpusPane, GpusTable, engine_refs, gpu_status_parts, record_history, flatten, summarize
 from .widgets.overview import Overview
-from .widgets.panels import QuietStatic, Trend
+from .widgets.panels import LineStatic, QuietStatic, Trend
 from .widgets.queue import QueuePane
 
 PANES = ("overview", "engines", "log", "gpus", "cluster", "queues", "autoscaler")
@@ -152,7 +152,7 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
         with Horizontal(id="topbar-row"):
             yield QuietStatic(id="topbar")
             # The tick's time in a widget of its own: a new second repaints its 8 cells, not the header.
-            yield QuietStatic(id="clock", classes="replay" if self.player is not None else "")
+            yield LineStatic(id="clock", classes="replay" if self.player is not None else "")
         with TabbedContent(id="panes", initial="overview"):
             with TabPane("1 Overview", id="overview"):
                 yield Overview(self.settings.config.slo, id="overview-pane")
@@ -469,7 +469,7 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
             if s.record_path:
                 text.append(" · ● rec", style="red" if self.state_log.error is None else "yellow")
         self.main.query_one("#topbar", QuietStatic).show(text)
-        self.main.query_one("#clock", QuietStatic).show(clock)
+        self.main.query_one("#clock", LineStatic).show(clock)
 
     def _note_state_changes(self, engines) -> None:
         for e in engines:

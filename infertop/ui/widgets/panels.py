@@ -260,34 +260,47 @@ class ScaledSparkline(Widget):
         return text
 
 
-class TrendTitle(Label):
-    """A trend's title and latest value: one line, changed every tick, painted from a cached
-    Strip (the cells a nowrap Label with an ellipsis paints) without a Static's update."""
+class CachedLine:
+    """Mixin for a one-line Static or Label whose text changes every tick (a clock, a trend's
+    title and value): painted from a cached Strip — the cells a nowrap Static with an ellipsis
+    paints — without a Static's update (markup, visual, layout) per change."""
 
-    def __init__(self, text: str, **kwargs) -> None:
-        super().__init__(text, **kwargs)
-        self._text = Text(text)
-        self._strip: Strip | None = None
+    _line: Text = Text("")
+    _strip: Strip | None = None
 
-    def show(self, text: str) -> None:
-        if text != self._text.plain:
-            self._text, self._strip = Text(text), None
-            self.refresh()
+    def show(self, text: Text | str) -> None:
+        text = Text(text) if isinstance(text, str) else text
+        if (text.plain, text.style, text.spans) != (self._line.plain, self._line.style, self._line.spans):
+            self._line, self._strip = text, None
+            self.refresh()  # type: ignore[attr-defined]
 
     def render(self) -> Text:
-        return self._text
+        return self._line
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        width = self.content_size.width  # type: ignore[attr-defined]
         if y:
-            return Strip.blank(width, self.rich_style)
+            return Strip.blank(width, self.rich_style)  # type: ignore[attr-defined]
         if self._strip is None or self._strip.cell_length != width:
-            self._strip = Strip(text_strip(self._text, width, self.visual_style, self.app.console), width)
+            self._strip = Strip(text_strip(self._line, width, self.visual_style, self.app.console),  # type: ignore[attr-defined]
+                                width)
         return self._strip
 
     def notify_style_update(self) -> None:
-        super().notify_style_update()
+        super().notify_style_update()  # type: ignore[misc]
         self._strip = None  # a theme change: the colours in the strip are stale
+
+
+class TrendTitle(CachedLine, Label):
+    """A trend's title and latest value."""
+
+    def __init__(self, text: str, **kwargs) -> None:
+        super().__init__(text, **kwargs)
+        self._line = Text(text)
+
+
+class LineStatic(CachedLine, Static):
+    """A one-line Static shown through :meth:`show` (the header's clock)."""
 
 
 class Trend(Vertical):

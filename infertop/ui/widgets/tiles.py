@@ -70,6 +70,7 @@ class TileGrid(Widget):
         self._values: dict[str, Text] = {}
         self._keys: dict[str, tuple] = {}
         self._strips: dict[int, Strip] = {}  # by screen row, for the width they were made for
+        self._tile_segments: dict[tuple[str, int], tuple[int, list[Segment]]] = {}  # (key, line) → (width, cells)
 
     # -- layout --------------------------------------------------------------------------------
     @property
@@ -99,6 +100,7 @@ class TileGrid(Widget):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._strips.clear()  # a theme change: the colours baked into the strips are stale
+        self._tile_segments.clear()
 
     # -- values --------------------------------------------------------------------------------
     def set_value(self, key: str, value: str, bad: bool = False, note: str = "") -> None:
@@ -111,11 +113,14 @@ class TileGrid(Widget):
         if note:
             text.append(f" {note}", style="dim")
         self._values[key] = text
+        self._tile_segments.pop((key, 1), None)
         i = self._index.get(key)
         if i is not None:
             y = 2 * (i // self._columns) + 1
             self._strips.pop(y, None)
-            self.refresh(Region(0, y, self.size.width, 1))
+            offsets = column_offsets(self.size.width, self._columns)
+            col = i % self._columns
+            self.refresh(Region(offsets[col], y, offsets[col + 1] - offsets[col], 1))  # that tile's cells
 
     # -- what is on screen (for tests and the app) ----------------------------------------------
     def _cell(self, key: str, line: int) -> str:
@@ -165,13 +170,18 @@ class TileGrid(Widget):
         keys = self._shown[(y // 2) * cols:(y // 2 + 1) * cols]
         offsets = column_offsets(width, cols)
         segments: list[Segment] = []
+        cache = self._tile_segments
         for col, key in enumerate(keys):
             cell = offsets[col + 1] - offsets[col]
-            if y % 2:
-                text = self._values.get(key) or Text("")
-                segments += text_strip(text, cell, base, console, lead=1)
-            else:
-                segments += text_strip(Text(self._labels[key]), cell, label_style, console, lead=1)
+            got = cache.get((key, y % 2))
+            if got is None or got[0] != cell:  # only the tiles whose value changed are made again
+                if y % 2:
+                    text = self._values.get(key) or Text("")
+                    got = (cell, text_strip(text, cell, base, console, lead=1))
+                else:
+                    got = (cell, text_strip(Text(self._labels[key]), cell, label_style, console, lead=1))
+                cache[(key, y % 2)] = got
+            segments += got[1]
         if offsets[len(keys)] < width:
             segments.append(Segment(" " * (width - offsets[len(keys)]), Style(bgcolor=base.rich_style.bgcolor)))
         return Strip(segments, width)
