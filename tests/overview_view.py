@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from infertop.ui.widgets.alert_lines import AlertLines
+from infertop.ui.widgets.hot_table import HotTable
 from infertop.ui.widgets.tiles import TileGrid
 
 
@@ -22,3 +23,12 @@ def alerts(app) -> AlertLines:
 def alert_lines(app) -> list[str]:
     """The alert lines on screen under the title, blank ones included."""
     return alerts(app).line_texts()
+
+
+def hot(app) -> HotTable:
+    return app.query_one("#hot", HotTable)
+
+
+def hot_rows(app) -> dict[str, dict[str, str]]:
+    """The "Under most pressure" rows, top first: engine → column → text."""
+    return hot(app).rows_text()

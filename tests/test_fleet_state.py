@@ -20,7 +20,7 @@ from infertop.sources.vllm import EngineEndpoint
 from infertop.state.fleet import FRESH, MISSING, STALE, FleetJoiner, FleetState
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.widgets.engines_table import EnginesTable
-from overview_view import alert_lines, tile
+from overview_view import alert_lines, hot_rows, tile
 from pilot_wait import until
 from vllm_text import v1_doc
 
@@ -261,7 +261,7 @@ async def test_every_visible_copy_of_a_metric_is_equal(sim_cluster):
                 == seconds_human(f.ttft_p99_s)
             # the sparkline's newest point is the number beside it
             assert app.history.series("__fleet__", "running")[-1] == pytest.approx(f.running)
-            hot = cells(app, "#hot")
+            hot = hot_rows(app)
             alerts = alert_lines(app)
             # the Engines pane, shown as a user would, is painted from the same tick
             await pilot.press("2")

@@ -12,7 +12,7 @@ from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.screens.engine_detail import EngineDetailScreen
 from infertop.ui.screens.help import HelpScreen
 from infertop.ui.widgets.engines_table import EnginesTable
-from overview_view import alert_lines, tile
+from overview_view import alert_lines, hot_rows, tile
 from pilot_wait import until
 from vllm_text import v1_doc
 
@@ -57,7 +57,7 @@ async def test_overview_and_engines_show_live_values(two_engines):
         assert tile(app, "running") == "9"
         assert tile(app, "waiting") == "3"
         # the engines under most pressure: the dead one first, then the queued one
-        assert list(table_rows(app, "#hot")) == ["gone", "alpha", "beta"]
+        assert list(hot_rows(app)) == ["gone", "alpha", "beta"]
         assert alert_lines(app)[0].startswith("● gone — down since ")
         assert alert_lines(app)[0].endswith(": connection refused")
         assert "✗ gone down: connection refused, since " in text_of(app, "#statusbar")

@@ -51,6 +51,7 @@ from .themes import load_themes
 from .widgets.autoscaler import AutoscalerPane
 from .widgets.cluster import ClusterPane
 from .widgets.engines_table import HEADERS, PRESSURE, RESORT_EVERY_S, SORTABLE, EnginesTable
+from .widgets.hot_table import HotTable
 from .widgets.gpus import GpusPane, GpusTable, engine_refs, gpu_status_parts, record_history, flatten, summarize
 from .widgets.log_view import LogView
 from .widgets.overview import Overview
@@ -626,6 +627,10 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
     def _row_selected(self, event: EnginesTable.RowSelected) -> None:
         table = event.data_table
         self.action_engine_detail(table.selected_engine if isinstance(table, EnginesTable) else None)
+
+    @on(HotTable.EngineClicked)
+    def _hot_row_clicked(self, event: HotTable.EngineClicked) -> None:
+        self.action_engine_detail(event.name)
 
     def action_gpu_detail(self) -> None:
         pane = self.main.query_one(GpusPane)

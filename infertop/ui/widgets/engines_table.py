@@ -105,6 +105,42 @@ _GROUP_AGG = {
 }
 
 
+def engine_cell(key: str, fmt: Cell, s: EngineStats, f: Freshness | None, slo) -> tuple[str, str]:
+    """(text, style) of column ``key`` for engine ``s``: stale values dimmed (State with their age),
+    values over their SLO target bold red, a non-empty queue yellow."""
+    stale = f is not None and f.status != FRESH
+    if key == "state":
+        text = f"{s.state} {age_short(f.age_s)}" if stale and f.age_s is not None else s.state
+        return text, _STATE_STYLE.get(s.state, "dim")  # stale values: how old they are
+    text = fmt(s)
+    if stale:
+        return text, "dim"  # the last good value, not a current one
+    if slo is not None and key in _SLO_FIELDS:
+        attr, target = _SLO_FIELDS[key]
+        v = getattr(s, attr)
+        if v is not None and v > getattr(slo, target):
+            return text, "bold red"
+    if key == "wait" and s.waiting:
+        return text, "yellow"
+    return text, ""
+
+
+def kept_or_sorted(stats: list[EngineStats], previous: list[str], sorted_ago_s: float, resort_every_s: float,
+                   sort_key: str, descending: bool, limit: int | None) -> tuple[list[EngineStats], bool]:
+    """The rows to show and whether they were sorted afresh: the engines of ``previous`` keep their
+    places while the same engines are shown and the last sort is under ``resort_every_s`` old, so an
+    action key never hits a row that just moved; otherwise ``stats`` sorted (at most ``limit``)."""
+    if previous and sorted_ago_s < resort_every_s:
+        rank = {name: i for i, name in enumerate(previous)}
+        kept = [s for s in stats if s.name in rank]
+        full = len(kept) == len(stats) or (limit is not None and len(kept) >= limit)
+        if len(kept) == len(previous) and full:
+            kept.sort(key=lambda s: rank[s.name])
+            return kept, False
+    rows = sort_engines(stats, sort_key, descending)
+    return (rows if limit is None else rows[:limit]), True
+
+
 class Group:
     """The engines of one deployment, model or node, and their totals."""
 
@@ -243,24 +279,7 @@ class EnginesTable(LeanTable):
         return self._groups_of.get(name, {}).get(self.group_by, "?")
 
     def _cell(self, key: str, fmt: Cell, s: EngineStats) -> tuple[str, str]:
-        """(text, style) of one cell of engine ``s``."""
-        f = self._fresh.get(s.name)
-        stale = f is not None and f.status != FRESH
-        if key == "state":
-            text = f"{s.state} {age_short(f.age_s)}" if stale and f.age_s is not None else s.state
-            return text, _STATE_STYLE.get(s.state, "dim")  # stale values: how old they are
-        text = fmt(s)
-        if stale:
-            return text, "dim"  # the last good value, not a current one
-        slo = self.slo
-        if slo is not None and key in _SLO_FIELDS:
-            attr, target = _SLO_FIELDS[key]
-            v = getattr(s, attr)
-            if v is not None and v > getattr(slo, target):
-                return text, "bold red"
-        if key == "wait" and s.waiting:
-            return text, "yellow"
-        return text, ""
+        return engine_cell(key, fmt, s, self._fresh.get(s.name), self.slo)
 
     def _engine_cells(self, s: EngineStats) -> Cells:
         return {key: self._cell(key, fmt, s) for key, _, fmt, _ in self.cols}
@@ -283,19 +302,10 @@ class EnginesTable(LeanTable):
         """Bring the table in line with ``stats`` with as few cell writes as possible."""
         wanted = [s for s in stats if self.matches(s)]
         now = self.clock()
-        kept_order = False
-        if self._engine_order and now - self._sorted_at < self.resort_every_s:
-            rank = {name: i for i, name in enumerate(self._engine_order)}
-            kept = [s for s in wanted if s.name in rank]
-            full = len(kept) == len(wanted) or (self.limit is not None and len(kept) >= self.limit)
-            if len(kept) == len(self._engine_order) and full:  # same engines: keep their places until the next re-sort
-                kept.sort(key=lambda s: rank[s.name])
-                wanted, kept_order = kept, True
-        if not kept_order:
+        wanted, resorted = kept_or_sorted(wanted, self._engine_order, now - self._sorted_at, self.resort_every_s,
+                                          self.sort_key, self.descending, self.limit)
+        if resorted:
             self._sorted_at = now
-            wanted = sort_engines(wanted, self.sort_key, self.descending)
-            if self.limit is not None:
-                wanted = wanted[: self.limit]
         self._engine_order = [s.name for s in wanted]
         if self.group_by is None:
             self._apply([(s.name, s) for s in wanted])

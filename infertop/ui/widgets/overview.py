@@ -18,7 +18,7 @@ from ...state.queues import queue_sources, queue_totals
 from ...state.history import HistoryStore
 from ...text import plain
 from .alert_lines import AlertLines
-from .engines_table import EnginesTable
+from .hot_table import HotTable
 from .panels import QuietStatic, Trend
 from .tiles import TileGrid
 
@@ -68,7 +68,7 @@ class Overview(Vertical):
     Overview #overview-trends > .wide { display: none; }
     Overview.wide #overview-trends > .wide { display: block; }
     Overview #hot-title { padding: 0 1; }
-    Overview #hot { height: auto; max-height: 17; scrollbar-size-horizontal: 0; }
+    Overview #hot { height: auto; max-height: 17; }
     """
 
     def __init__(self, slo, **kwargs) -> None:
@@ -92,8 +92,7 @@ class Overview(Vertical):
             for key, title, _ in WIDE_TRENDS:  # shown on a wide terminal
                 yield Trend(title, id=f"t-{key}", classes="wide")
         yield QuietStatic("[b]Under most pressure[/b]", id="hot-title")
-        yield EnginesTable(slo=self.slo, columns=HOT_COLUMNS, limit=5, sort_key="pressure", resort_every_s=5.0,
-                           id="hot")
+        yield HotTable(slo=self.slo, columns=HOT_COLUMNS, limit=5, resort_every_s=5.0, id="hot")
         yield self.alert_lines
 
     def on_resize(self) -> None:
@@ -119,7 +118,7 @@ class Overview(Vertical):
         alerts = max(2, min(ALERT_LINES, left // 3))
         hot = max(1, min(HOT_ROWS_MAX, engines, left - alerts))
         alerts = max(2, min(ALERT_LINES, left - hot))
-        self.query_one("#hot", EnginesTable).set_limit(hot)
+        self.query_one("#hot", HotTable).set_limit(hot)
         self.alert_lines.set_rows(alerts)
         if alerts != self.alert_rows:
             self.alert_rows = alerts
@@ -164,7 +163,7 @@ class Overview(Vertical):
         for key, _, fmt in WIDE_TRENDS:
             self.query_one(f"#t-{key}", Trend).show(history.series(FLEET, key, n), fmt(getattr(f, key)), fmt=fmt,
                                                    percent=fmt is pct_human)
-        self.query_one("#hot", EnginesTable).update_state(state)
+        self.query_one("#hot", HotTable).update_state(state)
         self.show_alerts(list(state.alerts))
 
     def _show_queues(self, state: FleetState) -> None:
