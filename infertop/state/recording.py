@@ -10,7 +10,7 @@ A state held as objects costs about 2 KiB per engine (126 KiB per tick at 64
 engines: 110 MiB for 15 minutes); packed (pickle, then zlib at level 1 — fast,
 and only ever read back by this process) ~10 KiB per tick at 64 engines, still
 9 MiB growing for 15 minutes. So packed ticks go to an unlinked temporary file
-(:mod:`.spill`) and memory keeps ~100 bytes per tick; a tick that cannot be
+(:mod:`.spill`) and memory keeps ~200 bytes per tick; a tick that cannot be
 written stays packed in memory. The newest ticks stay as objects until packed.
 """
 
@@ -40,6 +40,7 @@ class Packed:
 
     @classmethod
     def of_bytes(cls, data: bytes) -> Packed:
+        """The packed state of ``data`` (bytes this process packed, read back from its spill file)."""
         p = cls.__new__(cls)
         p.data = data
         return p
@@ -49,7 +50,8 @@ class Packed:
 
 
 class StateLog:
-    """Recent states in memory, and optionally every state on disk."""
+    """The last ``keep_s`` of states (packed into a private temporary file), and optionally every state in a
+    recording."""
 
     def __init__(self, path: str | None = None, *, refresh_s: float = 1.0, keep_s: float = BUNDLE_S,
                  retention_s: float | None = DEFAULT_RETENTION_S, spill_dir: str | None = None,
@@ -117,7 +119,8 @@ class StateLog:
             return
         except Exception as e:  # noqa: BLE001 — a full or read-only disk must not stop the console
             if self.spill_error is None:  # said once
-                self.spill_error = f"incident bundle: cannot write the recent ticks to a temporary file ({e}); kept in memory"
+                self.spill_error = (f"incident bundle: cannot write the recent ticks to a temporary file ({e}); "
+                                    "kept in memory")
                 self.error = self.error or self.spill_error
         entry[1] = packed
 
