@@ -1,14 +1,17 @@
-"""Bounded history for sparklines: one ring buffer per series, grown on demand.
+"""Bounded history for sparklines: one ring buffer per series, grown once.
 
 Values are stored as float32 (``array('f')``) — sparklines need no more
 precision — and a missing value is NaN, so a gap stays a gap. A value that
 float32 cannot hold (NaN, ±Inf, beyond ±3.4e38) is stored as a gap too, so
 no sparkline ever sees an infinity.
 
-Memory is bounded twice: a ring starts small and doubles up to its capacity
-(a series seen for a minute costs a minute, not an hour), and the store as a
-whole keeps at most ``max_bytes`` of samples and ``max_series`` series,
-evicting the entities written least recently.
+Memory is bounded twice: a ring starts small (a series seen once costs
+``FIRST_SLOTS`` values, not an hour) and, once it outlives them, takes its
+whole capacity in one step, so a console's memory stops growing within its
+first minute instead of doubling for an hour (at 64 engines, 840 series: 12
+MiB reached at ~35 minutes); and the store as a whole keeps at most
+``max_bytes`` of samples and ``max_series`` series, evicting the entities
+written least recently.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from array import array
 from collections import OrderedDict
 
 FLOAT32_MAX = 3.4028234663852886e38
-FIRST_SLOTS = 64
+FIRST_SLOTS = 32  # values before a ring takes its whole capacity: 32 s at a 1 s refresh
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_SERIES = 50_000
 # Python objects per ring (the Ring, its array header, dict entries): counted
@@ -38,7 +41,7 @@ def storable(value: float | None) -> float:
 
 
 class Ring:
-    """Float ring buffer of at most ``capacity`` values, allocated as it fills."""
+    """Float ring buffer of at most ``capacity`` values: ``FIRST_SLOTS`` of them, then all."""
 
     __slots__ = ("_buf", "_head", "_len", "capacity")
 
@@ -56,7 +59,7 @@ class Ring:
             # Still growing: the buffer holds exactly the values so far, oldest first.
             before = buf.buffer_info()[1] * buf.itemsize
             if self._len == len(buf):
-                target = min(self.capacity, max(FIRST_SLOTS, 2 * len(buf)))
+                target = min(self.capacity, FIRST_SLOTS) if not buf else self.capacity
                 buf.extend(array("f", bytes(4 * (target - len(buf)))))
             buf[self._len] = v
             self._len += 1

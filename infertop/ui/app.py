@@ -19,7 +19,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input, RichLog, TabbedContent, TabPane
 
-from ..config import Config
+from ..config import Config, default_state_dir
 from ..domain.engine import UNKNOWN, FleetSnapshot
 from ..domain.gpu import classify
 from ..domain.source import SourceHealth
@@ -53,6 +53,7 @@ from .widgets.cluster import ClusterPane
 from .widgets.engines_table import HEADERS, PRESSURE, RESORT_EVERY_S, SORTABLE, EnginesTable
 from .widgets.hot_table import HotTable
 from .widgets.gpus import GpusPane, GpusTable, engine_refs, gpu_status_parts, record_history, flatten, summarize
+from .widgets.log_view import LogView
 from .widgets.overview import Overview
 from .widgets.panels import LineStatic, QuietStatic, Trend
 from .widgets.queue import QueuePane
@@ -144,7 +145,9 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
         if self.player is not None:
             self.poll = False
         # the last minutes of state (incident bundles) and, with --record, every tick on disk
-        self.state_log = StateLog(settings.record_path, refresh_s=cfg.refresh_s)
+        # its packed ticks go to an unlinked file in the state dir when it exists (a disk), else the temp dir
+        self.state_log = StateLog(settings.record_path, refresh_s=cfg.refresh_s,
+                                  spill_dir=str(settings.state_dir or default_state_dir()))
         self.log_lines: deque[str] = deque(maxlen=2000)
 
     # ----- layout -------------------------------------------------------
@@ -165,7 +168,7 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
                         yield Trend("Selected: running", id="e-running")
                         yield Trend("Selected: TTFT p99", id="e-ttft")
             with TabPane("3 Log", id="log"):
-                yield RichLog(id="log-view", max_lines=2000, markup=True, wrap=True)
+                yield LogView(id="log-view", max_lines=2000, markup=True, wrap=True)
             with TabPane("4 GPUs", id="gpus"):
                 yield GpusPane(self.history, id="gpus-pane")
             with TabPane("5 Cluster", id="cluster"):

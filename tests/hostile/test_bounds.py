@@ -9,7 +9,7 @@ import pytest
 from infertop.domain.engine import EngineStats
 from infertop.domain.gpu import GpuProcess, GpuStats
 from infertop.sources.sanitize import clean_engine, clean_gpu, percent, plain_text
-from infertop.state.history import RING_OVERHEAD_BYTES, HistoryStore
+from infertop.state.history import FIRST_SLOTS, RING_OVERHEAD_BYTES, HistoryStore
 from infertop.state.window import CounterWindow
 
 
@@ -61,13 +61,18 @@ def test_an_absurd_jump_counts_as_a_reset_not_as_traffic():
     assert w.resets == 1
 
 
-def test_history_grows_lazily():
+def test_history_grows_once_a_series_outlives_its_first_slots_then_never():
+    """A series seen once costs FIRST_SLOTS values; one that lives on takes its capacity in one step, so
+    memory is flat after the first minute (not doubling for an hour)."""
     h = HistoryStore(capacity=3600)
     h.record("e", "m", 1.0)
-    assert h.nbytes == 64 * 4  # not 3600 slots for a series seen once
-    for i in range(100):
+    assert h.nbytes == FIRST_SLOTS * 4  # not 3600 slots for a series seen once
+    for i in range(FIRST_SLOTS - 1):
         h.record("e", "m", float(i))
-    assert h.nbytes == 128 * 4 and len(h.series("e", "m")) == 101
+    assert h.nbytes == FIRST_SLOTS * 4 and len(h.series("e", "m")) == FIRST_SLOTS
+    h.record("e", "m", -1.0)
+    assert h.nbytes == 3600 * 4 and h.series("e", "m")[-2:] == [FIRST_SLOTS - 2.0, -1.0]
+    assert len(h.series("e", "m")) == FIRST_SLOTS + 1
     for i in range(5000):
         h.record("e", "m", float(i))
     assert h.nbytes == 3600 * 4 and h.series("e", "m")[-3:] == [4997.0, 4998.0, 4999.0]
@@ -75,7 +80,7 @@ def test_history_grows_lazily():
 
 
 def test_history_is_bounded_in_total_and_evicts_the_least_recently_written():
-    h = HistoryStore(capacity=1000, max_bytes=20 * (64 * 4 + RING_OVERHEAD_BYTES))
+    h = HistoryStore(capacity=1000, max_bytes=20 * (FIRST_SLOTS * 4 + RING_OVERHEAD_BYTES))
     for i in range(30):
         h.record(f"e{i}", "m", 1.0)
         h.record("live", "m", 1.0)  # written all along: never evicted
