@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import time
 from collections import deque
 from collections.abc import Callable
@@ -217,6 +218,7 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
             self._init_engines()
             self.kube_setup()
         if self.poll:
+            self.call_after_refresh(_freeze_startup_objects)
             self.start_collection()
             self.start_gpu_collection()
             if self.queue_fleet.collectors:
@@ -652,6 +654,7 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
         self.call_after_refresh(screen.show, r.gpu)
 
     async def on_unmount(self) -> None:
+        gc.unfreeze()  # what this app froze can be collected once it is gone (tests run many apps)
         self.kube_shutdown()
         await self.gpu_collector.aclose()
         await asyncio.to_thread(self.state_log.close)
@@ -705,3 +708,12 @@ def _health(src, now_wall: float) -> SourceHealth:
     return SourceHealth(name=src.name, kind=src.kind, ok=src.ok, last_ok_at=src.last_ok_at,
                         last_error=src.error if not src.ok else src.warning, last_error_at=src.since,
                         latency_s=src.latency_s)
+
+
+def _freeze_startup_objects() -> None:
+    """Keep what exists after the first frame (modules, widgets, themes: ~100k objects that live as
+    long as the app) out of the cyclic collector's full passes: each full pass scanned them all, a
+    sixth of the console's CPU at 6 engines (3.5 ms of a 24 ms tick, gc.callbacks). Garbage is
+    collected first, so nothing dead is frozen."""
+    gc.collect()
+    gc.freeze()
