@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from rich.cells import cell_len
 from textual.app import App, ComposeResult
 
 from infertop.domain.engine import DOWN, UP, EngineStats
@@ -185,3 +186,22 @@ async def test_a_theme_change_repaints_the_colours():
         before = cell_style(table, 0, "Engine").bgcolor
         app.theme = "textual-light" if app.theme != "textual-light" else "textual-dark"
         await until(pilot, lambda: cell_style(table, 0, "Engine").bgcolor != before, "the header in the new theme")
+
+
+async def test_wide_characters_and_markup_in_names_keep_the_columns_aligned():
+    app = HotApp(Clock())
+    async with app.run_test(size=(80, 12)) as pilot:
+        table = app.query_one(HotTable)
+        table.update_state(state([stats("モデル-7b", waiting=2.0), stats("[red]x[/red]", waiting=1.0), stats("a")]))
+        await pilot.pause()
+        assert table.engine_names == ["モデル-7b", "[red]x[/red]", "a"]
+        header = lines(table)[0]
+        for y in range(4):
+            strip = table.render_line(y)
+            assert strip.cell_length == 80
+            assert "[red]x[/red]" in strip.text or y != 2  # shown as text, never read as markup
+        # the State column starts in the same cell on every line (モ is two cells wide)
+        state_at = header.index("State")
+        for y in (1, 2, 3):
+            text = table.render_line(y).text
+            assert cell_len(text[: text.index(" up ") + 1]) == state_at, text
