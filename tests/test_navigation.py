@@ -266,6 +266,19 @@ async def test_a_constant_series_draws_a_full_sparkline_with_its_scale():
         assert count[0].startswith("73▕") and count[0].endswith("█" * 30)
 
 
+async def test_nan_points_are_gaps_and_do_not_set_the_scale():
+    app = TrendApp()
+    async with app.run_test(size=(40, 8)) as pilot:
+        app.query_one("#count", Trend).show([math.nan, 2.0, math.nan, 4.0, None], "4")
+        app.query_one("#pct", Trend).show([math.nan, None, math.nan], "—")
+        await pilot.pause()
+        count = str(app.query_one("#count ScaledSparkline", ScaledSparkline).render()).splitlines()
+        # the scale from 2 and 4 alone; the NaN and None points are blank columns in every row
+        assert count[0].startswith("4.0▕") and count[0].endswith("   █ ")
+        assert count[-1].strip().startswith("0▕") and count[-1].endswith(" █ █ ")
+        assert str(app.query_one("#pct ScaledSparkline", ScaledSparkline).render()) == ""  # no value: no trend
+
+
 async def test_constant_fleet_values_draw_on_the_overview(scripted):
     srv = scripted().serve_engine(v1_doc(engines={"0": {"running": 5}}))
     app = make_app([EngineEndpoint("steady", srv.url)])

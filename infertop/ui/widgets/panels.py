@@ -64,10 +64,6 @@ def on_view(widget: Widget) -> bool:
     return True
 
 
-def _present(v: float | None) -> bool:
-    return v is not None and not math.isnan(v)
-
-
 def _unit_format(value_text: str) -> Callable[[float], str] | None:
     """How to write the scale in the unit of the value beside it (None: not known from this text)."""
     if value_text.endswith("%"):
@@ -83,6 +79,18 @@ def _unit_format(value_text: str) -> Callable[[float], str] | None:
     return None
 
 
+def _changed_span(old: str, new: str) -> tuple[int, int]:
+    """[first, last + 1) of the cells where two different rows differ (the longer row's tail counts)."""
+    n = min(len(old), len(new))
+    lo = 0
+    while lo < n and old[lo] == new[lo]:
+        lo += 1
+    a, b = len(old), len(new)
+    while a > lo and b > lo and old[a - 1] == new[b - 1]:
+        a, b = a - 1, b - 1
+    return lo, max(a, b)
+
+
 def bucket_max(points: list[float | None], width: int, first: int) -> list[float | None]:
     """At most ``width`` buckets of ``k`` points each (their largest value, None when
     none is present), bounded at multiples of ``k`` of the points' absolute index
@@ -96,7 +104,7 @@ def bucket_max(points: list[float | None], width: int, first: int) -> list[float
     if head:  # the oldest bucket lost points: leave it out rather than show it shrinking
         start = k - head
     for i in range(start, len(points), k):
-        out.append(max((v for v in points[i:i + k] if _present(v)), default=None))
+        out.append(max((v for v in points[i:i + k] if v is not None and v == v), default=None))  # v == v: not NaN
     return out[-width:]
 
 
@@ -116,7 +124,7 @@ def bars(data: Sequence[float | None], width: int, height: int, top: float, firs
     cells = height * 8
     levels: list[int | None] = [None] * (width - len(points))
     for v in points:
-        if not _present(v):
+        if v is None or v != v:  # a gap (None or NaN)
             levels.append(None)
             continue
         ratio = min(1.0, max(0.0, v / top)) if top > 0 else 0.0
@@ -184,11 +192,10 @@ class ScaledSparkline(Widget):
             self._unpainted = False
             self.refresh()
             return
-        changed = [c for r in range(len(rows)) for c in range(len(rows[r]))
-                   if c >= len(old[r]) or rows[r][c] != old[r][c]]
-        if changed:
-            left, right = min(changed), max(changed)
-            self.refresh(Region(left, 0, right - left + 1, len(rows)))  # e.g. the newest bar alone
+        spans = [_changed_span(a, b) for a, b in zip(old, rows) if a != b]
+        if spans:
+            left, right = min(lo for lo, _ in spans), max(hi for _, hi in spans)
+            self.refresh(Region(left, 0, right - left, len(rows)))  # e.g. the newest bar alone
 
     def on_show(self) -> None:
         if self._unpainted:  # what it shows was rendered before it was hidden
@@ -338,19 +345,20 @@ class Trend(Vertical):
         self._label_text = f"{self.title}  {value_text}"
         if on_view(self):  # a hidden trend's title is written when it is shown (on_show)
             self._show_label()
-        self._follow(data)
+        series = self._follow(data)
         self._fmt = fmt or _unit_format(value_text) or self._fmt or rate_human
         if percent is None:
             percent = self._fmt is pct_human
-        present = [v for v in data if _present(v)]
-        if len(data) < 2 or not present:
+        top = max((v for v in series if v is not None), default=None)
+        if len(series) < 2 or top is None:
             self._spark.plot((), 1.0, "")  # one point is not a trend
             return
-        top = 100.0 if percent else max(present)
+        if percent:
+            top = 100.0
         if top <= 0:
             top = 1.0  # all zero: the lowest bars, on a scale of 0..1
         top_text = self._fmt(top)
-        self._spark.plot(data, top, top_text, self._first)
+        self._spark.plot(series, top, top_text, self._first)
 
     def _show_label(self) -> None:
         if self._label_text != self._label_shown:
@@ -360,17 +368,19 @@ class Trend(Vertical):
     def on_show(self) -> None:
         self._show_label()
 
-    def _follow(self, data: Sequence[float | None]) -> None:
+    def _follow(self, data: Sequence[float | None]) -> list[float | None]:
         """Count the points that scrolled out, so that bucket boundaries stay with
         their points: the same series shifted by one moves ``_first`` by one; any
-        other change (another engine selected, a gap) starts counting afresh."""
-        series = [v if _present(v) else None for v in data]
+        other change (another engine selected, a gap) starts counting afresh.
+        Returns the series with NaN as None."""
+        series = [None if v is None or v != v else v for v in data]  # v != v: NaN
         prev = self._series
         if series == prev:
-            return
+            return prev
         n = len(series)
         if n and n == len(prev) and series[:-1] == prev[1:]:
             self._first += 1
         elif not (n == len(prev) + 1 and series[:-1] == prev):
             self._first = 0
         self._series = series
+        return series
