@@ -52,8 +52,8 @@ from .themes import load_themes
 from .widgets.autoscaler import AutoscalerPane
 from .widgets.cluster import ClusterPane
 from .widgets.engines_table import HEADERS, PRESSURE, RESORT_EVERY_S, SORTABLE, EnginesTable
-from .widgets.hot_table import HotTable
 from .widgets.gpus import GpusPane, GpusTable, engine_refs, gpu_status_parts, record_history, flatten, summarize
+from .widgets.hot_table import HotTable
 from .widgets.log_view import LogView
 from .widgets.overview import Overview
 from .widgets.panels import LineStatic, QuietStatic, Trend
