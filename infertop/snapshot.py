@@ -358,3 +358,9 @@ def _print_autoscalers(state: FleetState, out: TextIO) -> None:
                   file=out)
         for d in (v.get("decisions") or [])[:3]:
             print(f"    {_clock(d.get('at'))} {d.get('action', ''):<11} {plain(d.get('reason'))}", file=out)
+        src, rest = v.get("queue_source"), v.get("queue_fleet_wide")
+        if src:  # where the queue depth the advisor read came from (as the Autoscaler pane says it)
+            print(f"    queue depth from: {plain(src.get('text'), 400)}", file=out)
+        if rest and rest.get("series"):
+            kinds = ", ".join(f"{plain(k)} {d:g}" for k, d in (rest.get("depth_by_queue") or {}).items())
+            print(f"    fleet-wide, no workload's: {kinds} ({rest['series']} series)", file=out)

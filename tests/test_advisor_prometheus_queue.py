@@ -9,6 +9,7 @@ model (only ``llama`` serves it) and a gateway's queue no label ties to a worklo
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -17,6 +18,7 @@ from infertop.analysis.scaling import REFUSED
 from infertop.config import AdvisorConfig, PrometheusConfig, SloConfig
 from infertop.domain.kube import ClusterSnapshot, PodView, WorkloadView
 from infertop.sources.prometheus_fleet import PromFleetSource
+from infertop.snapshot import print_table
 from infertop.sources.prometheus_fleet_query import FAST_FIELDS, LATENCY_FIELDS, FleetQueries
 from infertop.state.advisor import Advisor
 from infertop.state.fleet import FleetJoiner
@@ -133,6 +135,12 @@ def test_each_deployment_gets_its_own_queue_and_the_unattributed_one_stays_fleet
     by_name = {v["name"]: v for v in doc["autoscalers"]}
     assert by_name["llama"]["queue_source"]["queue"] == "epp" and by_name["qwen"]["queue_source"]["queue"] == "vllm"
     assert by_name["qwen"]["queue_fleet_wide"]["depth_by_queue"] == {"gateway": GATEWAY}
+    # and so does the snapshot's table
+    buf = io.StringIO()
+    print_table(console.state, buf)
+    table = buf.getvalue()
+    assert f"    queue depth from: {llama['queue_source']['text']}\n" in table
+    assert f"    fleet-wide, no workload's: gateway {GATEWAY:g} (1 series)\n" in table
     # the next refresh is the 3 fast queries: one queue query, whatever the number of series
     console.tick(1.0)
     assert console.src.last.queries == 3
