@@ -112,6 +112,29 @@ async def test_the_queue_pane_reflects_a_burst_and_goes_stale(gateway, tmp_path)
         assert "✗ gateway gw: connection refused" in app.query_one("#statusbar").render().plain
 
 
+async def test_at_80_columns_the_classes_scroll_right_with_source_and_class_pinned(gateway, tmp_path):
+    app = make_app(tmp_path, gateway)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("6")
+        await app.poll_now()
+        classes = app.query_one(QueuePane).classes_table
+        await until(pilot, lambda: classes.row_count == 3 and classes.has_focus, message="the classes, focused")
+        await pilot.pause()
+        assert classes.virtual_size.width > classes.size.width  # more columns than fit
+        assert classes.show_horizontal_scrollbar  # … and the table says so
+        first = classes.render_line(1).text  # the header row under no scroll
+        assert "Share" not in first
+        for _ in range(40):  # → until the last column is in view
+            if classes.scroll_x >= classes.max_scroll_x > 0:
+                break
+            await pilot.press("right")
+            await pilot.pause()
+        assert classes.scroll_x == classes.max_scroll_x > 0
+        header = classes.render_line(0).text
+        assert header.split()[:2] == ["Source", "Class"]  # pinned
+        assert "Share" in header  # the last column came into view
+
+
 async def test_editing_a_weight_goes_through_the_pipeline_and_a_401_is_a_clear_refusal(gateway, tmp_path):
     app = make_app(tmp_path, gateway)
     async with app.run_test(size=(140, 40)) as pilot:

@@ -34,9 +34,17 @@ KEYS = "w weight/max wait · d drain/undrain engine · f classes ⇄ engines"
 
 
 class QueueTable(KubeTable):
-    """A keyed table whose rows also repaint when only their style changes (a source going stale dims them)."""
+    """A keyed table whose rows also repaint when only their style changes (a source going stale dims them).
+
+    Source and class (or engine) stay pinned when the table scrolls right (→), and the horizontal
+    scrollbar shows that more columns exist (at 80 columns the classes' Weight, Max wait and Share)."""
+
+    DEFAULT_CSS = """
+    QueueTable { scrollbar-size-horizontal: 1; }
+    """
 
     def __init__(self, columns, **kwargs) -> None:
+        kwargs.setdefault("fixed_columns", 2)
         super().__init__(columns, **kwargs)
         self._styles: dict[str, tuple] = {}
 
