@@ -28,12 +28,12 @@ from ..sources.queues import QueueFleet
 from ..sources.queues_config import queue_collectors
 from ..sources.vllm import EngineEndpoint, FleetCollector
 from ..state.fleet import FleetJoiner, FleetState
-from ..state.engine_groups import GROUP_BY
 from ..state.membership import FleetMembership
 from ..state.history import HistoryStore
 from ..state.recording import StateLog
 from .status import alert_changes
 from .actions import ACTIONS, bindings, footer_panes, key_display
+from .app_navigation import PANES, NavigationMixin
 from .app_paint import PaintMixin
 from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
@@ -42,22 +42,19 @@ from .autoscaler_actions import ADVISOR_ACTIONS, AutoscalerActions
 from .replay_actions import ReplayActions
 from .commands import InfertopCommands
 from .driver import default_driver_class
-from .screens.engine_detail import EngineDetailScreen
-from .screens.gpu_detail import GpuDetailScreen
 from .screens.help import HelpScreen
-from .screens.sort_picker import SortPicker
 from .themes import load_themes
 from .widgets.autoscaler import AutoscalerPane
 from .widgets.cluster import ClusterPane
-from .widgets.engines_table import HEADERS, PRESSURE, RESORT_EVERY_S, SORTABLE, EnginesTable
-from .widgets.gpus import GpusPane, GpusTable, engine_refs, flatten
+from .widgets.engines_table import RESORT_EVERY_S, EnginesTable
+from .widgets.gpus import GpusPane, engine_refs, flatten
 from .widgets.hot_table import HotTable
 from .widgets.log_view import LogView
 from .widgets.overview import Overview
 from .widgets.panels import LineStatic, QuietStatic, Trend
 from .widgets.queue import QueuePane
 
-PANES = ("overview", "engines", "log", "gpus", "cluster", "queues", "autoscaler")
+__all__ = ["PANES", "InfertopApp", "PaneScreen", "Settings"]  # PANES is app_navigation's, importable here
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
 REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_speed", "replay_seek"}
 # Keys of one pane (not the engine actions: they also act on an open engine detail).
@@ -87,7 +84,7 @@ class Settings:
     no_auto: bool = False  # --no-auto: the scaling advisor never applies by itself
 
 
-class InfertopApp(PaintMixin, ReplayActions, QueueActions, EngineActions, KubeActions, AutoscalerActions, App[None]):
+class InfertopApp(PaintMixin, NavigationMixin, ReplayActions, QueueActions, EngineActions, KubeActions, AutoscalerActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
@@ -285,15 +282,6 @@ class InfertopApp(PaintMixin, ReplayActions, QueueActions, EngineActions, KubeAc
         screen, which is a dialog while one is open; timers must not."""
         return self.screen_stack[0]
 
-    def selected_engine_name(self) -> str | None:
-        """The engine an engine action acts on: the open detail's, or the Engines pane's
-        selection while that pane is on view (never a row the operator cannot see)."""
-        if isinstance(self.screen, EngineDetailScreen):
-            return self.screen.engine_name
-        if self.screen is not self.main or self.current_pane != "engines":
-            return None
-        return self.main.query_one("#engines-table", EnginesTable).selected_engine
-
     async def poll_now(self) -> None:
         """Poll every engine (and queue source) once and render a new tick (tests and Ctrl+R)."""
         await asyncio.gather(self.collector.poll_once(), self.queue_fleet.poll_once())
@@ -387,63 +375,13 @@ class InfertopApp(PaintMixin, ReplayActions, QueueActions, EngineActions, KubeAc
             return False
         return True
 
-    @property
-    def current_pane(self) -> str:
-        return self.main.query_one("#panes", TabbedContent).active
-
+    # ----- the panes' messages ------------------------------------------
+    # Here, not in NavigationMixin: Textual collects @on handlers only from classes of its own (App,
+    # Widget), never from a plain mixin. The work is the mixin's.
     @on(TabbedContent.TabActivated, "#panes")
     def _pane_activated(self) -> None:
         self.refresh_bindings()  # the footer shows the keys of the pane on view (a click on a tab too)
         self.render_snapshot()  # a pane is painted only while on view: bring it to the state on screen
-
-
-    def action_show_pane(self, pane: str) -> None:
-        tabs = self.main.query_one("#panes", TabbedContent)
-        if tabs.active != pane:
-            tabs.active = pane
-            self.render_snapshot()  # now, so that the first frame of the pane shows the state on screen
-        self.refresh_bindings()
-        if pane == "engines":
-            self.main.query_one("#engines-table", EnginesTable).focus()
-        elif pane == "gpus":
-            self.main.query_one(GpusTable).focus()
-        elif pane == "cluster":
-            self.main.query_one(ClusterPane).focus_table()
-        elif pane == "queues":
-            self.main.query_one(QueuePane).focus_table()
-        elif pane == "log":
-            self.main.query_one("#log-view", RichLog).focus()  # arrows scroll the log
-        elif pane == "autoscaler":
-            self.main.query_one(AutoscalerPane).table.focus()
-        else:
-            # Nothing of another pane may keep the focus: TabbedContent would switch back to it.
-            self.main.set_focus(None)
-
-    def _step_pane(self, step: int) -> None:
-        tabs = self.main.query_one("#panes", TabbedContent)
-        i = PANES.index(tabs.active) if tabs.active in PANES else 0
-        self.action_show_pane(PANES[(i + step) % len(PANES)])
-
-    def action_next_pane(self) -> None:
-        self._step_pane(1)
-
-    def action_previous_pane(self) -> None:
-        self._step_pane(-1)
-
-    def action_filter(self) -> None:
-        self.action_show_pane("engines")
-        box = self.main.query_one("#filter", Input)
-        box.add_class("visible")
-        box.focus()
-
-    def action_clear_filter(self) -> None:
-        box = self.main.query_one("#filter", Input)
-        box.value = ""
-        box.remove_class("visible")
-        table = self.main.query_one("#engines-table", EnginesTable)
-        table.filter_text = ""
-        table.focus()
-        self.render_snapshot(force=True)
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
@@ -454,42 +392,6 @@ class InfertopApp(PaintMixin, ReplayActions, QueueActions, EngineActions, KubeAc
     def _filter_done(self) -> None:
         self.main.query_one("#engines-table", EnginesTable).focus()
 
-    def action_sort_pick(self) -> None:
-        """``s``: pick the Engines table's sort column from a list (the same one again reverses)."""
-        if self.current_pane != "engines":
-            self.action_show_pane("engines")
-        table = self.main.query_one("#engines-table", EnginesTable)
-        columns = [(PRESSURE, "Pressure (down, over an SLO, queued, slowest first)")] + [(k, HEADERS[k]) for k in SORTABLE]
-        self.push_screen(SortPicker(columns, table.sort_key, table.descending), self._sort_picked)
-
-    def action_group_engines(self) -> None:
-        """``G``: group the Engines table by deployment, then model, then node, then not at all."""
-        if self.current_pane != "engines":
-            self.action_show_pane("engines")
-        table = self.main.query_one("#engines-table", EnginesTable)
-        cycle = (None, *GROUP_BY)
-        table.set_group_by(cycle[(cycle.index(table.group_by) + 1) % len(cycle)])
-        self.notify(f"engines grouped by {table.group_by}" if table.group_by else "engines not grouped", timeout=2)
-        self.render_snapshot(force=True)
-
-    def _sort_picked(self, key: str | None) -> None:
-        if key is None:
-            return
-        table = self.main.query_one("#engines-table", EnginesTable)
-        table.sort_by(key)
-        name = "pressure" if key == PRESSURE else HEADERS[key]
-        self.notify(f"sorted by {name} {'▼' if table.descending else '▲'}", timeout=2)
-        self.render_snapshot(force=True)
-
-    def action_engine_detail(self, name: str | None = None) -> None:
-        name = name or self.main.query_one("#engines-table", EnginesTable).selected_engine
-        if name is None:
-            return
-        screen = EngineDetailScreen(name, self.history)
-        self.push_screen(screen)
-        if self.state is not None:
-            self.call_after_refresh(self._show_detail, screen)
-
     @on(EnginesTable.RowSelected)
     def _row_selected(self, event: EnginesTable.RowSelected) -> None:
         table = event.data_table
@@ -499,24 +401,9 @@ class InfertopApp(PaintMixin, ReplayActions, QueueActions, EngineActions, KubeAc
     def _hot_row_clicked(self, event: HotTable.EngineClicked) -> None:
         self.action_engine_detail(event.name)
 
-    def action_gpu_detail(self) -> None:
-        pane = self.main.query_one(GpusPane)
-        gid = pane.selected_gpu
-        if gid is not None:
-            self._open_gpu_detail(gid)
-
     @on(GpusPane.DetailRequested)
     def _gpu_detail_requested(self, event: GpusPane.DetailRequested) -> None:
         self._open_gpu_detail(event.gpu_id)
-
-    def _open_gpu_detail(self, gid: str) -> None:
-        r = self.main.query_one(GpusPane).gpu(gid)
-        if r is None:
-            return
-        label = f"{r.gpu.host}:{r.gpu.label}" if r.gpu.host else r.gpu.label
-        screen = GpuDetailScreen(gid, label, self.history)
-        self.push_screen(screen)
-        self.call_after_refresh(screen.show, r.gpu)
 
     async def on_unmount(self) -> None:
         gc.unfreeze()  # what this app froze can be collected once it is gone (tests run many apps)
