@@ -11,17 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import ActiveBinding, Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, RichLog, TabbedContent, TabPane
+from textual.widgets import Footer, Input, TabbedContent, TabPane
 
 from ..config import Config, default_state_dir
-from ..domain.engine import UNKNOWN, FleetSnapshot
-from ..domain.gpu import classify
+from ..domain.engine import FleetSnapshot
 from ..domain.source import SourceHealth
 from ..sources.gpu import GpuCollector
 from ..sources.queues import QueueFleet
@@ -31,10 +29,10 @@ from ..state.fleet import FleetJoiner, FleetState
 from ..state.membership import FleetMembership
 from ..state.history import HistoryStore
 from ..state.recording import StateLog
-from .status import alert_changes
 from .actions import ACTIONS, bindings, footer_panes, key_display
 from .app_navigation import PANES, NavigationMixin
 from .app_paint import PaintMixin
+from .app_changes import ChangeLogMixin
 from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
 from .queue_actions import QUEUE_ACTIONS, QueueActions
@@ -47,7 +45,7 @@ from .themes import load_themes
 from .widgets.autoscaler import AutoscalerPane
 from .widgets.cluster import ClusterPane
 from .widgets.engines_table import RESORT_EVERY_S, EnginesTable
-from .widgets.gpus import GpusPane, engine_refs, flatten
+from .widgets.gpus import GpusPane, engine_refs
 from .widgets.hot_table import HotTable
 from .widgets.log_view import LogView
 from .widgets.overview import Overview
@@ -60,7 +58,6 @@ REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_speed", "replay_seek"}
 # Keys of one pane (not the engine actions: they also act on an open engine detail).
 PANE_KEYS = ({"next_pane", "previous_pane"} | set(footer_panes())) - ENGINE_ACTIONS
 GPU_REFRESH_MIN_S = 2.0  # GPUs are polled on their own schedule, at most this often
-GPU_THROTTLE_LOG_EVERY_S = 60.0
 
 
 @dataclass
@@ -84,7 +81,7 @@ class Settings:
     no_auto: bool = False  # --no-auto: the scaling advisor never applies by itself
 
 
-class InfertopApp(PaintMixin, NavigationMixin, ReplayActions, QueueActions, EngineActions, KubeActions, AutoscalerActions, App[None]):
+class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, ReplayActions, QueueActions, EngineActions, KubeActions, AutoscalerActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
@@ -297,57 +294,6 @@ class InfertopApp(PaintMixin, NavigationMixin, ReplayActions, QueueActions, Engi
 
     def _on_polled(self, collector) -> None:
         self.joiner.observe([collector])
-
-    # ----- the Log pane's lines: what changed between ticks -------------
-    def _note_changes(self, previous: FleetState | None, state: FleetState) -> None:
-        """Log engines joining or leaving (a rescale), engine state changes, SLO alerts firing and
-        clearing, and GPU state changes, once each."""
-        for line in self._membership.changes(state):
-            self.log_event(Text(line))
-        names = {e.name for e in state.engines}
-        for gone in [n for n in self._states if n not in names]:
-            del self._states[gone]  # back later in a new pod: its states start afresh
-        self._note_state_changes(state.engines)
-        for line in alert_changes(previous, state):
-            self.log_event(line)
-        self._note_gpu_changes(flatten(state.gpus))
-
-    def _note_gpu_changes(self, flat) -> None:
-        """Log a GPU that fails, throttles or reports an error (and when it recovers)."""
-        for r in flat:
-            status = classify(r.gpu)
-            word = status.split(" ")[0]
-            prev = self._gpu_states.get(r.gid)
-            self._gpu_states[r.gid] = word
-            if prev is not None and prev != word and (word in ("failed", "error", "throttled")
-                                                      or prev in ("failed", "error", "throttled")):
-                now = time.monotonic()
-                serious = {word, prev} & {"failed", "error"}
-                if not serious and now - self._gpu_logged_at.get(r.gid, -1e9) < GPU_THROTTLE_LOG_EVERY_S:
-                    continue  # a GPU hovering at its thermal limit flips often: log that at most once a minute
-                self._gpu_logged_at[r.gid] = now
-                why = f": {r.gpu.error}" if r.gpu.error else ""
-                self.log_event(Text(f"GPU {r.gpu.host or ''}:{r.gpu.label} {prev} → {status}{why}"))
-
-    def _note_state_changes(self, engines) -> None:
-        for e in engines:
-            s = e.stats
-            prev = self._states.get(s.name)
-            if prev is None and s.state == UNKNOWN:
-                continue  # not polled yet (the first ticks, a pod's engine that just joined): nothing to tell
-            if prev != s.state:
-                self._states[s.name] = s.state
-                if prev is not None or s.state != "up":
-                    why = f": {s.error}" if s.error else ""
-                    self.log_event(Text(f"{s.name} {prev or 'new'} → {s.state}{why}"))
-
-    def log_event(self, text: str | Text) -> None:
-        """A line in the Log pane. A ``str`` is infertop's own markup; anything that
-        comes from outside (names, labels, errors) must be passed as a ``Text``."""
-        line = Text(time.strftime("%H:%M:%S") + " ", style="dim")
-        line.append(text if isinstance(text, Text) else Text.from_markup(text))
-        self.log_lines.append(line.plain)
-        self.main.query_one("#log-view", RichLog).write(line)
 
     # ----- actions (named in ui/actions.py) -------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
