@@ -20,7 +20,6 @@ from textual.widgets import Footer, Input, TabbedContent, TabPane
 
 from ..config import Config, default_state_dir
 from ..domain.engine import FleetSnapshot
-from ..domain.source import SourceHealth
 from ..sources.gpu import GpuCollector
 from ..sources.queues import QueueFleet
 from ..sources.queues_config import queue_collectors
@@ -33,6 +32,7 @@ from .actions import ACTIONS, bindings, footer_panes, key_display
 from .app_navigation import PANES, NavigationMixin
 from .app_paint import PaintMixin
 from .app_changes import ChangeLogMixin
+from .app_collection import CollectionMixin
 from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
 from .queue_actions import QUEUE_ACTIONS, QueueActions
@@ -45,7 +45,7 @@ from .themes import load_themes
 from .widgets.autoscaler import AutoscalerPane
 from .widgets.cluster import ClusterPane
 from .widgets.engines_table import RESORT_EVERY_S, EnginesTable
-from .widgets.gpus import GpusPane, engine_refs
+from .widgets.gpus import GpusPane
 from .widgets.hot_table import HotTable
 from .widgets.log_view import LogView
 from .widgets.overview import Overview
@@ -57,7 +57,6 @@ MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
 REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_speed", "replay_seek"}
 # Keys of one pane (not the engine actions: they also act on an open engine detail).
 PANE_KEYS = ({"next_pane", "previous_pane"} | set(footer_panes())) - ENGINE_ACTIONS
-GPU_REFRESH_MIN_S = 2.0  # GPUs are polled on their own schedule, at most this often
 
 
 @dataclass
@@ -81,7 +80,8 @@ class Settings:
     no_auto: bool = False  # --no-auto: the scaling advisor never applies by itself
 
 
-class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, ReplayActions, QueueActions, EngineActions, KubeActions, AutoscalerActions, App[None]):
+class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
+                  ReplayActions, QueueActions, EngineActions, KubeActions, AutoscalerActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
@@ -215,53 +215,6 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, ReplayActions, Qu
             if self.queue_fleet.collectors:
                 self.start_queue_collection()
 
-    @work(exclusive=True, group="collect", exit_on_error=False)
-    async def start_collection(self) -> None:
-        """Poll loops run as an async worker: never block the UI, never overlap."""
-        await self.collector.run()
-
-    @work(exclusive=True, group="queues", exit_on_error=False)
-    async def start_queue_collection(self) -> None:
-        """Gateways and endpoint pickers, each on its own loop (never overlapping)."""
-        try:
-            await self.queue_fleet.run()
-        finally:
-            await self.queue_fleet.aclose()
-
-    @work(exclusive=True, group="gpu", exit_on_error=False)
-    async def start_gpu_collection(self) -> None:
-        """GPU sources on their own schedule; the next poll starts when the last one finished."""
-        interval = max(GPU_REFRESH_MIN_S, self.settings.config.refresh_s)
-        while True:
-            started = time.monotonic()
-            await self.poll_gpus()
-            await asyncio.sleep(max(0.2, interval - (time.monotonic() - started)))
-
-    async def poll_gpus(self) -> None:
-        """Read every GPU source once (NVML runs in a thread) and hand the rows to the fleet state."""
-        try:
-            if self.gpu_collector.nvml is not None:  # only NVML lists processes to map to engines
-                endpoints = [c.endpoint for c in self.collector.collectors]
-                self.gpu_collector.set_engines(await asyncio.to_thread(self._gpu_engine_refs, endpoints))
-            rows, health = await self.gpu_collector.poll()
-        except Exception as e:  # noqa: BLE001 — a GPU source must never stop the app
-            self.joiner.set_gpus(self.joiner.gpu_rows, [SourceHealth("gpu", "gpu", False, last_error=
-                                                                     f"GPU collection failed: {type(e).__name__}: {e}",
-                                                                     last_error_at=time.monotonic())])
-            return
-        self.joiner.set_gpus(rows, health)
-
-    def _gpu_engine_refs(self, endpoints: list) -> list:
-        """(name, root PID, port) of the engines on this host (a thread: reads engine state files)."""
-        mgr = getattr(self, "engine_manager", None)
-        pids = {rec.name: rec.pid for rec in mgr.list() if rec.alive} if mgr is not None else {}
-        return engine_refs(endpoints, pids)
-
-    async def poll_gpus_now(self) -> None:
-        """Poll the GPU sources once and render a new tick (tests and Ctrl+R)."""
-        await self.poll_gpus()
-        self.tick()
-
     @work(thread=True, exclusive=True, group="engines-init", exit_on_error=False)
     def _init_engines(self) -> None:
         """Re-adopt local engines started earlier (reads state files and /proc)."""
@@ -279,11 +232,6 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, ReplayActions, Qu
         screen, which is a dialog while one is open; timers must not."""
         return self.screen_stack[0]
 
-    async def poll_now(self) -> None:
-        """Poll every engine (and queue source) once and render a new tick (tests and Ctrl+R)."""
-        await asyncio.gather(self.collector.poll_once(), self.queue_fleet.poll_once())
-        self.tick()
-
     @property
     def snapshot(self) -> FleetSnapshot | None:
         """The fresh engines of the state on screen (what actions act on)."""
@@ -291,9 +239,6 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, ReplayActions, Qu
         if st is None:
             return None
         return FleetSnapshot(taken_at=st.taken_at, engines=tuple(e.stats for e in st.engines if e.fresh))
-
-    def _on_polled(self, collector) -> None:
-        self.joiner.observe([collector])
 
     # ----- actions (named in ui/actions.py) -------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -356,17 +301,6 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, ReplayActions, Qu
         self.kube_shutdown()
         await self.gpu_collector.aclose()
         await asyncio.to_thread(self.state_log.close)
-
-    async def action_refresh_now(self) -> None:
-        if self.player is None:
-            self.run_worker(self.kube_refresh_now(), group="kube-refresh-now", exclusive=True, exit_on_error=False)
-        self.notify("polling every source now…", timeout=2)
-        await asyncio.gather(self.collector.poll_once(), self.queue_fleet.poll_once())
-        await self.poll_gpus()
-        self.tick()
-        n = len(self.state.failing_sources()) if self.state is not None else 0
-        self.notify("refreshed: every source answered" if not n else f"refreshed: {n} source{'s' if n != 1 else ''} failing",
-                    severity="information" if not n else "warning", timeout=3)
 
     def action_toggle_dark(self) -> None:
         self.theme = "infertop-light" if self.current_theme.dark else "infertop-dark"
