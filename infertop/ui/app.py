@@ -29,10 +29,10 @@ from ..state.membership import FleetMembership
 from ..state.history import HistoryStore
 from ..state.recording import StateLog
 from .actions import ACTIONS, bindings, footer_panes, key_display
-from .app_navigation import PANES, NavigationMixin
-from .app_paint import PaintMixin
 from .app_changes import ChangeLogMixin
 from .app_collection import CollectionMixin
+from .app_navigation import PANES, NavigationMixin
+from .app_paint import PaintMixin
 from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
 from .queue_actions import QUEUE_ACTIONS, QueueActions
