@@ -9,34 +9,30 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import ActiveBinding, Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, RichLog, TabbedContent, TabPane
+from textual.widgets import Footer, Input, TabbedContent, TabPane
 
 from ..config import Config, default_state_dir
-from ..domain.engine import UNKNOWN, FleetSnapshot
-from ..domain.gpu import classify
-from ..domain.source import SourceHealth
-from ..format import count_human, seconds_human
+from ..domain.engine import FleetSnapshot
 from ..sources.gpu import GpuCollector
 from ..sources.queues import QueueFleet
 from ..sources.queues_config import queue_collectors
 from ..sources.vllm import EngineEndpoint, FleetCollector
 from ..state.fleet import FleetJoiner, FleetState
-from ..state.engine_groups import GROUP_BY
-from ..state.fleet_history import record_state
 from ..state.membership import FleetMembership
 from ..state.history import HistoryStore
 from ..state.recording import StateLog
-from .status import alert_changes, status_line
 from .actions import ACTIONS, bindings, footer_panes, key_display
+from .app_changes import ChangeLogMixin
+from .app_collection import CollectionMixin
+from .app_navigation import PANES, NavigationMixin
+from .app_paint import PaintMixin
 from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
 from .queue_actions import QUEUE_ACTIONS, QueueActions
@@ -44,29 +40,23 @@ from .autoscaler_actions import ADVISOR_ACTIONS, AutoscalerActions
 from .replay_actions import ReplayActions
 from .commands import InfertopCommands
 from .driver import default_driver_class
-from .screens.engine_detail import EngineDetailScreen
-from .screens.gpu_detail import GpuDetailScreen
 from .screens.help import HelpScreen
-from .screens.sort_picker import SortPicker
 from .themes import load_themes
 from .widgets.autoscaler import AutoscalerPane
 from .widgets.cluster import ClusterPane
-from .widgets.engines_table import HEADERS, PRESSURE, RESORT_EVERY_S, SORTABLE, EnginesTable
-from .widgets.gpus import GpusPane, GpusTable, engine_refs, gpu_status_parts, record_history, flatten, summarize
+from .widgets.engines_table import RESORT_EVERY_S, EnginesTable
+from .widgets.gpus import GpusPane
 from .widgets.hot_table import HotTable
 from .widgets.log_view import LogView
 from .widgets.overview import Overview
 from .widgets.panels import LineStatic, QuietStatic, Trend
 from .widgets.queue import QueuePane
 
-PANES = ("overview", "engines", "log", "gpus", "cluster", "queues", "autoscaler")
+__all__ = ["PANES", "InfertopApp", "PaneScreen", "Settings"]  # PANES is app_navigation's, importable here
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
 REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_speed", "replay_seek"}
 # Keys of one pane (not the engine actions: they also act on an open engine detail).
 PANE_KEYS = ({"next_pane", "previous_pane"} | set(footer_panes())) - ENGINE_ACTIONS
-GPU_KINDS = ("nvml", "dcgm", "prometheus", "gpu")
-GPU_REFRESH_MIN_S = 2.0  # GPUs are polled on their own schedule, at most this often
-GPU_THROTTLE_LOG_EVERY_S = 60.0
 
 
 @dataclass
@@ -90,7 +80,8 @@ class Settings:
     no_auto: bool = False  # --no-auto: the scaling advisor never applies by itself
 
 
-class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, AutoscalerActions, App[None]):
+class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
+                  ReplayActions, QueueActions, EngineActions, KubeActions, AutoscalerActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
@@ -224,53 +215,6 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
             if self.queue_fleet.collectors:
                 self.start_queue_collection()
 
-    @work(exclusive=True, group="collect", exit_on_error=False)
-    async def start_collection(self) -> None:
-        """Poll loops run as an async worker: never block the UI, never overlap."""
-        await self.collector.run()
-
-    @work(exclusive=True, group="queues", exit_on_error=False)
-    async def start_queue_collection(self) -> None:
-        """Gateways and endpoint pickers, each on its own loop (never overlapping)."""
-        try:
-            await self.queue_fleet.run()
-        finally:
-            await self.queue_fleet.aclose()
-
-    @work(exclusive=True, group="gpu", exit_on_error=False)
-    async def start_gpu_collection(self) -> None:
-        """GPU sources on their own schedule; the next poll starts when the last one finished."""
-        interval = max(GPU_REFRESH_MIN_S, self.settings.config.refresh_s)
-        while True:
-            started = time.monotonic()
-            await self.poll_gpus()
-            await asyncio.sleep(max(0.2, interval - (time.monotonic() - started)))
-
-    async def poll_gpus(self) -> None:
-        """Read every GPU source once (NVML runs in a thread) and hand the rows to the fleet state."""
-        try:
-            if self.gpu_collector.nvml is not None:  # only NVML lists processes to map to engines
-                endpoints = [c.endpoint for c in self.collector.collectors]
-                self.gpu_collector.set_engines(await asyncio.to_thread(self._gpu_engine_refs, endpoints))
-            rows, health = await self.gpu_collector.poll()
-        except Exception as e:  # noqa: BLE001 — a GPU source must never stop the app
-            self.joiner.set_gpus(self.joiner.gpu_rows, [SourceHealth("gpu", "gpu", False, last_error=
-                                                                     f"GPU collection failed: {type(e).__name__}: {e}",
-                                                                     last_error_at=time.monotonic())])
-            return
-        self.joiner.set_gpus(rows, health)
-
-    def _gpu_engine_refs(self, endpoints: list) -> list:
-        """(name, root PID, port) of the engines on this host (a thread: reads engine state files)."""
-        mgr = getattr(self, "engine_manager", None)
-        pids = {rec.name: rec.pid for rec in mgr.list() if rec.alive} if mgr is not None else {}
-        return engine_refs(endpoints, pids)
-
-    async def poll_gpus_now(self) -> None:
-        """Poll the GPU sources once and render a new tick (tests and Ctrl+R)."""
-        await self.poll_gpus()
-        self.tick()
-
     @work(thread=True, exclusive=True, group="engines-init", exit_on_error=False)
     def _init_engines(self) -> None:
         """Re-adopt local engines started earlier (reads state files and /proc)."""
@@ -288,20 +232,6 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
         screen, which is a dialog while one is open; timers must not."""
         return self.screen_stack[0]
 
-    def selected_engine_name(self) -> str | None:
-        """The engine an engine action acts on: the open detail's, or the Engines pane's
-        selection while that pane is on view (never a row the operator cannot see)."""
-        if isinstance(self.screen, EngineDetailScreen):
-            return self.screen.engine_name
-        if self.screen is not self.main or self.current_pane != "engines":
-            return None
-        return self.main.query_one("#engines-table", EnginesTable).selected_engine
-
-    async def poll_now(self) -> None:
-        """Poll every engine (and queue source) once and render a new tick (tests and Ctrl+R)."""
-        await asyncio.gather(self.collector.poll_once(), self.queue_fleet.poll_once())
-        self.tick()
-
     @property
     def snapshot(self) -> FleetSnapshot | None:
         """The fresh engines of the state on screen (what actions act on)."""
@@ -309,192 +239,6 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
         if st is None:
             return None
         return FleetSnapshot(taken_at=st.taken_at, engines=tuple(e.stats for e in st.engines if e.fresh))
-
-    def _on_polled(self, collector) -> None:
-        self.joiner.observe([collector])
-
-    # ----- rendering ----------------------------------------------------
-    def tick(self) -> None:
-        """Build this tick's fleet state and show it everywhere."""
-        if not self.is_running:  # the interval can still tick while the app tears its widgets down
-            return
-        self._join_cluster()
-        self.show_state(self.joiner.build())
-        self.advisor_after_tick()
-
-    def _join_cluster(self) -> None:
-        """Hand the Cluster pane's latest read (or its error) to the fleet state."""
-        if not self.kube_cfg.configured:
-            return
-        session = self.kube_session
-        source = session.context if session is not None else (self.kube_cfg.context or "kubernetes")
-        error = self.kube_error or getattr(self, "kube_stale_error", None)
-        if error or self.kube_snapshot is not None:
-            self.joiner.set_cluster(self.kube_snapshot, error=error, source=source)
-
-    def render_snapshot(self, force: bool = False) -> None:
-        """Repaint the state on screen (a filter or sort changed); no new tick."""
-        if self.state is not None and self.is_running:
-            self._paint(self.state)
-
-    def show_state(self, state: FleetState) -> None:
-        """Record ``state`` in the sparkline history and paint every pane from it.
-        Every number on screen then comes from this one tick."""
-        previous, self.state = self.state, state
-        if self.player is None:
-            self.state_log.add(state.taken_at, state)
-        record_state(self.history, state)
-        record_history(self.history, flatten(state.gpus))
-        self._note_changes(previous, state)
-        self._paint(state)
-
-    def _paint(self, state: FleetState) -> None:
-        """The header, the status bar and the pane on view, all from ``state``. A pane
-        out of view is painted from the state on screen when it is shown (_pane_activated)."""
-        main = self.main
-        self._render_top()
-        gpu_health = [_health(src, state.taken_at) for src in state.sources if src.kind in GPU_KINDS]
-        main.query_one("#statusbar", QuietStatic).show(status_line(state, gpu_status_parts(gpu_health, state.taken_at)))
-        pane = main.query_one("#panes", TabbedContent).active
-        if pane == "overview":
-            overview = main.query_one("#overview-pane", Overview)  # by id: a cached lookup, not a walk
-            overview.show_state(state, self.history)
-            overview.show_gpus(summarize(list(state.gpus)), configured=state.gpus_configured)
-        elif pane == "engines":
-            main.query_one("#engines-table", EnginesTable).update_state(state)
-            self._render_engine_trends(state)
-        elif pane == "queues":
-            main.query_one(QueuePane).show_state(state)
-            self.probe_objectives()
-        if pane == "gpus" or isinstance(self.screen, GpuDetailScreen):
-            self._render_gpus(state)
-        if pane == "autoscaler":
-            self.render_autoscaler(state)
-        if self.player is not None:
-            self._render_recorded_cluster(state)
-        if isinstance(self.screen, EngineDetailScreen):
-            self._show_detail(self.screen)
-
-    def _render_recorded_cluster(self, state: FleetState) -> None:
-        """In replay the Cluster pane shows the recorded cluster read."""
-        pane = self.main.query_one(ClusterPane)
-        c = state.cluster
-        if c is None or c.snapshot is None:
-            pane.show_message("Kubernetes: not part of this recording" if c is None
-                              else f"Kubernetes: {c.freshness.reason or 'no data'} (recorded)")
-            return
-        f = c.freshness
-        header = Text(f"recorded · context {c.snapshot.context}")
-        if f.status != "fresh":
-            header.append(f" · stale: {f.reason}", style="yellow")
-        pane.show(c.snapshot, header)
-
-    def _show_detail(self, screen: EngineDetailScreen) -> None:
-        name = screen.engine_name
-        e = self.state.engine(name) if self.state is not None else None
-        screen.show(e.stats if e is not None else None, e.freshness if e is not None else None)
-        rec = self.managed(name)
-        mgr = self.engine_manager
-        gpus = list(e.gpus) if e is not None else []
-        screen.show_local(rec, mgr.history(name, 5) if rec else [], mgr.tail_log(name, 10) if rec else [], gpus)
-
-    def _render_engine_trends(self, state: FleetState) -> None:
-        hist = self.history
-        n = 120
-        name = self.main.query_one("#engines-table", EnginesTable).selected_engine
-        e = state.engine(name)
-        if e is not None:
-            s = e.stats
-            self.main.query_one("#e-running", Trend).show(hist.series(name, "running", n),
-                                                          f"{name}: {count_human(s.running)}")
-            self.main.query_one("#e-ttft", Trend).show(hist.series(name, "ttft_p99_s", n), seconds_human(s.ttft_p99_s))
-
-    def _render_gpus(self, state: FleetState) -> None:
-        """GPU pane and an open GPU detail, from the state's GPUs."""
-        rows = list(state.gpus)
-        health = [_health(src, state.taken_at) for src in state.sources if src.kind in GPU_KINDS]
-        pane = self.main.query_one(GpusPane)
-        pane.show(rows, health, trends=True)
-        if isinstance(self.screen, GpuDetailScreen):
-            r = pane.gpu(self.screen.gpu_id)
-            self.screen.show(r.gpu if r is not None else None)
-
-    def _note_changes(self, previous: FleetState | None, state: FleetState) -> None:
-        """Log engines joining or leaving (a rescale), engine state changes, SLO alerts firing and
-        clearing, and GPU state changes, once each."""
-        for line in self._membership.changes(state):
-            self.log_event(Text(line))
-        names = {e.name for e in state.engines}
-        for gone in [n for n in self._states if n not in names]:
-            del self._states[gone]  # back later in a new pod: its states start afresh
-        self._note_state_changes(state.engines)
-        for line in alert_changes(previous, state):
-            self.log_event(line)
-        self._note_gpu_changes(flatten(state.gpus))
-
-    def _note_gpu_changes(self, flat) -> None:
-        """Log a GPU that fails, throttles or reports an error (and when it recovers)."""
-        for r in flat:
-            status = classify(r.gpu)
-            word = status.split(" ")[0]
-            prev = self._gpu_states.get(r.gid)
-            self._gpu_states[r.gid] = word
-            if prev is not None and prev != word and (word in ("failed", "error", "throttled")
-                                                      or prev in ("failed", "error", "throttled")):
-                now = time.monotonic()
-                serious = {word, prev} & {"failed", "error"}
-                if not serious and now - self._gpu_logged_at.get(r.gid, -1e9) < GPU_THROTTLE_LOG_EVERY_S:
-                    continue  # a GPU hovering at its thermal limit flips often: log that at most once a minute
-                self._gpu_logged_at[r.gid] = now
-                why = f": {r.gpu.error}" if r.gpu.error else ""
-                self.log_event(Text(f"GPU {r.gpu.host or ''}:{r.gpu.label} {prev} → {status}{why}"))
-
-    def _render_top(self) -> None:
-        s = self.settings
-        mode = s.mode + (" · read-only" if s.read_only else "")
-        src = s.config.source or "no config file"
-        # what the fleet state holds (engines scaled away have left it), not the endpoints watched:
-        # before the first tick there is no state, so no count
-        n = len(self.state.engines) if self.state is not None else None
-        engines = "— engines" if n is None else f"{n} engine{'s' if n != 1 else ''}"
-        text = Text()
-        text.append("infertop", style="bold")
-        text.append(f" · {mode} · {engines} · {src}")
-        clock = ""
-        if self.player is not None:
-            p = self.player
-            text = Text()
-            text.append("infertop replay", style="bold")
-            text.append(f" · {Path(s.replay_path or '').name} · ")
-            text.append("paused" if p.paused else f"×{p.speed:g}", style="bold yellow")
-            if self.state is not None:
-                clock = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.state.taken_at))
-        elif self.state is not None:
-            clock = time.strftime('%H:%M:%S', time.localtime(self.state.taken_at))
-            if s.record_path:
-                text.append(" · ● rec", style="red" if self.state_log.error is None else "yellow")
-        self.main.query_one("#topbar", QuietStatic).show(text)
-        self.main.query_one("#clock", LineStatic).show(clock)
-
-    def _note_state_changes(self, engines) -> None:
-        for e in engines:
-            s = e.stats
-            prev = self._states.get(s.name)
-            if prev is None and s.state == UNKNOWN:
-                continue  # not polled yet (the first ticks, a pod's engine that just joined): nothing to tell
-            if prev != s.state:
-                self._states[s.name] = s.state
-                if prev is not None or s.state != "up":
-                    why = f": {s.error}" if s.error else ""
-                    self.log_event(Text(f"{s.name} {prev or 'new'} → {s.state}{why}"))
-
-    def log_event(self, text: str | Text) -> None:
-        """A line in the Log pane. A ``str`` is infertop's own markup; anything that
-        comes from outside (names, labels, errors) must be passed as a ``Text``."""
-        line = Text(time.strftime("%H:%M:%S") + " ", style="dim")
-        line.append(text if isinstance(text, Text) else Text.from_markup(text))
-        self.log_lines.append(line.plain)
-        self.main.query_one("#log-view", RichLog).write(line)
 
     # ----- actions (named in ui/actions.py) -------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -522,63 +266,13 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
             return False
         return True
 
-    @property
-    def current_pane(self) -> str:
-        return self.main.query_one("#panes", TabbedContent).active
-
+    # ----- the panes' messages ------------------------------------------
+    # Here, not in NavigationMixin: Textual collects @on handlers only from classes of its own (App,
+    # Widget), never from a plain mixin. The work is the mixin's.
     @on(TabbedContent.TabActivated, "#panes")
     def _pane_activated(self) -> None:
         self.refresh_bindings()  # the footer shows the keys of the pane on view (a click on a tab too)
         self.render_snapshot()  # a pane is painted only while on view: bring it to the state on screen
-
-
-    def action_show_pane(self, pane: str) -> None:
-        tabs = self.main.query_one("#panes", TabbedContent)
-        if tabs.active != pane:
-            tabs.active = pane
-            self.render_snapshot()  # now, so that the first frame of the pane shows the state on screen
-        self.refresh_bindings()
-        if pane == "engines":
-            self.main.query_one("#engines-table", EnginesTable).focus()
-        elif pane == "gpus":
-            self.main.query_one(GpusTable).focus()
-        elif pane == "cluster":
-            self.main.query_one(ClusterPane).focus_table()
-        elif pane == "queues":
-            self.main.query_one(QueuePane).focus_table()
-        elif pane == "log":
-            self.main.query_one("#log-view", RichLog).focus()  # arrows scroll the log
-        elif pane == "autoscaler":
-            self.main.query_one(AutoscalerPane).table.focus()
-        else:
-            # Nothing of another pane may keep the focus: TabbedContent would switch back to it.
-            self.main.set_focus(None)
-
-    def _step_pane(self, step: int) -> None:
-        tabs = self.main.query_one("#panes", TabbedContent)
-        i = PANES.index(tabs.active) if tabs.active in PANES else 0
-        self.action_show_pane(PANES[(i + step) % len(PANES)])
-
-    def action_next_pane(self) -> None:
-        self._step_pane(1)
-
-    def action_previous_pane(self) -> None:
-        self._step_pane(-1)
-
-    def action_filter(self) -> None:
-        self.action_show_pane("engines")
-        box = self.main.query_one("#filter", Input)
-        box.add_class("visible")
-        box.focus()
-
-    def action_clear_filter(self) -> None:
-        box = self.main.query_one("#filter", Input)
-        box.value = ""
-        box.remove_class("visible")
-        table = self.main.query_one("#engines-table", EnginesTable)
-        table.filter_text = ""
-        table.focus()
-        self.render_snapshot(force=True)
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
@@ -589,42 +283,6 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
     def _filter_done(self) -> None:
         self.main.query_one("#engines-table", EnginesTable).focus()
 
-    def action_sort_pick(self) -> None:
-        """``s``: pick the Engines table's sort column from a list (the same one again reverses)."""
-        if self.current_pane != "engines":
-            self.action_show_pane("engines")
-        table = self.main.query_one("#engines-table", EnginesTable)
-        columns = [(PRESSURE, "Pressure (down, over an SLO, queued, slowest first)")] + [(k, HEADERS[k]) for k in SORTABLE]
-        self.push_screen(SortPicker(columns, table.sort_key, table.descending), self._sort_picked)
-
-    def action_group_engines(self) -> None:
-        """``G``: group the Engines table by deployment, then model, then node, then not at all."""
-        if self.current_pane != "engines":
-            self.action_show_pane("engines")
-        table = self.main.query_one("#engines-table", EnginesTable)
-        cycle = (None, *GROUP_BY)
-        table.set_group_by(cycle[(cycle.index(table.group_by) + 1) % len(cycle)])
-        self.notify(f"engines grouped by {table.group_by}" if table.group_by else "engines not grouped", timeout=2)
-        self.render_snapshot(force=True)
-
-    def _sort_picked(self, key: str | None) -> None:
-        if key is None:
-            return
-        table = self.main.query_one("#engines-table", EnginesTable)
-        table.sort_by(key)
-        name = "pressure" if key == PRESSURE else HEADERS[key]
-        self.notify(f"sorted by {name} {'▼' if table.descending else '▲'}", timeout=2)
-        self.render_snapshot(force=True)
-
-    def action_engine_detail(self, name: str | None = None) -> None:
-        name = name or self.main.query_one("#engines-table", EnginesTable).selected_engine
-        if name is None:
-            return
-        screen = EngineDetailScreen(name, self.history)
-        self.push_screen(screen)
-        if self.state is not None:
-            self.call_after_refresh(self._show_detail, screen)
-
     @on(EnginesTable.RowSelected)
     def _row_selected(self, event: EnginesTable.RowSelected) -> None:
         table = event.data_table
@@ -634,41 +292,15 @@ class InfertopApp(ReplayActions, QueueActions, EngineActions, KubeActions, Autos
     def _hot_row_clicked(self, event: HotTable.EngineClicked) -> None:
         self.action_engine_detail(event.name)
 
-    def action_gpu_detail(self) -> None:
-        pane = self.main.query_one(GpusPane)
-        gid = pane.selected_gpu
-        if gid is not None:
-            self._open_gpu_detail(gid)
-
     @on(GpusPane.DetailRequested)
     def _gpu_detail_requested(self, event: GpusPane.DetailRequested) -> None:
         self._open_gpu_detail(event.gpu_id)
-
-    def _open_gpu_detail(self, gid: str) -> None:
-        r = self.main.query_one(GpusPane).gpu(gid)
-        if r is None:
-            return
-        label = f"{r.gpu.host}:{r.gpu.label}" if r.gpu.host else r.gpu.label
-        screen = GpuDetailScreen(gid, label, self.history)
-        self.push_screen(screen)
-        self.call_after_refresh(screen.show, r.gpu)
 
     async def on_unmount(self) -> None:
         gc.unfreeze()  # what this app froze can be collected once it is gone (tests run many apps)
         self.kube_shutdown()
         await self.gpu_collector.aclose()
         await asyncio.to_thread(self.state_log.close)
-
-    async def action_refresh_now(self) -> None:
-        if self.player is None:
-            self.run_worker(self.kube_refresh_now(), group="kube-refresh-now", exclusive=True, exit_on_error=False)
-        self.notify("polling every source now…", timeout=2)
-        await asyncio.gather(self.collector.poll_once(), self.queue_fleet.poll_once())
-        await self.poll_gpus()
-        self.tick()
-        n = len(self.state.failing_sources()) if self.state is not None else 0
-        self.notify("refreshed: every source answered" if not n else f"refreshed: {n} source{'s' if n != 1 else ''} failing",
-                    severity="information" if not n else "warning", timeout=3)
 
     def action_toggle_dark(self) -> None:
         self.theme = "infertop-light" if self.current_theme.dark else "infertop-dark"
@@ -701,13 +333,6 @@ class PaneScreen(Screen):
                     and shadow.node is not app and app.check_action(a.action, ())):
                 out[a.keys] = ActiveBinding(app, Binding(a.keys, a.action, a.footer_label or a.title), True)
         return out
-
-
-def _health(src, now_wall: float) -> SourceHealth:
-    """A GPU source of the fleet state as the GPUs pane reads it (times on the wall clock)."""
-    return SourceHealth(name=src.name, kind=src.kind, ok=src.ok, last_ok_at=src.last_ok_at,
-                        last_error=src.error if not src.ok else src.warning, last_error_at=src.since,
-                        latency_s=src.latency_s)
 
 
 def _freeze_startup_objects() -> None:

@@ -1,0 +1,74 @@
+"""The Log pane's lines: what changed between two ticks, told once each.
+
+``ChangeLogMixin`` is a mixin of :class:`~infertop.ui.app.InfertopApp` (its memory of states,
+``_states``, ``_gpu_states``, ``_gpu_logged_at`` and ``_membership``, is set up in the app's ``__init__``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.widgets import RichLog
+
+from ..domain.engine import UNKNOWN
+from ..domain.gpu import classify
+from ..state.fleet import FleetState
+from .status import alert_changes
+from .widgets.gpus import flatten
+
+GPU_THROTTLE_LOG_EVERY_S = 60.0
+
+
+class ChangeLogMixin:
+    """Engines joining, leaving and changing state, SLO alerts, GPU faults: one Log line each."""
+
+    def _note_changes(self, previous: FleetState | None, state: FleetState) -> None:
+        """Log engines joining or leaving (a rescale), engine state changes, SLO alerts firing and
+        clearing, and GPU state changes, once each."""
+        for line in self._membership.changes(state):
+            self.log_event(Text(line))
+        names = {e.name for e in state.engines}
+        for gone in [n for n in self._states if n not in names]:
+            del self._states[gone]  # back later in a new pod: its states start afresh
+        self._note_state_changes(state.engines)
+        for line in alert_changes(previous, state):
+            self.log_event(line)
+        self._note_gpu_changes(flatten(state.gpus))
+
+    def _note_gpu_changes(self, flat) -> None:
+        """Log a GPU that fails, throttles or reports an error (and when it recovers)."""
+        for r in flat:
+            status = classify(r.gpu)
+            word = status.split(" ")[0]
+            prev = self._gpu_states.get(r.gid)
+            self._gpu_states[r.gid] = word
+            if prev is not None and prev != word and (word in ("failed", "error", "throttled")
+                                                      or prev in ("failed", "error", "throttled")):
+                now = time.monotonic()
+                serious = {word, prev} & {"failed", "error"}
+                if not serious and now - self._gpu_logged_at.get(r.gid, -1e9) < GPU_THROTTLE_LOG_EVERY_S:
+                    continue  # a GPU hovering at its thermal limit flips often: log that at most once a minute
+                self._gpu_logged_at[r.gid] = now
+                why = f": {r.gpu.error}" if r.gpu.error else ""
+                self.log_event(Text(f"GPU {r.gpu.host or ''}:{r.gpu.label} {prev} → {status}{why}"))
+
+    def _note_state_changes(self, engines) -> None:
+        for e in engines:
+            s = e.stats
+            prev = self._states.get(s.name)
+            if prev is None and s.state == UNKNOWN:
+                continue  # not polled yet (the first ticks, a pod's engine that just joined): nothing to tell
+            if prev != s.state:
+                self._states[s.name] = s.state
+                if prev is not None or s.state != "up":
+                    why = f": {s.error}" if s.error else ""
+                    self.log_event(Text(f"{s.name} {prev or 'new'} → {s.state}{why}"))
+
+    def log_event(self, text: str | Text) -> None:
+        """A line in the Log pane. A ``str`` is infertop's own markup; anything that
+        comes from outside (names, labels, errors) must be passed as a ``Text``."""
+        line = Text(time.strftime("%H:%M:%S") + " ", style="dim")
+        line.append(text if isinstance(text, Text) else Text.from_markup(text))
+        self.log_lines.append(line.plain)
+        self.main.query_one("#log-view", RichLog).write(line)

@@ -1,0 +1,171 @@
+"""Painting the fleet state: each tick's state goes to the header, the status bar and the pane on view.
+
+``PaintMixin`` is a mixin of :class:`~infertop.ui.app.InfertopApp`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.text import Text
+from textual.widgets import TabbedContent
+
+from ..domain.source import SourceHealth
+from ..format import count_human, seconds_human
+from ..state.fleet import FleetState
+from ..state.fleet_history import record_state
+from .screens.engine_detail import EngineDetailScreen
+from .screens.gpu_detail import GpuDetailScreen
+from .status import status_line
+from .widgets.cluster import ClusterPane
+from .widgets.engines_table import EnginesTable
+from .widgets.gpus import GpusPane, flatten, gpu_status_parts, record_history, summarize
+from .widgets.overview import Overview
+from .widgets.panels import LineStatic, QuietStatic, Trend
+from .widgets.queue import QueuePane
+
+GPU_KINDS = ("nvml", "dcgm", "prometheus", "gpu")
+
+
+class PaintMixin:
+    """Build a tick's fleet state and paint it; a pane out of view is painted when it is shown."""
+
+    def tick(self) -> None:
+        """Build this tick's fleet state and show it everywhere."""
+        if not self.is_running:  # the interval can still tick while the app tears its widgets down
+            return
+        self._join_cluster()
+        self.show_state(self.joiner.build())
+        self.advisor_after_tick()
+
+    def _join_cluster(self) -> None:
+        """Hand the Cluster pane's latest read (or its error) to the fleet state."""
+        if not self.kube_cfg.configured:
+            return
+        session = self.kube_session
+        source = session.context if session is not None else (self.kube_cfg.context or "kubernetes")
+        error = self.kube_error or getattr(self, "kube_stale_error", None)
+        if error or self.kube_snapshot is not None:
+            self.joiner.set_cluster(self.kube_snapshot, error=error, source=source)
+
+    def render_snapshot(self, force: bool = False) -> None:
+        """Repaint the state on screen (a filter or sort changed); no new tick."""
+        if self.state is not None and self.is_running:
+            self._paint(self.state)
+
+    def show_state(self, state: FleetState) -> None:
+        """Record ``state`` in the sparkline history and paint every pane from it.
+        Every number on screen then comes from this one tick."""
+        previous, self.state = self.state, state
+        if self.player is None:
+            self.state_log.add(state.taken_at, state)
+        record_state(self.history, state)
+        record_history(self.history, flatten(state.gpus))
+        self._note_changes(previous, state)
+        self._paint(state)
+
+    def _paint(self, state: FleetState) -> None:
+        """The header, the status bar and the pane on view, all from ``state``. A pane
+        out of view is painted from the state on screen when it is shown (_pane_activated)."""
+        main = self.main
+        self._render_top()
+        gpu_health = [_health(src, state.taken_at) for src in state.sources if src.kind in GPU_KINDS]
+        main.query_one("#statusbar", QuietStatic).show(status_line(state, gpu_status_parts(gpu_health, state.taken_at)))
+        pane = main.query_one("#panes", TabbedContent).active
+        if pane == "overview":
+            overview = main.query_one("#overview-pane", Overview)  # by id: a cached lookup, not a walk
+            overview.show_state(state, self.history)
+            overview.show_gpus(summarize(list(state.gpus)), configured=state.gpus_configured)
+        elif pane == "engines":
+            main.query_one("#engines-table", EnginesTable).update_state(state)
+            self._render_engine_trends(state)
+        elif pane == "queues":
+            main.query_one(QueuePane).show_state(state)
+            self.probe_objectives()
+        if pane == "gpus" or isinstance(self.screen, GpuDetailScreen):
+            self._render_gpus(state)
+        if pane == "autoscaler":
+            self.render_autoscaler(state)
+        if self.player is not None:
+            self._render_recorded_cluster(state)
+        if isinstance(self.screen, EngineDetailScreen):
+            self._show_detail(self.screen)
+
+    def _render_recorded_cluster(self, state: FleetState) -> None:
+        """In replay the Cluster pane shows the recorded cluster read."""
+        pane = self.main.query_one(ClusterPane)
+        c = state.cluster
+        if c is None or c.snapshot is None:
+            pane.show_message("Kubernetes: not part of this recording" if c is None
+                              else f"Kubernetes: {c.freshness.reason or 'no data'} (recorded)")
+            return
+        f = c.freshness
+        header = Text(f"recorded · context {c.snapshot.context}")
+        if f.status != "fresh":
+            header.append(f" · stale: {f.reason}", style="yellow")
+        pane.show(c.snapshot, header)
+
+    def _show_detail(self, screen: EngineDetailScreen) -> None:
+        name = screen.engine_name
+        e = self.state.engine(name) if self.state is not None else None
+        screen.show(e.stats if e is not None else None, e.freshness if e is not None else None)
+        rec = self.managed(name)
+        mgr = self.engine_manager
+        gpus = list(e.gpus) if e is not None else []
+        screen.show_local(rec, mgr.history(name, 5) if rec else [], mgr.tail_log(name, 10) if rec else [], gpus)
+
+    def _render_engine_trends(self, state: FleetState) -> None:
+        hist = self.history
+        n = 120
+        name = self.main.query_one("#engines-table", EnginesTable).selected_engine
+        e = state.engine(name)
+        if e is not None:
+            s = e.stats
+            self.main.query_one("#e-running", Trend).show(hist.series(name, "running", n),
+                                                          f"{name}: {count_human(s.running)}")
+            self.main.query_one("#e-ttft", Trend).show(hist.series(name, "ttft_p99_s", n), seconds_human(s.ttft_p99_s))
+
+    def _render_gpus(self, state: FleetState) -> None:
+        """GPU pane and an open GPU detail, from the state's GPUs."""
+        rows = list(state.gpus)
+        health = [_health(src, state.taken_at) for src in state.sources if src.kind in GPU_KINDS]
+        pane = self.main.query_one(GpusPane)
+        pane.show(rows, health, trends=True)
+        if isinstance(self.screen, GpuDetailScreen):
+            r = pane.gpu(self.screen.gpu_id)
+            self.screen.show(r.gpu if r is not None else None)
+
+    def _render_top(self) -> None:
+        s = self.settings
+        mode = s.mode + (" · read-only" if s.read_only else "")
+        src = s.config.source or "no config file"
+        # what the fleet state holds (engines scaled away have left it), not the endpoints watched:
+        # before the first tick there is no state, so no count
+        n = len(self.state.engines) if self.state is not None else None
+        engines = "— engines" if n is None else f"{n} engine{'s' if n != 1 else ''}"
+        text = Text()
+        text.append("infertop", style="bold")
+        text.append(f" · {mode} · {engines} · {src}")
+        clock = ""
+        if self.player is not None:
+            p = self.player
+            text = Text()
+            text.append("infertop replay", style="bold")
+            text.append(f" · {Path(s.replay_path or '').name} · ")
+            text.append("paused" if p.paused else f"×{p.speed:g}", style="bold yellow")
+            if self.state is not None:
+                clock = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.state.taken_at))
+        elif self.state is not None:
+            clock = time.strftime('%H:%M:%S', time.localtime(self.state.taken_at))
+            if s.record_path:
+                text.append(" · ● rec", style="red" if self.state_log.error is None else "yellow")
+        self.main.query_one("#topbar", QuietStatic).show(text)
+        self.main.query_one("#clock", LineStatic).show(clock)
+
+
+def _health(src, now_wall: float) -> SourceHealth:
+    """A GPU source of the fleet state as the GPUs pane reads it (times on the wall clock)."""
+    return SourceHealth(name=src.name, kind=src.kind, ok=src.ok, last_ok_at=src.last_ok_at,
+                        last_error=src.error if not src.ok else src.warning, last_error_at=src.since,
+                        latency_s=src.latency_s)
