@@ -15,7 +15,7 @@ from ..config import ProfileConfig
 from .engine_audit import _Audit, _r
 from .engine_command import _safe_args, effective_args, normalize_overrides
 from .engine_errors import AuditRefusedError, EngineBusyError, EngineError, InvalidArgsError, NotOurProcessError
-from .engine_gateway import GatewayStep, append_note
+from .engine_gateway import GatewayStep
 from .engine_lifecycle import _LifecycleMixin
 from .engine_progress import Progress, _Emitter
 from .engine_state import EngineRecord, StopResult, _profile_from_dict
@@ -97,7 +97,7 @@ class _ActionsMixin(_LifecycleMixin):
                                                                                 grace_s=grace_s))
                 except EngineError as e:
                     if step is not None:
-                        append_note(e, step.end(failed=True))
+                        step.fail(e)
                     raise
                 if step is not None:
                     note = step.end(failed=False)
@@ -168,10 +168,10 @@ class _ActionsMixin(_LifecycleMixin):
                                          leave_on_abort=True)
                 except EngineError as e:
                     if step is not None:
-                        append_note(e, step.end(failed=True))
+                        step.fail(e)
                     raise
                 if step is not None:
-                    emit("done", f"{step.summary()}; {step.end(failed=False)}", pid=rec.pid, force=True)
+                    emit("done", step.done(), pid=rec.pid, force=True)
         except EngineError as e:
             audit.failed(e, old=old, new=new)
             if not isinstance(e, (EngineBusyError, NotOurProcessError, AuditRefusedError)):

@@ -156,6 +156,15 @@ class GatewayStep:
         self.emit("undrained", self.note, force=True)
         return self.note
 
+    def fail(self, e: EngineError) -> None:
+        """End after the action failed (undrain if drained); the gateway's note goes on the error."""
+        append_note(e, self.end(failed=True))
+
+    def done(self) -> str:
+        """End after the action succeeded: "<how the drain went>; <what the gateway saw after>"."""
+        summary = self.summary()
+        return f"{summary}; {self.end(failed=False)}"
+
     def summary(self) -> str:
         """How the gateway drain went, for results and the audit."""
         if self.in_flight_before is None:

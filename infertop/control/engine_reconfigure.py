@@ -27,7 +27,6 @@ from .engine_errors import (
     SetArgsError,
     VerifyError,
 )
-from .engine_gateway import append_note
 from .engine_progress import Progress, _Emitter, observe_once
 from .engine_state import EngineRecord, SetResult
 from .gateway_drain import GatewayDrain
@@ -135,11 +134,10 @@ class _ReconfigureMixin(_ActionsMixin):
                     after = self._stats(rec, stats)
                 except EngineError as e:
                     if step is not None:
-                        append_note(e, step.end(failed=True))
+                        step.fail(e)
                     raise
                 if step is not None:
-                    note = step.end(failed=False)
-                    stop_res = replace(stop_res, gateway=f"{step.summary()}; {note}")
+                    stop_res = replace(stop_res, gateway=step.done())
                 total = time.monotonic() - t0
                 emit("done", f"{_kv(old_vals)} → {_kv(new_vals)} in {total:.1f} s", pid=rec.pid, force=True)
         except EngineError as e:
