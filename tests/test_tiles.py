@@ -13,16 +13,21 @@ TILES = tuple((f"k{i}", f"Label {i}") for i in range(8))
 
 
 class Painted:
-    """Records the rows Textual asks a widget to paint (``render_line``; the tests read
-    what is painted through the widgets' own methods, which do not count)."""
+    """Records the rows a widget paints anew: those whose ``render_line`` gives another strip than it
+    gave last time (a row kept from the last frame is not painted again; the tests read what is
+    painted through the widgets' own methods, which do not count)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.painted: list[int] = []
+        self._given: dict[int, object] = {}
 
     def render_line(self, y: int):
-        self.painted.append(y)
-        return super().render_line(y)
+        strip = super().render_line(y)
+        if self._given.get(y) is not strip:
+            self._given[y] = strip
+            self.painted.append(y)
+        return strip
 
 
 class CountingGrid(Painted, TileGrid):

@@ -39,6 +39,7 @@ from .queue_actions import QUEUE_ACTIONS, QueueActions
 from .autoscaler_actions import ADVISOR_ACTIONS, AutoscalerActions
 from .replay_actions import ReplayActions
 from .commands import InfertopCommands
+from .compositor import ChangedOnlyCompositor
 from .driver import default_driver_class
 from .screens.help import HelpScreen
 from .themes import load_themes
@@ -313,6 +314,10 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
 class PaneScreen(Screen):
     """The screen with the panes: its footer shows the keys of the pane on view
     (``Action.panes`` in the action table); the keys work as bound either way."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._compositor = ChangedOnlyCompositor()  # a tick renders the widgets it changed, not the screen
 
     @property
     def active_bindings(self):

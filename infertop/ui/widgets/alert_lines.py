@@ -11,10 +11,11 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
+from .direct_lines import DirectLines
 from .tiles import text_strip
 
 
-class AlertLines(Widget):
+class AlertLines(DirectLines, Widget):
     """Line 0 is the title; lines 1..``rows`` the alerts (``set_rows`` sets how many fit)."""
 
     DEFAULT_CSS = "AlertLines { height: auto; padding: 0 1; }"

@@ -26,12 +26,13 @@ from textual.widget import Widget
 
 from ...domain.engine import EngineStats
 from ...state.fleet import FleetState, Freshness
+from .direct_lines import DirectLines
 from .engines_table import COLUMNS, HEADERS, PRESSURE, Cells, engine_cell, kept_or_sorted
 
 PAD = 1  # cells either side of a column's text, as DataTable's cell padding
 
 
-class HotTable(Widget):
+class HotTable(DirectLines, Widget):
     """The ``limit`` engines under most pressure, one row each under a header row."""
 
     DEFAULT_CSS = """

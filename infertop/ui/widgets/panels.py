@@ -17,6 +17,7 @@ from textual.widget import Widget
 from textual.widgets import Label, Static
 
 from ...format import pct_human, rate_human, seconds_human
+from .direct_lines import DirectLines
 from .tiles import text_strip
 
 
@@ -146,7 +147,7 @@ def bars(data: Sequence[float | None], width: int, height: int, top: float, firs
 BLOCKS = "▁▂▃▄▅▆▇█"
 
 
-class ScaledSparkline(Widget):
+class ScaledSparkline(DirectLines, Widget):
     """A sparkline drawn on a stated scale, 0..``top``, with the scale written on its
     left (Textual's Sparkline stretches min..max of the data: a constant series
     would draw as an empty line).
@@ -267,7 +268,7 @@ class ScaledSparkline(Widget):
         return text
 
 
-class CachedLine:
+class CachedLine(DirectLines):
     """Mixin for a one-line Static or Label whose text changes every tick (a clock, a trend's
     title and value): painted from a cached Strip — the cells a nowrap Static with an ellipsis
     paints — without a Static's update (markup, visual, layout) per change."""

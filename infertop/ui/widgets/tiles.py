@@ -21,6 +21,8 @@ from textual.strip import Strip
 from textual.style import Style as VisualStyle
 from textual.widget import Widget
 
+from .direct_lines import DirectLines
+
 
 def text_strip(text: Text, width: int, base: VisualStyle, console: Console, lead: int = 0) -> list[Segment]:
     """``text`` on one line of ``width`` cells after ``lead`` spaces, cut with "…" when it
@@ -46,7 +48,7 @@ def column_offsets(width: int, columns: int) -> list[int]:
     return [width * i // columns for i in range(columns + 1)]
 
 
-class TileGrid(Widget):
+class TileGrid(DirectLines, Widget):
     """Label/value tiles in ``columns`` columns, two screen rows per tile row.
 
     ``tiles`` are always shown; ``extra`` tiles (the gateway queue) only after

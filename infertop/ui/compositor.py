@@ -1,0 +1,47 @@
+"""Textual's compositor, rendering a partial update from the widgets that changed region touches.
+
+Textual renders a partial update from every widget inside the box around all
+changed regions. infertop changes a few cells a tick from the header's clock
+(row 0) to the alert lines at the bottom, so that box is nearly the screen:
+about 40 widgets (the tab bar, the footer, containers, unchanged trends) were
+rendered each second to paint a dozen changed ones. A widget that overlaps no
+changed region adds nothing to the cells sent (each sent cell lies in a changed
+region, and is taken from the front-most widget covering it), so
+:class:`ChangedOnlyCompositor` leaves those widgets out. A full update (resize,
+another screen) renders everything, as Textual does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from textual._compositor import ChopsUpdate, Compositor
+from textual.geometry import Region
+from textual.strip import Strip
+
+
+class ChangedOnlyCompositor(Compositor):
+    """A :class:`textual._compositor.Compositor` whose partial updates render only the widgets
+    that overlap a changed region."""
+
+    _changed: list[Region] | None = None  # the changed regions of the partial update being rendered
+
+    def render_partial_update(self) -> ChopsUpdate | None:
+        self._changed = list(self._dirty_regions)
+        try:
+            return super().render_partial_update()
+        finally:
+            self._changed = None
+
+    def _get_renders(self, crop: Region | None = None) -> Iterable[tuple[Region, Region, list[Strip]]]:
+        changed = self._changed
+        if not changed or crop is None:
+            yield from super()._get_renders(crop)
+            return
+        for widget, (region, clip) in self.visible_widgets.items():
+            overlaps = clip.overlaps
+            if not any(overlaps(r) for r in changed):
+                continue
+            x, y, width, height = region.intersection(clip)
+            if width and height:
+                yield region, clip, widget.render_lines(Region(x - region.x, y - region.y, width, height))

@@ -1,0 +1,51 @@
+"""Paint a line-API widget's cached lines without Textual's per-line box styling."""
+
+from __future__ import annotations
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Region
+from textual.strip import Strip
+
+
+class DirectLines:
+    """Mixin for a line-API widget whose box is plain: no border, outline, vertical padding, tint,
+    hatch, opacity or text opacity (horizontal padding is allowed).
+
+    Textual styles every repainted line of every widget through its styles cache, which
+    reads some fifty style rules per line to draw borders, padding and effects this box
+    does not have; for the dozen lines the Overview changes each tick that was the larger
+    part of a frame's CPU. Here a line is what the widget's ``render_line`` returns,
+    padded to the content width and with the app's line filters applied, which is what
+    the styles cache paints for such a box. Any other box is painted by Textual as usual.
+    """
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        styles = self.styles  # type: ignore[attr-defined]
+        pad_top, pad_right, pad_bottom, pad_left = styles.padding
+        if (pad_top or pad_bottom or styles.border.spacing != (0, 0, 0, 0) or styles.outline.spacing != (0, 0, 0, 0)
+                or styles.tint.a or styles.text_opacity != 1.0 or self.opacity != 1.0  # type: ignore[attr-defined]
+                or (styles.has_rule("hatch") and styles.hatch != "none")):
+            return super().render_lines(crop)  # type: ignore[misc]
+        base_background, background = self.background_colors  # type: ignore[attr-defined]
+        inner = Style(bgcolor=(base_background + background).rich_color)
+        width = self.outer_size.width  # type: ignore[attr-defined]
+        content_width = width - pad_left - pad_right
+        left = [Segment(" " * pad_left, inner)] if pad_left else []
+        right = [Segment(" " * pad_right, inner)] if pad_right else []
+        filters = self.get_line_filters()  # type: ignore[attr-defined]
+        render_line = self.render_line  # type: ignore[attr-defined]
+        strips = []
+        for y in crop.line_range:
+            strip = render_line(y)
+            if strip.cell_length != content_width:
+                strip = strip.adjust_cell_length(content_width, inner)
+            if left or right:
+                strip = Strip([*left, *strip, *right], width)
+            for line_filter in filters:
+                strip = strip.apply_filter(line_filter, background)
+            strips.append(strip)
+        x1, x2 = crop.column_span
+        if (x1, x2) != (0, width):
+            strips = [strip.crop(x1, x2) for strip in strips]
+        return strips
