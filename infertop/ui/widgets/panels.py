@@ -9,12 +9,11 @@ from collections.abc import Callable, Sequence
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.containers import Vertical
 from textual.content import Content
-from textual.geometry import Region
+from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
-from textual.widgets import Label, Static
+from textual.widgets import Static
 
 from ...format import pct_human, rate_human, seconds_human
 from .direct_lines import DirectLines
@@ -147,127 +146,6 @@ def bars(data: Sequence[float | None], width: int, height: int, top: float, firs
 BLOCKS = "▁▂▃▄▅▆▇█"
 
 
-class ScaledSparkline(DirectLines, Widget):
-    """A sparkline drawn on a stated scale, 0..``top``, with the scale written on its
-    left (Textual's Sparkline stretches min..max of the data: a constant series
-    would draw as an empty line).
-
-    A line-API widget: each row is a Strip of two segments (the axis, the bars),
-    kept until the data, size or theme changes; a tick repaints only the columns
-    whose bars changed, without rendering the widget's whole content through
-    Rich text (the way a Static repaints)."""
-
-    COMPONENT_CLASSES = {"sparkline--bar", "sparkline--axis"}
-    DEFAULT_CSS = """
-    ScaledSparkline { height: 2; }
-    ScaledSparkline > .sparkline--bar { color: $primary; }
-    ScaledSparkline > .sparkline--axis { color: $text-muted; }
-    """
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.data: tuple[float | None, ...] = ()
-        self.top = 1.0
-        self.top_text = ""
-        self.first = 0  # absolute index of data[0] (bucket boundaries)
-        self._rows: list[str] | None = None  # the rows last drawn, with their axis
-        self._rows_size = (0, 0)
-        self._unpainted = False  # data plotted while hidden: painted when shown (on_show)
-        self._strips: list[Strip] | None = None  # the rows as painted, for _rows
-        self._styles: tuple[Style, Style] | None = None  # axis, bars: with the widget's base
-
-    def plot(self, data: Sequence[float | None], top: float, top_text: str, first: int = 0) -> None:
-        """Show ``data`` on 0..``top``; repaints only the columns whose bars changed."""
-        data = tuple(data)
-        if (data, top, top_text, first) == (self.data, self.top, self.top_text, self.first):
-            return
-        self.data, self.top, self.top_text, self.first = data, top, top_text, first
-        if not self.size.area or not on_view(self):  # hidden: no repaint per tick, one when shown
-            self._unpainted = True
-            self._strips, self._rows_size = None, (0, 0)  # drawn afresh from the data when painted
-            return
-        old, rows = self._rows, self._lines()
-        stale_size = self._rows_size != self.size
-        self._rows, self._rows_size, self._strips = rows, self.size, None
-        if self._unpainted or old is None or rows is None or len(old) != len(rows) or stale_size:
-            self._unpainted = False
-            self.refresh()
-            return
-        spans = [_changed_span(a, b) for a, b in zip(old, rows) if a != b]
-        if spans:
-            left, right = min(lo for lo, _ in spans), max(hi for _, hi in spans)
-            self.refresh(Region(left, 0, right - left, len(rows)))  # e.g. the newest bar alone
-
-    def on_show(self) -> None:
-        if self._unpainted:  # what it shows was rendered before it was hidden
-            self._unpainted = False
-            self._strips = None
-            self.refresh()
-
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        self._styles, self._strips = None, None  # a theme change: the colours in the strips are stale
-
-    def _lines(self) -> list[str] | None:
-        """Each row as drawn: the axis (scale, ▕) then the bars; None: nothing to draw."""
-        width, height = self.size.width, self.size.height
-        axis = max(len(self.top_text), 1)
-        if not self.data or width <= axis + 2 or height <= 0:
-            return None
-        rows = bars(self.data, width - axis - 1, height, self.top, self.first)
-        return [f"{self.top_text if i == 0 else ('0' if i == height - 1 else ''):>{axis}}▕{row}"
-                for i, row in enumerate(rows)]
-
-    def render_line(self, y: int) -> Strip:
-        strips = self._strips
-        if strips is None or self._rows_size != self.size:
-            strips = self._strips = self._render_strips()
-        if y < len(strips):
-            return strips[y]
-        return super().render_line(y)  # no trend yet: render()'s empty text, painted as a Static paints it
-
-    def _render_strips(self) -> list[Strip]:
-        """The rows as :meth:`render` draws them through Rich text and Textual's Content, the same
-        cells and styles, without that conversion per repaint."""
-        if self._rows_size != self.size:
-            self._rows, self._rows_size = self._lines(), self.size
-        rows = self._rows
-        if rows is None:
-            return []  # no trend yet: nothing, not a flat line that reads as zero
-        if self._styles is None:
-            base = self.visual_style
-            probe = Text("a")
-            probe.stylize(self.get_component_rich_style("sparkline--axis"))
-            probe.append("b", style=self.get_component_rich_style("sparkline--bar"))
-            by_text = {seg.text: seg.style for seg in Content.from_rich_text(probe, self.app.console)
-                       .render_segments(base)}
-            # without the probe's text offsets (meta for text selection: a sparkline is not text to copy)
-            self._styles = (by_text["a"].clear_meta_and_links(), by_text["b"].clear_meta_and_links())
-        axis_style, bar_style = self._styles
-        axis = max(len(self.top_text), 1) + 1
-        width = self.size.width
-        return [Strip([Segment(row[:axis], axis_style), Segment(row[axis:], bar_style)], width) for row in rows]
-
-    def render(self) -> Text:
-        """The rows as Rich text (what :meth:`render_line` paints; for tests and screenshots)."""
-        height = self.size.height
-        axis = max(len(self.top_text), 1)
-        text = Text(no_wrap=True, overflow="crop")
-        lines = self._lines()
-        if lines is None:
-            return text
-        bar_style = self.get_component_rich_style("sparkline--bar")
-        axis_style = self.get_component_rich_style("sparkline--axis")
-        rows = [line[axis + 1:] for line in lines]
-        for i, row in enumerate(rows):
-            label = self.top_text if i == 0 else ("0" if i == height - 1 else "")
-            text.append(f"{label:>{axis}}▕", style=axis_style)
-            text.append(row, style=bar_style)
-            if i < height - 1:
-                text.append("\n")
-        return text
-
-
 class CachedLine(DirectLines):
     """Mixin for a one-line Static or Label whose text changes every tick (a clock, a trend's
     title and value): painted from a cached Strip — the cells a nowrap Static with an ellipsis
@@ -299,50 +177,50 @@ class CachedLine(DirectLines):
         self._strip = None  # a theme change: the colours in the strip are stale
 
 
-class TrendTitle(CachedLine, Label):
-    """A trend's title and latest value."""
-
-    def __init__(self, text: str, **kwargs) -> None:
-        super().__init__(text, **kwargs)
-        self._line = Text(text)
-
-
 class LineStatic(CachedLine, Static):
     """A one-line Static shown through :meth:`show` (the header's clock)."""
 
 
-class Trend(Vertical):
+class Trend(DirectLines, Widget):
     """A titled sparkline with its latest value, on a stated scale: 0..100 for a
-    percentage, 0..the largest value shown for counts, rates and latencies."""
+    percentage, 0..the largest value shown for counts, rates and latencies.
 
+    One line-API widget: its first row is the title and latest value (muted, cut with
+    "…" where it does not fit), the rows below it the bars, with the scale written on
+    their left (Textual's Sparkline stretches min..max of the data: a constant series
+    would draw as an empty line). Each row is a cached Strip, kept until its text, the
+    size or the theme changes; a tick repaints only the cells that changed (the value's
+    digits, the newest bar), and the trend is one widget to the compositor, not three."""
+
+    COMPONENT_CLASSES = {"trend--title", "sparkline--bar", "sparkline--axis"}
     DEFAULT_CSS = """
     Trend { height: 3; width: 1fr; min-width: 20; padding: 0 1; }
-    Trend > Label { width: 1fr; height: 1; color: $text-muted; text-wrap: nowrap; text-overflow: ellipsis; }
-    Trend > ScaledSparkline { height: 1fr; }
+    Trend > .trend--title { color: $text-muted; }
+    Trend > .sparkline--bar { color: $primary; }
+    Trend > .sparkline--axis { color: $text-muted; }
     """
 
     def __init__(self, title: str, **kwargs) -> None:
         super().__init__(**kwargs)
         self.title = title
-        self._label_text = ""  # the title and latest value
-        self._label_shown = ""  # the one on screen
+        self._label_text = title  # the title and latest value
+        self._label_shown = title  # the one on the title row (a hidden trend's is written when shown)
         self._fmt: Callable[[float], str] | None = None
         self._series: list[float | None] = []  # the last data, NaN as None
         self._first = 0  # absolute index of the series' first point (see bucket_max)
-        self._label = TrendTitle(self.title)  # kept: no query per trend per tick
-        self._spark = ScaledSparkline()
-
-    def compose(self):
-        yield self._label
-        yield self._spark
+        self._plotted: tuple = ((), 1.0, "", 0)  # data, top, top_text, first: what the bars show
+        self._rows: list[str] | None = None  # the bar rows last drawn, with their axis
+        self._rows_size: Size | None = None  # the size they were drawn for
+        self._unpainted = False  # data plotted while hidden: painted when shown (on_show)
+        self._title_strip: Strip | None = None
+        self._bar_strips: list[Strip] | None = None  # the bar rows as painted
+        self._styles: tuple[Style, Style] | None = None  # axis, bars: with the widget's base
 
     def show(self, data: list[float], value_text: str, *, fmt: Callable[[float], str] | None = None,
              percent: bool | None = None) -> None:
         """``data`` oldest first (None or NaN: no value); ``fmt`` writes the scale
         (default: in the unit of ``value_text``); ``percent``: 0..100 (default: when
         ``value_text`` ends in %)."""
-        if not self.children:  # not composed yet (a screen pushed this tick): the next tick shows it
-            return
         self._label_text = f"{self.title}  {value_text}"
         if on_view(self):  # a hidden trend's title is written when it is shown (on_show)
             self._show_label()
@@ -352,22 +230,137 @@ class Trend(Vertical):
             percent = self._fmt is pct_human
         top = max((v for v in series if v is not None), default=None)
         if len(series) < 2 or top is None:
-            self._spark.plot((), 1.0, "")  # one point is not a trend
+            self._plot((), 1.0, "")  # one point is not a trend
             return
         if percent:
             top = 100.0
         if top <= 0:
             top = 1.0  # all zero: the lowest bars, on a scale of 0..1
-        top_text = self._fmt(top)
-        self._spark.plot(series, top, top_text, self._first)
+        self._plot(series, top, self._fmt(top), self._first)
 
+    # -- what it shows (for tests) ---------------------------------------------------------------
+    def title_text(self) -> str:
+        """The title and latest value written on the title row (uncut)."""
+        return self._label_shown
+
+    def bar_rows(self) -> list[str]:
+        """The bar rows as painted, the axis first (none: no trend)."""
+        return [strip.text for strip in self._bars()]
+
+    # -- the title row -----------------------------------------------------------------------------
     def _show_label(self) -> None:
-        if self._label_text != self._label_shown:
-            self._label_shown = self._label_text
-            self._label.show(self._label_text)
+        if self._label_text == self._label_shown:
+            return
+        self._label_shown = self._label_text
+        old, self._title_strip = self._title_strip, None
+        width = self.size.width
+        if old is None or not width or old.cell_length != width:
+            self.refresh()
+            return
+        new = self._title().text
+        if len(new) != width:  # a wide character: its characters and cells do not line up
+            self.refresh(Region(0, 0, width, 1))
+            return
+        left, right = _changed_span(old.text, new)
+        if right > left:
+            self.refresh(Region(left, 0, right - left, 1))  # e.g. the value's last digits
+
+    def _title(self) -> Strip:
+        width = self.size.width
+        strip = self._title_strip
+        if strip is None or strip.cell_length != width:
+            strip = self._title_strip = Strip(
+                text_strip(Text(self._label_shown), width, self.get_visual_style("trend--title"), self.app.console),
+                width)
+        return strip
 
     def on_show(self) -> None:
         self._show_label()
+        if self._unpainted:  # what it shows was rendered before it was hidden
+            self._unpainted = False
+            self._bar_strips = None
+            self.refresh()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        # a theme change: the colours in the strips are stale
+        self._styles, self._title_strip, self._bar_strips = None, None, None
+
+    # -- the bars ----------------------------------------------------------------------------------
+    def _plot(self, data: Sequence[float | None], top: float, top_text: str, first: int = 0) -> None:
+        """Show ``data`` on 0..``top``; repaints only the columns whose bars changed."""
+        plotted = (tuple(data), top, top_text, first)
+        if plotted == self._plotted:
+            return
+        self._plotted = plotted
+        if not self.size.area or not on_view(self):  # hidden: no repaint per tick, one when shown
+            self._unpainted = True
+            self._bar_strips, self._rows_size = None, None  # drawn afresh from the data when painted
+            return
+        old, rows = self._rows, self._bar_lines()
+        stale_size = self._rows_size != self.size
+        self._rows, self._rows_size, self._bar_strips = rows, self.size, None
+        if self._unpainted or stale_size:
+            self._unpainted = False
+            self.refresh()
+            return
+        height = self.size.height - 1
+        if old is None or rows is None or len(old) != len(rows):
+            if old != rows:
+                self.refresh(Region(0, 1, self.size.width, height))
+            return
+        spans = [_changed_span(a, b) for a, b in zip(old, rows) if a != b]
+        if spans:
+            left, right = min(lo for lo, _ in spans), max(hi for _, hi in spans)
+            self.refresh(Region(left, 1, right - left, height))  # e.g. the newest bar alone
+
+    def _bar_lines(self) -> list[str] | None:
+        """Each bar row as drawn: the axis (scale, ▕) then the bars; None: nothing to draw."""
+        data, top, top_text, first = self._plotted
+        width, height = self.size.width, self.size.height - 1
+        axis = max(len(top_text), 1)
+        if not data or width <= axis + 2 or height <= 0:
+            return None
+        rows = bars(data, width - axis - 1, height, top, first)
+        return [f"{top_text if i == 0 else ('0' if i == height - 1 else ''):>{axis}}▕{row}"
+                for i, row in enumerate(rows)]
+
+    def _bars(self) -> list[Strip]:
+        strips = self._bar_strips
+        if strips is None or self._rows_size != self.size:
+            strips = self._bar_strips = self._render_bars()
+        return strips
+
+    def _render_bars(self) -> list[Strip]:
+        """The bar rows in the cells and styles Rich text and Textual's Content give them,
+        without that conversion per repaint."""
+        if self._rows_size != self.size:
+            self._rows, self._rows_size = self._bar_lines(), self.size
+        rows = self._rows
+        if rows is None:
+            return []  # no trend yet: nothing, not a flat line that reads as zero
+        if self._styles is None:
+            base = self.visual_style
+            probe = Text("a")
+            probe.stylize(self.get_component_rich_style("sparkline--axis"))
+            probe.append("b", style=self.get_component_rich_style("sparkline--bar"))
+            by_text = {seg.text: seg.style for seg in Content.from_rich_text(probe, self.app.console)
+                       .render_segments(base)}
+            # without the probe's text offsets (meta for text selection: a sparkline is not text to copy)
+            self._styles = (by_text["a"].clear_meta_and_links(), by_text["b"].clear_meta_and_links())
+        axis_style, bar_style = self._styles
+        axis = max(len(self._plotted[2]), 1) + 1
+        width = self.size.width
+        return [Strip([Segment(row[:axis], axis_style), Segment(row[axis:], bar_style)], width) for row in rows]
+
+    def render_line(self, y: int) -> Strip:
+        if y == 0:
+            return self._title()
+        strips = self._bars()
+        if y - 1 < len(strips):
+            return strips[y - 1]
+        # no trend yet: blank, as Textual paints an empty text (its one line, then the lines below it)
+        return Strip.blank(self.size.width, Style(bgcolor=self.rich_style.bgcolor) if y == 1 else self.rich_style)
 
     def _follow(self, data: Sequence[float | None]) -> list[float | None]:
         """Count the points that scrolled out, so that bucket boundaries stay with
