@@ -20,6 +20,7 @@ from infertop.sources.vllm import EngineEndpoint
 from infertop.state.fleet import FRESH, MISSING, STALE, FleetJoiner, FleetState
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.widgets.engines_table import EnginesTable
+from infertop.ui.widgets.panels import Trend
 from overview_view import alert_lines, hot_rows, tile
 from pilot_wait import until
 from vllm_text import v1_doc
@@ -228,7 +229,7 @@ def cells(app, selector: str) -> dict[str, dict[str, str]]:
 
 def trend_value(app, selector: str) -> str:
     """The value a Trend's label states: "Running  73" → "73"."""
-    label = text_of(app, f"{selector} Label")
+    label = app.query_one(selector, Trend).title_text()
     return label.split("  ", 1)[1].strip() if "  " in label else ""  # "" before it was drawn
 
 

@@ -22,6 +22,7 @@ from infertop.sources.vllm import EngineEndpoint
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.screens.gpu_detail import GpuDetailScreen
 from infertop.ui.widgets.gpus import COLUMNS, GpusTable
+from infertop.ui.widgets.panels import Trend
 from overview_view import tile, tiles
 
 MiB = 1024 * 1024
@@ -130,7 +131,7 @@ async def test_gpu_detail_processes_owned_by_engines_and_mig_rows():
             assert rows["gpu1"]["errors"] == "3/0"
             # history for the selected GPU's sparklines
             await app.poll_gpus_now()
-            assert "gpu0 97%" in text_of(app, "#g-util-pct Label")
+            assert "gpu0 97%" in app.query_one("#g-util-pct", Trend).title_text()
             await pilot.press("enter")
             await pilot.pause()
             screen = app.screen

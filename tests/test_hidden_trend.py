@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 from textual.app import App
 from textual.containers import Vertical
-from textual.widgets import Label
 
-from infertop.ui.widgets.panels import ScaledSparkline, Trend
+from infertop.ui.widgets.panels import Trend
 from tests.pilot_wait import until
 
 
@@ -27,19 +26,19 @@ async def test_a_hidden_trend_is_not_repainted_and_shows_its_latest_values_when_
     app = HiddenTrendApp()
     async with app.run_test(size=(40, 6)) as pilot:
         trend = app.query_one(Trend)
-        spark = app.query_one(ScaledSparkline)
-        label = trend.query_one(Label)
         await pilot.pause()
         for top in (5.0, 7.0, 9.0):  # ticks while hidden
             trend.show([1.0, 2.0, top], f"{top:g}")
-            assert not spark._repaint_required and not label._repaint_required
-        assert label.render().plain == "Requests/s"  # nothing written yet
+            assert not trend._repaint_required
+        assert trend.title_text() == "Requests/s"  # nothing written yet
         app.screen.add_class("shown")
         await pilot.pause()
         await pilot.pause()
-        assert label.render().plain == "Requests/s  9"
-        rows = str(spark.render()).splitlines()
+        assert trend.title_text() == "Requests/s  9"
+        rows = trend.bar_rows()
         assert rows[0].startswith("9.0▕") and rows[-1].endswith("█")
+        lines = screen_lines(app)
+        assert lines[0].startswith(" Requests/s  9") and lines[1].startswith(" 9.0▕")
 
 
 class ShownThenHiddenApp(App):
@@ -63,19 +62,17 @@ async def test_a_trend_shown_then_hidden_is_not_repainted_and_shows_its_latest_v
     app = ShownThenHiddenApp()
     async with app.run_test(size=(40, 6)) as pilot:
         trend = app.query_one(Trend)
-        spark = app.query_one(ScaledSparkline)
-        label = trend.query_one(Label)
-        await until(pilot, lambda: spark.size.area, "the trend laid out")
+        await until(pilot, lambda: trend.size.area, "the trend laid out")
         trend.show([1.0, 2.0, 3.0], "3")
         await until(pilot, lambda: any(line.lstrip().startswith("3.0▕") for line in screen_lines(app)),
                     "the first values on screen")
         app.screen.add_class(hide)
         await until(pilot, lambda: not any("▕" in line for line in screen_lines(app)), "the trend hidden")
-        await until(pilot, lambda: not spark._repaint_required and not label._repaint_required, "painted")
+        await until(pilot, lambda: not trend._repaint_required, "painted")
         # (hidden, it has no region on screen: its size reads 0 once the layout has run)
         for top in (5.0, 7.0, 9.0):  # ticks while hidden
             trend.show([1.0, 2.0, 3.0, top], f"{top:g}")
-            assert not spark._repaint_required and not label._repaint_required
+            assert not trend._repaint_required
         app.screen.remove_class(hide)
         await until(pilot, lambda: any(line.lstrip().startswith("9.0▕") for line in screen_lines(app))
                     and any("Requests/s  9" in line for line in screen_lines(app)),

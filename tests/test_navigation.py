@@ -21,7 +21,7 @@ from infertop.ui.screens.help import HelpScreen
 from infertop.ui.screens.sort_picker import SortPicker
 from infertop.ui.widgets.engines_table import EnginesTable
 from infertop.ui.widgets.gpus import GpusTable
-from infertop.ui.widgets.panels import ScaledSparkline, Trend, bars
+from infertop.ui.widgets.panels import Trend, bars
 from infertop.ui.widgets.overview import TILES
 from overview_view import alert_lines, alerts, tiles
 from pilot_wait import until
@@ -259,10 +259,10 @@ async def test_a_constant_series_draws_a_full_sparkline_with_its_scale():
         app.query_one("#pct", Trend).show([91.0] * 30, "91%")
         app.query_one("#count", Trend).show([73.0] * 30, "73")
         await pilot.pause()
-        pct = str(app.query_one("#pct ScaledSparkline", ScaledSparkline).render()).splitlines()
+        pct = app.query_one("#pct", Trend).bar_rows()
         assert pct[0].startswith("100%▕") and pct[0].endswith("▇" * 30)
         assert pct[1].endswith("█" * 30) and pct[1].strip().startswith("0▕")
-        count = str(app.query_one("#count ScaledSparkline", ScaledSparkline).render()).splitlines()
+        count = app.query_one("#count", Trend).bar_rows()
         assert count[0].startswith("73▕") and count[0].endswith("█" * 30)
 
 
@@ -272,11 +272,11 @@ async def test_nan_points_are_gaps_and_do_not_set_the_scale():
         app.query_one("#count", Trend).show([math.nan, 2.0, math.nan, 4.0, None], "4")
         app.query_one("#pct", Trend).show([math.nan, None, math.nan], "—")
         await pilot.pause()
-        count = str(app.query_one("#count ScaledSparkline", ScaledSparkline).render()).splitlines()
+        count = app.query_one("#count", Trend).bar_rows()
         # the scale from 2 and 4 alone; the NaN and None points are blank columns in every row
         assert count[0].startswith("4.0▕") and count[0].endswith("   █ ")
         assert count[-1].strip().startswith("0▕") and count[-1].endswith(" █ █ ")
-        assert str(app.query_one("#pct ScaledSparkline", ScaledSparkline).render()) == ""  # no value: no trend
+        assert app.query_one("#pct", Trend).bar_rows() == []  # no value: no trend
 
 
 async def test_constant_fleet_values_draw_on_the_overview(scripted):
@@ -286,9 +286,9 @@ async def test_constant_fleet_values_draw_on_the_overview(scripted):
         for _ in range(3):
             await app.poll_now()
         await pilot.pause()
-        lines = str(app.query_one("#t-running ScaledSparkline", ScaledSparkline).render()).splitlines()
+        lines = app.query_one("#t-running", Trend).bar_rows()
         assert lines[0].startswith("5▕") and lines[0].endswith("██")
-        assert str(app.query_one("#t-running Label").render()) == "Running  5"
+        assert app.query_one("#t-running", Trend).title_text() == "Running  5"
 
 
 async def test_the_selected_gpu_row_keeps_its_utilisation_bar():

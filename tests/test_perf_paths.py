@@ -19,6 +19,7 @@ import pyte
 import pytest
 from rich.text import Text
 from textual.app import App
+from textual.geometry import Region
 from test_expfmt import perturb
 from textual.widgets import TabbedContent
 
@@ -30,7 +31,7 @@ from infertop.state.fleet import FleetJoiner
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.driver import CellDiff
 from infertop.ui.widgets.lean import LeanTable
-from infertop.ui.widgets.panels import QuietStatic, ScaledSparkline, Trend, bars
+from infertop.ui.widgets.panels import QuietStatic, Trend, bars
 from overview_view import tile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -144,22 +145,24 @@ async def test_a_scrolling_trend_repaints_only_its_newest_columns():
     series = [float((i * 37) % 23) + 1 for i in range(200)]
     async with app.run_test(size=(40, 6)) as pilot:
         trend = app.query_one(Trend)
-        spark = app.query_one(ScaledSparkline)
         trend.show(series[:120], "5")
         trend.show(series[1:121], "5")  # the newest point starts a bucket
         await pilot.pause()
-        painted = str(spark.render()).splitlines()
-        width = spark.size.width
-        # the next tick inside a bucket: only the columns on the right are dirty
+        painted = trend.bar_rows()
+        x0 = trend.content_offset.x  # repaint regions are in the widget's cells, its padding included
+        right = x0 + trend.size.width
+        # the next tick inside a bucket: only the value's digit and the columns on the right are dirty
         trend.show(series[2:122], "6")
-        assert spark._repaint_regions and all(r.x >= width - 3 for r in spark._repaint_regions)
+        title, *rest = sorted(trend._repaint_regions, key=lambda r: r.y)
+        assert title == Region(x0 + len("Running  "), 0, 1, 1)
+        assert rest and all(r.y >= 1 and r.x >= right - 3 for r in rest)
         await pilot.pause()
-        now = str(spark.render()).splitlines()
+        now = trend.bar_rows()
         assert [row[:-2] for row in now] == [row[:-2] for row in painted]
         # another engine's series: everything is drawn again
         trend.show([1.0] * 120, "1")
         await pilot.pause()
-        assert str(spark.render()).splitlines()[1].endswith("█" * 10)
+        assert trend.bar_rows()[1].endswith("█" * 10)
 
 
 # ----- lines of fixed size ---------------------------------------------------------------

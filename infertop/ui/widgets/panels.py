@@ -359,8 +359,13 @@ class Trend(DirectLines, Widget):
         strips = self._bars()
         if y - 1 < len(strips):
             return strips[y - 1]
-        # no trend yet: blank, as Textual paints an empty text (its one line, then the lines below it)
-        return Strip.blank(self.size.width, Style(bgcolor=self.rich_style.bgcolor) if y == 1 else self.rich_style)
+        # no trend yet: blank, as Textual paints an empty text: its one line (no cells, padded with the
+        # background), then blank lines below it
+        width = self.size.width
+        if y == 1:
+            return Strip([*Content("").render_segments(self.visual_style),
+                          Segment(" " * width, Style(bgcolor=self.rich_style.bgcolor))], width)
+        return Strip.blank(width, self.rich_style)
 
     def _follow(self, data: Sequence[float | None]) -> list[float | None]:
         """Count the points that scrolled out, so that bucket boundaries stay with
