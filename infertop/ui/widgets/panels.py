@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -12,6 +13,7 @@ from rich.text import Text
 from textual.content import Content
 from textual.geometry import Region, Size
 from textual.strip import Strip
+from textual.style import Style as VisualStyle
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -122,25 +124,29 @@ def bars(data: Sequence[float | None], width: int, height: int, top: float, firs
     if len(points) > width:
         points = bucket_max(points, width, first)
     cells = height * 8
-    levels: list[int | None] = [None] * (width - len(points))
+    blank = _column(None, height)
+    columns = [blank] * (width - len(points))
     for v in points:
         if v is None or v != v:  # a gap (None or NaN)
-            levels.append(None)
+            columns.append(blank)
             continue
         ratio = min(1.0, max(0.0, v / top)) if top > 0 else 0.0
-        levels.append(max(1, math.ceil(ratio * cells)))
-    rows = []
+        columns.append(_column(max(1, math.ceil(ratio * cells)), height))
+    return ["".join(row) for row in zip(*columns)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _column(level: int | None, height: int) -> tuple[str, ...]:
+    """One bar's cells, top row first, for a bar ``level`` eighths high (None: a gap)."""
+    out = []
     for r in reversed(range(height)):
-        row = []
-        for lv in levels:
-            if lv is None or lv <= r * 8:
-                row.append(" ")
-            elif lv >= (r + 1) * 8:
-                row.append("█")
-            else:
-                row.append(BLOCKS[lv - r * 8 - 1])
-        rows.append("".join(row))
-    return rows
+        if level is None or level <= r * 8:
+            out.append(" ")
+        elif level >= (r + 1) * 8:
+            out.append("█")
+        else:
+            out.append(BLOCKS[level - r * 8 - 1])
+    return tuple(out)
 
 
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -215,6 +221,7 @@ class Trend(DirectLines, Widget):
         self._title_strip: Strip | None = None
         self._bar_strips: list[Strip] | None = None  # the bar rows as painted
         self._styles: tuple[Style, Style] | None = None  # axis, bars: with the widget's base
+        self._title_style: VisualStyle | None = None
 
     def show(self, data: list[float], value_text: str, *, fmt: Callable[[float], str] | None = None,
              percent: bool | None = None) -> None:
@@ -222,21 +229,29 @@ class Trend(DirectLines, Widget):
         (default: in the unit of ``value_text``); ``percent``: 0..100 (default: when
         ``value_text`` ends in %)."""
         self._label_text = f"{self.title}  {value_text}"
-        if on_view(self):  # a hidden trend's title is written when it is shown (on_show)
-            self._show_label()
+        shown = on_view(self)
+        size = self.size  # read once: it is looked up on the screen each time
+        title = self._show_label(size) if shown else []  # a hidden trend's title is written when shown (on_show)
         series = self._follow(data)
         self._fmt = fmt or _unit_format(value_text) or self._fmt or rate_human
         if percent is None:
             percent = self._fmt is pct_human
         top = max((v for v in series if v is not None), default=None)
         if len(series) < 2 or top is None:
-            self._plot((), 1.0, "")  # one point is not a trend
+            self._repaint(title, self._plot((), 1.0, "", 0, size, shown))  # one point is not a trend
             return
         if percent:
             top = 100.0
         if top <= 0:
             top = 1.0  # all zero: the lowest bars, on a scale of 0..1
-        self._plot(series, top, self._fmt(top), self._first)
+        self._repaint(title, self._plot(series, top, self._fmt(top), self._first, size, shown))
+
+    def _repaint(self, *dirty: list[Region] | None) -> None:
+        """One refresh for what changed (None: all of it): one message to the widget, one to the screen."""
+        if any(regions is None for regions in dirty):
+            self.refresh()
+        elif any(dirty):
+            self.refresh(*(region for regions in dirty for region in regions))  # type: ignore[union-attr]
 
     # -- what it shows (for tests) ---------------------------------------------------------------
     def title_text(self) -> str:
@@ -245,79 +260,78 @@ class Trend(DirectLines, Widget):
 
     def bar_rows(self) -> list[str]:
         """The bar rows as painted, the axis first (none: no trend)."""
-        return [strip.text for strip in self._bars()]
+        return [strip.text for strip in self._bars(self.size)]
 
     # -- the title row -----------------------------------------------------------------------------
-    def _show_label(self) -> None:
+    def _show_label(self, size: Size) -> list[Region] | None:
+        """Write the latest title on the title row; returns the cells to repaint (None: all)."""
         if self._label_text == self._label_shown:
-            return
+            return []
         self._label_shown = self._label_text
         old, self._title_strip = self._title_strip, None
-        width = self.size.width
+        width = size.width
         if old is None or not width or old.cell_length != width:
-            self.refresh()
-            return
-        new = self._title().text
+            return None
+        new = self._title(width).text
         if len(new) != width:  # a wide character: its characters and cells do not line up
-            self.refresh(Region(0, 0, width, 1))
-            return
+            return [Region(0, 0, width, 1)]
         left, right = _changed_span(old.text, new)
-        if right > left:
-            self.refresh(Region(left, 0, right - left, 1))  # e.g. the value's last digits
+        return [Region(left, 0, right - left, 1)] if right > left else []  # e.g. the value's last digits
 
-    def _title(self) -> Strip:
-        width = self.size.width
+    def _title(self, width: int) -> Strip:
         strip = self._title_strip
         if strip is None or strip.cell_length != width:
+            if self._title_style is None:
+                self._title_style = self.get_visual_style("trend--title")
             strip = self._title_strip = Strip(
-                text_strip(Text(self._label_shown), width, self.get_visual_style("trend--title"), self.app.console),
-                width)
+                text_strip(Text(self._label_shown), width, self._title_style, self.app.console), width)
         return strip
 
     def on_show(self) -> None:
-        self._show_label()
+        title = self._show_label(self.size)
         if self._unpainted:  # what it shows was rendered before it was hidden
             self._unpainted = False
             self._bar_strips = None
-            self.refresh()
+            title = None
+        self._repaint(title)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
         # a theme change: the colours in the strips are stale
-        self._styles, self._title_strip, self._bar_strips = None, None, None
+        self._styles, self._title_style, self._title_strip, self._bar_strips = None, None, None, None
 
     # -- the bars ----------------------------------------------------------------------------------
-    def _plot(self, data: Sequence[float | None], top: float, top_text: str, first: int = 0) -> None:
-        """Show ``data`` on 0..``top``; repaints only the columns whose bars changed."""
+    def _plot(self, data: Sequence[float | None], top: float, top_text: str, first: int, size: Size,
+              shown: bool) -> list[Region] | None:
+        """Show ``data`` on 0..``top``; returns the cells to repaint (None: all), only the columns
+        whose bars changed."""
         plotted = (tuple(data), top, top_text, first)
         if plotted == self._plotted:
-            return
+            return []
         self._plotted = plotted
-        if not self.size.area or not on_view(self):  # hidden: no repaint per tick, one when shown
+        if not size.area or not shown:  # hidden: no repaint per tick, one when shown
             self._unpainted = True
             self._bar_strips, self._rows_size = None, None  # drawn afresh from the data when painted
-            return
-        old, rows = self._rows, self._bar_lines()
-        stale_size = self._rows_size != self.size
-        self._rows, self._rows_size, self._bar_strips = rows, self.size, None
+            return []
+        old, rows = self._rows, self._bar_lines(size)
+        stale_size = self._rows_size != size
+        self._rows, self._rows_size, self._bar_strips = rows, size, None
         if self._unpainted or stale_size:
             self._unpainted = False
-            self.refresh()
-            return
-        height = self.size.height - 1
+            return None
+        height = size.height - 1
         if old is None or rows is None or len(old) != len(rows):
-            if old != rows:
-                self.refresh(Region(0, 1, self.size.width, height))
-            return
+            return [Region(0, 1, size.width, height)] if old != rows else []
         spans = [_changed_span(a, b) for a, b in zip(old, rows) if a != b]
-        if spans:
-            left, right = min(lo for lo, _ in spans), max(hi for _, hi in spans)
-            self.refresh(Region(left, 1, right - left, height))  # e.g. the newest bar alone
+        if not spans:
+            return []
+        left, right = min(lo for lo, _ in spans), max(hi for _, hi in spans)
+        return [Region(left, 1, right - left, height)]  # e.g. the newest bar alone
 
-    def _bar_lines(self) -> list[str] | None:
-        """Each bar row as drawn: the axis (scale, ▕) then the bars; None: nothing to draw."""
+    def _bar_lines(self, size: Size) -> list[str] | None:
+        """Each bar row as drawn for ``size``: the axis (scale, ▕) then the bars; None: nothing to draw."""
         data, top, top_text, first = self._plotted
-        width, height = self.size.width, self.size.height - 1
+        width, height = size.width, size.height - 1
         axis = max(len(top_text), 1)
         if not data or width <= axis + 2 or height <= 0:
             return None
@@ -325,17 +339,17 @@ class Trend(DirectLines, Widget):
         return [f"{top_text if i == 0 else ('0' if i == height - 1 else ''):>{axis}}▕{row}"
                 for i, row in enumerate(rows)]
 
-    def _bars(self) -> list[Strip]:
+    def _bars(self, size: Size) -> list[Strip]:
         strips = self._bar_strips
-        if strips is None or self._rows_size != self.size:
-            strips = self._bar_strips = self._render_bars()
+        if strips is None or self._rows_size != size:
+            strips = self._bar_strips = self._render_bars(size)
         return strips
 
-    def _render_bars(self) -> list[Strip]:
+    def _render_bars(self, size: Size) -> list[Strip]:
         """The bar rows in the cells and styles Rich text and Textual's Content give them,
         without that conversion per repaint."""
-        if self._rows_size != self.size:
-            self._rows, self._rows_size = self._bar_lines(), self.size
+        if self._rows_size != size:
+            self._rows, self._rows_size = self._bar_lines(size), size
         rows = self._rows
         if rows is None:
             return []  # no trend yet: nothing, not a flat line that reads as zero
@@ -350,18 +364,18 @@ class Trend(DirectLines, Widget):
             self._styles = (by_text["a"].clear_meta_and_links(), by_text["b"].clear_meta_and_links())
         axis_style, bar_style = self._styles
         axis = max(len(self._plotted[2]), 1) + 1
-        width = self.size.width
-        return [Strip([Segment(row[:axis], axis_style), Segment(row[axis:], bar_style)], width) for row in rows]
+        return [Strip([Segment(row[:axis], axis_style), Segment(row[axis:], bar_style)], size.width) for row in rows]
 
     def render_line(self, y: int) -> Strip:
+        size = self.size
         if y == 0:
-            return self._title()
-        strips = self._bars()
+            return self._title(size.width)
+        strips = self._bars(size)
         if y - 1 < len(strips):
             return strips[y - 1]
         # no trend yet: blank, as Textual paints an empty text: its one line (no cells, padded with the
         # background), then blank lines below it
-        width = self.size.width
+        width = size.width
         if y == 1:
             return Strip([*Content("").render_segments(self.visual_style),
                           Segment(" " * width, Style(bgcolor=self.rich_style.bgcolor))], width)
