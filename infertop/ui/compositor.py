@@ -39,9 +39,7 @@ class ChangedOnlyCompositor(Compositor):
             yield from super()._get_renders(crop)
             return
         for widget, (region, clip) in self.visible_widgets.items():
-            overlaps = clip.overlaps
-            if not any(overlaps(r) for r in changed):
-                continue
-            x, y, width, height = region.intersection(clip)
-            if width and height:
+            shown = region.intersection(clip)
+            x, y, width, height = shown
+            if width and height and any(map(shown.overlaps, changed)):
                 yield region, clip, widget.render_lines(Region(x - region.x, y - region.y, width, height))
