@@ -5,16 +5,23 @@ renders only the widgets a frame changed sends the same update as Textual's."""
 
 from __future__ import annotations
 
+import pytest
 from rich.console import Console
 from rich.text import Text
 from textual._compositor import Compositor
 from textual.app import App, ComposeResult
+from textual.containers import Vertical
 from textual.geometry import Region
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Label
 
+from infertop.config import Config
+from infertop.sim import SimCluster
+from infertop.sources.vllm import EngineEndpoint
+from infertop.ui.app import InfertopApp, PaneScreen, Settings
 from infertop.ui.compositor import ChangedOnlyCompositor
+from infertop.ui.driver import CellDiff
 from infertop.ui.themes import load_themes
 from infertop.ui.widgets.alert_lines import AlertLines
 from infertop.ui.widgets.direct_lines import DirectLines
@@ -29,7 +36,7 @@ class Boxed(LineStatic):
     DEFAULT_CSS = "Boxed { border: round $primary; padding: 1 2; height: 5; }"
 
 
-class CountingLabel(Label):
+class Counting:
     """Counts the frames that render it."""
 
     renders = 0
@@ -37,6 +44,14 @@ class CountingLabel(Label):
     def render_lines(self, crop):
         self.renders += 1
         return super().render_lines(crop)
+
+
+class CountingLabel(Counting, Label):
+    pass
+
+
+class CountingBox(Counting, Vertical):
+    DEFAULT_CSS = "CountingBox { height: auto; }"
 
 
 class Host(Screen):
@@ -55,7 +70,8 @@ class Host(Screen):
         yield self.clock
         yield CountingLabel("a label between them", id="between")
         yield self.grid
-        yield self.alerts
+        with CountingBox(id="box"):
+            yield self.alerts
         yield self.boxed
         yield Footer()
 
@@ -159,9 +175,72 @@ async def test_the_changed_only_compositor_sends_what_textuals_sends():
             comp._dirty_regions.clear()
             comp._dirty_regions.update(changed)
         between = screen.query_one("#between", CountingLabel)
-        between.renders = 0
+        box = screen.query_one("#box", CountingBox)
+        between.renders = box.renders = 0
         want = update_text(textual, app.console)
-        assert between.renders == 1  # Textual renders it: it lies in the box around the changes
+        # Textual renders both: the label lies in the box around the changes, the container under a change
+        assert (between.renders, box.renders) == (1, 1)
         got = update_text(ours, app.console)
-        assert between.renders == 1  # not again: it overlaps no changed region
+        assert (between.renders, box.renders) == (1, 1)  # not again: no change shows through either
         assert got == want and "12:00:01" in got
+
+
+class ModelCompositor(ChangedOnlyCompositor):
+    """Feeds every update it renders to a terminal model (the cell-diffing driver's), as the
+    terminal would receive it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.terminal: CellDiff | None = None
+        self.console: Console | None = None
+
+    def render_update(self, *args, **kwargs):
+        update = super().render_update(*args, **kwargs)
+        if update is not None and self.terminal is not None:
+            self.terminal.frame(update.render_segments(self.console))
+        return update
+
+
+class ModelScreen(PaneScreen):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._compositor = ModelCompositor()
+
+
+class ModelApp(InfertopApp):
+    def get_default_screen(self):
+        return ModelScreen(id="_default")
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)])
+async def test_the_terminal_shows_the_screen_after_ticks_of_partial_updates(tmp_path, size):
+    """Tick after tick of the demo fleet (six engines, one dcgm exporter), the screen a terminal builds
+    from the partial updates alone is the screen as a full render draws it."""
+    cols, rows = size
+    sim = SimCluster(6, seed=7, load="bursty", realtime=False, warmup_s=30.0).start()
+    try:
+        endpoints = [EngineEndpoint(f"vllm-{i}", url, max_num_seqs=64) for i, url in enumerate(sim.urls)]
+        app = ModelApp(Settings(config=Config(audit_log=str(tmp_path / "audit.jsonl")), endpoints=endpoints,
+                                dcgm_urls=[sim.dcgm_url], state_dir=str(tmp_path / "state")), poll=False)
+        async with app.run_test(size=size) as pilot:
+            compositor = app.screen._compositor
+            assert isinstance(compositor, ModelCompositor)
+            compositor.console = app.console
+            compositor.terminal = CellDiff(cols, rows)
+            app.screen.refresh()  # a full frame first: the model starts from the whole screen
+            await pilot.pause()
+            for step in range(8):
+                sim.advance(1.0)
+                await app.poll_gpus()
+                await app.poll_now()
+                if step == 5:
+                    await pilot.press("2")  # another pane and back: full frames between partial ones
+                if step == 6:
+                    await pilot.press("1")
+                await pilot.pause()
+                full = [strip.text for strip in compositor.render_strips()]
+                shown = ["".join(cell[0] if cell else " " for cell in row) for row in compositor.terminal.want]
+                assert shown == full, f"tick {step}"
+            assert any("vllm-" in line for line in full)
+    finally:
+        sim.stop()
