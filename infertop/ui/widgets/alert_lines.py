@@ -63,7 +63,7 @@ class AlertLines(DirectLines, Widget):
         self._keys[y] = key
         self._texts[y] = text
         self._strips.pop(y, None)
-        self.refresh(Region(0, y, self.content_width(), 1))
+        self.repaint(Region(0, y, self.content_width(), 1))
 
     # -- what is on screen (for tests) ---------------------------------------------------------
     def _painted(self, y: int) -> str:

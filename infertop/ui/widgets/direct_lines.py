@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Region
@@ -24,6 +27,27 @@ class DirectLines:
 
     _direct_rows: dict[int, tuple[Strip, Strip]] | None = None  # y -> (render_line's strip, the strip painted)
     _direct_key: tuple | None = None
+    _batched: list[Region] | None = None  # regions to repaint, inside batch()
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Repaint what :meth:`repaint` is given inside in one refresh: Textual's cost is per refresh
+        (the widget looked up on its screen, a message to it and one to the screen), and a tick
+        changes a dozen tiles or a few alert lines."""
+        self._batched = []
+        try:
+            yield
+        finally:
+            regions, self._batched = self._batched, None
+            if regions:
+                self.refresh(*regions)  # type: ignore[attr-defined]
+
+    def repaint(self, region: Region) -> None:
+        """Refresh ``region`` now, or with the others at the end of :meth:`batch`."""
+        if self._batched is not None:
+            self._batched.append(region)
+        else:
+            self.refresh(region)  # type: ignore[attr-defined]
 
     def content_width(self) -> int:
         """The content's width from the size of the last layout (``Widget.size`` finds the widget

@@ -114,11 +114,14 @@ class HotTable(DirectLines, Widget):
             self.refresh()
         else:
             layout = self._layout(self.content_width())
+            spans = []
             for y in changed:
                 self._strips.pop(y + 1, None)
                 span = self._changed_span(y, layout, old_rows)
                 if span is not None:
-                    self.refresh(span)
+                    spans.append(span)
+            if spans:
+                self.refresh(*spans)  # one refresh: Textual's cost is per call
 
     def _changed_span(self, y: int, layout: list[tuple[str, int]],
                       old_rows: list[tuple[str, Cells]]) -> Region | None:

@@ -122,7 +122,7 @@ class TileGrid(DirectLines, Widget):
             self._strips.pop(y, None)
             offsets = column_offsets(self.content_width(), self._columns)
             col = i % self._columns
-            self.refresh(Region(offsets[col], y, offsets[col + 1] - offsets[col], 1))  # that tile's cells
+            self.repaint(Region(offsets[col], y, offsets[col + 1] - offsets[col], 1))  # that tile's cells
 
     # -- what is on screen (for tests and the app) ----------------------------------------------
     def _cell(self, key: str, line: int) -> str:
