@@ -1,14 +1,15 @@
-"""Textual's compositor, rendering a partial update from the widgets that changed region touches.
+"""Textual's compositor, rendering a partial update from the widgets that changed only.
 
 Textual renders a partial update from every widget inside the box around all
 changed regions. infertop changes a few cells a tick from the header's clock
 (row 0) to the alert lines at the bottom, so that box is nearly the screen:
 about 40 widgets (the tab bar, the footer, containers, unchanged trends) were
-rendered each second to paint a dozen changed ones. A widget that overlaps no
-changed region adds nothing to the cells sent (each sent cell lies in a changed
-region, and is taken from the front-most widget covering it), so
-:class:`ChangedOnlyCompositor` leaves those widgets out. A full update (resize,
-another screen) renders everything, as Textual does.
+rendered each second to paint a dozen changed ones. Each cell sent lies in a
+changed region and is taken from the front-most widget covering it, and every
+widget paints each cell of its visible region; so :class:`ChangedOnlyCompositor`
+renders, front to back, only the widgets that overlap a changed region no widget
+in front of them contains — the changed widgets, not their containers. A full
+update (resize, another screen) renders everything, as Textual does.
 """
 
 from __future__ import annotations
@@ -38,10 +39,14 @@ class ChangedOnlyCompositor(Compositor):
         if not changed or crop is None:
             yield from super()._get_renders(crop)
             return
-        for widget, (region, clip) in self.visible_widgets.items():
-            overlaps = clip.overlaps
-            if not any(overlaps(r) for r in changed):
+        open_regions = list(changed)  # changed regions no widget in front has covered yet
+        for widget, (region, clip) in self.visible_widgets.items():  # front to back
+            shown = region.intersection(clip)
+            x, y, width, height = shown
+            if not (width and height and any(map(shown.overlaps, open_regions))):
                 continue
-            x, y, width, height = region.intersection(clip)
-            if width and height:
-                yield region, clip, widget.render_lines(Region(x - region.x, y - region.y, width, height))
+            yield region, clip, widget.render_lines(Region(x - region.x, y - region.y, width, height))
+            # a widget paints every cell of its visible region: what it contains, no widget behind it shows
+            open_regions = [r for r in open_regions if not shown.contains_region(r)]
+            if not open_regions:
+                return

@@ -61,12 +61,13 @@ class CellDiff:
             if tok[0] != "\x1b" and tok[0] >= " ":
                 self._text(tok, dirty)
                 continue
-            m = CUP.fullmatch(tok)
+            last = tok[-1]
+            m = CUP.fullmatch(tok) if last == "H" else None
             if m is not None:
                 self.r = min(max(int(m.group(1) or 1) - 1, 0), self.rows - 1)
                 self.c = min(max(int(m.group(2) or 1) - 1, 0), self.cols - 1)
                 continue
-            m = SGR.fullmatch(tok)
+            m = SGR.fullmatch(tok) if last == "m" else None
             if m is not None:
                 params = m.group(1)
                 if params in ("", "0"):
@@ -125,12 +126,14 @@ class CellDiff:
     def _flush(self, dirty: set[int], out: list[str]) -> None:
         for r in sorted(dirty):
             want, shown = self.want[r], self.shown[r]
+            if want == shown:  # the row as the terminal shows it (most rows of a frame): compared in C
+                continue
             changed = [c for c in range(self.cols) if want[c] is not None and want[c] != shown[c]]
             if not changed:
                 continue
             runs: list[list[int]] = [[changed[0], changed[0]]]
             for c in changed[1:]:
-                if c - runs[-1][1] <= GAP and all(want[x] is not None for x in range(runs[-1][1], c)):
+                if c - runs[-1][1] <= GAP and None not in want[runs[-1][1]:c]:
                     runs[-1][1] = c
                 else:
                     runs.append([c, c])
@@ -148,7 +151,7 @@ class CellDiff:
                     out.append(ch)
                     shown[c] = want[c]
                     c += 1
-                    if ch and cell_len(ch) == 2 and c < self.cols:
+                    if ch and not ch.isascii() and cell_len(ch) == 2 and c < self.cols:
                         shown[c] = want[c]
                         c += 1
                 self.term_r, self.term_c = r, c

@@ -63,7 +63,7 @@ class AlertLines(DirectLines, Widget):
         self._keys[y] = key
         self._texts[y] = text
         self._strips.pop(y, None)
-        self.refresh(Region(0, y, self.size.width, 1))
+        self.repaint(Region(0, y, self.content_width(), 1))
 
     # -- what is on screen (for tests) ---------------------------------------------------------
     def _painted(self, y: int) -> str:
@@ -83,7 +83,7 @@ class AlertLines(DirectLines, Widget):
         return self._strip(y)
 
     def _strip(self, y: int) -> Strip:
-        width = self.content_size.width
+        width = self.content_width()
         strip = self._strips.get(y)
         if strip is None or strip.cell_length != width:
             text = self._texts[y] if y <= self._rows else Text("")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Region
@@ -14,11 +17,43 @@ class DirectLines:
 
     Textual styles every repainted line of every widget through its styles cache, which
     reads some fifty style rules per line to draw borders, padding and effects this box
-    does not have; for the dozen lines the Overview changes each tick that was the larger
+    does not have; for the dozen lines the Overview changes each tick that was a large
     part of a frame's CPU. Here a line is what the widget's ``render_line`` returns,
-    padded to the content width and with the app's line filters applied, which is what
-    the styles cache paints for such a box. Any other box is painted by Textual as usual.
+    padded to the content width and with the app's line filters applied — what the
+    styles cache paints for such a box (tests/test_direct_lines.py compares the two).
+    A row whose ``render_line`` returns the same strip as last frame is reused as painted.
+    Any other box is painted by Textual as usual.
     """
+
+    _direct_rows: dict[int, tuple[Strip, Strip]] | None = None  # y -> (render_line's strip, the strip painted)
+    _direct_key: tuple | None = None
+    _batched: list[Region] | None = None  # regions to repaint, inside batch()
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Repaint what :meth:`repaint` is given inside in one refresh: Textual's cost is per refresh
+        (the widget looked up on its screen, a message to it and one to the screen), and a tick
+        changes a dozen tiles or a few alert lines."""
+        self._batched = []
+        try:
+            yield
+        finally:
+            regions, self._batched = self._batched, None
+            if regions:
+                self.refresh(*regions)  # type: ignore[attr-defined]
+
+    def repaint(self, region: Region) -> None:
+        """Refresh ``region`` now, or with the others at the end of :meth:`batch`."""
+        if self._batched is not None:
+            self._batched.append(region)
+        else:
+            self.refresh(region)  # type: ignore[attr-defined]
+
+    def content_width(self) -> int:
+        """The content's width from the size of the last layout (``Widget.size`` finds the widget
+        on its screen each call: too dear for every line of every frame)."""
+        padding = self.styles.padding  # type: ignore[attr-defined]
+        return max(0, self.outer_size.width - padding.left - padding.right)  # type: ignore[attr-defined]
 
     def render_lines(self, crop: Region) -> list[Strip]:
         styles = self.styles  # type: ignore[attr-defined]
@@ -26,24 +61,34 @@ class DirectLines:
         if (pad_top or pad_bottom or styles.border.spacing != (0, 0, 0, 0) or styles.outline.spacing != (0, 0, 0, 0)
                 or styles.tint.a or styles.text_opacity != 1.0 or self.opacity != 1.0  # type: ignore[attr-defined]
                 or (styles.has_rule("hatch") and styles.hatch != "none")):
+            self._direct_rows = None
             return super().render_lines(crop)  # type: ignore[misc]
         base_background, background = self.background_colors  # type: ignore[attr-defined]
-        inner = Style(bgcolor=(base_background + background).rich_color)
         width = self.outer_size.width  # type: ignore[attr-defined]
-        content_width = width - pad_left - pad_right
-        left = [Segment(" " * pad_left, inner)] if pad_left else []
-        right = [Segment(" " * pad_right, inner)] if pad_right else []
         filters = self.get_line_filters()  # type: ignore[attr-defined]
+        key = (width, pad_left, pad_right, base_background, background, tuple(filters))
+        painted = self._direct_rows
+        if painted is None or key != self._direct_key:
+            painted = self._direct_rows = {}
+            self._direct_key = key
+        content_width = width - pad_left - pad_right
+        inner = Style(bgcolor=(base_background + background).rich_color)
         render_line = self.render_line  # type: ignore[attr-defined]
         strips = []
         for y in crop.line_range:
-            strip = render_line(y)
-            if strip.cell_length != content_width:
-                strip = strip.adjust_cell_length(content_width, inner)
-            if left or right:
+            line = render_line(y)
+            got = painted.get(y)
+            if got is not None and got[0] is line:
+                strips.append(got[1])
+                continue
+            strip = line if line.cell_length == content_width else line.adjust_cell_length(content_width, inner)
+            if pad_left or pad_right:
+                left = [Segment(" " * pad_left, inner)] if pad_left else []
+                right = [Segment(" " * pad_right, inner)] if pad_right else []
                 strip = Strip([*left, *strip, *right], width)
             for line_filter in filters:
                 strip = strip.apply_filter(line_filter, background)
+            painted[y] = (line, strip)
             strips.append(strip)
         x1, x2 = crop.column_span
         if (x1, x2) != (0, width):

@@ -113,19 +113,22 @@ class HotTable(DirectLines, Widget):
             self._strips.clear()
             self.refresh()
         else:
-            layout = self._layout(self.size.width)
+            layout = self._layout(self.content_width())
+            spans = []
             for y in changed:
                 self._strips.pop(y + 1, None)
                 span = self._changed_span(y, layout, old_rows)
                 if span is not None:
-                    self.refresh(span)
+                    spans.append(span)
+            if spans:
+                self.refresh(*spans)  # one refresh: Textual's cost is per call
 
     def _changed_span(self, y: int, layout: list[tuple[str, int]],
                       old_rows: list[tuple[str, Cells]]) -> Region | None:
         """Line ``y + 1`` from its first changed column to its last: Textual writes each dirty span
         from its start, so a row whose Run and Wait changed costs those columns, not the line."""
         if y >= len(old_rows) or old_rows[y][0] != self._order[y]:
-            return Region(0, y + 1, self.size.width, 1)  # another engine on this line
+            return Region(0, y + 1, self.content_width(), 1)  # another engine on this line
         old, new = old_rows[y][1], self._cells[y]
         x, first, last = 0, None, None
         for key, w in layout:
@@ -171,7 +174,7 @@ class HotTable(DirectLines, Widget):
         return out
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        width = self.content_width()
         strip = self._strips.get(y)
         if strip is None or strip.cell_length != width:
             strip = self._strips[y] = self._render_row(y, width)

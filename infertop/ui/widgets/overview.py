@@ -130,11 +130,30 @@ class Overview(Vertical):
 
     def show_state(self, state: FleetState, history: HistoryStore) -> None:
         """Tiles, trends, the engines under most pressure and the alerts — all from one tick."""
-        slo, f = state.slo, state.fleet
+        f = state.fleet
         if len(state.engines) != self._engines:
             self._engines = len(state.engines)
             self._fit()
+        with self.tiles.batch():
+            self._show_tiles(state)
+            self._show_queues(state)
+        n = 120
+        self.query_one("#t-gen", Trend).show(history.series(FLEET, "generation_tokens_per_s", n),
+                                             rate_human(f.generation_tokens_per_s), fmt=rate_human)
+        self.query_one("#t-running", Trend).show(history.series(FLEET, "running", n), count_human(f.running),
+                                                 fmt=count_human)
+        self.query_one("#t-waiting", Trend).show(history.series(FLEET, "waiting", n), count_human(f.waiting),
+                                                 fmt=count_human)
+        self.query_one("#t-ttft", Trend).show(history.series(FLEET, "ttft_p99_s", n), seconds_human(f.ttft_p99_s),
+                                              fmt=seconds_human)
+        self._shown = (state, history)
+        if self.has_class("wide"):  # hidden below 160 columns: drawn when the pane widens (_fit)
+            self._show_wide_trends()
+        self.query_one("#hot", HotTable).update_state(state)
+        self.show_alerts(list(state.alerts))
 
+    def _show_tiles(self, state: FleetState) -> None:
+        slo, f = state.slo, state.fleet
         tile = self.tiles.set_value
 
         def over(v, target) -> bool:
@@ -154,21 +173,6 @@ class Overview(Vertical):
         tile("kv", f"{pct_human(f.kv_cache_pct_mean)}/{pct_human(f.kv_cache_pct_max)}",
              over(f.kv_cache_pct_max, slo.kv_cache_pct))
         tile("preempt", rate_human(f.preemptions_per_s), bad=bool(f.preemptions_per_s))
-        self._show_queues(state)
-        n = 120
-        self.query_one("#t-gen", Trend).show(history.series(FLEET, "generation_tokens_per_s", n),
-                                             rate_human(f.generation_tokens_per_s), fmt=rate_human)
-        self.query_one("#t-running", Trend).show(history.series(FLEET, "running", n), count_human(f.running),
-                                                 fmt=count_human)
-        self.query_one("#t-waiting", Trend).show(history.series(FLEET, "waiting", n), count_human(f.waiting),
-                                                 fmt=count_human)
-        self.query_one("#t-ttft", Trend).show(history.series(FLEET, "ttft_p99_s", n), seconds_human(f.ttft_p99_s),
-                                              fmt=seconds_human)
-        self._shown = (state, history)
-        if self.has_class("wide"):  # hidden below 160 columns: drawn when the pane widens (_fit)
-            self._show_wide_trends()
-        self.query_one("#hot", HotTable).update_state(state)
-        self.show_alerts(list(state.alerts))
 
     def _show_wide_trends(self) -> None:
         if self._shown is None:
@@ -197,7 +201,10 @@ class Overview(Vertical):
 
     def show_gpus(self, g, configured: bool = True) -> None:
         """GPU tiles from a :class:`~infertop.ui.widgets.gpus.GpuSummary`."""
+        with self.tiles.batch():
+            self._show_gpu_tiles(g, configured)
 
+    def _show_gpu_tiles(self, g, configured: bool) -> None:
         tile = self.tiles.set_value
 
         if not g.gpus:
@@ -231,6 +238,10 @@ class Overview(Vertical):
             title.append(" none", style="green")
             title.append(" — every engine within its SLO targets")
         out = self.alert_lines
+        with out.batch():
+            self._show_alert_lines(out, title, groups)
+
+    def _show_alert_lines(self, out: AlertLines, title: Text, groups: list[tuple[str, list[Alert]]]) -> None:
         out.show_title(title)
         rows = self.alert_rows
         width = self.size.width - 2  # the lines' padding

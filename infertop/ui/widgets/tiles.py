@@ -120,9 +120,9 @@ class TileGrid(DirectLines, Widget):
         if i is not None:
             y = 2 * (i // self._columns) + 1
             self._strips.pop(y, None)
-            offsets = column_offsets(self.size.width, self._columns)
+            offsets = column_offsets(self.content_width(), self._columns)
             col = i % self._columns
-            self.refresh(Region(offsets[col], y, offsets[col + 1] - offsets[col], 1))  # that tile's cells
+            self.repaint(Region(offsets[col], y, offsets[col + 1] - offsets[col], 1))  # that tile's cells
 
     # -- what is on screen (for tests and the app) ----------------------------------------------
     def _cell(self, key: str, line: int) -> str:
@@ -158,7 +158,7 @@ class TileGrid(DirectLines, Widget):
         return self._strip(y)
 
     def _strip(self, y: int) -> Strip:
-        width = self.size.width
+        width = self.content_width()
         strip = self._strips.get(y)
         if strip is None or strip.cell_length != width:
             strip = self._strips[y] = self._render_row(y, width)
