@@ -367,7 +367,9 @@ class Trend(DirectLines, Widget):
         return [Strip([Segment(row[:axis], axis_style), Segment(row[axis:], bar_style)], size.width) for row in rows]
 
     def render_line(self, y: int) -> Strip:
-        size = self.size
+        # the size of the last layout: Widget.size finds the widget on its screen each call
+        outer, gutter = self.outer_size, self.styles.gutter
+        size = Size(max(0, outer.width - gutter.width), max(0, outer.height - gutter.height))
         if y == 0:
             return self._title(size.width)
         strips = self._bars(size)
