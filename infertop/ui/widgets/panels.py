@@ -220,6 +220,7 @@ class Trend(DirectLines, Widget):
         self._unpainted = False  # data plotted while hidden: painted when shown (on_show)
         self._title_strip: Strip | None = None
         self._bar_strips: list[Strip] | None = None  # the bar rows as painted
+        self._row_strips: dict[str, Strip] = {}  # by row text: a row the tick left as it was keeps its Strip
         self._styles: tuple[Style, Style] | None = None  # axis, bars: with the widget's base
         self._title_style: VisualStyle | None = None
 
@@ -299,6 +300,7 @@ class Trend(DirectLines, Widget):
         super().notify_style_update()
         # a theme change: the colours in the strips are stale
         self._styles, self._title_style, self._title_strip, self._bar_strips = None, None, None, None
+        self._row_strips = {}
 
     # -- the bars ----------------------------------------------------------------------------------
     def _plot(self, data: Sequence[float | None], top: float, top_text: str, first: int, size: Size,
@@ -364,7 +366,16 @@ class Trend(DirectLines, Widget):
             self._styles = (by_text["a"].clear_meta_and_links(), by_text["b"].clear_meta_and_links())
         axis_style, bar_style = self._styles
         axis = max(len(self._plotted[2]), 1) + 1
-        return [Strip([Segment(row[:axis], axis_style), Segment(row[axis:], bar_style)], size.width) for row in rows]
+        # a row the same as last frame keeps its Strip, so DirectLines reuses it as painted
+        last, made, strips = self._row_strips, {}, []
+        for row in rows:
+            strip = made.get(row) or last.get(row)
+            if strip is None:
+                strip = Strip([Segment(row[:axis], axis_style), Segment(row[axis:], bar_style)], size.width)
+            made[row] = strip
+            strips.append(strip)
+        self._row_strips = made
+        return strips
 
     def render_line(self, y: int) -> Strip:
         # the size of the last layout: Widget.size finds the widget on its screen each call
