@@ -221,6 +221,7 @@ class Trend(DirectLines, Widget):
         self._title_strip: Strip | None = None
         self._bar_strips: list[Strip] | None = None  # the bar rows as painted
         self._row_strips: dict[str, Strip] = {}  # by row text: a row the tick left as it was keeps its Strip
+        self._blank_rows: tuple[Strip, Strip] | None = None
         self._styles: tuple[Style, Style] | None = None  # axis, bars: with the widget's base
         self._title_style: VisualStyle | None = None
 
@@ -300,7 +301,7 @@ class Trend(DirectLines, Widget):
         super().notify_style_update()
         # a theme change: the colours in the strips are stale
         self._styles, self._title_style, self._title_strip, self._bar_strips = None, None, None, None
-        self._row_strips = {}
+        self._row_strips, self._blank_rows = {}, None
 
     # -- the bars ----------------------------------------------------------------------------------
     def _plot(self, data: Sequence[float | None], top: float, top_text: str, first: int, size: Size,
@@ -386,13 +387,18 @@ class Trend(DirectLines, Widget):
         strips = self._bars(size)
         if y - 1 < len(strips):
             return strips[y - 1]
-        # no trend yet: blank, as Textual paints an empty text: its one line (no cells, padded with the
-        # background), then blank lines below it
-        width = size.width
-        if y == 1:
-            return Strip([*Content("").render_segments(self.visual_style),
-                          Segment(" " * width, Style(bgcolor=self.rich_style.bgcolor))], width)
-        return Strip.blank(width, self.rich_style)
+        return self._blank(size.width)[y > 1]
+
+    def _blank(self, width: int) -> tuple[Strip, Strip]:
+        """The rows of a trend without bars, as Textual paints an empty text: its one line (no
+        cells, padded with the background), then blank lines below it."""
+        blank = self._blank_rows
+        if blank is None or blank[0].cell_length != width:
+            style = self.rich_style
+            pad = Segment(" " * width, Style(bgcolor=style.bgcolor))
+            blank = self._blank_rows = (Strip([*Content("").render_segments(self.visual_style), pad], width),
+                                        Strip.blank(width, style))
+        return blank
 
     def _follow(self, data: Sequence[float | None]) -> list[float | None]:
         """Count the points that scrolled out, so that bucket boundaries stay with
