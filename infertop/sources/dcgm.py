@@ -1,4 +1,4 @@
-"""GPU rows from NVIDIA dcgm-exporter endpoints (async httpx + the project parser).
+"""GPU rows from NVIDIA dcgm-exporter endpoints (async, the lean keep-alive client + the project parser).
 
 dcgm-exporter facts this relies on (see design/vllm-metrics.md §7):
 
@@ -28,8 +28,9 @@ import httpx
 from ..domain.gpu import GpuStats, decode_throttle
 from ..domain.source import SourceHealth
 from .expfmt import Exposition, ParseError, Parser
+from .http_client import LeanHttpClient
 from .sanitize import clean_gpu
-from .vllm import MAX_BODY_BYTES, ScrapeError, describe_error, fetch_text
+from .vllm import MAX_BODY_BYTES, ScrapeError, describe_error, fetch_text, get_text
 
 MiB = 1024 * 1024
 MAX_GPU_ROWS = 256  # GPUs per exporter; more is a broken or hostile exporter
@@ -297,12 +298,34 @@ class DcgmEndpoint:
         self.cache = LabelCache()
         self.health = SourceHealth(name=self.url, kind="dcgm", ok=False)
         self.rows: list[GpuStats] = []
+        self._client: LeanHttpClient | None = None
 
-    async def poll(self, client: httpx.AsyncClient, limit: int = MAX_BODY_BYTES) -> list[GpuStats]:
+    def client(self) -> LeanHttpClient:
+        """This endpoint's own keep-alive client (when :meth:`poll` is given none)."""
+        if self._client is None:
+            self._client = lean_client()
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def poll(self, client: LeanHttpClient | httpx.AsyncClient | None = None,
+                   limit: int = MAX_BODY_BYTES) -> list[GpuStats]:
+        """Scrape once: the rows, or [] with the error in :attr:`health`.
+
+        ``client``: the lean keep-alive client of the per-second polls (its own when None);
+        an httpx client is accepted too (scripts, tests), with the same bounds and errors."""
         started = self.clock()
+        if client is None:
+            client = self.client()
         try:
             async with asyncio.timeout(self.timeout_s):
-                text = await fetch_text(client, self.url, limit)
+                if isinstance(client, LeanHttpClient):
+                    text = await get_text(client, self.url, limit)
+                else:
+                    text = await fetch_text(client, self.url, limit)
             try:
                 exp = self.parser.parse(text)
             except ParseError as e:
@@ -340,6 +363,22 @@ class DcgmSource:
     def health(self) -> list[SourceHealth]:
         return [e.health for e in self.endpoints]
 
-    async def poll(self, client: httpx.AsyncClient) -> tuple[list[GpuStats], list[SourceHealth]]:
-        results = await asyncio.gather(*(e.poll(client) for e in self.endpoints))
-        return [g for rows in results for g in rows], self.health
+    async def poll(self, client: LeanHttpClient | httpx.AsyncClient | None = None
+                   ) -> tuple[list[GpuStats], list[SourceHealth]]:
+        """Every endpoint once, concurrently (one endpoint: without a task); (rows, health)."""
+        eps = self.endpoints
+        if len(eps) == 1:
+            rows = await eps[0].poll(client)
+        else:
+            results = await asyncio.gather(*(e.poll(client) for e in eps))
+            rows = [g for r in results for g in r]
+        return rows, self.health
+
+    async def aclose(self) -> None:
+        for e in self.endpoints:
+            await e.aclose()
+
+
+def lean_client() -> LeanHttpClient:
+    """The keep-alive client dcgm scrapes go through (connect bound 1 s, exchange 5 s, as before)."""
+    return LeanHttpClient(connect_timeout_s=1.0, timeout_s=5.0)
