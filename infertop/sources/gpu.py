@@ -161,7 +161,10 @@ class GpuCollector:
         # error; the other sources' rows are still shown.
         self.internal_errors = {k: error_text(f"internal error: {type(r).__name__}: {r}")
                                 for k, r in zip(kinds, results) if isinstance(r, BaseException)}
-        self.rows = [clean_gpu(g) for g in merge_sources(*(r for r in results if not isinstance(r, BaseException)))]
+        rows = merge_sources(*(r for r in results if not isinstance(r, BaseException)))
+        # dcgm and Prometheus rows leave build_rows clean, and a merge of clean rows is clean:
+        # only NVML's (uncleaned where read, in a thread) need the pass
+        self.rows = [clean_gpu(g) for g in rows] if self.nvml is not None else rows
         return self.rows, self.health()
 
     async def _dcgm_rows(self, client: LeanHttpClient) -> list[GpuStats]:
