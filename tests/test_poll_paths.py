@@ -190,3 +190,40 @@ def test_a_changed_layout_is_planned_afresh():
     hostless = exporter_text([(gpu_labels(0, "GPU-a", host_key=None), {"DCGM_FI_DEV_GPU_UTIL": 10})])
     assert [g.host for g in parse_dcgm(parser.parse(hostless), default_host="node-a", cache=cache)] == ["node-a"]
     assert [g.host for g in parse_dcgm(parser.parse(hostless), default_host="node-b", cache=cache)] == ["node-b"]
+
+
+def reference_counters(exp, key) -> dict[str, float]:
+    """Counters and buckets of one label set read plainly from the document's samples."""
+    from infertop.sources.vllm_names import COUNTERS, HISTOGRAMS, _key, _le
+
+    out: dict[str, float] = {}
+    for fld, names in COUNTERS.items():
+        name = next((n for n in names if exp.series(n)), None)
+        vals = [v for lab, v in exp.series(name) if _key(lab) == key] if name else []
+        if vals:
+            out[fld] = sum(vals) if len(vals) > 1 else vals[0]
+    for fld, names in HISTOGRAMS.items():
+        name = next((n for n in names if exp.series(n)), None)
+        for lab, v in exp.series(name) if name else ():
+            le = _le(lab.get("le"))
+            if le is not None and _key(lab) == key:
+                k = f"{fld}@{le!r}"
+                out[k] = out[k] + v if k in out else v
+    return out
+
+
+def test_extracted_counters_are_the_documents_sums_per_label_set():
+    from infertop.sources.vllm_names import Extractor
+    from vllm_text import v1_doc
+
+    text = v1_doc(engines={"0": {"running": 2, "success": 7, "ttft": [0.02, 0.3, 4.0]},
+                           "1": {"running": 5, "success": 3, "ttft": [0.5]}})
+    parser, extractor = Parser(lazy_values=True), Extractor()
+    for _ in range(2):  # a new layout, then the same layout again (the planned path)
+        exp = parser.parse(text)
+        _, samples = extractor.extract(exp)
+        assert [s.key[1] for s in samples] == ["0", "1"]
+        for s in samples:
+            assert s.counters == reference_counters(exp, s.key)
+            assert list(s.counters) == list(reference_counters(exp, s.key))  # and in the same order
+        assert samples[0].counters["requests"] == 8.0 and samples[1].counters["requests"] == 4.0  # summed

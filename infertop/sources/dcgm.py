@@ -427,7 +427,7 @@ class DcgmSource:
         """Every endpoint once, concurrently (one endpoint: without a task); (rows, health)."""
         eps = self.endpoints
         if len(eps) == 1:
-            rows = await eps[0].poll(client)
+            rows = list(await eps[0].poll(client))  # a list of its own, as with several
         else:
             results = await asyncio.gather(*(e.poll(client) for e in eps))
             rows = [g for r in results for g in r]
