@@ -6,7 +6,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import accumulate
-from operator import le
+import operator
 
 Bucket = tuple[float, float]  # (upper bound "le", cumulative count)
 
@@ -49,7 +49,7 @@ def prepare(buckets: Sequence[Bucket]) -> Prepared | None:
     if len(bs) < 2 or not math.isinf(bs[-1][0]):
         return None
     les, counts = zip(*bs)
-    if counts[0] == counts[0] and all(map(le, counts, counts[1:])):
+    if counts[0] == counts[0] and all(map(operator.le, counts, counts[1:])):
         return les, counts  # already non-decreasing (the usual case): the running max is the counts
     # accumulate calls max(top, c) from top = -inf, exactly as ensure_monotonic: a NaN count keeps the top
     cum = list(accumulate(counts, max, initial=-math.inf))
