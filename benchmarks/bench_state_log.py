@@ -12,8 +12,8 @@ Measure: each tree, in a child process of its own, in turn (A B A B … for
 ``--rounds``), keeps ``--ticks`` ticks in a ``StateLog`` as the console does
 (no recording, 15 minutes kept, spilled to a temporary directory): each tick
 is a copy of a captured state (objects of its own, ``taken_at`` one second
-apart), added, then ``flush()`` (the console adds one a second: the
-background thread is never behind). CPU is ``time.process_time`` of the
+apart), added, then a ``--pace-ms`` sleep (the console adds one a second:
+its background thread works in the gaps); one ``flush()`` at the end. CPU is ``time.process_time`` of the
 child (every thread) over the adds, divided by the ticks. Also reported: the
 gc-tracked objects the log holds at the end, bytes on disk per tick, and the
 CPU of ``window(900)`` + ``documents`` (an incident bundle's read-back).
@@ -69,22 +69,23 @@ CHILD = r"""
 import dataclasses, gc, json, pickle, sys, tempfile, time
 from infertop.state.recording import StateLog, documents
 
-states_path, ticks = sys.argv[1], int(sys.argv[2])
+states_path, ticks, pace_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 with open(states_path, "rb") as fh:
     captured = pickle.load(fh)
 t0 = 1_800_000_000.0
+gc.collect()
+objs0 = len(gc.get_objects())
 # every tick its own objects, as the joiner builds them
 ticks_ = [(t0 + i, pickle.loads(pickle.dumps(dataclasses.replace(captured[i % len(captured)], tick=i + 1,
                                                                   taken_at=t0 + i), -1)))
           for i in range(ticks)]
 with tempfile.TemporaryDirectory() as spill_dir:
-    gc.collect()
-    objs0 = len(gc.get_objects())
     log = StateLog(None, refresh_s=1.0, spill_dir=spill_dir)
     c0 = time.process_time()
     for ts, st in ticks_:
         log.add(ts, st)
-        log.flush()
+        time.sleep(pace_s)  # the thread packs in the gaps, as between the console's ticks
+    log.flush()
     cpu = time.process_time() - c0
     del ticks_, st
     gc.collect()
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ticks", type=int, default=900)
     ap.add_argument("--capture", type=int, default=30, help="real states captured per engine count")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--pace-ms", type=float, default=3.0, help="sleep after each tick added")
     ap.add_argument("--states", metavar="DIR", help="keep (and reuse) the captured states here")
     ap.add_argument("--python", default=sys.executable)
     args = ap.parse_args(argv)
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, list[dict]] = {label: [] for label, _ in trees}
         for _ in range(args.rounds):
             for label, tree in trees:
-                p = subprocess.run([args.python, "-c", CHILD, str(states), str(args.ticks)], env=dict(
+                p = subprocess.run([args.python, "-c", CHILD, str(states), str(args.ticks), str(args.pace_ms / 1e3)], env=dict(
                     env0, PYTHONPATH=tree), cwd=home, capture_output=True, text=True, timeout=1200)
                 lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
                 if p.returncode or not lines:

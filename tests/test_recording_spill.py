@@ -74,6 +74,27 @@ def test_the_newest_ticks_stay_objects_until_their_block_is_full_and_come_back_a
     log.close()
 
 
+def test_memory_holds_the_last_keep_s_and_big_ticks_wait_in_smaller_blocks(tmp_path):
+    log = StateLog(None, refresh_s=1.0, keep_s=30, spill_dir=str(tmp_path))
+    added = _fill(log, 100)
+    assert log.block_ticks == 10
+    held_ticks = sum(len(b.ts) for b in log._blocks)
+    assert log.keep_ticks == 31 and 31 <= held_ticks <= 31 + log.block_ticks  # old blocks dropped whole
+    assert documents(log.window(30)) == added[-31:]
+    # ~64 KiB of pickle a tick (a fleet of ~100 engines): a block is 4 ticks, so fewer states wait as objects
+    for i in range(100, 125):
+        d = dict(_doc(i), blob=f"{i:08x}" * 8000)
+        log.add(d["taken_at"], d)
+        added.append((d["taken_at"], d))
+        if i == 109:  # a first block of 10 big ticks: packed, it tells the size of the next ones
+            log._queue.join()
+            assert log.block_ticks == 4
+    log._queue.join()
+    assert [len(b.ts) for b in list(log._blocks)[-5:]] == [10, 4, 4, 4, 3] and isinstance(log._blocks[-1].held, list)
+    assert documents(log.window(30)) == added[-31:]
+    log.close()
+
+
 def test_rotation_keeps_exactly_the_last_keep_s_and_bounds_the_disk(tmp_path):
     keep_s = 20
     log = StateLog(None, refresh_s=1.0, keep_s=keep_s, spill_dir=str(tmp_path))

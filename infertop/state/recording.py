@@ -40,7 +40,8 @@ from .spill import SpillFile, Spilled
 DEFAULT_RETENTION_S = 7 * 86400
 BUNDLE_S = 15 * 60  # an incident bundle holds the last 15 minutes
 BLOCK_S = 10.0  # a block holds at most this much time …
-BLOCK_TICKS = 10  # … and at most this many ticks (64 engines: ~1.3 MiB of objects before it is packed)
+BLOCK_TICKS = 10  # … this many ticks …
+BLOCK_BYTES = 256 * 1024  # … and about this many bytes of pickles (64 engines: 5 ticks, ~0.6 MiB as objects)
 
 
 # -- packing -------------------------------------------------------------------------------------------------
@@ -162,10 +163,11 @@ class StateLog:
                  retention_s: float | None = DEFAULT_RETENTION_S, spill_dir: str | None = None,
                  spill: SpillFile | None = None) -> None:
         self.path = path
-        keep_ticks = max(2, int(keep_s / max(refresh_s, 0.05)) + 1)
-        self.block_ticks = max(1, min(BLOCK_TICKS, int(BLOCK_S / max(refresh_s, 0.05)), keep_ticks))
-        # enough whole blocks for keep_ticks whichever tick the newest block is at
-        self._blocks: deque[_Block] = deque(maxlen=-(-keep_ticks // self.block_ticks) + 1)
+        self.keep_ticks = max(2, int(keep_s / max(refresh_s, 0.05)) + 1)
+        self._most_block_ticks = max(1, min(BLOCK_TICKS, int(BLOCK_S / max(refresh_s, 0.05)), self.keep_ticks))
+        self.block_ticks = self._most_block_ticks  # fewer once the ticks packed show they are big
+        self._blocks: deque[_Block] = deque()  # at least the newest keep_ticks ticks
+        self._held_ticks = 0
         self._last_ts: float | None = None
         self._lock = threading.Lock()  # add() and flush() may seal the newest block from different threads
         self.error: str | None = None
@@ -194,10 +196,13 @@ class StateLog:
         with self._lock:
             blocks = self._blocks
             if not blocks or blocks[-1].sealed:
+                while blocks and self._held_ticks + 1 - len(blocks[0].ts) >= self.keep_ticks:  # with this tick
+                    self._held_ticks -= len(blocks.popleft().ts)
                 blocks.append(_Block())
             block = blocks[-1]
             block.held.append(doc)  # the item first: a reader pairs times with items up to the shorter list
             block.ts.append(ts)
+            self._held_ticks += 1
             full = len(block.ts) >= self.block_ticks
             if full:
                 block.sealed = True
@@ -236,6 +241,8 @@ class StateLog:
         if not isinstance(items, list):
             return
         data, ends, loose = pack_block(items)
+        if ends[-1]:  # big ticks (many engines): smaller blocks, so fewer states wait as objects
+            self.block_ticks = max(1, min(self._most_block_ticks, BLOCK_BYTES * len(ends) // ends[-1]))
         try:
             # one reference swap: a reader sees the objects, or where they lie once written
             block.held = _Stored(self._spill.write(data, block.ts[0], block.ts[-1]), ends, loose)
