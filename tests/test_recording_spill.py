@@ -81,9 +81,9 @@ def test_memory_holds_the_last_keep_s_and_big_ticks_wait_in_smaller_blocks(tmp_p
     held_ticks = sum(len(b.ts) for b in log._blocks)
     assert log.keep_ticks == 31 and 31 <= held_ticks <= 31 + log.block_ticks  # old blocks dropped whole
     assert documents(log.window(30)) == added[-31:]
-    # ~64 KiB of pickle a tick (a fleet of ~100 engines): a block is 4 ticks, so fewer states wait as objects
+    # ~32 KiB of pickle a tick (a fleet of ~45 engines): a block is 4 ticks, so fewer states wait as objects
     for i in range(100, 125):
-        d = dict(_doc(i), blob=f"{i:08x}" * 8000)
+        d = dict(_doc(i), blob=f"{i:08x}" * 4000)
         log.add(d["taken_at"], d)
         added.append((d["taken_at"], d))
         if i == 109:  # a first block of 10 big ticks: packed, it tells the size of the next ones

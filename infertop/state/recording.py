@@ -41,7 +41,7 @@ DEFAULT_RETENTION_S = 7 * 86400
 BUNDLE_S = 15 * 60  # an incident bundle holds the last 15 minutes
 BLOCK_S = 10.0  # a block holds at most this much time …
 BLOCK_TICKS = 10  # … this many ticks …
-BLOCK_BYTES = 256 * 1024  # … and about this many bytes of pickles (64 engines: 5 ticks, ~0.6 MiB as objects)
+BLOCK_BYTES = 128 * 1024  # … and about this many bytes of pickles (64 engines: 2 ticks, ~0.25 MiB as objects)
 
 
 # -- packing -------------------------------------------------------------------------------------------------
