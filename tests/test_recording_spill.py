@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
 
 import pytest
 
-from infertop.state.recording import Packed, StateLog, documents, pack_block
+from infertop.domain.engine import EngineStats
+from infertop.state.fleet_types import FRESH, EngineState, FleetState, FleetView, Freshness, Slo
+from infertop.state.recording import _REDUCERS, Packed, PackedBlock, StateLog, _fast_reducer, documents, pack_block
 from infertop.state.spill import SpillFile, Spilled
 
 
@@ -40,6 +43,40 @@ def _fill(log: StateLog, n: int, first: int = 0) -> list[tuple[float, dict]]:
 def _held(log: StateLog) -> list:
     """What memory holds for each block: its objects (a list) or where the packed block lies."""
     return [b.held for b in log._blocks]
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
+    x: float
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Custom:
+    x: float
+
+    def __reduce__(self):  # its own reduction: kept (it stores x doubled, read back halved)
+        return (_halved, (self.x * 2,))
+
+
+def _halved(x2: float) -> _Custom:
+    return _Custom(x2 / 2)
+
+
+def test_packing_gives_back_equal_states_through_each_class_own_reduction_where_it_has_one():
+    state = FleetState(tick=3, taken_at=1_800_000_000.5, refresh_s=1.0, window_s=60.0,
+                       slo=Slo(2.0, 0.05, 10.0, 1.0, 90.0),
+                       engines=(EngineState(EngineStats(name="e0", url="http://127.0.0.1:1", running=3.0),
+                                            Freshness(FRESH, "u", 1.0, 0.1), {"waiting": "not exported"}),),
+                       fleet=FleetView(engines=1, engines_up=1, running=3.0))
+    items = [state, _Point(1.5, "a"), _Custom(4.0), {"plain": [1, 2.5, None]}]
+    data, ends, loose = pack_block(items)
+    assert loose is None and len(ends) == 4
+    block = PackedBlock(data, ends)
+    assert [block.tick(i) for i in (3, 0, 2, 1)] == [items[3], state, items[2], items[1]]  # any order
+    assert EngineStats in _REDUCERS and _Point in _REDUCERS and _Custom not in _REDUCERS  # the fast path ran
+    assert _fast_reducer(EngineStats) and _fast_reducer(_Point) and _fast_reducer(_Custom) is None
+    assert _fast_reducer(dict) is None
 
 
 def test_spilled_ticks_come_back_equal_in_a_bundle_and_memory_keeps_only_references(tmp_path):
