@@ -84,8 +84,8 @@ def test_spilled_ticks_come_back_equal_in_a_bundle_and_memory_keeps_only_referen
     assert log.block_ticks == 10
     added = _fill(log, 30)
     held = _held(log)
-    assert len(held) == 3 and all(isinstance(h.where, Spilled) for h in held)  # packed bytes are not in memory
-    assert log._spill.nbytes == sum(h.where.length for h in held) > 0
+    assert len(held) == 3 and all(isinstance(h, Spilled) for h in held)  # packed bytes are not in memory
+    assert log._spill.nbytes == sum(h.length for h in held) > 0
     kept = log.window(60)
     assert all(isinstance(item, Packed) for _, item in kept)
     assert documents(kept) == added
@@ -98,7 +98,7 @@ def test_the_newest_ticks_stay_objects_until_their_block_is_full_and_come_back_a
     added = _add(log, 25)
     log._queue.join()  # the two full blocks are packed; the newest is not full
     held = _held(log)
-    assert [type(h).__name__ for h in held] == ["_Stored", "_Stored", "list"] and len(held[-1]) == 5
+    assert [type(h) for h in held] == [Spilled, Spilled, list] and len(held[-1]) == 5
     kept = log.window(60)
     assert [ts for ts, _ in kept] == [ts for ts, _ in added]
     assert all(isinstance(item, Packed) for _, item in kept[:20])
@@ -230,7 +230,7 @@ def test_a_failing_write_keeps_the_ticks_in_memory_and_says_so_once(tmp_path):
     first = log.spill_error
     added += _fill(log, 15, first=5)  # the console goes on; the message is not repeated or changed
     assert log.spill_error == first
-    assert all(isinstance(h.where, bytes) for h in _held(log))  # packed, in memory
+    assert all(isinstance(h, bytes) for h in _held(log))  # packed, in memory
     assert documents(log.window(60)) == added
     log.close()
     assert opened and all(f.closed for f in opened)
@@ -240,7 +240,7 @@ def test_an_unusable_spill_dir_falls_back_to_the_system_temp_dir(tmp_path):
     missing = tmp_path / "not-there"
     log = StateLog(None, refresh_s=1.0, keep_s=60, spill_dir=str(missing))
     added = _fill(log, 3)
-    assert isinstance(_held(log)[0].where, Spilled)
+    assert isinstance(_held(log)[0], Spilled)
     assert documents(log.window(60)) == added and log.error is None
     assert not missing.exists()  # never created: the state dir is not made by a console that only runs
     log.close()

@@ -138,25 +138,20 @@ class Packed:
         return self.block.tick(self.index)
 
 
-class _Stored:
-    """Where a packed block lies (its :class:`Spilled` record, or its bytes when it could not be written)."""
-
-    __slots__ = ("ends", "loose", "where")
-
-    def __init__(self, where: Spilled | bytes, ends: tuple[int, ...], loose: dict[int, Any] | None) -> None:
-        self.where, self.ends, self.loose = where, ends, loose
-
-
 class _Block:
-    """Consecutive ticks: their times, and the states as objects until packed — then where they lie. Once
-    ``sealed`` it takes no more ticks and goes to the background thread, which swaps ``held`` in one
-    assignment: a reader sees the objects or the packed block, never half of it."""
+    """Consecutive ticks: their times, and the states as objects until packed — then where the packed block
+    lies (its :class:`Spilled` record, or its bytes when it could not be written), where each tick's pickle
+    ends in it, and the ticks that could not be pickled. Once ``sealed`` it takes no more ticks and goes to
+    the background thread, which sets ``ends`` and ``loose``, then swaps ``held`` in one assignment: a reader
+    sees the objects or the packed block, never half of it."""
 
-    __slots__ = ("held", "sealed", "ts")
+    __slots__ = ("ends", "held", "loose", "sealed", "ts")
 
     def __init__(self) -> None:
-        self.ts: list[float] = []
-        self.held: list[Any] | _Stored = []
+        self.ts: list[float] | tuple[float, ...] = []
+        self.held: list[Any] | Spilled | bytes = []
+        self.ends: tuple[int, ...] = ()
+        self.loose: dict[int, Any] | None = None
         self.sealed = False
 
 
@@ -252,16 +247,18 @@ class StateLog:
         data, ends, loose = pack_block(items)
         if ends[-1]:  # big ticks (many engines): smaller blocks, so fewer states wait as objects
             self.block_ticks = max(1, min(self._most_block_ticks, BLOCK_BYTES * len(ends) // ends[-1]))
+        block.ends, block.loose = ends, loose
+        block.ts = tuple(block.ts)  # a tuple of floats: the garbage collector stops tracking it
         try:
             # one reference swap: a reader sees the objects, or where they lie once written
-            block.held = _Stored(self._spill.write(data, block.ts[0], block.ts[-1]), ends, loose)
+            block.held = self._spill.write(data, block.ts[0], block.ts[-1])
             return
         except Exception as e:  # noqa: BLE001 — a full or read-only disk must not stop the console
             if self.spill_error is None:  # said once
                 self.spill_error = (f"incident bundle: cannot write the recent ticks to a temporary file ({e}); "
                                     "kept in memory")
                 self.error = self.error or self.spill_error
-        block.held = _Stored(data, ends, loose)
+        block.held = data
 
     def window(self, seconds: float) -> list[tuple[float, Any]]:
         """The ticks of the last ``seconds`` kept, oldest first (states, documents or :class:`Packed` ticks:
@@ -271,30 +268,30 @@ class StateLog:
         if self._last_ts is None:
             return []
         start = self._last_ts - seconds
-        taken = []  # (times, objects or where the packed block lies)
+        taken = []  # (times, objects or where the packed block lies, ends, loose)
         for block in list(self._blocks):
-            held = block.held  # read once: the thread may swap it
+            held = block.held  # read first, once: the thread sets ends and loose before it swaps held
             ts = list(block.ts)
             if ts and ts[-1] >= start:
-                taken.append((ts, list(held) if isinstance(held, list) else held))
-        spilled = [held for _, held in taken if isinstance(held, _Stored) and isinstance(held.where, Spilled)]
+                taken.append((ts, list(held) if isinstance(held, list) else held, block.ends, block.loose))
+        spilled = [held for _, held, _, _ in taken if isinstance(held, Spilled)]
         data: dict[int, bytes | None] = {}
         if spilled and self._spill is not None:
             try:
-                data = dict(zip(map(id, spilled), self._spill.read([s.where for s in spilled])))
+                data = dict(zip(map(id, spilled), self._spill.read(spilled)))
             except OSError as e:
                 self.error = self.error or f"incident bundle: cannot read the recent ticks back ({e})"
         ticks: list[tuple[float, Any]] = []
-        for ts, held in taken:
+        for ts, held, ends, loose in taken:
             if isinstance(held, list):
                 ticks += [(t, item) for t, item in zip(ts, held) if t >= start]
                 continue
-            raw = data.get(id(held)) if isinstance(held.where, Spilled) else held.where
-            block = PackedBlock(raw, held.ends) if raw is not None else None  # None: its segment was reused
-            loose = held.loose or {}
+            raw = data.get(id(held)) if isinstance(held, Spilled) else held
+            packed = PackedBlock(raw, ends) if raw is not None else None  # None: its segment was reused
+            loose = loose or {}
             for i, t in enumerate(ts):
-                if t >= start and (i in loose or block is not None):
-                    ticks.append((t, loose[i] if i in loose else Packed(block, i)))
+                if t >= start and (i in loose or packed is not None):
+                    ticks.append((t, loose[i] if i in loose else Packed(packed, i)))
         return ticks
 
     def flush(self) -> None:
