@@ -14,16 +14,17 @@ on its own (one tick unpacks without the others), compresses the block in
 one zlib call (level 1: fast, and only ever read back by this process) and
 writes it as one record to an unlinked temporary file (:mod:`.spill`).
 Packed, a tick is ~1.3 KiB at 6 engines and ~16 KiB at 64 engines (15 MiB
-for 15 minutes, on disk); memory keeps ~0.5 KiB per block. A block that
-cannot be written stays packed in memory.
+for 15 minutes, on disk); memory keeps ~100 bytes per tick (the block, its
+times, where it lies). A block that cannot be written stays packed in memory.
 
-Per tick that is less than half the CPU of packing each tick alone
-(``benchmarks/bench_state_log.py``: 0.17 vs 0.39 ms at 6 engines, 1.1 vs 1.8
-ms at 64): pickle's generic path for slotted dataclasses walks ``fields()`` in
+Per tick that is 0.4x the CPU of packing each tick alone at 6 engines, 0.6x
+at 64 (``benchmarks/bench_state_log.py``: 0.18 vs 0.48 ms, 1.2 vs 2.0 ms):
+pickle's generic path for slotted dataclasses walks ``fields()`` in
 Python for every object, the reducers here read the fields with one C
 ``attrgetter``; and one zlib call and one hand-off to the thread per block.
-The log holds fewer gc-tracked objects at 6 engines (~800 against ~1800: a
-block's references instead of two objects per tick), about as many at 64.
+The log holds fewer gc-tracked objects: two per packed block instead of two
+per tick, plus the states waiting in the newest block (at most, sampled: ~670
+against ~1800 at 6 engines, ~1400 against ~1900 at 64).
 """
 
 from __future__ import annotations
