@@ -10,7 +10,7 @@ import pytest
 
 from infertop.domain.gpu import classify
 from infertop.sim import SimCluster
-from infertop.sources.dcgm import DcgmSource, normalize_url, parse_dcgm
+from infertop.sources.dcgm import DcgmEndpoint, DcgmSource, lean_client, normalize_url, parse_dcgm
 from infertop.sources.expfmt import parse
 from infertop.sources.gpu import GpuCollector
 from infertop.config import GpuConfig
@@ -192,7 +192,9 @@ async def test_mig_labels_become_mig_devices(scripted):
     assert p1.mig_mode and p1.name == "NVIDIA A100-SXM4-40GB" and [x.mig_profile for x in p1.mig_devices] == ["7g.40gb"]
 
 
-async def test_endpoint_failures_are_per_endpoint(scripted):
+@pytest.mark.parametrize("kind", ["lean", "httpx"])
+async def test_endpoint_failures_are_per_endpoint(scripted, kind):
+    """The same errors through the lean client (the app's) and through an httpx client (scripts)."""
     good = scripted()
     good.routes["/metrics"] = (200, exporter_text([(gpu_labels(0, "GPU-ok"), {"DCGM_FI_DEV_GPU_UTIL": 50})]))
     bad = scripted()
@@ -209,9 +211,17 @@ async def test_endpoint_failures_are_per_endpoint(scripted):
     sock.close()
     urls = [good.url + "/metrics", bad.url + "/404", bad.url + "/garbage", bad.url + "/vllm", bad.url + "/hang", dead]
     src = DcgmSource(urls, timeout_s=0.5)
-    async with client() as cl:
-        rows, health = await src.poll(cl)
-        rows2, health2 = await src.poll(cl)
+    if kind == "httpx":
+        async with client() as cl:
+            rows, health = await src.poll(cl)
+            rows2, health2 = await src.poll(cl)
+    else:
+        lean = lean_client()
+        try:
+            rows, health = await src.poll(lean)
+            rows2, health2 = await src.poll(lean)
+        finally:
+            await lean.aclose()
     assert [g.uuid for g in rows] == ["GPU-ok"]
     errs = [h.last_error for h in health]
     assert errs[0] is None and health[0].ok
@@ -221,6 +231,40 @@ async def test_endpoint_failures_are_per_endpoint(scripted):
     assert errs[4] == "timeout after 0.5 s"
     assert errs[5] == "connection refused"
     assert [h.consecutive_failures for h in health2] == [0, 2, 2, 2, 2, 2]
+
+
+async def test_polls_keep_one_connection_and_bound_the_body(scripted):
+    """Without a client given, an endpoint scrapes over its own keep-alive connection;
+    a body over the limit is refused with the size, before it is read."""
+    s = scripted()
+    body = exporter_text([(gpu_labels(i, f"GPU-{i}"), {"DCGM_FI_DEV_GPU_UTIL": 50}) for i in range(8)])
+    assert len(body) > 1536
+    s.routes["/metrics"] = (200, body)
+    ep = DcgmEndpoint(s.url)
+    try:
+        for _ in range(3):
+            rows = await ep.poll()
+            assert [g.util_pct for g in rows] == [50.0] * 8 and ep.health.ok
+        assert ep.client().opened == 1 and s.hits["/metrics"] == 3
+        assert await ep.poll(limit=1024) == []
+        assert ep.health.last_error == f"response too large ({len(body) / 1024:.0f} KiB, limit 1 KiB)"
+        assert (await ep.poll()) and ep.health.ok  # the refusal cost the connection, not the endpoint
+    finally:
+        await ep.aclose()
+
+
+async def test_collector_scrapes_over_kept_alive_connections(scripted):
+    s = scripted()
+    s.routes["/metrics"] = (200, exporter_text([(gpu_labels(0, "GPU-a"), {"DCGM_FI_DEV_GPU_UTIL": 7})]))
+    c = GpuCollector(GpuConfig(nvml=False, dcgm=[s.url]))
+    try:
+        for _ in range(3):
+            rows, health = await c.poll()
+            assert [g.util_pct for g in rows] == [7.0] and [h.ok for h in health] == [True]
+        assert c._http().opened == 1
+    finally:
+        await c.aclose()
+    assert c._client is None
 
 
 def test_parse_without_http_and_url_normalisation():

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
+from operator import itemgetter, sub
 
 from ..domain.engine import EngineStats
 from ..state.window import CounterWindow
-from .quantiles import histogram_quantile
+from .quantiles import Prepared, histogram_quantile, prepare, prepared_quantile
 
 QUANTILES = (
     ("ttft", 0.50, "ttft_p50_s"),
@@ -69,11 +71,18 @@ def derived_fields(window: CounterWindow, gauges: dict[str, float]) -> dict[str,
         "window_s": window.span_s or None,
     }
     buckets = all_window_buckets(window)  # one pass over the samples, not one per quantile
+    prepared: dict[str, Prepared | None] = {}  # each histogram sorted once for its quantiles
     for hist, q, attr in QUANTILES:
-        b = buckets.get(hist)
-        v = histogram_quantile(q, b) if b else None
+        p = prepared.get(hist, _NONE)
+        if p is _NONE:
+            b = buckets.get(hist)
+            p = prepared[hist] = prepare(b) if b else None
+        v = prepared_quantile(q, p) if p is not None else None  # type: ignore[arg-type]
         fields[attr] = None if v is None or math.isnan(v) else v
     return fields
+
+
+_NONE = object()
 
 
 _RATE_KEYS = ("prompt_tokens", "generation_tokens", "requests", "preemptions", "prefix_hits", "prefix_queries")
@@ -81,6 +90,10 @@ _RATE_KEYS = ("prompt_tokens", "generation_tokens", "requests", "preemptions", "
 
 _LE: dict[str, tuple[str, float] | None] = {}  # "hist@le" → (hist, le): the same keys every poll
 _LE_MAX = 4096  # a source inventing new bounds every poll cannot grow it without limit
+# The keys of a window's points → per histogram (name, its bounds, a getter of its keys' values), in
+# the order of the keys: an engine's counters keep their keys poll after poll, and engines share them.
+_PLANS: dict[tuple[str, ...], list[tuple[str, tuple[float, ...], Callable[[dict], tuple]]]] = {}
+_PLANS_MAX = 64
 
 
 def all_window_buckets(window: CounterWindow) -> dict[str, list[tuple[float, float]]]:
@@ -96,21 +109,62 @@ def all_window_buckets(window: CounterWindow) -> dict[str, list[tuple[float, flo
     if edges is None:
         return {}
     (_, first), (_, last) = edges
+    keys = tuple(last)
+    if len(first) == len(keys) and tuple(first) == keys:
+        # the usual case: both points have the same series: C-level subtraction per histogram
+        plan = _PLANS.get(keys)
+        if plan is None:
+            plan = _plan(keys)
+        out = {hist: list(zip(les, map(sub, get(last), get(first)))) for hist, les, get in plan}
+    else:
+        out = _buckets(first, last)
+    memo["buckets"] = out
+    return out
+
+
+def _split(key: str) -> tuple[str, float] | None:
+    """"ttft@0.5" → ("ttft", 0.5); None for a key that is no bucket."""
+    split = _LE.get(key, False)
+    if split is False:
+        hist, sep, le = key.partition("@")
+        try:
+            split = (hist, float(le)) if sep else None
+        except ValueError:
+            split = None  # not a bucket
+        if len(_LE) >= _LE_MAX:
+            _LE.clear()
+        _LE[key] = split
+    return split  # type: ignore[return-value]
+
+
+def _buckets(first: dict[str, float], last: dict[str, float]) -> dict[str, list[tuple[float, float]]]:
     out: dict[str, list[tuple[float, float]]] = {}
     for key, v in last.items():
-        split = _LE.get(key, False)
-        if split is False:
-            hist, sep, le = key.partition("@")
-            try:
-                split = (hist, float(le)) if sep else None
-            except ValueError:
-                split = None  # not a bucket
-            if len(_LE) >= _LE_MAX:
-                _LE.clear()
-            _LE[key] = split
+        split = _split(key)
         if split is not None:
             v0 = first.get(key)
             if v0 is not None:
                 out.setdefault(split[0], []).append((split[1], v - v0))
-    memo["buckets"] = out
     return out
+
+
+def _plan(keys: tuple[str, ...]) -> list[tuple[str, tuple[float, ...], Callable[[dict], tuple]]]:
+    groups: dict[str, tuple[list[float], list[str]]] = {}
+    for key in keys:
+        split = _split(key)
+        if split is not None:
+            les, names = groups.setdefault(split[0], ([], []))
+            les.append(split[1])
+            names.append(key)
+    plan = [(hist, tuple(les), _getter(names)) for hist, (les, names) in groups.items()]
+    if len(_PLANS) >= _PLANS_MAX:
+        _PLANS.clear()
+    _PLANS[keys] = plan
+    return plan
+
+
+def _getter(names: list[str]) -> Callable[[dict], tuple]:
+    if len(names) == 1:
+        name = names[0]
+        return lambda d: (d[name],)
+    return itemgetter(*names)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Sequence
+from itertools import accumulate
+import operator
 
 Bucket = tuple[float, float]  # (upper bound "le", cumulative count)
 
@@ -32,28 +35,49 @@ def histogram_quantile(q: float, buckets: Sequence[Bucket]) -> float | None:
         return -math.inf
     if q > 1:
         return math.inf
+    prepared = prepare(buckets)
+    return None if prepared is None else prepared_quantile(q, prepared)
+
+
+Prepared = tuple[Sequence[float], Sequence[float]]  # (bounds ascending, running-max cumulative counts)
+
+
+def prepare(buckets: Sequence[Bucket]) -> Prepared | None:
+    """``buckets`` sorted, their counts made monotonic (:func:`ensure_monotonic`); None when
+    no quantile can come of them. Several quantiles of one histogram share one preparation."""
     bs = sorted(buckets)
     if len(bs) < 2 or not math.isinf(bs[-1][0]):
         return None
-    bs = ensure_monotonic(bs)
-    observations = bs[-1][1]
+    les, counts = zip(*bs)
+    if counts[0] == counts[0] and all(map(operator.le, counts, counts[1:])):
+        return les, counts  # already non-decreasing (the usual case): the running max is the counts
+    # accumulate calls max(top, c) from top = -inf, exactly as ensure_monotonic: a NaN count keeps the top
+    cum = list(accumulate(counts, max, initial=-math.inf))
+    del cum[0]
+    return les, cum
+
+
+def prepared_quantile(q: float, prepared: Prepared) -> float | None:
+    """:func:`histogram_quantile` of ``q`` in 0..1 from :func:`prepare`'s result."""
+    les, cum = prepared
+    observations = cum[-1]
     if observations <= 0:
         return None
     rank = q * observations
-    b = 0
-    while b < len(bs) - 1 and bs[b][1] < rank:
-        b += 1
-    if b == len(bs) - 1:
-        return bs[-2][0]
-    if b == 0 and bs[0][0] <= 0:
-        return bs[0][0]
+    # the first bucket whose count reaches the rank (counts are non-decreasing)
+    b = bisect_left(cum, rank)
+    last = len(cum) - 1
+    if b >= last:
+        return les[-2]
+    if b == 0 and les[0] <= 0:
+        return les[0]
     start = 0.0
-    end = bs[b][0]
-    count = bs[b][1]
+    end = les[b]
+    count = cum[b]
     if b > 0:
-        start = bs[b - 1][0]
-        count -= bs[b - 1][1]
-        rank -= bs[b - 1][1]
+        start = les[b - 1]
+        count -= cum[b - 1]
+        rank -= cum[b - 1]
     if count <= 0:
         return end
     return start + (end - start) * (rank / count)

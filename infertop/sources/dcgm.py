@@ -1,4 +1,4 @@
-"""GPU rows from NVIDIA dcgm-exporter endpoints (async httpx + the project parser).
+"""GPU rows from NVIDIA dcgm-exporter endpoints (async, the lean keep-alive client + the project parser).
 
 dcgm-exporter facts this relies on (see design/vllm-metrics.md §7):
 
@@ -27,9 +27,10 @@ import httpx
 
 from ..domain.gpu import GpuStats, decode_throttle
 from ..domain.source import SourceHealth
-from .expfmt import Exposition, ParseError, Parser
+from .expfmt import Exposition, Layout, ParseError, Parser
+from .http_client import LeanHttpClient
 from .sanitize import clean_gpu
-from .vllm import MAX_BODY_BYTES, ScrapeError, describe_error, fetch_text
+from .vllm import MAX_BODY_BYTES, ScrapeError, describe_error, fetch_text, get_text
 
 MiB = 1024 * 1024
 MAX_GPU_ROWS = 256  # GPUs per exporter; more is a broken or hostile exporter
@@ -100,7 +101,7 @@ class _Acc:
     gi: int | None
     labels: dict[str, str]
     values: dict[str, float]
-    pods: set[tuple[tuple[str, str], ...]]  # distinct pod label sets seen
+    pods: set[tuple[tuple[str, str], ...]] | frozenset  # distinct pod label sets seen
 
 
 def _is_blank(v: float) -> bool:
@@ -134,11 +135,12 @@ class LabelCache:
     an ``id`` is never reused while cached.
     """
 
-    __slots__ = ("entries", "max_entries")
+    __slots__ = ("entries", "max_entries", "plan")
 
     def __init__(self, max_entries: int = 50_000) -> None:
         self.entries: dict[int, tuple] = {}
         self.max_entries = max_entries
+        self.plan: _LayoutPlan | None = None  # the last document layout's plan (see parse_dcgm)
 
 
 def _identity(labels: dict[str, str], host_labels: tuple[str, ...], default_host: str | None) -> tuple:
@@ -189,7 +191,12 @@ def build_rows(triples: Iterable[tuple[str, dict[str, str], float]], *, source: 
                 acc.values[fname] = scaled
         if pods:
             acc.pods.add(pods)
+    return _rows(accs, source, source_url)
 
+
+def _rows(accs: dict[tuple, _Acc], source: str, source_url: str | None) -> list[GpuStats]:
+    """The GPU rows of the accumulated GPUs, MIG devices under their parent, sorted; clean
+    (:func:`~.sanitize.clean_gpu`), so that a poll of dcgm alone needs no second pass."""
     parents: dict[tuple, GpuStats] = {}
     migs: dict[tuple, list[GpuStats]] = {}
     for (host, idx, uuid, gi), acc in accs.items():
@@ -203,9 +210,10 @@ def build_rows(triples: Iterable[tuple[str, dict[str, str], float]], *, source: 
         parent = parents.get(pkey)
         if parent is None:
             c = children[0]
-            parent = GpuStats(source=source, source_url=source_url, host=c.host, index=c.index, uuid=c.uuid,
-                              name=accs[(c.host, c.index, c.uuid, c.gpu_instance_id)].labels.get("modelName") or None,
-                              pci_bus_id=c.pci_bus_id, driver_version=c.driver_version)
+            parent = clean_gpu(GpuStats(
+                source=source, source_url=source_url, host=c.host, index=c.index, uuid=c.uuid,
+                name=accs[(c.host, c.index, c.uuid, c.gpu_instance_id)].labels.get("modelName") or None,
+                pci_bus_id=c.pci_bus_id, driver_version=c.driver_version))
         # MIG rows carry the parent's UUID; their identity is the GPU instance.
         parents[pkey] = replace(parent, mig_mode=True, mig_devices=tuple(children))
     return sorted(parents.values(), key=lambda g: (g.host or "", g.index if g.index is not None else 1 << 30, g.uuid or ""))
@@ -269,9 +277,61 @@ def triples_from_exposition(exp: Exposition) -> Iterator[tuple[str, dict[str, st
 
 def parse_dcgm(exp: Exposition, *, source_url: str | None = None, default_host: str | None = None,
                cache: LabelCache | None = None) -> list[GpuStats]:
-    """Rows from one parsed dcgm-exporter scrape."""
-    return build_rows(triples_from_exposition(exp), source="dcgm", source_url=source_url,
-                      default_host=default_host, cache=cache)
+    """Rows from one parsed dcgm-exporter scrape.
+
+    With a ``cache``, what :func:`build_rows` works out per sample (which GPU, which field)
+    is planned once per document layout: while an exporter's layout holds (the parser hands
+    out the same layout), a scrape only reads its values."""
+    if cache is None:
+        return build_rows(triples_from_exposition(exp), source="dcgm", source_url=source_url,
+                          default_host=default_host)
+    plan = cache.plan
+    if plan is None or plan.layout is not exp.layout or plan.default_host != default_host:
+        plan = cache.plan = _LayoutPlan(exp.layout, default_host)
+    values = exp.values
+    accs: dict[tuple, _Acc] = {}
+    per_gpu: list[dict[str, float]] = []
+    for key, labels, pods in plan.gpus:
+        acc = accs[key] = _Acc(key[0], key[1], key[2], key[3], labels, {}, pods)
+        per_gpu.append(acc.values)
+    for k, fname, scale, i in plan.steps:
+        got = per_gpu[k]
+        # as build_rows: the first metric for a field wins; NaN, ±Inf and "blank" sentinels = no data
+        if fname not in got:
+            value = values[i]
+            if value == value and not _is_blank(value):
+                scaled = value * scale
+                if math.isfinite(scaled):
+                    got[fname] = scaled
+    return _rows(accs, "dcgm", source_url)
+
+
+class _LayoutPlan:
+    """build_rows' grouping of one document layout: the GPUs in order of first sample
+    (key, labels of that sample, pod label sets) and, per sample read in build_rows'
+    order, (GPU, field, scale, sample index)."""
+
+    __slots__ = ("layout", "default_host", "gpus", "steps")
+
+    def __init__(self, layout: Layout, default_host: str | None) -> None:
+        self.layout = layout
+        self.default_host = default_host
+        index, all_labels = layout.index, layout.labels
+        gpus: dict[tuple, tuple[int, dict[str, str], set]] = {}
+        steps: list[tuple[int, str, float, int]] = []
+        for name in METRICS:
+            fname, scale = FIELDS[name]
+            for i in index.get(name, ()):
+                labels = all_labels[i]
+                key, pods = _identity(labels, _HOST_LABELS, default_host)
+                got = gpus.get(key)
+                if got is None:
+                    got = gpus[key] = (len(gpus), labels, set())
+                if pods:
+                    got[2].add(pods)
+                steps.append((got[0], fname, scale, i))
+        self.gpus = [(key, labels, frozenset(pods)) for key, (_, labels, pods) in gpus.items()]
+        self.steps = steps
 
 
 def normalize_url(url: str) -> str:
@@ -297,12 +357,34 @@ class DcgmEndpoint:
         self.cache = LabelCache()
         self.health = SourceHealth(name=self.url, kind="dcgm", ok=False)
         self.rows: list[GpuStats] = []
+        self._client: LeanHttpClient | None = None
 
-    async def poll(self, client: httpx.AsyncClient, limit: int = MAX_BODY_BYTES) -> list[GpuStats]:
+    def client(self) -> LeanHttpClient:
+        """This endpoint's own keep-alive client (when :meth:`poll` is given none)."""
+        if self._client is None:
+            self._client = lean_client()
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def poll(self, client: LeanHttpClient | httpx.AsyncClient | None = None,
+                   limit: int = MAX_BODY_BYTES) -> list[GpuStats]:
+        """Scrape once: the rows, or [] with the error in :attr:`health`.
+
+        ``client``: the lean keep-alive client of the per-second polls (its own when None);
+        an httpx client is accepted too (scripts, tests), with the same bounds and errors."""
         started = self.clock()
+        if client is None:
+            client = self.client()
         try:
             async with asyncio.timeout(self.timeout_s):
-                text = await fetch_text(client, self.url, limit)
+                if isinstance(client, LeanHttpClient):
+                    text = await get_text(client, self.url, limit)
+                else:
+                    text = await fetch_text(client, self.url, limit)
             try:
                 exp = self.parser.parse(text)
             except ParseError as e:
@@ -340,6 +422,22 @@ class DcgmSource:
     def health(self) -> list[SourceHealth]:
         return [e.health for e in self.endpoints]
 
-    async def poll(self, client: httpx.AsyncClient) -> tuple[list[GpuStats], list[SourceHealth]]:
-        results = await asyncio.gather(*(e.poll(client) for e in self.endpoints))
-        return [g for rows in results for g in rows], self.health
+    async def poll(self, client: LeanHttpClient | httpx.AsyncClient | None = None
+                   ) -> tuple[list[GpuStats], list[SourceHealth]]:
+        """Every endpoint once, concurrently (one endpoint: without a task); (rows, health)."""
+        eps = self.endpoints
+        if len(eps) == 1:
+            rows = list(await eps[0].poll(client))  # a list of its own, as with several
+        else:
+            results = await asyncio.gather(*(e.poll(client) for e in eps))
+            rows = [g for r in results for g in r]
+        return rows, self.health
+
+    async def aclose(self) -> None:
+        for e in self.endpoints:
+            await e.aclose()
+
+
+def lean_client() -> LeanHttpClient:
+    """The keep-alive client dcgm scrapes go through (connect bound 1 s, exchange 5 s, as before)."""
+    return LeanHttpClient(connect_timeout_s=1.0, timeout_s=5.0)

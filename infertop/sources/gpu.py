@@ -19,12 +19,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields, replace
 from typing import Any
 
-import httpx
-
 from ..config import GpuConfig, PrometheusConfig
 from ..domain.gpu import GpuStats
 from ..domain.source import SourceHealth
-from .dcgm import DcgmSource, normalize_url
+from .dcgm import DcgmSource, lean_client, normalize_url
+from .http_client import LeanHttpClient
 from .nvml import EngineRef, NvmlSource, map_processes
 from .prom_gpu import PromGpuSource
 from .sanitize import clean_gpu, error_text
@@ -92,7 +91,7 @@ class GpuCollector:
             if use_prom else None
         )
         self.engines: list[EngineRef] = [e if isinstance(e, EngineRef) else EngineRef(*e) for e in engines]
-        self._client: httpx.AsyncClient | None = None
+        self._client: LeanHttpClient | None = None
         self._nvml_lock = threading.Lock()
         self.rows: list[GpuStats] = []
         self.internal_errors: dict[str, str] = {}  # source kind → why its last poll raised
@@ -123,12 +122,11 @@ class GpuCollector:
         return out
 
     # -- collection --------------------------------------------------------------
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> LeanHttpClient:
+        # the lean client, as for the engines: httpx's per-request machinery cost several
+        # times the socket work of a scrape every 2 s (benchmarks/bench_http.py)
         if self._client is None:
-            n = len(self.dcgm.endpoints) if self.dcgm else 1
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(5.0, connect=1.0),
-                                             limits=httpx.Limits(max_connections=max(10, 2 * n)),
-                                             headers={"User-Agent": "infertop"}, trust_env=False)
+            self._client = lean_client()
         return self._client
 
     def _collect_nvml(self) -> list[GpuStats]:
@@ -152,15 +150,24 @@ class GpuCollector:
         if self.prom is not None:
             jobs.append(asyncio.to_thread(self.prom.collect))
             kinds.append("prometheus")
-        results = await asyncio.gather(*jobs, return_exceptions=True)
+        if len(jobs) == 1:  # the usual case: one source, awaited without a task
+            try:
+                results: list[Any] = [await jobs[0]]
+            except Exception as e:  # noqa: BLE001 — as gather's return_exceptions
+                results = [e]
+        else:
+            results = await asyncio.gather(*jobs, return_exceptions=True)
         # A source that raised (a bug, or input nobody foresaw) shows as that source's
         # error; the other sources' rows are still shown.
         self.internal_errors = {k: error_text(f"internal error: {type(r).__name__}: {r}")
                                 for k, r in zip(kinds, results) if isinstance(r, BaseException)}
-        self.rows = [clean_gpu(g) for g in merge_sources(*(r for r in results if not isinstance(r, BaseException)))]
+        rows = merge_sources(*(r for r in results if not isinstance(r, BaseException)))
+        # dcgm and Prometheus rows leave build_rows clean, and a merge of clean rows is clean:
+        # only NVML's (uncleaned where read, in a thread) need the pass
+        self.rows = [clean_gpu(g) for g in rows] if self.nvml is not None else rows
         return self.rows, self.health()
 
-    async def _dcgm_rows(self, client: httpx.AsyncClient) -> list[GpuStats]:
+    async def _dcgm_rows(self, client: LeanHttpClient) -> list[GpuStats]:
         assert self.dcgm is not None
         rows, _ = await self.dcgm.poll(client)
         return rows

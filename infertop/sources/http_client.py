@@ -1,4 +1,4 @@
-"""A lean keep-alive HTTP/1.1 GET client for the per-second engine polls.
+"""A lean keep-alive HTTP/1.1 GET client for the per-second polls (engines, dcgm-exporter).
 
 Why hand-written: infertop polls every engine every second, and httpx's
 request machinery (request/response models, the connection pool, anyio
@@ -84,12 +84,12 @@ class LeanHttpClient:
                 try:
                     return await self._exchange(origin, conn, request, limit, any_status)
                 except _StaleConnection:
-                    pass  # the engine closed the idle connection: once more on a new one
+                    pass  # the server closed the idle connection: once more on a new one
             conn = await self._connect(origin)
             try:
                 return await self._exchange(origin, conn, request, limit, any_status)
             except _StaleConnection:
-                raise HttpError("connection closed by the engine") from None
+                raise HttpError("connection closed by the server") from None
 
     async def aclose(self) -> None:
         for conns in self._idle.values():

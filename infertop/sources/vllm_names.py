@@ -65,6 +65,10 @@ class _Plan:
     version: str
     cache_config: dict[Key, dict[str, str]]
     total_keys: int  # label sets in the document, including those beyond the cap
+    # per label set: its counter fields in insertion order, a picker of one value each (a summed
+    # field's first), and the summed fields with all their positions (filled in after, in place)
+    counter_picks: list[tuple[tuple[str, ...], Callable[[Sequence], tuple], list[tuple[str, list[int]]]]] = \
+        field(default_factory=list)
 
 
 def _key(labels: dict[str, str]) -> Key:
@@ -142,14 +146,21 @@ def _plan(layout: Layout, max_keys: int = MAX_LABEL_SETS) -> _Plan:
     # only the samples read are converted to numbers (see Exposition.values_at)
     read = sorted({i for _, _, i in gauges} | {i for idx in counters.values() for i in idx})
     pos = {i: p for p, i in enumerate(read)}
+    planned = [(k, f, [pos[i] for i in idx]) for (k, f), idx in counters.items()]
+    by_key: list[list[tuple[str, list[int]]]] = [[] for _ in keys]
+    for k, f, idx in planned:
+        by_key[k].append((f, idx))
+    picks = [(tuple(f for f, _ in mine), picker([idx[0] for _, idx in mine]),
+              [(f, idx) for f, idx in mine if len(idx) > 1]) for mine in by_key]
     return _Plan(
         keys=list(keys),
         gauges=[(k, f, pos[i]) for k, f, i in gauges],
-        counters=[(k, f, [pos[i] for i in idx]) for (k, f), idx in counters.items()],
+        counters=planned,
         read=picker(read),
         version="v0" if v0 else "v1",
         cache_config=cache_config,
         total_keys=len(keys) + len(extra),
+        counter_picks=picks,
     )
 
 
@@ -179,9 +190,12 @@ class Extractor:
             self._layout = exp.layout
         plan = self._plan
         values = exp.values_at(plan.read)
-        out = [EngineSample(key=k, cache_config=plan.cache_config.get(k, {})) for k in plan.keys]
+        out = []
+        for k, (names, pick, summed) in zip(plan.keys, plan.counter_picks):
+            counters = dict(zip(names, pick(values))) if names else {}
+            for fld, idx in summed:  # already in place with its first value: it keeps its position
+                counters[fld] = sum(values[i] for i in idx)
+            out.append(EngineSample(key=k, counters=counters, cache_config=plan.cache_config.get(k, {})))
         for k, fld, i in plan.gauges:
             out[k].gauges[fld] = values[i]
-        for k, fld, idx in plan.counters:
-            out[k].counters[fld] = sum(values[i] for i in idx) if len(idx) > 1 else values[idx[0]]
         return plan.version, out

@@ -1,15 +1,16 @@
 """The incident bundle's packed ticks on disk instead of in memory.
 
-At 64 engines a packed tick is ~10 KiB: 15 minutes of them held in memory
-is ~9 MiB of RSS that keeps growing for those 15 minutes. Here they go to
+At 64 engines a packed tick is ~16 KiB: 15 minutes of them held in memory
+is ~14 MiB of RSS that keeps growing for those 15 minutes. Here they go to
 unlinked temporary files (no path: nothing another user can open or
 replace, nothing left on disk once closed) and only a small
-:class:`Spilled` reference per tick stays in memory.
+:class:`Spilled` reference per record (a block of ticks) stays in memory.
 
-Disk use is bounded by two segments used in turn: a segment takes ticks
+Disk use is bounded by two segments used in turn: a segment takes records
 for ``keep_s``, then the other one is truncated and takes over. Every tick
 the reused segment held is older than the first tick of the segment just
-left, which is at least ``keep_s`` old: the last ``keep_s`` always survive.
+left, which is at least ``keep_s`` older than the newest tick: the last
+``keep_s`` always survive.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import IO
 
 
 class Spilled:
-    """Where one packed tick lies: a segment, which use of it (``gen``), and a byte range."""
+    """Where one record (a packed block of ticks) lies: a segment, which use of it (``gen``), and a byte range."""
 
     __slots__ = ("gen", "length", "offset", "seg")
 
@@ -32,7 +33,7 @@ class Spilled:
 
 
 class SpillFile:
-    """Two alternating, unlinked temporary segments of packed ticks. Thread-safe."""
+    """Two alternating, unlinked temporary segments of records (packed blocks of ticks). Thread-safe."""
 
     def __init__(self, keep_s: float, directory: str | None = None,
                  open_segment: Callable[[], IO[bytes]] | None = None) -> None:
@@ -56,14 +57,15 @@ class SpillFile:
                 pass
         return tempfile.TemporaryFile()
 
-    def write(self, ts: float, data: bytes) -> Spilled:
-        """Append one packed tick; raises OSError when it cannot be written (nothing is kept then)."""
+    def write(self, data: bytes, first_ts: float, last_ts: float) -> Spilled:
+        """Append one record holding the ticks from ``first_ts`` to ``last_ts``; raises OSError when it
+        cannot be written (nothing is kept then)."""
         with self._lock:
             if self._closed:
                 raise OSError(errno.EBADF, "spill file closed")
             a = self._active
             first = self._first_ts[a]
-            if first is not None and ts - first >= self.keep_s:
+            if first is not None and last_ts - first >= self.keep_s:
                 a = self._active = 1 - a
                 self._gen[a] += 1  # first: references into the old contents are void even if truncate fails
                 self._size[a] = 0
@@ -80,7 +82,7 @@ class SpillFile:
                 raise OSError(errno.ENOSPC, f"short write ({n} of {len(data)} bytes)")
             self._size[a] = offset + n
             if self._first_ts[a] is None:
-                self._first_ts[a] = ts
+                self._first_ts[a] = first_ts
             return Spilled(a, self._gen[a], offset, n)
 
     def read(self, refs: Sequence[Spilled]) -> list[bytes | None]:
