@@ -23,7 +23,7 @@ from textual.strip import Strip
 
 class ChangedOnlyCompositor(Compositor):
     """A :class:`textual._compositor.Compositor` whose partial updates render only the widgets
-    that overlap a changed region."""
+    that overlap a changed region no widget in front of them contains."""
 
     _changed: list[Region] | None = None  # the changed regions of the partial update being rendered
 
