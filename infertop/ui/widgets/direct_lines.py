@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 from rich.segment import Segment
 from rich.style import Style
-from textual.geometry import Region
+from textual.geometry import Region, Size
 from textual.strip import Strip
 
 
@@ -49,11 +49,15 @@ class DirectLines:
         else:
             self.refresh(region)  # type: ignore[attr-defined]
 
+    def layout_content_size(self) -> Size:
+        """The content's size from the last layout (``Widget.size`` finds the widget on its screen
+        each call: too dear for every line of every frame)."""
+        outer, gutter = self.outer_size, self.styles.gutter  # type: ignore[attr-defined]
+        return Size(max(0, outer.width - gutter.width), max(0, outer.height - gutter.height))
+
     def content_width(self) -> int:
-        """The content's width from the size of the last layout (``Widget.size`` finds the widget
-        on its screen each call: too dear for every line of every frame)."""
-        padding = self.styles.padding  # type: ignore[attr-defined]
-        return max(0, self.outer_size.width - padding.left - padding.right)  # type: ignore[attr-defined]
+        """The content's width from the last layout (see :meth:`layout_content_size`)."""
+        return self.layout_content_size().width
 
     def render_lines(self, crop: Region) -> list[Strip]:
         styles = self.styles  # type: ignore[attr-defined]

@@ -170,7 +170,7 @@ class CachedLine(DirectLines):
         return self._line
 
     def render_line(self, y: int) -> Strip:
-        width = self.content_size.width  # type: ignore[attr-defined]
+        width = self.content_width()
         if y:
             return Strip.blank(width, self.rich_style)  # type: ignore[attr-defined]
         if self._strip is None or self._strip.cell_length != width:
@@ -379,9 +379,7 @@ class Trend(DirectLines, Widget):
         return strips
 
     def render_line(self, y: int) -> Strip:
-        # the size of the last layout: Widget.size finds the widget on its screen each call
-        outer, gutter = self.outer_size, self.styles.gutter
-        size = Size(max(0, outer.width - gutter.width), max(0, outer.height - gutter.height))
+        size = self.layout_content_size()
         if y == 0:
             return self._title(size.width)
         strips = self._bars(size)
