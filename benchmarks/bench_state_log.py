@@ -47,7 +47,7 @@ urls, dcgm, n_states, out = sys.argv[1].split(","), sys.argv[2], int(sys.argv[3]
 async def main():
     cfg = Config()
     eps = [EngineEndpoint(f"vllm-{i}", u, max_num_seqs=64) for i, u in enumerate(urls)]
-    fc = FleetCollector(eps, interval_s=cfg.refresh_s, window_s=cfg.window_s, history_capacity=2)
+    fc = FleetCollector(eps, interval_s=cfg.refresh_s, window_s=cfg.window_s)
     gc_ = GpuCollector(GpuConfig(nvml=False), dcgm_urls=[dcgm])
     j = FleetJoiner(fc, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s, mode="demo")
     states = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import tracemalloc
 
-from infertop.sources.vllm import HISTORY_FIELDS
+from infertop.state.fleet_history import ENGINE_FIELDS as HISTORY_FIELDS
 from infertop.state.history import HistoryStore
 
 

@@ -63,7 +63,7 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
 
         collector = PromFleetSource(cfg.prometheus)
     else:
-        collector = FleetCollector(endpoints, interval_s=cfg.refresh_s, window_s=cfg.window_s, history_capacity=2)
+        collector = FleetCollector(endpoints, interval_s=cfg.refresh_s, window_s=cfg.window_s)
     joiner = FleetJoiner(collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s, mode=mode,
                          engine_pods=engine_pods)
     collector.on_update = lambda _snap: joiner.observe()

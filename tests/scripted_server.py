@@ -27,12 +27,16 @@ class ScriptedServer:
     callable returning bytes or str. A route may also be a callable returning ``(status, body)``.
 
     ``hang`` (a set of paths) accepts the request and never answers until ``stop()``.
+    ``by_query[path]`` (a callable of the query string, returning ``(status, body)``) answers
+    that path instead of ``routes``; ``requests`` lists every request target, query included.
     """
 
     def __init__(self) -> None:
         self.routes: dict[str, tuple[int, bytes | str | Callable[[], bytes | str]]] = {}
         self.hang: set[str] = set()
         self.hits: dict[str, int] = {}
+        self.by_query: dict[str, Callable[[str], tuple[int, bytes | str]]] = {}
+        self.requests: list[str] = []
         self._release = threading.Event()
         outer = self
 
@@ -40,13 +44,17 @@ class ScriptedServer:
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:  # noqa: N802
-                path = self.path.split("?")[0]
+                path, _, query = self.path.partition("?")
                 outer.hits[path] = outer.hits.get(path, 0) + 1
+                outer.requests.append(self.path)
                 if path in outer.hang:
                     outer._release.wait()
                     return
-                route = outer.routes.get(path, (404, b"not found"))
-                status, body = route() if callable(route) else route
+                if path in outer.by_query:
+                    status, body = outer.by_query[path](query)
+                else:
+                    route = outer.routes.get(path, (404, b"not found"))
+                    status, body = route() if callable(route) else route
                 if isinstance(body, Stream):
                     self._stream(status, body)
                     return

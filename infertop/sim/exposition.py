@@ -11,12 +11,40 @@ from __future__ import annotations
 import math
 from itertools import accumulate
 from typing import Callable, Iterable
+from urllib.parse import parse_qs
 
 from .histograms import Histogram
 
-__all__ = ["format_value", "escape_label_value"]
+__all__ = ["format_value", "escape_label_value", "restrict", "query_names"]
 
 _INF = math.inf
+
+
+def query_names(path: str) -> set[str] | None:
+    """The sample names of a ``/metrics?name[]=…`` request; None when it asks for everything."""
+    query = path.partition("?")[2]
+    names = parse_qs(query).get("name[]") if query else None
+    return set(names) if names else None
+
+
+def restrict(text: str, names: set[str]) -> str:
+    """``text`` with only the samples named in ``names``, as prometheus_client answers a ``name[]``
+    query: a family keeps its HELP and TYPE lines only while it keeps a sample."""
+    out: list[str] = []
+    head: list[str] = []
+    kept: list[str] = []
+    for line in text.split("\n"):
+        if line.startswith("# HELP "):
+            if kept:
+                out += head + kept
+            head, kept = [line], []
+        elif line.startswith("#"):
+            head.append(line)
+        elif line and line.partition("{")[0].partition(" ")[0] in names:
+            kept.append(line)
+    if kept:
+        out += head + kept
+    return "\n".join(out) + "\n" if out else ""
 
 
 def format_value(d: float) -> str:

@@ -7,6 +7,7 @@ One stdlib ``ThreadingHTTPServer`` per simulated engine, on 127.0.0.1:
 ``GET /version``           ``{"version": "0.32.0"}``
 ``GET /v1/models``         OpenAI model list with ``max_model_len``
 ``GET /metrics``           vLLM 0.32 exposition (``text/plain; version=0.0.4``)
+``GET /metrics/``          the same; ``?name[]=N&name[]=…`` keeps only the samples named N…
 ``GET /dcgm/metrics``      this engine's GPU in dcgm-exporter format
 ``POST /v1/completions``   OpenAI completions, plain or ``"stream": true`` (SSE)
 ``POST /v1/chat/completions``  chat completions, plain or streamed
@@ -34,6 +35,7 @@ import time
 
 from . import dcgm as _dcgm
 from .dcgm import SimGpu, render_dcgm
+from .exposition import query_names, restrict
 from .faults import _GARBAGE, FAULTS, HUGE_BODY_BYTES, HUGE_LABEL_COUNT, _huge_body, _huge_labels_text
 from .http_base import _Handler, _Listener
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -86,7 +88,7 @@ class _EngineHandler(_OpenAIHandler):
             self._send_json(200, {"version": VLLM_VERSION})
         elif path == "/v1/models":
             self._send_json(200, sim.models_payload())
-        elif path == "/metrics":
+        elif path in ("/metrics", "/metrics/"):  # as vLLM: only prometheus_client's app at /metrics/ filters
             fault = sim.fault
             if fault == "garbage":
                 self._send(200, _GARBAGE, METRICS_CONTENT_TYPE)
@@ -94,7 +96,10 @@ class _EngineHandler(_OpenAIHandler):
                 self._send_huge(sim)
             else:
                 text = sim.render_metrics()
-                if fault == "huge_labels":
+                names = query_names(self.path) if path == "/metrics/" else None
+                if names is not None:
+                    text = restrict(text, names)
+                if fault == "huge_labels":  # a hostile exporter honours no filter
                     text += _huge_labels_text()
                 self._send(200, text.encode(), METRICS_CONTENT_TYPE)
         elif path == "/dcgm/metrics":

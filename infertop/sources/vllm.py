@@ -19,6 +19,7 @@ import json
 import random
 import time
 from collections.abc import Callable
+from urllib.parse import urlencode
 from dataclasses import dataclass, replace
 
 import httpx
@@ -26,18 +27,21 @@ import httpx
 from ..analysis.engine_stats import derived_fields
 from ..domain.engine import DEGRADED, DOWN, UP, EngineStats, FleetSnapshot
 from ..domain.source import SourceHealth
-from ..state.history import HistoryStore
 from ..state.window import CounterWindow
 from .expfmt import ParseError, Parser
 from .http_client import HttpError, LeanHttpClient
 from .sanitize import clean_engine, error_text, plain_text
-from .vllm_names import MAX_LABEL_SETS, EngineSample, Extractor
+from .vllm_names import MAX_LABEL_SETS, SCRAPE_NAMES, EngineSample, Extractor
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # /metrics and dcgm: a real vLLM document is ~50 KB
 MODELS_MAX_BYTES = 1024 * 1024  # /v1/models (many LoRA adapters)
 SMALL_MAX_BYTES = 64 * 1024  # /health, /version
 MAX_MODELS = 256
 HEALTH_EVERY = 5
+#: Only the samples infertop reads (see EngineCollector.filtered_scrape). vLLM serves its metrics
+#: twice: ``/metrics`` through its request instrumentator, which ignores any query, and
+#: prometheus_client's own app mounted at ``/metrics/``, which answers a ``name[]`` query.
+FILTERED_METRICS = "/metrics/?" + urlencode([("name[]", n) for n in SCRAPE_NAMES])
 # A failing engine is retried every interval, less up to this fraction (jitter,
 # so engines behind one gateway that fails together do not retry in lockstep).
 RETRY_JITTER = 0.2
@@ -48,17 +52,6 @@ COST_FACTOR = 20.0
 # Documents larger than this are parsed in a worker thread, so the event loop
 # (the UI, the other engines) keeps running while a big one is read.
 THREAD_PARSE_BYTES = 512 * 1024
-HISTORY_FIELDS = (
-    "running",
-    "waiting",
-    "kv_cache_pct",
-    "generation_tokens_per_s",
-    "prompt_tokens_per_s",
-    "requests_per_s",
-    "ttft_p99_s",
-    "itl_p95_s",
-    "e2e_p99_s",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +208,9 @@ class EngineCollector:
         self._client: LeanHttpClient | None = None
         self._last_text: tuple[int, int] | None = None  # (length, hash) of the last /metrics body
         self._last_read: tuple[str, list[EngineSample]] | None = None
+        # Ask /metrics for only the samples infertop reads (prometheus_client's name[] filter):
+        # about a fifth of vLLM's document, to send, receive and parse every second.
+        self.filtered_scrape = True
         self._rng = random.Random(hash(endpoint.name))
 
     def client(self) -> LeanHttpClient:
@@ -252,30 +248,37 @@ class EngineCollector:
         # /health costs a request per engine per poll; while /metrics answers it
         # is checked every HEALTH_EVERY polls, and on every poll after a failure.
         want_health = self._healthy is not True or self._polls % HEALTH_EVERY == 0
+        metrics_url = base + (FILTERED_METRICS if self.filtered_scrape else "/metrics")
         try:
             try:
                 async with asyncio.timeout(ep.timeout_s):
                     if want_health or want_meta:
-                        jobs = [get_text(client, base + "/metrics"),
+                        jobs = [get_text(client, metrics_url),
                                 get_health(client, base + "/health") if want_health else _none()]
                         if want_meta:
                             jobs.append(self._meta(client, base))
                         text, health = (await asyncio.gather(*jobs, return_exceptions=True))[:2]
                     else:  # most polls: /metrics alone, without a task per request
-                        text, health = await get_text(client, base + "/metrics"), None
-                if isinstance(text, BaseException):
-                    raise text
-                # hashing 60 KiB costs more than the rest of the check: only a body of the same length can be the same
-                last = self._last_text
-                seen = (len(text), hash(text) if last is not None and last[0] == len(text) else None)
-                if seen == last and seen[1] is not None and self._last_read is not None:
-                    # byte-identical to the last document (an idle engine): same samples, no parse
-                    (version, samples), cost_s = self._last_read, 0.0
-                elif len(text) > THREAD_PARSE_BYTES:
-                    version, samples, cost_s = await asyncio.to_thread(self._read, text)
-                else:
-                    version, samples, cost_s = self._read(text)
-                self._last_text, self._last_read = seen, (version, samples)
+                        text, health = await get_text(client, metrics_url), None
+                filtered = self.filtered_scrape
+                try:
+                    if isinstance(text, BaseException):
+                        raise text
+                    version, samples, cost_s = await self._read_document(text)
+                except (HttpError, ScrapeError) as exc:
+                    # an HTTP status or a garbled body for /metrics/ may be this server's answer to the path
+                    if not (filtered and (isinstance(exc, ScrapeError) or str(exc).startswith("HTTP "))):
+                        raise
+                    samples = []
+                if filtered and not samples:
+                    # Nothing we read came back filtered: a server other than vLLM, or vLLM's multiprocess
+                    # registry (several API servers), which answers name[] with nothing. Ask for the whole
+                    # document; if that has engines, this server gets whole documents until it fails.
+                    async with asyncio.timeout(ep.timeout_s):
+                        text = await get_text(client, base + "/metrics")
+                    version, samples, cost_s = await self._read_document(text)
+                    if samples:
+                        self.filtered_scrape = False
                 self.cost_s = cost_s
                 if not samples:
                     raise ScrapeError("no vllm: metrics at /metrics")
@@ -308,6 +311,21 @@ class EngineCollector:
         self.stats = stats
         self.completed_polls += 1
         return self.stats
+
+    async def _read_document(self, text: str) -> tuple[str, list[EngineSample], float]:
+        """(version, samples, CPU seconds) of one /metrics body; an unchanged body is not parsed again."""
+        # hashing 60 KiB costs more than the rest of the check: only a body of the same length can be the same
+        last = self._last_text
+        seen = (len(text), hash(text) if last is not None and last[0] == len(text) else None)
+        if seen == last and seen[1] is not None and self._last_read is not None:
+            # byte-identical to the last document (an idle engine): same samples, no parse
+            (version, samples), cost_s = self._last_read, 0.0
+        elif len(text) > THREAD_PARSE_BYTES:
+            version, samples, cost_s = await asyncio.to_thread(self._read, text)
+        else:
+            version, samples, cost_s = self._read(text)
+        self._last_text, self._last_read = seen, (version, samples)
+        return version, samples, cost_s
 
     def _read(self, text: str) -> tuple[str, list[EngineSample], float]:
         """Parse and extract one document: (version, samples, CPU seconds it took)."""
@@ -384,6 +402,7 @@ class EngineCollector:
 
     def _failed(self, exc: BaseException, started: float, internal: bool = False) -> list[EngineStats]:
         self._healthy = None
+        self.filtered_scrape = True  # what answers after a failure may be another server
         self.completed_polls += 1
         now = self.clock()
         msg = describe_error(exc, self.endpoint.timeout_s)
@@ -406,14 +425,15 @@ class EngineCollector:
 
 
 class FleetCollector:
-    """All engines: concurrent independent poll loops, latest snapshot, history."""
+    """All engines: concurrent independent poll loops and the latest snapshot.
+
+    Sparklines are recorded from the fleet state, once a tick (:mod:`..state.fleet_history`), not here."""
 
     def __init__(
         self,
         endpoints: list[EngineEndpoint],
         interval_s: float = 1.0,
         window_s: float = 60.0,
-        history_capacity: int = 3600,
         on_update: Callable[[FleetSnapshot], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -423,7 +443,6 @@ class FleetCollector:
         self.collectors: list[EngineCollector] = []
         for ep in endpoints:
             self.collectors.append(self._collector(ep))
-        self.history = HistoryStore(history_capacity)
         self.on_update = on_update
         # called with the one collector just polled: O(1) per poll where on_update builds a fleet snapshot
         self.on_polled: Callable[[EngineCollector], None] | None = None
@@ -443,16 +462,10 @@ class FleetCollector:
     def health(self) -> list[SourceHealth]:
         return [c.health for c in self.collectors]
 
-    def _record(self, stats: list[EngineStats]) -> None:
-        for s in stats:
-            for f in HISTORY_FIELDS:
-                self.history.record(s.name, f, getattr(s, f))
-
     async def poll_collector(self, c: EngineCollector) -> None:
         """Poll one engine; nothing it sends (and no bug it triggers) escapes as an exception."""
         try:
-            stats = await c.poll()
-            self._record(stats)
+            await c.poll()
         except Exception as exc:  # noqa: BLE001 — becomes that engine's error state; polling goes on
             c._failed(exc, c.clock(), internal=True)
         if self.on_polled is not None:
@@ -518,9 +531,6 @@ class FleetCollector:
             task = (self._tasks or {}).pop(name, None)
             if task is not None:
                 task.cancel()
-            for s in c.stats:
-                self.history.forget(s.name)
-            self.history.forget(name)
 
     async def _loop(self, c: EngineCollector) -> None:
         while True:

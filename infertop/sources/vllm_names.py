@@ -37,6 +37,11 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "queue": ("vllm:request_queue_time_seconds_bucket", "vllm:time_in_queue_requests_bucket"),
 }
 V0_ONLY = ("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc")
+CACHE_CONFIG = "vllm:cache_config_info"
+#: Every sample name the extractor reads (V1 and V0), for a ``/metrics?name[]=…`` scrape.
+SCRAPE_NAMES: tuple[str, ...] = tuple(dict.fromkeys(
+    [n for table in (GAUGES, COUNTERS, HISTOGRAMS) for names in table.values() for n in names]
+    + [*V0_ONLY, CACHE_CONFIG]))
 
 Key = tuple[str, str]  # (model_name, engine label) — "" when absent
 MAX_LABEL_SETS = 64  # engines per endpoint; more is a broken or hostile exporter
@@ -137,7 +142,7 @@ def _plan(layout: Layout, max_keys: int = MAX_LABEL_SETS) -> _Plan:
                         counters.setdefault((k, f"{fld}@{le!r}"), []).append(i)
                 break
     cache_config: dict[Key, dict[str, str]] = {}
-    for i in index.get("vllm:cache_config_info", ()):
+    for i in index.get(CACHE_CONFIG, ()):
         k = _key(labels[i])
         if k in keys:
             cache_config[k] = labels[i]

@@ -115,7 +115,6 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
                 settings.endpoints,
                 interval_s=cfg.refresh_s,
                 window_s=cfg.window_s,
-                history_capacity=2,  # sparklines are recorded from the fleet state, one sample per tick
             )
         self.history = HistoryStore(max(2, int(cfg.history_s / cfg.refresh_s)))
         self.poll = poll

@@ -47,8 +47,8 @@ async def test_every_hostile_engine_at_once_in_the_tui(healthy, scripted):
             await app.poll_now()
         # values float32 cannot hold, recorded straight into the sparkline history
         for v in (1e308, float("inf"), float("-inf"), float("nan"), -1e300):
-            app.collector.history.record("healthy", "running", v)
-            app.collector.history.record("nonfinite", "ttft_p99_s", v)
+            app.history.record("healthy", "running", v)
+            app.history.record("nonfinite", "ttft_p99_s", v)
         await pilot.press("2")
         await pilot.pause()
         app.render_snapshot(force=True)
