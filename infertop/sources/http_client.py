@@ -69,6 +69,7 @@ class LeanHttpClient:
         self._targets: dict[str, tuple[tuple[str, str, int], bytes]] = {}  # url → (origin, request bytes)
         self._ssl: ssl.SSLContext | None = None
         self.opened = 0  # connections opened (tests: keep-alive works)
+        self._closed = False
 
     # ----- public --------------------------------------------------------------------
     async def get(self, url: str, limit: int, *, any_status: bool = False) -> tuple[int, bytes]:
@@ -92,6 +93,11 @@ class LeanHttpClient:
                 raise HttpError("connection closed by the server") from None
 
     async def aclose(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the idle connections; one in use closes when its request ends."""
+        self._closed = True
         for conns in self._idle.values():
             for c in conns:
                 c.close()
@@ -174,7 +180,7 @@ class LeanHttpClient:
         except asyncio.LimitOverrunError:
             raise HttpError("bad HTTP response") from None
         finally:
-            if keep:
+            if keep and not self._closed:
                 idle = self._idle.setdefault(origin, [])
                 if len(idle) < MAX_IDLE:
                     idle.append(conn)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from ..config import KubeConfig
 from ..domain.kube import ClusterSnapshot
 from .kube_autoscalers import Discovery, discover_custom_kinds, read_wva_desired
-from .kube_load import PodLoad, fetch_pod_load, fetch_pod_loads, pod_load_from_text
+from .kube_load import PodLoad, PodLoadScraper, fetch_pod_load, fetch_pod_loads, pod_load_from_text
 from .kube_perms import can_i, namespaces_list
 from .kube_session import (
     CUSTOM_KINDS,
@@ -88,6 +88,7 @@ __all__ = [
     "event_view",
     "fetch_pod_load",
     "fetch_pod_loads",
+    "PodLoadScraper",
     "hpa_view",
     "kube_contexts",
     "list_all",

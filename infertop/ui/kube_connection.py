@@ -22,7 +22,7 @@ from ..config import KubeConfig
 from ..control.audit import AuditLog
 from ..control.kube import KubeControl, Permissions, check_permissions
 from ..domain.kube import ClusterSnapshot
-from ..sources.kube import ClusterWatcher, KubeError, KubeSession, fetch_pod_loads, read_cluster, session_for
+from ..sources.kube import ClusterWatcher, KubeError, KubeSession, PodLoadScraper, read_cluster, session_for
 from .action_runner import ActionRunner
 from .widgets.cluster import ClusterPane
 
@@ -55,6 +55,7 @@ class KubeConnection(ActionRunner):
     _kube_refreshing = False
     _kube_loads_running = False
     _kube_scrape_skip = 0
+    _pod_scraper: PodLoadScraper | None = None  # kept between refreshes: keep-alive clients, warm parsers
     _kube_poll_stale_since: float | None = None  # polling without watches: reads failing since
     _kube_poll_reconnects = 0
     _kube_reconnects_seen = 0
@@ -94,6 +95,9 @@ class KubeConnection(ActionRunner):
         if self.kube_watcher is not None:
             self.kube_watcher.stop()
             self.kube_watcher = None
+        if self._pod_scraper is not None:
+            self._pod_scraper.close()
+            self._pod_scraper = None
 
     def _kube_retire(self, old: KubeSession) -> None:
         """A session replaced by a context (or namespace) switch: closed now, or — while an action
@@ -274,7 +278,9 @@ class KubeConnection(ActionRunner):
             return
         urls = {p.key: p.engine_url for p in snap.pods if p.engine_url and p.phase == "Running" and not p.terminating}
         urls = dict(list(urls.items())[:MAX_SCRAPED_PODS])
-        loads = await fetch_pod_loads(urls, timeout_s=1.5)
+        if self._pod_scraper is None:
+            self._pod_scraper = PodLoadScraper(timeout_s=1.5)
+        loads = await self._pod_scraper.scrape(urls)
         self.kube_loads = loads
         # pod IPs are often unreachable from where infertop runs: then try again only every 5th refresh
         self._kube_scrape_skip = 4 if urls and all(v.error for v in loads.values()) else 0
