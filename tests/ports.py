@@ -1,13 +1,14 @@
 """Free TCP ports on 127.0.0.1 for a child or server that binds them later.
 
 Why not bind port 0 and close: the kernel takes that port from its ephemeral
-range, the same range every outgoing connection (httpx, the engines' own
-clients, other tests) draws its local port from. Between choosing the port and
-the child binding it (seconds later, after a restart) such a connection can
-take it, and the engine start fails with "port … in use". So ports here come
-from outside that range: below its low end (from 20000), or above its high end
-when there is no room below; at random; never one this process has already
-handed out; and each is confirmed by a bind before it is returned.
+range, the same range every other bind to port 0 (servers in this and any other
+test process) and every outgoing connection (httpx, the engines' own clients)
+draw from. Between choosing the port and the child binding it (seconds later,
+after a restart) one of them can take it, and the engine start fails with
+"port … in use". So ports here come from outside that range: below its low end
+(from 20000), or above its high end when there is no room below; at random;
+never one this process has already handed out; and each is confirmed by a bind
+before it is returned.
 
 The suite runs in one process (no pytest-xdist in the Makefile or pyproject).
 Should several test processes run at once, the random choice over the ~12000
