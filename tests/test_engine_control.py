@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ports import free_port
 
 from infertop.config import ProfileConfig
 from infertop.control import engine_cli, engines, logtail
@@ -44,12 +45,6 @@ from infertop.control.engines import (
 )
 
 FAKE = str(Path(__file__).with_name("fake_engine.py").resolve())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def alive(pid: int) -> bool:

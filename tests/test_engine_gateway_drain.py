@@ -22,7 +22,8 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from test_engine_control import FAKE, Env, alive, free_port, wait_until
+from ports import free_port
+from test_engine_control import FAKE, Env, alive, wait_until
 
 from infertop.config import load_config
 from infertop.control import engine_cli

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from pathlib import Path
 
@@ -17,14 +16,9 @@ from infertop.ui.screens.engine_dialogs import ArgsDialog, ProfilePicker
 from infertop.ui.screens.engine_detail import EngineDetailScreen
 from infertop.ui.widgets.engines_table import EnginesTable
 from pilot_wait import until
+from ports import free_port
 
 FAKE = str(Path(__file__).with_name("fake_engine.py").resolve())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def settings(tmp_path, read_only=False) -> Settings:

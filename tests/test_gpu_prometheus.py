@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from ports import free_port
 
 from infertop.config import GpuConfig, PrometheusConfig
 from infertop.sim import SimCluster
@@ -43,12 +43,6 @@ def _require_prometheus() -> None:
     if os.environ.get("INFERTOP_REQUIRE_REAL") == "1":
         pytest.fail(msg)
     pytest.skip(msg)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _hostport(url: str) -> str:
@@ -78,7 +72,7 @@ def running_prometheus(tmp_path: Path, scrape_configs: str, targets_up: int | No
     """A real Prometheus on a free loopback port scraping ``scrape_configs`` every second; yields
     (url, proc, log) — once ``targets_up`` targets are up, when given — and stops it on the way out."""
     _require_prometheus()
-    port = _free_port()
+    port = free_port()
     cfg = tmp_path / "prometheus.yml"
     cfg.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n" + scrape_configs)
     log = tmp_path / "prometheus.log"
@@ -167,6 +161,6 @@ async def test_prometheus_through_the_collector_and_its_errors(prometheus, sim):
     empty = PromGpuSource(url, selector='job="no-such-job"')
     assert empty.collect() == [] and empty.health.last_error == NO_SERIES and not empty.health.ok
     # a Prometheus that is not there
-    dead = PromGpuSource(f"http://127.0.0.1:{_free_port()}", timeout_s=2)
+    dead = PromGpuSource(f"http://127.0.0.1:{free_port()}", timeout_s=2)
     assert dead.collect() == [] and dead.health.last_error == "connection refused"
     assert dead.health.consecutive_failures == 1

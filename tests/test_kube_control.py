@@ -9,10 +9,10 @@ Drains read the pod's in-flight requests from a simulated vLLM engine
 from __future__ import annotations
 
 import json
-import socket
 import threading
 
 import pytest
+from ports import free_port
 
 from infertop.config import KubeConfig
 from infertop.control.audit import AuditLog
@@ -507,12 +507,6 @@ def test_node_drain_times_out_when_the_pdb_never_allows(emu, tmp_path):
     assert emu.get("nodes", "gpu-a")["spec"]["unschedulable"] is True
     assert len(h.pods("vllm")) == 2
     h.session.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_pod_drain_checks_before_confirmation_that_in_flight_is_readable(emu, h, engine):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from pilot_wait import until
+from ports import free_port
 from test_kube_ui import NS, TOKEN, audit, confirm, connected, make_app, ready, set_input
 
 from infertop.ui.screens.actions_list import ActionsListScreen
@@ -111,13 +112,9 @@ async def test_a_follow_aborted_after_a_context_switch_is_audited_aborted(emu, t
 
 async def test_a_pod_drain_on_unreadable_metrics_warns_before_confirmation_and_counts_down(emu, tmp_path):
     """Issue 9: the pod drain said so only after confirmation, then waited 600 s without a countdown."""
-    import socket
-
     from test_kube_ui import rows
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead_port = s.getsockname()[1]  # nothing listens here: the pod's /metrics cannot be read
+    dead_port = free_port()  # nothing listens here: the pod's /metrics cannot be read
     emu.set_pod_endpoint("blind-*", "127.0.0.1", dead_port)
     emu.add_deployment(NS, "blind", replicas=1)
     emu.add_service(NS, "blind", {"app": "blind"})

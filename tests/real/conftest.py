@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ports import free_port
 
 from infertop.control.vllm_env import default_venv_dir, ensure_venv, is_ready
 
@@ -69,12 +69,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
 
 
 # ---------------------------------------------------------------- processes
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def group_members(pgid: int) -> list[tuple[int, str, str]]:

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from pilot_wait import until as pilot_until
+from ports import free_port
 
 from infertop.analysis.scaling import APPLIED, AUTO, RECOMMEND, RECOMMENDED, REFUSED, STABILISATION
 from infertop.config import AdvisorConfig, Config, KubeConfig, PrometheusConfig, SloConfig
@@ -39,7 +40,7 @@ from infertop.state.advisor import Advisor
 from infertop.state.advisor_apply import apply_scale
 from infertop.state.fleet import FRESH, STALE, FleetJoiner
 
-from .test_prometheus_fleet import PROMETHEUS, _free_port, _require_prometheus, _wait
+from .test_prometheus_fleet import PROMETHEUS, _require_prometheus, _wait
 
 pytestmark = pytest.mark.real_prometheus
 
@@ -52,7 +53,7 @@ class Prometheus:
 
     def __init__(self, tmp: Path, scrape_s: float, static: list[str] | None = None,
                  file_sd: list[dict] | None = None) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.tmp, self.log = tmp, tmp / "prometheus.log"
         if file_sd is not None:

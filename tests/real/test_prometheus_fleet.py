@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ports import free_port
 
 from infertop.config import PrometheusConfig
 from infertop.sim import SimCluster
@@ -47,12 +47,6 @@ def _require_prometheus() -> None:
     pytest.skip(msg)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait(what: str, cond, timeout_s: float = 60.0, log: Path | None = None):
     """Poll ``cond`` (a bounded loop) until it returns something truthy."""
     deadline = time.monotonic() + timeout_s
@@ -74,7 +68,7 @@ class Prometheus:
     """One Prometheus process on a fixed port and data dir (so a restart keeps both)."""
 
     def __init__(self, tmp: Path, sim: SimCluster) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.tmp = tmp
         self.log = tmp / "prometheus.log"

@@ -29,6 +29,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ports import free_port
 from test_engine_gateway_drain import TOKEN as GATEWAY_TOKEN
 from test_engine_gateway_drain import Gateway, wait_until
 
@@ -40,7 +41,7 @@ from infertop.control.gateway_drain import find_gateway
 from infertop.control.procfs import read_stat, session_members
 from infertop.sources.vllm import EngineEndpoint, FleetCollector
 
-from .conftest import ENGINE_ENV, SERVED_NAME, free_port
+from .conftest import ENGINE_ENV, SERVED_NAME
 
 pytestmark = pytest.mark.real_vllm
 
