@@ -202,13 +202,10 @@ async def test_endpoint_failures_are_per_endpoint(scripted, kind):
     bad.routes["/garbage"] = (200, "this is { not metrics\n")
     bad.routes["/vllm"] = (200, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3\n")
     bad.hang.add("/hang")
-    # a port nobody listens on: bind, note, close
-    import socket
+    # a port nobody listens on (outside the range servers binding port 0 draw from)
+    from ports import free_port
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    dead = f"http://127.0.0.1:{sock.getsockname()[1]}/metrics"
-    sock.close()
+    dead = f"http://127.0.0.1:{free_port()}/metrics"
     urls = [good.url + "/metrics", bad.url + "/404", bad.url + "/garbage", bad.url + "/vllm", bad.url + "/hang", dead]
     src = DcgmSource(urls, timeout_s=0.5)
     if kind == "httpx":

@@ -13,6 +13,7 @@ import socket
 
 import pytest
 from kubernetes.client.rest import ApiException
+from ports import free_port
 
 from infertop.cli import build_snapshot_parser, collect_snapshot, resolve_config
 from infertop.config import Config, GpuConfig, KubeConfig
@@ -510,10 +511,7 @@ def test_unreachable_and_hung_api_servers(tmp_path):
     hung = socket.socket()
     hung.bind(("127.0.0.1", 0))
     hung.listen(8)  # accepts connections, never answers
-    free = socket.socket()
-    free.bind(("127.0.0.1", 0))
-    closed_port = free.getsockname()[1]
-    free.close()
+    closed_port = free_port()  # nobody listens there
     try:
         for port, expected in ((hung.getsockname()[1], "timeout after 0.5 s"),
                                (closed_port, "cannot reach the API server: connection refused")):
