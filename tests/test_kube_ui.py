@@ -181,6 +181,24 @@ async def test_the_pane_shows_workloads_pods_nodes_hpas_and_events(emu, tmp_path
 
 # ----------------------------------------------------------------- actions
 
+async def test_a_change_made_while_the_pane_is_hidden_shows_when_it_comes_on_view(emu, tmp_path):
+    emu.add_deployment(NS, "vllm", replicas=1)
+    emu.wait_until(lambda: ready(emu, "vllm", 1))
+    app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = await connected(pilot, app)
+        assert len(rows(pane, "pods")) == 1
+        await pilot.press("1")  # the Overview: the Cluster pane is hidden, its table is not repainted
+        emu.add_deployment(NS, "other", replicas=2)
+        await until(pilot, lambda: len(app.kube_snapshot.pods) == 3, what="the new pods read")
+        await pilot.pause()
+        assert len(rows(pane, "pods")) == 1  # no CPU spent on a table nobody sees
+        await pilot.press("5")
+        await pilot.pause()
+        assert len(rows(pane, "pods")) == 3
+        assert "3 pods" in text(pane.query_one("#cluster-header"))
+
+
 async def test_scale_args_restart_and_hpa_from_the_keyboard(emu, tmp_path):
     emu.add_deployment(NS, "vllm", replicas=2, args=["--max-num-seqs", "64"])
     emu.add_hpa(NS, "vllm", "vllm", min_replicas=1, max_replicas=8)

@@ -273,6 +273,7 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
     def _pane_activated(self) -> None:
         self.refresh_bindings()  # the footer shows the keys of the pane on view (a click on a tab too)
         self.render_snapshot()  # a pane is painted only while on view: bring it to the state on screen
+        self.kube_pane_shown()
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:

@@ -55,6 +55,7 @@ class KubeConnection(ActionRunner):
     _kube_refreshing = False
     _kube_loads_running = False
     _kube_scrape_skip = 0
+    _kube_pane_behind = False  # the Cluster pane missed a render while hidden
     _pod_scraper: PodLoadScraper | None = None  # kept between refreshes: keep-alive clients, warm parsers
     _kube_poll_stale_since: float | None = None  # polling without watches: reads failing since
     _kube_poll_reconnects = 0
@@ -360,7 +361,16 @@ class KubeConnection(ActionRunner):
             self._kube_was_stale = stale is not None
             if stale is not None:
                 self.log_event(f"[red]Kubernetes:[/red] {escape(problems[0])}")  # type: ignore[attr-defined]
+        if not self._cluster_active():
+            self._kube_pane_behind = True  # a hidden pane is not painted; it is when it comes on view
+            return
+        self._kube_pane_behind = False
         pane.show(snap, header, self.kube_loads, self._engine_names(), stale=stale is not None)
+
+    def kube_pane_shown(self) -> None:
+        """The Cluster pane came on view: paint what it missed while hidden."""
+        if self._kube_pane_behind and self._cluster_active():
+            self._kube_render()
 
 
 def _denied_note(perms: Permissions) -> str:
