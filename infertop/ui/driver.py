@@ -164,12 +164,30 @@ def _sgr(style: tuple) -> str:
 
 
 def driver_class(on_frame: Callable[[str, str, int, int], None] | None = None):
-    """Textual's LinuxDriver whose writes go through :class:`CellDiff`.
+    """Textual's LinuxDriver whose writes go through :class:`CellDiff`, and whose input thread
+    waits for input instead of polling (:mod:`.driver_input`).
     ``on_frame(written, sent, cols, rows)`` sees each write (tests replay both)."""
     from textual.drivers.linux_driver import LinuxDriver
 
+    from .driver_input import WakingEvent, run_input_thread, wake_pipe
+
     class CellDiffDriver(LinuxDriver):
         _diff: CellDiff | None = None
+
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self._wake_r, wake_w = wake_pipe()
+            self.exit_event = WakingEvent(wake_w)  # stopping wakes the input thread at once
+
+        def run_input_thread(self) -> None:
+            run_input_thread(self, self._wake_r)
+
+        def close(self) -> None:
+            super().close()
+            self.exit_event.close()
+            if self._wake_r >= 0:
+                os.close(self._wake_r)
+                self._wake_r = -1
 
         def start_application_mode(self) -> None:
             self._diff = None  # after a suspend the terminal shows something else
@@ -180,6 +198,8 @@ def driver_class(on_frame: Callable[[str, str, int, int], None] | None = None):
                 size = os.get_terminal_size(self.fileno)
                 cols, rows = size.columns, size.lines
             except OSError:  # not a terminal: nothing to diff against
+                cols = rows = 0
+            if not (cols and rows):  # no terminal, or one that reports no size (0x0): sent as written
                 super().write(data)
                 return
             diff = self._diff
