@@ -142,6 +142,8 @@ def test_no_driver_through_the_collector():
     rows, health = c.collect()
     assert rows == []
     assert [(h.kind, h.ok, h.last_error) for h in health] == [("nvml", False, NO_DRIVER)]
+    assert c.nvml.gone  # later polls leave it alone (no thread for it) and still say why
+    assert c.collect() == ([], health)
     c.close()
 
 

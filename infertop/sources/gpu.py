@@ -141,7 +141,7 @@ class GpuCollector:
         """Read every source once, concurrently; (rows, health of each source)."""
         jobs: list[Any] = []
         kinds: list[str] = []
-        if self.nvml is not None:
+        if self.nvml is not None and not self.nvml.gone:  # gone: its health says why; no thread for it
             jobs.append(asyncio.to_thread(self._collect_nvml))
             kinds.append("nvml")
         if self.dcgm is not None:

@@ -140,6 +140,11 @@ class NvmlSource:
     def available(self) -> bool:
         return self._initialised
 
+    @property
+    def gone(self) -> bool:
+        """NVML is unavailable for good here (no driver, no binding): nothing left to try."""
+        return self._permanent
+
     def open(self) -> bool:
         """Initialise NVML once; False (with :attr:`unavailable_reason`) when it cannot."""
         if self._initialised:

@@ -45,7 +45,8 @@ class CollectionMixin:
     async def poll_gpus(self) -> None:
         """Read every GPU source once (NVML runs in a thread) and hand the rows to the fleet state."""
         try:
-            if self.gpu_collector.nvml is not None:  # only NVML lists processes to map to engines
+            nvml = self.gpu_collector.nvml
+            if nvml is not None and not nvml.gone:  # only NVML lists processes to map to engines
                 endpoints = [c.endpoint for c in self.collector.collectors]
                 self.gpu_collector.set_engines(await asyncio.to_thread(self._gpu_engine_refs, endpoints))
             rows, health = await self.gpu_collector.poll()
