@@ -86,12 +86,16 @@ class DirectLines:
                 strips.append(got[1])
                 continue
             strip = line if line.cell_length == content_width else line.adjust_cell_length(content_width, inner)
-            if pad_left or pad_right:
-                left = [Segment(" " * pad_left, inner)] if pad_left else []
-                right = [Segment(" " * pad_right, inner)] if pad_right else []
-                strip = Strip([*left, *strip, *right], width)
-            for line_filter in filters:
-                strip = strip.apply_filter(line_filter, background)
+            if pad_left or pad_right or filters:
+                # padded and filtered as segment lists, then one Strip: each Strip made builds seven caches
+                segments = list(strip)
+                if pad_left or pad_right:
+                    left = [Segment(" " * pad_left, inner)] if pad_left else []
+                    right = [Segment(" " * pad_right, inner)] if pad_right else []
+                    segments = [*left, *segments, *right]
+                for line_filter in filters:
+                    segments = line_filter.apply(segments, background)
+                strip = Strip(segments, width)
             painted[y] = (line, strip)
             strips.append(strip)
         x1, x2 = crop.column_span
