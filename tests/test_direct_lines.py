@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from rich.console import Console
+from rich.control import Control
 from rich.text import Text
 from textual._compositor import Compositor
 from textual.app import App, ComposeResult
@@ -159,7 +160,7 @@ def update_text(compositor: Compositor, console: Console) -> str:
     return "" if update is None else update.render_segments(console)
 
 
-async def test_the_changed_only_compositor_sends_what_textuals_sends():
+async def test_the_changed_only_compositor_shows_what_textual_shows_in_fewer_cells():
     app = HostApp()
     async with app.run_test(size=(60, 20)) as pilot:
         screen = app.screen
@@ -182,7 +183,16 @@ async def test_the_changed_only_compositor_sends_what_textuals_sends():
         assert (between.renders, box.renders) == (1, 1)
         got = update_text(ours, app.console)
         assert (between.renders, box.renders) == (1, 1)  # not again: no change shows through either
-        assert got == want and "12:00:01" in got
+        # the same screen in a terminal (characters and styles), from the changed spans' cells alone
+        full = textual.render_update(full=True).render_segments(app.console)
+        screens = []
+        for update in (want, got):
+            terminal = CellDiff(60, 20)
+            terminal.frame(full)
+            terminal.frame(update)
+            screens.append(terminal.want)
+        assert screens[0] == screens[1] and "12:00:01" in got
+        assert len(got) < len(want)  # Textual rewrote each changed line from its widget's left edge
 
 
 class ModelCompositor(ChangedOnlyCompositor):
@@ -238,9 +248,17 @@ async def test_the_terminal_shows_the_screen_after_ticks_of_partial_updates(tmp_
                 if step == 6:
                     await pilot.press("1")
                 await pilot.pause()
-                full = [strip.text for strip in compositor.render_strips()]
+                strips = compositor.render_strips()
+                full = [strip.text for strip in strips]
                 shown = ["".join(cell[0] if cell else " " for cell in row) for row in compositor.terminal.want]
                 assert shown == full, f"tick {step}"
+                # and the styles: the full render through a fresh terminal model, cell by cell
+                fresh = CellDiff(cols, rows)
+                fresh.frame("".join(Control.move_to(0, y).segment.text + strip.render(app.console)
+                                    for y, strip in enumerate(strips)))
+                diffs = [(y, x, a, b) for y, (ra, rb) in enumerate(zip(compositor.terminal.want, fresh.want))
+                         for x, (a, b) in enumerate(zip(ra, rb)) if a != b]
+                assert not diffs, f"tick {step}: {diffs[:6]}"
             assert any("vllm-" in line for line in full)
     finally:
         sim.stop()

@@ -10,15 +10,48 @@ widget paints each cell of its visible region; so :class:`ChangedOnlyCompositor`
 renders, front to back, only the widgets that overlap a changed region no widget
 in front of them contains — the changed widgets, not their containers. A full
 update (resize, another screen) renders everything, as Textual does.
+
+Textual also writes each changed span from the left edge of the widget line it
+lies in (a cut it marks "TODO: crop to x extents"): a tile's value changing at
+column 100 of a one-widget row of tiles rewrote columns 0-100, for the
+terminal driver to parse and diff again. :class:`SpanUpdate` writes the span's
+own cells, except on a line with a wide character, which it writes as Textual
+does (a cut through one would split it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rich.console import Console
+from rich.control import Control
 from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
 from textual.strip import Strip
+
+
+class SpanUpdate(ChopsUpdate):
+    """Textual's partial update, writing only the cells of each changed span."""
+
+    def render_segments(self, console: Console) -> str:
+        sequences: list[str] = []
+        append = sequences.append
+        move_to = Control.move_to
+        chops, chop_ends = self.chops, self.chop_ends
+        last_y = self.spans[-1][0]
+        for y, x1, x2 in self.spans:
+            for end, (x, strip) in zip(chop_ends[y], chops[y].items()):
+                if strip is None or x > x2 or end <= x1:
+                    continue
+                if not (x2 > x >= x1 and end <= x2):  # the chop reaches past the span
+                    left = x1 if x < x1 and len(strip.text) == strip.cell_length else x  # narrow cells only
+                    strip = strip.crop(left - x, min(end, x2) - x)
+                    x = left
+                append(move_to(x, y).segment.text)
+                append(strip.render(console))
+            if y != last_y:
+                append("\n")
+        return "".join(sequences)
 
 
 class ChangedOnlyCompositor(Compositor):
@@ -30,9 +63,10 @@ class ChangedOnlyCompositor(Compositor):
     def render_partial_update(self) -> ChopsUpdate | None:
         self._changed = list(self._dirty_regions)
         try:
-            return super().render_partial_update()
+            update = super().render_partial_update()
         finally:
             self._changed = None
+        return None if update is None else SpanUpdate(update.chops, update.spans, update.chop_ends)
 
     def _get_renders(self, crop: Region | None = None) -> Iterable[tuple[Region, Region, list[Strip]]]:
         changed = self._changed

@@ -81,7 +81,12 @@ def _unit_format(value_text: str) -> Callable[[float], str] | None:
     return None
 
 
-def _changed_span(old: str, new: str) -> tuple[int, int]:
+def _cells(strip: Strip) -> list[tuple[str, Style | None]]:
+    """Each cell of a strip of narrow characters: (character, style)."""
+    return [(ch, style) for text, style, _ in strip for ch in text]
+
+
+def _changed_span(old: Sequence, new: Sequence) -> tuple[int, int]:
     """[first, last + 1) of the cells where two different rows differ (the longer row's tail counts)."""
     n = min(len(old), len(new))
     lo = 0
@@ -274,10 +279,10 @@ class Trend(DirectLines, Widget):
         width = size.width
         if old is None or not width or old.cell_length != width:
             return None
-        new = self._title(width).text
-        if len(new) != width:  # a wide character: its characters and cells do not line up
+        new = self._title(width)
+        if len(new.text) != width:  # a wide character: its characters and cells do not line up
             return [Region(0, 0, width, 1)]
-        left, right = _changed_span(old.text, new)
+        left, right = _changed_span(_cells(old), _cells(new))  # a cell whose style alone changed counts
         return [Region(left, 0, right - left, 1)] if right > left else []  # e.g. the value's last digits
 
     def _title(self, width: int) -> Strip:
