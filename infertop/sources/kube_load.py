@@ -1,8 +1,9 @@
 """Kubernetes reads: a pod's load, vLLM's requests in flight from its /metrics.
 
 Blocking (:func:`fetch_pod_load`, for one pod during a drain) and async
-(:class:`PodLoadScraper`, many pods at once, every refresh; :func:`fetch_pod_loads` once). Errors become ``PodLoad.error``;
-a body over ``POD_METRICS_MAX_BYTES`` is refused while it is read.
+(:class:`PodLoadScraper`, many pods at once, every refresh; :func:`fetch_pod_loads`
+once). Errors become ``PodLoad.error``; a body over ``POD_METRICS_MAX_BYTES`` is
+refused while it is read.
 This module never imports textual or rich.
 """
 

@@ -19,8 +19,8 @@ import json
 import random
 import time
 from collections.abc import Callable
-from urllib.parse import urlencode
 from dataclasses import dataclass, replace
+from urllib.parse import urlencode
 
 import httpx
 
