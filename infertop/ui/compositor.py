@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from rich.console import Console
-from rich.control import Control
 from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
 from textual.strip import Strip
@@ -36,7 +35,6 @@ class SpanUpdate(ChopsUpdate):
     def render_segments(self, console: Console) -> str:
         sequences: list[str] = []
         append = sequences.append
-        move_to = Control.move_to
         chops, chop_ends = self.chops, self.chop_ends
         last_y = self.spans[-1][0]
         for y, x1, x2 in self.spans:
@@ -47,7 +45,7 @@ class SpanUpdate(ChopsUpdate):
                     left = x1 if x < x1 and len(strip.text) == strip.cell_length else x  # narrow cells only
                     strip = strip.crop(left - x, min(end, x2) - x)
                     x = left
-                append(move_to(x, y).segment.text)
+                append(f"\x1b[{y + 1};{x + 1}H")  # Control.move_to's text, without a Control per chop
                 append(strip.render(console))
             if y != last_y:
                 append("\n")

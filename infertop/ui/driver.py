@@ -56,7 +56,7 @@ class CellDiff:
         if len({m.group(1) for m in CUP.finditer(data)}) >= self.rows:
             self.forget()  # every row repainted (a resize, a screen switch): send it as painted
         out: list[str] = []
-        dirty: set[int] = set()
+        dirty: dict[int, list[int]] = {}  # row → [first, last + 1) of the columns written to it
         for tok in TOKEN.findall(data):
             if tok[0] != "\x1b" and tok[0] >= " ":
                 self._text(tok, dirty)
@@ -100,15 +100,24 @@ class CellDiff:
             self.term_r, self.term_c = self.r, self.c
         return "".join(out)
 
-    def _text(self, text: str, dirty: set[int]) -> None:
+    def _text(self, text: str, dirty: dict[int, list[int]]) -> None:
         row = self.want[self.r]
         style = self.style
-        dirty.add(self.r)
+        start = self.c
+        span = dirty.get(self.r)
+        if span is None:
+            span = dirty[self.r] = [start, start]
+        elif start < span[0]:
+            span[0] = start
         if text.isascii() and "\x7f" not in text:  # one cell per character: no width to measure
             n = min(len(text), self.cols - self.c)
             row[self.c:self.c + n] = [(ch, style) for ch in text[:n]]
             self.c += n
+            if self.c > span[1]:
+                span[1] = self.c
             return
+        if start > 0:
+            span[0] = min(span[0], start - 1)  # a combining mark may join the cell before
         for ch in text:
             w = cell_len(ch)
             if w == 0:  # a combining mark joins the previous cell
@@ -121,14 +130,16 @@ class CellDiff:
             if w == 2:
                 row[self.c + 1] = ("", style)  # the right half of a wide character
             self.c += w
+        span[1] = max(span[1], self.c)
 
     # ----- what the terminal needs --------------------------------------------------
-    def _flush(self, dirty: set[int], out: list[str]) -> None:
+    def _flush(self, dirty: dict[int, list[int]], out: list[str]) -> None:
         for r in sorted(dirty):
             want, shown = self.want[r], self.shown[r]
-            if want == shown:  # the row as the terminal shows it (most rows of a frame): compared in C
+            lo, hi = dirty[r]  # only what was written can differ from what the terminal shows
+            if want[lo:hi] == shown[lo:hi]:  # (most spans of a frame): compared in C
                 continue
-            changed = [c for c in range(self.cols) if want[c] is not None and want[c] != shown[c]]
+            changed = [c for c in range(lo, hi) if want[c] is not None and want[c] != shown[c]]
             if not changed:
                 continue
             runs: list[list[int]] = [[changed[0], changed[0]]]
