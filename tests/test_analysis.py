@@ -125,3 +125,23 @@ def test_alert_value_never_prints_as_its_target(value, target, shown):
     assert alert.text.startswith(f"E2E p99 {shown} > ")
     shown_value = float(shown[:-2]) / 1e3 if shown.endswith("ms") else float(shown[:-1])
     assert shown_value > target
+
+
+def test_fleet_quantiles_sum_the_engines_buckets_as_prometheus_does():
+    # sum by (le) (increase(...)) over two engines, then histogram_quantile, for several q at once
+    from infertop.analysis.fleet import fleet_quantile, fleet_quantiles
+
+    def engine(before: dict, after: dict) -> CounterWindow:
+        w = CounterWindow(60)
+        w.add(0.0, {f"ttft@{le!r}": v for le, v in before.items()})
+        w.add(10.0, {f"ttft@{le!r}": v for le, v in after.items()})
+        return w
+
+    a = engine({0.1: 0, 0.5: 0, 1.0: 0, math.inf: 0}, {0.1: 10, 0.5: 30, 1.0: 40, math.inf: 40})
+    b = engine({0.1: 5, 0.5: 5, 1.0: 5, math.inf: 5}, {0.1: 5, 0.5: 15, 1.0: 55, math.inf: 65})
+    summed = [(0.1, 10.0), (0.5, 40.0), (1.0, 90.0), (math.inf, 100.0)]
+    qs = (0.0, 0.25, 0.5, 0.99, 1.0, 1.5)
+    want = [histogram_quantile(q, summed) for q in qs]
+    assert fleet_quantiles([a, b], "ttft", qs) == want == [fleet_quantile([a, b], "ttft", q) for q in qs]
+    assert want[2] == pytest.approx(0.6)  # rank 50 of 100: 10 of the 50 in (0.5, 1.0]
+    assert fleet_quantiles([], "ttft", qs) == [None] * len(qs)

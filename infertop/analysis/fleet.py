@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..domain.engine import UP, EngineStats
 from ..state.window import CounterWindow
 from .engine_stats import window_buckets
-from .quantiles import histogram_quantile
+from .quantiles import histogram_quantile, prepare, prepared_quantile
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +51,19 @@ def totals(stats: Iterable[EngineStats]) -> FleetTotals:
 def fleet_quantile(windows: Iterable[CounterWindow], hist: str, q: float) -> float | None:
     """Quantile of the fleet: bucket increases summed across engines, then
     interpolated — like ``histogram_quantile(q, sum by (le) (rate(...)))``."""
+    return fleet_quantiles(windows, hist, (q,))[0]
+
+
+def fleet_quantiles(windows: Iterable[CounterWindow], hist: str, qs: Sequence[float]) -> list[float | None]:
+    """:func:`fleet_quantile` of each of ``qs``, the buckets summed and sorted once for all of them."""
     summed: dict[float, float] = {}
     for w in windows:
         for le, inc in window_buckets(w, hist) or ():
             summed[le] = summed.get(le, 0.0) + inc
-    if not summed:
-        return None
-    v = histogram_quantile(q, list(summed.items()))
-    return None if v is None or math.isnan(v) else v
+    prepared = prepare(list(summed.items())) if summed else None
+    out: list[float | None] = []
+    for q in qs:
+        v = prepared_quantile(q, prepared) if prepared is not None and 0.0 <= q <= 1.0 else (
+            histogram_quantile(q, list(summed.items())) if summed else None)
+        out.append(None if v is None or math.isnan(v) else v)
+    return out

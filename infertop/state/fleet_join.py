@@ -14,7 +14,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from ..analysis.alerts import CRITICAL, Alert, engine_alerts
-from ..analysis.fleet import fleet_quantile
+from ..analysis.fleet import fleet_quantile, fleet_quantiles
 from ..domain.engine import DEGRADED, DOWN, UNKNOWN, UP, EngineStats
 from ..domain.gpu import GpuStats
 from ..domain.kube import ClusterSnapshot
@@ -303,6 +303,7 @@ class FleetJoiner:
             return sum(vals) if vals else None
 
         kv = [s.kv_cache_pct for s in up if s.kv_cache_pct is not None]
+        ttft_p50_s, ttft_p99_s = fleet_quantiles(windows, "ttft", (0.5, 0.99))  # one sum for both
         view = FleetView(
             engines=len(engines), engines_up=len(up),
             running=total("running"), waiting=total("waiting"),
@@ -310,8 +311,7 @@ class FleetJoiner:
             generation_tokens_per_s=total("generation_tokens_per_s"),
             requests_per_s=total("requests_per_s"), preemptions_per_s=total("preemptions_per_s"),
             kv_cache_pct_mean=sum(kv) / len(kv) if kv else None, kv_cache_pct_max=max(kv) if kv else None,
-            ttft_p50_s=_clean(fleet_quantile(windows, "ttft", 0.5)),
-            ttft_p99_s=_clean(fleet_quantile(windows, "ttft", 0.99)),
+            ttft_p50_s=_clean(ttft_p50_s), ttft_p99_s=_clean(ttft_p99_s),
             itl_p95_s=_clean(fleet_quantile(windows, "itl", 0.95)),
             e2e_p99_s=_clean(fleet_quantile(windows, "e2e", 0.99)),
         )
