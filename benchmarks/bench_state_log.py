@@ -28,12 +28,13 @@ import json
 import os
 import pickle
 import re
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from process_group import stop_group
 
 CAPTURE = r"""
 import asyncio, pickle, sys
@@ -131,12 +132,7 @@ def capture(python: str, tree: str, engines: int, n_states: int, out: str, home:
         subprocess.run([python, "-c", CAPTURE, ",".join(urls[:engines]), urls[engines], str(n_states), out],
                        env=env, cwd=home, check=True, timeout=600)
     finally:
-        os.killpg(sim.pid, signal.SIGTERM)
-        try:
-            sim.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(sim.pid, signal.SIGKILL)
-            sim.wait()
+        stop_group(sim)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,12 +20,13 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from process_group import stop_group
 
 CHILD = r"""
 import asyncio, json, sys, time
@@ -119,13 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        if sim.poll() is None:
-            os.killpg(sim.pid, signal.SIGTERM)
-            try:
-                sim.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(sim.pid, signal.SIGKILL)
-                sim.wait()
+        stop_group(sim)
     return 0
 
 
