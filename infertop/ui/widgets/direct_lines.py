@@ -7,6 +7,7 @@ from contextlib import contextmanager
 
 from rich.segment import Segment
 from rich.style import Style
+from textual.color import Color
 from textual.geometry import Region, Size
 from textual.strip import Strip
 
@@ -28,6 +29,7 @@ class DirectLines:
     _direct_rows: dict[int, tuple[Strip, Strip]] | None = None  # y -> (render_line's strip, the strip painted)
     _direct_key: tuple | None = None
     _batched: list[Region] | None = None  # regions to repaint, inside batch()
+    _direct_box: tuple | None = None  # (the styles' keys, what _box read from them)
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -59,15 +61,34 @@ class DirectLines:
         """The content's width from the last layout (see :meth:`layout_content_size`)."""
         return self.layout_content_size().width
 
-    def render_lines(self, crop: Region) -> list[Strip]:
+    def _box(self) -> tuple[bool, int, int, Color, Color]:
+        """(plain box?, left and right padding, base background, background): read from the styles of
+        the widget and its ancestors once, then again only when one of those styles changes (a theme,
+        a class) — each read walks the ancestors, and a frame paints a dozen of these widgets."""
+        nodes = self.ancestors_with_self  # type: ignore[attr-defined]
+        try:
+            key = tuple([node.styles._cache_key for node in nodes])  # Textual bumps it on every style change
+        except AttributeError:  # a Textual without it: read every time
+            key = None
+        box = self._direct_box
+        if key is not None and box is not None and box[0] == key:
+            return box[1]
         styles = self.styles  # type: ignore[attr-defined]
         pad_top, pad_right, pad_bottom, pad_left = styles.padding
-        if (pad_top or pad_bottom or styles.border.spacing != (0, 0, 0, 0) or styles.outline.spacing != (0, 0, 0, 0)
-                or styles.tint.a or styles.text_opacity != 1.0 or self.opacity != 1.0  # type: ignore[attr-defined]
-                or (styles.has_rule("hatch") and styles.hatch != "none")):
+        plain = not (pad_top or pad_bottom or styles.border.spacing != (0, 0, 0, 0)
+                     or styles.outline.spacing != (0, 0, 0, 0) or styles.tint.a or styles.text_opacity != 1.0
+                     or self.opacity != 1.0  # type: ignore[attr-defined]
+                     or (styles.has_rule("hatch") and styles.hatch != "none"))
+        base_background, background = self.background_colors  # type: ignore[attr-defined]
+        got = (plain, pad_left, pad_right, base_background, background)
+        self._direct_box = (key, got) if key is not None else None
+        return got
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        plain, pad_left, pad_right, base_background, background = self._box()
+        if not plain:
             self._direct_rows = None
             return super().render_lines(crop)  # type: ignore[misc]
-        base_background, background = self.background_colors  # type: ignore[attr-defined]
         width = self.outer_size.width  # type: ignore[attr-defined]
         filters = self.get_line_filters()  # type: ignore[attr-defined]
         key = (width, pad_left, pad_right, base_background, background, tuple(filters))
