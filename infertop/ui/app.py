@@ -340,10 +340,20 @@ class PaneScreen(Screen):
         return out
 
 
+YOUNG_GC_OBJECTS = 10_000
+
+
 def _freeze_startup_objects() -> None:
     """Keep what exists after the first frame (modules, widgets, themes: ~100k objects that live as
     long as the app) out of the cyclic collector's full passes: each full pass scanned them all, a
     sixth of the console's CPU at 6 engines (3.5 ms of a 24 ms tick, gc.callbacks). Garbage is
-    collected first, so nothing dead is frozen."""
+    collected first, so nothing dead is frozen.
+
+    Then the youngest generation is collected every YOUNG_GC_OBJECTS allocations instead of
+    Python's 700: a tick allocates ~700 objects that outlive it (one young pass a second, and
+    every tenth promoting them to a pass of the middle one). 4.5 % of the CPU at 6 engines went
+    to the collector, 2 % with this; cyclic garbage waits at most ~10k objects (a few MiB)."""
     gc.collect()
     gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_GC_OBJECTS, middle, old)
