@@ -14,6 +14,7 @@ from textual.app import App, ComposeResult
 from textual.containers import Vertical
 from textual.geometry import Region
 from textual.screen import Screen
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Footer, Label
 
@@ -262,3 +263,34 @@ async def test_the_terminal_shows_the_screen_after_ticks_of_partial_updates(tmp_
             assert any("vllm-" in line for line in full)
     finally:
         sim.stop()
+
+
+def test_a_span_of_a_narrow_strip_renders_as_its_crop_renders():
+    """SpanUpdate writes part of a chop by slicing its segments; every cut of strips of one-cell
+    characters (styled, unstyled, empty segments, any color system) renders as Textual's crop does,
+    less the style codes Textual writes around an empty segment (nothing between them: no cell)."""
+    import random
+    import re
+
+    from rich.color import ColorSystem
+    from rich.segment import Segment
+    from rich.style import Style
+
+    from infertop.ui.compositor import _narrow, _render_cells
+
+    rng = random.Random(8)
+    styles = [None, Style(color="red"), Style(bold=True, bgcolor="#202020"), Style(color="#aabbcc", dim=True)]
+    console = Console(color_system="truecolor")
+    for _ in range(300):
+        segments = [Segment("".join(rng.choice("ab ▇█—≤9") for _ in range(rng.randrange(0, 7))), rng.choice(styles))
+                    for _ in range(rng.randrange(1, 6))]
+        strip = Strip(segments)
+        assert _narrow(strip)
+        n = strip.cell_length
+        a = rng.randrange(0, n + 1)
+        b = rng.randrange(a, n + 2)
+        for system in (ColorSystem.TRUECOLOR, ColorSystem.EIGHT_BIT):
+            console._color_system = system
+            textual = re.sub(r"\x1b\[[0-9;]*m\x1b\[0m", "", strip.crop(a, b).render(console))
+            assert _render_cells(strip, a, b, system) == textual, (segments, a, b)
+    assert not _narrow(Strip([Segment("日本")]))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rich.color import ColorSystem
 from rich.console import Console
 from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
@@ -37,19 +38,49 @@ class SpanUpdate(ChopsUpdate):
         append = sequences.append
         chops, chop_ends = self.chops, self.chop_ends
         last_y = self.spans[-1][0]
+        color_system = console._color_system or ColorSystem.TRUECOLOR  # as Strip.render reads it
         for y, x1, x2 in self.spans:
             for end, (x, strip) in zip(chop_ends[y], chops[y].items()):
                 if strip is None or x > x2 or end <= x1:
                     continue
-                if not (x2 > x >= x1 and end <= x2):  # the chop reaches past the span
-                    left = x1 if x < x1 and len(strip.text) == strip.cell_length else x  # narrow cells only
-                    strip = strip.crop(left - x, min(end, x2) - x)
-                    x = left
-                append(f"\x1b[{y + 1};{x + 1}H")  # Control.move_to's text, without a Control per chop
-                append(strip.render(console))
+                if x2 > x >= x1 and end <= x2:  # the whole chop lies in the span
+                    append(f"\x1b[{y + 1};{x + 1}H")  # Control.move_to's text, without a Control per chop
+                    append(strip.render(console))
+                    continue
+                right = min(end, x2)
+                narrow = _narrow(strip)
+                left = x1 if x < x1 and narrow else x  # a cut through a wide character would split it
+                append(f"\x1b[{y + 1};{left + 1}H")
+                if narrow:  # cells are characters: the span's text sliced from the segments, no cropped Strip
+                    append(_render_cells(strip, left - x, right - x, color_system))
+                else:
+                    append(strip.crop(left - x, right - x).render(console))
             if y != last_y:
                 append("\n")
         return "".join(sequences)
+
+
+def _narrow(strip: Strip) -> bool:
+    """Whether each character of ``strip`` is one cell (no wide or zero-width ones)."""
+    return sum(len(text) for text, _, _ in strip) == strip.cell_length
+
+
+def _render_cells(strip: Strip, start: int, end: int, color_system: ColorSystem) -> str:
+    """``strip.crop(start, end).render()`` for a strip of one-cell characters: each segment's part in
+    [start, end), rendered as Strip.render renders a segment."""
+    out = []
+    render = Strip.render_style
+    pos = 0
+    for text, style, _ in strip:
+        stop = pos + len(text)
+        if stop > start:
+            piece = text[max(0, start - pos):end - pos]
+            if piece:
+                out.append(piece if style is None else render(style, piece, color_system))
+            if stop >= end:
+                break
+        pos = stop
+    return "".join(out)
 
 
 class ChangedOnlyCompositor(Compositor):
