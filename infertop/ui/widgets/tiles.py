@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.cells import cached_cell_len
 from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual._context import active_app
 from textual.content import Content
 from textual.geometry import Region
 from textual.strip import Strip
@@ -27,7 +29,87 @@ from .direct_lines import DirectLines
 def text_strip(text: Text, width: int, base: VisualStyle, console: Console, lead: int = 0) -> list[Segment]:
     """``text`` on one line of ``width`` cells after ``lead`` spaces, cut with "…" when it
     does not fit, padded: the segments a nowrap Static with ``text-overflow: ellipsis``
-    paints (the same Content conversion, so colours and dim come out the same)."""
+    paints (the same Content conversion, so colours and dim come out the same).
+
+    Where the cells' styles and cut points cannot depend on the characters (each one cell
+    wide, none stripped, nothing cut) they are cached per layout and only the characters are
+    sliced in: a tile's digits change every tick, its lengths and styles rarely."""
+    plain = text.plain
+    room = width - lead
+    # isprintable: no tab, newline or control code (Rich's Text drops those Textual strips,
+    # but a layout must never be applied to text Content would change).
+    if room <= 0 or len(plain) > room or console is None or not plain.isprintable() \
+            or cached_cell_len(plain) != len(plain):
+        return _text_strip_slow(text, width, base, console, lead)
+    key = _layout_key(text, plain, width, base, console, lead)
+    if key is None:
+        return _text_strip_slow(text, width, base, console, lead)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        out = _text_strip_slow(text, width, base, console, lead)
+        if len(_LAYOUTS) >= _LAYOUTS_MAX:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = _layout_of(out, plain, room, lead)
+        return out
+    if layout is _NOT_CACHED:
+        return _text_strip_slow(text, width, base, console, lead)
+    head, pieces, tail = layout
+    return [*head, *[Segment(plain[start:end], style) for start, end, style in pieces], *tail]
+
+
+_LAYOUTS: dict[tuple, tuple | object] = {}  # layout key → (lead segments, (start, end, style)s, padding)
+_LAYOUTS_MAX = 2048
+_NOT_CACHED = object()  # a layout the slow path's output did not confirm: always take the slow path
+
+
+def _layout_key(text: Text, plain: str, width: int, base: VisualStyle, console: Console, lead: int) -> tuple | None:
+    """Everything besides the characters that ``Content.from_rich_text`` and ``render_segments``
+    read, as they read it; None where a style does not parse (left to the slow path)."""
+    style = text.style
+    if isinstance(style, str):
+        if style:
+            # A str style is parsed at render time with the app's CSS variables (a theme's
+            # colours), so the key holds what it parses to, not the string.
+            try:
+                style = VisualStyle.parse(style)
+            except Exception:
+                return None
+        ansi = _ansi_theme() if text._spans else None
+    else:
+        ansi = _ansi_theme()  # ANSI colours of Rich styles map through the app's terminal theme
+    return (len(plain), style, tuple(text._spans), width, lead, base, console, ansi)
+
+
+def _ansi_theme() -> object:
+    try:
+        return active_app.get().ansi_theme
+    except LookupError:
+        return None
+
+
+def _layout_of(out: list[Segment], plain: str, room: int, lead: int) -> tuple | object:
+    """The slow path's ``out`` as lead segments, pieces of ``plain`` and padding; _NOT_CACHED
+    unless it is exactly lead spaces, ``plain`` and the padding to ``room``."""
+    head = out[:1] if lead else []
+    tail = out[-1:] if len(plain) < room else []
+    body = out[len(head):len(out) - len(tail)]
+    if [s.text for s in head] != [" " * lead] * len(head) or [s.text for s in tail] != [" " * (room - len(plain))] * len(tail):
+        return _NOT_CACHED
+    pieces = []
+    start = 0
+    for segment in body:
+        end = start + len(segment.text)
+        if segment.control or plain[start:end] != segment.text:
+            return _NOT_CACHED
+        pieces.append((start, end, segment.style))
+        start = end
+    if start != len(plain):
+        return _NOT_CACHED
+    return tuple(head), tuple(pieces), tuple(tail)
+
+
+def _text_strip_slow(text: Text, width: int, base: VisualStyle, console: Console, lead: int = 0) -> list[Segment]:
+    """``text_strip`` through Textual's Content, uncached (what the cache must equal)."""
     pad = Style(bgcolor=base.rich_style.bgcolor)  # blank cells as Textual pads them: background only
     room = width - lead
     if room <= 0:
