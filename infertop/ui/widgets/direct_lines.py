@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from rich.segment import Segment
 from rich.style import Style
 from textual.color import Color
+from textual.filter import ANSIToTruecolor
 from textual.geometry import Region, Size
 from textual.strip import Strip
 
@@ -30,6 +31,7 @@ class DirectLines:
     _direct_key: tuple | None = None
     _batched: list[Region] | None = None  # regions to repaint, inside batch()
     _direct_box: tuple | None = None  # (the styles' keys, what _box read from them)
+    _gutter: tuple | None = None  # (the styles' key, their gutter)
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -54,7 +56,12 @@ class DirectLines:
     def layout_content_size(self) -> Size:
         """The content's size from the last layout (``Widget.size`` finds the widget on its screen
         each call: too dear for every line of every frame)."""
-        outer, gutter = self.outer_size, self.styles.gutter  # type: ignore[attr-defined]
+        styles = self.styles  # type: ignore[attr-defined]
+        key = getattr(styles, "_cache_key", None)  # Textual bumps it on every style change
+        got = self._gutter
+        if key is None or got is None or got[0] != key:
+            got = self._gutter = (key, styles.gutter)  # padding, border, scrollbars: summed per read
+        outer, gutter = self.outer_size, got[1]  # type: ignore[attr-defined]
         return Size(max(0, outer.width - gutter.width), max(0, outer.height - gutter.height))
 
     def content_width(self) -> int:
@@ -115,7 +122,7 @@ class DirectLines:
                     right = [Segment(" " * pad_right, inner)] if pad_right else []
                     segments = [*left, *segments, *right]
                 for line_filter in filters:
-                    segments = line_filter.apply(segments, background)
+                    segments = _filtered(line_filter, segments, background)
                 strip = Strip(segments, width)
             painted[y] = (line, strip)
             strips.append(strip)
@@ -123,3 +130,30 @@ class DirectLines:
         if (x1, x2) != (0, width):
             strips = [strip.crop(x1, x2) for strip in strips]
         return strips
+
+
+_TRUECOLOR: dict[tuple[ANSIToTruecolor, Color], dict[Style, Style]] = {}  # (filter, background) → style → style
+
+
+def _filtered(line_filter, segments: list[Segment], background: Color) -> list[Segment]:
+    """``line_filter.apply(segments, background)``; Textual's truecolor filter, which every app has,
+    through a dict per background: its own cache hashes the background colour for every segment."""
+    if type(line_filter) is not ANSIToTruecolor:
+        return line_filter.apply(segments, background)
+    memo = _TRUECOLOR.get((line_filter, background))
+    if memo is None or len(memo) > 4096:  # styles can carry metadata (text offsets): bounded
+        if len(_TRUECOLOR) >= 64:
+            _TRUECOLOR.clear()
+        memo = _TRUECOLOR[(line_filter, background)] = {}
+    out = []
+    rich_background = None
+    for text, style, _ in segments:
+        if style is not None:
+            got = memo.get(style)
+            if got is None:
+                if rich_background is None:
+                    rich_background = background.rich_color
+                got = memo[style] = line_filter.truecolor_style(style, rich_background)
+            style = got
+        out.append(Segment(text, style, None))  # as the filter makes them: no control codes
+    return out
