@@ -295,25 +295,3 @@ def test_a_span_of_a_narrow_strip_renders_as_its_crop_renders():
             assert _render_cells(strip, a, b, system) == textual, (segments, a, b)
     assert not _narrow(Strip([Segment("日本")]))
 
-
-def test_the_truecolor_filter_through_a_dict_per_background_filters_as_textual():
-    """DirectLines applies Textual's ANSI-to-truecolor filter through its own memo: every segment comes
-    out as the filter's own apply makes it, for several backgrounds, dim and system colours."""
-    import random
-
-    from rich.segment import Segment
-    from rich.style import Style
-    from rich.terminal_theme import MONOKAI
-    from textual.color import Color
-    from textual.filter import ANSIToTruecolor
-
-    from infertop.ui.widgets.direct_lines import _filtered
-
-    rng = random.Random(3)
-    line_filter = ANSIToTruecolor(MONOKAI)
-    styles = [None, Style(color="red"), Style(color="red", dim=True), Style(bgcolor="blue", bold=True),
-              Style(color="#102030"), Style(color="bright_green", bgcolor="#000000", dim=True), Style()]
-    for _ in range(200):
-        background = rng.choice([Color(0, 0, 0), Color(30, 30, 30), Color(250, 250, 250, 0.5)])
-        segments = [Segment(rng.choice(["ab", "", "█▇", " "]), rng.choice(styles)) for _ in range(rng.randrange(0, 6))]
-        assert _filtered(line_filter, segments, background) == line_filter.apply(segments, background)

@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from rich.segment import Segment
 from rich.style import Style
 from textual.color import Color
-from textual.filter import ANSIToTruecolor
 from textual.geometry import Region, Size
 from textual.strip import Strip
 
@@ -122,7 +121,7 @@ class DirectLines:
                     right = [Segment(" " * pad_right, inner)] if pad_right else []
                     segments = [*left, *segments, *right]
                 for line_filter in filters:
-                    segments = _filtered(line_filter, segments, background)
+                    segments = line_filter.apply(segments, background)
                 strip = Strip(segments, width)
             painted[y] = (line, strip)
             strips.append(strip)
@@ -131,29 +130,3 @@ class DirectLines:
             strips = [strip.crop(x1, x2) for strip in strips]
         return strips
 
-
-_TRUECOLOR: dict[tuple[ANSIToTruecolor, Color], dict[Style, Style]] = {}  # (filter, background) → style → style
-
-
-def _filtered(line_filter, segments: list[Segment], background: Color) -> list[Segment]:
-    """``line_filter.apply(segments, background)``; Textual's truecolor filter, which every app has,
-    through a dict per background: its own cache hashes the background colour for every segment."""
-    if type(line_filter) is not ANSIToTruecolor:
-        return line_filter.apply(segments, background)
-    memo = _TRUECOLOR.get((line_filter, background))
-    if memo is None or len(memo) > 4096:  # styles can carry metadata (text offsets): bounded
-        if len(_TRUECOLOR) >= 64:
-            _TRUECOLOR.clear()
-        memo = _TRUECOLOR[(line_filter, background)] = {}
-    out = []
-    rich_background = None
-    for text, style, _ in segments:
-        if style is not None:
-            got = memo.get(style)
-            if got is None:
-                if rich_background is None:
-                    rich_background = background.rich_color
-                got = memo[style] = line_filter.truecolor_style(style, rich_background)
-            style = got
-        out.append(Segment(text, style, None))  # as the filter makes them: no control codes
-    return out
