@@ -328,9 +328,9 @@ def table(title: str, results: list[Result], htop: Result | None, show_rss: bool
     for r in results:
         line = f"  {r.label:<22} {r.bytes_per_s:9.0f}"
         if htop is not None and r is not htop:
-            line += f" {ratio(r.bytes_per_s, htop.bytes_per_s):>8} {r.cpu_pct:10.1f} {ratio(r.cpu_pct, htop.cpu_pct):>8}"
+            line += f" {ratio(r.bytes_per_s, htop.bytes_per_s):>8} {r.cpu_pct:10.2f} {ratio(r.cpu_pct, htop.cpu_pct):>8}"
         else:
-            line += f" {'':>8} {r.cpu_pct:10.1f} {'':>8}"
+            line += f" {'':>8} {r.cpu_pct:10.2f} {'':>8}"
         if r.frames_per_s:  # htop's frames are not counted (curses writes only changed digits of its clock)
             per = r.frames_per_s
             line += f" {per:8.2f} {r.bytes_per_s / per:8.0f} {10 * r.cpu_pct / per:12.1f}"
