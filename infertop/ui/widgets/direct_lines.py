@@ -67,8 +67,8 @@ class DirectLines:
         """The content's width from the last layout (see :meth:`layout_content_size`)."""
         return self.layout_content_size().width
 
-    def _box(self) -> tuple[bool, int, int, Color, Color]:
-        """(plain box?, left and right padding, base background, background): read from the styles of
+    def _box(self) -> tuple[bool, int, int, Color, Color, Style]:
+        """(plain box?, left and right padding, base background, background, the padding's style): read from the styles of
         the widget and its ancestors once, then again only when one of those styles changes (a theme,
         a class) — each read walks the ancestors, and a frame paints a dozen of these widgets."""
         nodes = self.ancestors_with_self  # type: ignore[attr-defined]
@@ -86,12 +86,13 @@ class DirectLines:
                      or self.opacity != 1.0  # type: ignore[attr-defined]
                      or (styles.has_rule("hatch") and styles.hatch != "none"))
         base_background, background = self.background_colors  # type: ignore[attr-defined]
-        got = (plain, pad_left, pad_right, base_background, background)
+        inner = Style(bgcolor=(base_background + background).rich_color)  # padding: the background only
+        got = (plain, pad_left, pad_right, base_background, background, inner)
         self._direct_box = (key, got) if key is not None else None
         return got
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        plain, pad_left, pad_right, base_background, background = self._box()
+        plain, pad_left, pad_right, base_background, background, inner = self._box()
         if not plain:
             self._direct_rows = None
             return super().render_lines(crop)  # type: ignore[misc]
@@ -103,7 +104,6 @@ class DirectLines:
             painted = self._direct_rows = {}
             self._direct_key = key
         content_width = width - pad_left - pad_right
-        inner = Style(bgcolor=(base_background + background).rich_color)
         render_line = self.render_line  # type: ignore[attr-defined]
         strips = []
         for y in crop.line_range:
