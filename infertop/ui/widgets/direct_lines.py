@@ -59,7 +59,7 @@ class DirectLines:
         key = getattr(styles, "_cache_key", None)  # Textual bumps it on every style change
         got = self._gutter
         if key is None or got is None or got[0] != key:
-            got = self._gutter = (key, styles.gutter)  # padding, border, scrollbars: summed per read
+            got = self._gutter = (key, styles.gutter)  # padding and border: summed on each read
         outer, gutter = self.outer_size, got[1]  # type: ignore[attr-defined]
         return Size(max(0, outer.width - gutter.width), max(0, outer.height - gutter.height))
 
@@ -68,9 +68,10 @@ class DirectLines:
         return self.layout_content_size().width
 
     def _box(self) -> tuple[bool, int, int, Color, Color, Style]:
-        """(plain box?, left and right padding, base background, background, the padding's style): read from the styles of
-        the widget and its ancestors once, then again only when one of those styles changes (a theme,
-        a class) — each read walks the ancestors, and a frame paints a dozen of these widgets."""
+        """(plain box?, left and right padding, base background, background, the padding's style),
+        read from the styles of the widget and its ancestors once, then again only when one of those
+        styles changes (a theme, a class): each read walks the ancestors, and a frame paints a dozen
+        of these widgets."""
         nodes = self.ancestors_with_self  # type: ignore[attr-defined]
         try:
             key = tuple([node.styles._cache_key for node in nodes])  # Textual bumps it on every style change
@@ -129,4 +130,3 @@ class DirectLines:
         if (x1, x2) != (0, width):
             strips = [strip.crop(x1, x2) for strip in strips]
         return strips
-
