@@ -294,4 +294,6 @@ def test_a_span_of_a_narrow_strip_renders_as_its_crop_renders():
             textual = re.sub(r"\x1b\[[0-9;]*m\x1b\[0m", "", strip.crop(a, b).render(console))
             assert _render_cells(strip, a, b, system) == textual, (segments, a, b)
     assert not _narrow(Strip([Segment("日本")]))
+    # a wide character and a combining mark: as many characters as cells, yet not one cell each
+    assert not _narrow(Strip([Segment("ab日e\u0301")])) and not _narrow(Strip([Segment("a\tb")]))
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rich.cells import cell_len
 from rich.color import ColorSystem
 from rich.console import Console
 from textual._compositor import ChopsUpdate, Compositor
@@ -61,8 +62,22 @@ class SpanUpdate(ChopsUpdate):
 
 
 def _narrow(strip: Strip) -> bool:
-    """Whether each character of ``strip`` is one cell (no wide or zero-width ones)."""
-    return sum(len(text) for text, _, _ in strip) == strip.cell_length
+    """Whether each character of ``strip`` is one cell (no wide, zero-width or control ones: a wide
+    one and a combining mark would also make its lengths agree)."""
+    for text, _, _ in strip:
+        if not _ONE_CELL.issuperset(text):
+            for ch in set(text) - _ONE_CELL:
+                if cell_len(ch) != 1:
+                    return False
+                if len(_ONE_CELL) < _MOST_ONE_CELL:
+                    _ONE_CELL.add(ch)
+    return True
+
+
+# characters known to take one cell: printable ASCII, then each other one once measured so (bars,
+# dashes, ≤): a line is then checked in one set operation
+_ONE_CELL: set[str] = {chr(c) for c in range(0x20, 0x7F)}
+_MOST_ONE_CELL = 8192  # what a stream of odd characters can make it hold
 
 
 def _render_cells(strip: Strip, start: int, end: int, color_system: ColorSystem) -> str:
