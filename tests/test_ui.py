@@ -123,11 +123,13 @@ async def test_bad_data_keeps_app_running(scripted):
         for _ in range(3):
             await app.poll_now()
         await pilot.pause()
-        assert "bad down: garbage /metrics" in text_of(app, "#statusbar")
+        # the status bar names the state the table shows: it answers, with garbage
+        assert "bad degraded: garbage /metrics" in text_of(app, "#statusbar")
         await pilot.press("2")  # the Engines pane
         await until(pilot, lambda: app.query_one("#panes").active == "engines", "the Engines pane")
         await pilot.pause()
         assert table_rows(app)["good"][1] == "up"
+        assert table_rows(app)["bad"][1] == "degraded"
         assert app.is_running
 
 

@@ -7,6 +7,7 @@ from collections import Counter
 
 from rich.text import Text
 
+from ..domain.engine import DEGRADED, DOWN
 from ..format import age_human
 from ..state.fleet import FleetState
 from ..text import plain
@@ -16,6 +17,14 @@ MAX_NAMED = 2  # failing sources named one by one; the rest are counted
 
 def _clock(ts: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts)) if ts else "?"
+
+
+def _word(state: FleetState, source) -> str:
+    """The failing engine source's state as the tables show it: "degraded" where each of its engines is
+    degraded (it answers, with something unusable), else "down"."""
+    states = {e.stats.state for e in state.engines
+              if e.stats.name == source.name or e.stats.name.startswith(source.name + "/")}
+    return DEGRADED if states == {DEGRADED} else DOWN
 
 
 def status_line(state: FleetState, gpu_parts: list[str] | None = None) -> Text:
@@ -39,15 +48,17 @@ def status_line(state: FleetState, gpu_parts: list[str] | None = None) -> Text:
     elif len(down) > MAX_NAMED or len(down) == len(engines):
         reasons = Counter(plain(s.error or "no data", 60) for s in down)
         reason = reasons.most_common(1)[0][0] if len(reasons) == 1 else f"{len(reasons)} kinds of failure"
+        words = {_word(state, s) for s in down}
         out.append("✗", style="bold red")
-        out.append(f" {len(down)}/{len(engines)} engines down: {reason}", style="red")
+        out.append(f" {len(down)}/{len(engines)} engines {words.pop() if len(words) == 1 else 'failing'}: {reason}",
+                   style="red")
         since = min((s.since for s in down if s.since), default=None)
         out.append(f", since {_clock(since)}")
     else:
         for s in down:
             sep()
             out.append(f"✗ {plain(s.name, 30)}", style="bold red")
-            out.append(f" down: {plain(s.error or 'no data', 60)}, since {_clock(s.since)}")
+            out.append(f" {_word(state, s)}: {plain(s.error or 'no data', 60)}, since {_clock(s.since)}")
     for part in gpu_parts or ():
         sep()
         out.append(Text.from_markup(part))
