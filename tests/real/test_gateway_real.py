@@ -97,6 +97,10 @@ async def test_realtime_waits_less_than_batch_in_vllms_own_queue(vllm_server_fac
     requests: dict[str, int] = {"realtime": 0, "batch": 0}
     ks = sorted(k for k in samples if 0 <= k <= len(finished))
     for k1, k2 in zip(ks, ks[1:]):
+        if k1 < 2:
+            # the first two answers are the batch requests that took vLLM's two free slots: they never
+            # queued, and counted as batch they made batch's queue time ~0 (one CI run: 6e-5 s over 2)
+            continue
         group = set(finished[k1:k2])
         if len(group) == 1:
             cls = group.pop()
