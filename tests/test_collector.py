@@ -230,3 +230,20 @@ async def test_too_many_label_sets_are_capped_and_said(scripted):
     assert all(e.state == DEGRADED for e in snap.engines)
     h = fc.health()[0]
     assert h.ok and h.last_error == "too many series (100) — showing the first 64"
+
+
+def test_healthy_engines_share_each_poll_deadline_on_the_interval_grid():
+    """Engines whose polls started apart (or took longer) are due at the same multiple of the interval:
+    one wake-up of the event loop for all of them; never sooner than MIN_PAUSE_S after a poll ends."""
+    from infertop.sources.vllm import MIN_PAUSE_S, grid_due
+
+    dues = {grid_due(started + 1.0, now, 1.0) for started, now in ((100.02, 100.03), (99.97, 100.2), (100.4, 100.45))}
+    assert dues == {101.0}
+    # a poll that ended too close to the grid point waits for the next one
+    assert grid_due(101.0, 100.99, 1.0) == 102.0
+    assert grid_due(101.0, 101.0 - MIN_PAUSE_S - 0.01, 1.0) == 101.0
+    # a poll that overran its interval: the next grid point after it, not one in the past
+    assert grid_due(101.0, 103.3, 1.0) == 104.0
+    for interval in (0.25, 2.0, 5.0):
+        got = grid_due(1000.1, 1000.0, interval)
+        assert got >= 1000.0 + MIN_PAUSE_S and abs(got / interval - round(got / interval)) < 1e-9

@@ -424,6 +424,21 @@ class EngineCollector:
         return self.stats
 
 
+MIN_PAUSE_S = 0.05  # the shortest wait between two polls of one engine
+
+
+def grid_due(due: float, now: float, interval_s: float) -> float:
+    """The multiple of ``interval_s`` nearest to ``due``, at least MIN_PAUSE_S after ``now``.
+
+    Healthy engines poll on this one grid of the clock: their timers share each deadline, so the
+    event loop wakes once for all of them rather than once per engine, and their answers come in
+    together. Each engine's loop is still its own: a slow engine delays no other."""
+    grid = round(due / interval_s) * interval_s
+    while grid < now + MIN_PAUSE_S:
+        grid += interval_s
+    return grid
+
+
 class FleetCollector:
     """All engines: concurrent independent poll loops and the latest snapshot.
 
@@ -539,5 +554,9 @@ class FleetCollector:
                 await self.poll_collector(c)
             except Exception as exc:  # noqa: BLE001 — e.g. on_update failed: this loop must not die
                 c._failed(exc, started, internal=True)
-            elapsed = c.clock() - started
-            await asyncio.sleep(max(0.05, c.next_delay_s(self.interval_s) - elapsed))
+            now = c.clock()
+            delay = c.next_delay_s(self.interval_s)
+            due = started + delay
+            if delay == self.interval_s:  # healthy: on the fleet's grid (a failing engine keeps its jitter)
+                due = grid_due(due, now, delay)
+            await asyncio.sleep(max(MIN_PAUSE_S, due - now))
