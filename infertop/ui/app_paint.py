@@ -31,6 +31,8 @@ GPU_KINDS = ("nvml", "dcgm", "prometheus", "gpu")
 class PaintMixin:
     """Build a tick's fleet state and paint it; a pane out of view is painted when it is shown."""
 
+    _top_key: tuple | None = None  # what the header's text was written from (see _render_top)
+
     def tick(self) -> None:
         """Build this tick's fleet state and show it everywhere."""
         if not self.is_running:  # the interval can still tick while the app tears its widgets down
@@ -138,11 +140,20 @@ class PaintMixin:
 
     def _render_top(self) -> None:
         s = self.settings
-        mode = s.mode + (" · read-only" if s.read_only else "")
-        src = s.config.source or "no config file"
         # what the fleet state holds (engines scaled away have left it), not the endpoints watched:
         # before the first tick there is no state, so no count
         n = len(self.state.engines) if self.state is not None else None
+        if self.player is None and self.state is not None:
+            # live, the header's text is made of these: a tick that changes none of them writes the clock
+            # only (building the header each tick was 2 % of it)
+            key = (n, s.mode, s.read_only, s.config.source, s.record_path, self.state_log.error is None)
+            if key == self._top_key:
+                self.main.query_one("#clock", LineStatic).show(
+                    time.strftime('%H:%M:%S', time.localtime(self.state.taken_at)))
+                return
+            self._top_key = key
+        mode = s.mode + (" · read-only" if s.read_only else "")
+        src = s.config.source or "no config file"
         engines = "— engines" if n is None else f"{n} engine{'s' if n != 1 else ''}"
         text = Text()
         text.append("infertop", style="bold")

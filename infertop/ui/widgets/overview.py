@@ -78,6 +78,7 @@ class Overview(Vertical):
         self._engines = 0
         self._queues = False  # a gateway or endpoint picker is watched: its tiles are shown
         self._alerts: list[Alert] = []
+        self._alerts_shown: tuple | None = None  # (alerts, lines, width) last laid out
         self._shown: tuple[FleetState, HistoryStore] | None = None  # the tick on screen
         # kept: no query per tick
         self.tiles = TileGrid(TILES, QUEUE_TILES, id="tiles")
@@ -227,6 +228,10 @@ class Overview(Vertical):
         do not fit the width end in "+N more"; engines that do not fit the lines
         in "… N more engines"."""
         self._alerts = alerts
+        key = (alerts, self.alert_rows, self.size.width)
+        if key == self._alerts_shown:
+            return  # the same alerts on the same lines: nothing to lay out again
+        self._alerts_shown = key
         by_target: dict[str, list[Alert]] = {}
         for a in alerts:
             by_target.setdefault(a.target, []).append(a)
