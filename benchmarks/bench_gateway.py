@@ -204,7 +204,7 @@ def start_gateway(engine_url: str, tmp: Path, uvloop: bool = True, root: Path = 
     argv = ["--config", str(cfg), "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]
     cmd = [sys.executable, "-m", "infertop", "gateway", *argv]
     if not uvloop:  # the same gateway on asyncio's own event loop, to measure what uvloop brings
-        cmd = [sys.executable, "-c", "import sys; from infertop.gateway import cli; cli.USE_UVLOOP = False; "
+        cmd = [sys.executable, "-c", "import sys; from infertop import event_loop; event_loop.USE_UVLOOP = False; from infertop.gateway import cli; "
                                      f"sys.exit(cli.main({argv!r}))"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True, env=_env(root))

@@ -272,6 +272,27 @@ def test_an_intended_exit_message_still_reaches_the_user(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("wanted", ["", "asyncio"])
+def test_the_console_runs_on_uvloops_event_loop_unless_asked_for_asyncios(tmp_path, monkeypatch, wanted):
+    """uvloop (a dependency) runs the console's loop, timers and sockets in C: less CPU per poll and frame.
+    INFERTOP_EVENT_LOOP=asyncio rules it out when chasing a problem."""
+    import asyncio
+
+    from textual.app import App
+
+    monkeypatch.setenv("INFERTOP_EVENT_LOOP", wanted)
+    seen = []
+
+    class Probe(App):
+        async def on_mount(self) -> None:
+            seen.append(type(asyncio.get_running_loop()).__module__)
+            await asyncio.to_thread(seen.append, "thread")  # the default executor works and is shut down
+            self.exit(return_code=3)
+
+    assert run_tui(Probe(), err=io.StringIO(), directory=tmp_path, headless=True) == 3
+    assert seen == (["uvloop", "thread"] if wanted == "" else ["asyncio.unix_events", "thread"])
+
+
 def test_crash_logs_never_overwrite_each_other(tmp_path):
     try:
         raise RuntimeError("first")

@@ -7,22 +7,10 @@ import asyncio
 import signal
 import sys
 
+from ..event_loop import loop_factory
 from .config import address_error
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
-USE_UVLOOP = True  # uvloop's event loop when installed: less CPU per proxied request (benchmarks/bench_gateway.md)
-
-
-def _loop_factory():
-    """uvloop's loop when installed and wanted, else asyncio's own."""
-    if USE_UVLOOP:
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            return uvloop.new_event_loop
-    return asyncio.new_event_loop
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,7 +66,7 @@ def main(argv: list[str]) -> int:
     if token is None:
         note(f"admin API off: set {gw.admin_token_env} or gateway.admin_token_file to turn it on")
     try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as loop_runner:
+        with asyncio.Runner(loop_factory=loop_factory()) as loop_runner:
             return loop_runner.run(_serve(GatewayRunner(gw, upstreams, token), gw.drain_grace_s))
     except OSError as e:
         print(f"infertop gateway: cannot listen: {e.strerror or e}", file=sys.stderr)
