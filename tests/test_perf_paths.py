@@ -81,6 +81,34 @@ def test_random_partial_frames_through_the_cell_diff_paint_what_they_paint_raw()
         assert screen_cells(sent) == screen_cells(raw), f"frame {frame_no}"
 
 
+def test_random_frames_of_bars_box_lines_and_marks_paint_what_they_paint_raw():
+    # As above, with the one-cell characters of sparklines, box lines and marks (written to the model by
+    # slices once known to take one cell), styles changing inside a line.
+    rng = random.Random(12)
+    cols, rows = 30, 6
+    raw, sent = pyte.Screen(cols, rows), pyte.Screen(cols, rows)
+    raw_stream, sent_stream = pyte.Stream(raw), pyte.Stream(sent)
+    diff = CellDiff(cols, rows)
+    alphabet = "0123456789 ab.%" + "▁▂▃▄▅▆▇█▕━─—≤✓●…"
+    styles = ["", "1", "31", "2;33", "38;2;10;200;30"]
+    for frame_no in range(400):
+        parts = []
+        for _ in range(rng.randint(1, 6)):
+            r, c = rng.randrange(rows), rng.randrange(cols - 2)
+            parts.append(f"\x1b[{r + 1};{c + 1}H")
+            width = 0
+            for _ in range(rng.randint(1, 3)):  # a few segments, each its own style
+                text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 6)))
+                if c + width + len(text) > cols:
+                    break
+                width += len(text)
+                parts.append(f"\x1b[{rng.choice(styles)}m{text}\x1b[0m")
+        frame = "".join(parts)
+        raw_stream.feed(frame)
+        sent_stream.feed(diff.frame(frame))
+        assert screen_cells(sent) == screen_cells(raw), f"frame {frame_no}"
+
+
 def run_child_in_pty(out: Path, state_dir: Path, deadline_s: float = 120.0) -> int:
     """tests/driver_child.py in a 120x40 pseudo-terminal; its output is drained here."""
     pid, fd = pty.fork()

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from itertools import groupby
+from operator import itemgetter
 
 from rich.cells import cell_len
 
@@ -24,15 +26,41 @@ TOKEN = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\
                    r"|[\x00-\x1f]|[^\x00-\x1f\x1b]+")
 CUP = re.compile(r"\x1b\[(\d*)(?:;(\d*))?H")
 SGR = re.compile(r"\x1b\[([0-9;:]*)m")
+# TOKEN's tokens in one pass, each told by the group it matched (Match.lastindex): 1-2 a cursor move
+# (row; column), 3 an SGR's parameters, 4 text, 5 any other sequence or control character
+_TOKENS = re.compile(r"\x1b\[(\d*)(?:;(\d*))?H|\x1b\[([0-9;:]*)m|([^\x00-\x1f\x1b]+)"
+                     r"|(\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()*+].|\x1b[^\[\]]|[\x00-\x1f])")
 GAP = 6  # rewrite up to this many unchanged cells rather than move the cursor over them
 # CSI finals that may move or clear cells the model cannot follow: erase, scroll region, scroll, insert/delete
 FORGET_CSI = ("J", "K", "r", "S", "T", "L", "M", "P", "@", "X")
 
 Cell = tuple[str, tuple]  # (text, SGR parameters since the last reset)
 
+# characters known to take one cell: printable ASCII, then each other one once measured so (bars, box
+# lines, ≤, ✓): a text of them is written to the model by slices, without measuring each character
+_ONE_CELL: set[str] = {chr(c) for c in range(0x20, 0x7F)}
+_MOST_ONE_CELL = 8192  # what a stream of odd characters can make it hold
+_first, _second = itemgetter(0), itemgetter(1)
+
+
+def _one_cell_each(text: str) -> bool:
+    if _ONE_CELL.issuperset(text):
+        return True
+    for ch in set(text) - _ONE_CELL:
+        if cell_len(ch) != 1:
+            return False
+        if len(_ONE_CELL) < _MOST_ONE_CELL:
+            _ONE_CELL.add(ch)
+    return True
+
 
 class CellDiff:
-    """The model of one terminal screen, and the bytes that bring it to each new frame."""
+    """The model of one terminal screen, and the bytes that bring it to each new frame.
+
+    Each row is two lists, its characters and their styles (None: not known), for the app's writes
+    (``_chars``, ``_styles``) and for what the terminal shows (``_shown_chars``, ``_shown_styles``):
+    a text of one-cell characters goes in as two slice assignments and a row's written span is
+    compared with the terminal's in C, so only changed cells cost Python steps."""
 
     def __init__(self, cols: int, rows: int) -> None:
         self.resize(cols, rows)
@@ -40,15 +68,23 @@ class CellDiff:
     def resize(self, cols: int, rows: int) -> None:
         """A new size: what the terminal shows is unknown, so the next frame is sent in full."""
         self.cols, self.rows = cols, rows
-        self.want: list[list[Cell | None]] = [[None] * cols for _ in range(rows)]  # what the app wrote
+        self._chars: list[list[str | None]] = [[None] * cols for _ in range(rows)]  # what the app wrote
+        self._styles: list[list[tuple | None]] = [[None] * cols for _ in range(rows)]
         self.r = self.c = 0  # the app's cursor
         self.style: tuple = ()  # the app's SGR since its last reset
         self.forget()
 
     def forget(self) -> None:
-        self.shown: list[list[Cell | None]] = [[None] * self.cols for _ in range(self.rows)]
+        self._shown_chars: list[list[str | None]] = [[None] * self.cols for _ in range(self.rows)]
+        self._shown_styles: list[list[tuple | None]] = [[None] * self.cols for _ in range(self.rows)]
         self.term_r = self.term_c = -1  # the terminal's cursor (unknown)
         self.term_style: tuple | None = None
+
+    @property
+    def want(self) -> list[list[Cell | None]]:
+        """What the app wrote, cell by cell: (text, SGR parameters) or None (never written)."""
+        return [[None if ch is None else (ch, st) for ch, st in zip(chars, styles)]
+                for chars, styles in zip(self._chars, self._styles)]
 
     # ----- what the app writes ------------------------------------------------------
     def frame(self, data: str) -> str:
@@ -57,43 +93,42 @@ class CellDiff:
             self.forget()  # every row repainted (a resize, a screen switch): send it as painted
         out: list[str] = []
         dirty: dict[int, list[int]] = {}  # row → [first, last + 1) of the columns written to it
-        for tok in TOKEN.findall(data):
-            if tok[0] != "\x1b" and tok[0] >= " ":
-                self._text(tok, dirty)
-                continue
-            last = tok[-1]
-            m = CUP.fullmatch(tok) if last == "H" else None
-            if m is not None:
-                self.r = min(max(int(m.group(1) or 1) - 1, 0), self.rows - 1)
-                self.c = min(max(int(m.group(2) or 1) - 1, 0), self.cols - 1)
-                continue
-            m = SGR.fullmatch(tok) if last == "m" else None
-            if m is not None:
-                params = m.group(1)
+        last_row, last_col = self.rows - 1, self.cols - 1
+        for m in _TOKENS.finditer(data):
+            kind = m.lastindex
+            if kind == 4:
+                self._text(m.group(4), dirty)
+            elif kind == 3:
+                params = m.group(3)
                 if params in ("", "0"):
                     self.style = ()
                 elif params.startswith("0;"):
                     self.style = (params[2:],)
                 else:
                     self.style = self.style + (params,)
-                continue
-            if tok == "\r":
-                self.c = 0
-                continue
-            if tok == "\n":
-                self.r = min(self.r + 1, self.rows - 1)
-                continue
-            # Anything else goes out in order, after the cells written before it.
-            self._flush(dirty, out)
-            dirty.clear()
-            if self.term_style != self.style:  # an erase fills with the current background
-                out.append(_sgr(self.style))
-                self.term_style = self.style
-            out.append(tok)
-            if tok.startswith("\x1b[") and tok.endswith(FORGET_CSI) or tok in ("\x1bc", "\x1bM"):
-                self.forget()
-            elif tok.startswith("\x1b[?") and tok[-1] in "hl" and ("1049" in tok or "47" in tok):
-                self.forget()  # the alternate screen starts blank
+            elif kind != 5:  # a cursor move
+                row, col = m.group(1, 2)
+                self.r = min(max(int(row or 1) - 1, 0), last_row)
+                self.c = min(max(int(col or 1) - 1, 0), last_col)
+            else:
+                tok = m.group(5)
+                if tok == "\r":
+                    self.c = 0
+                    continue
+                if tok == "\n":
+                    self.r = min(self.r + 1, last_row)
+                    continue
+                # Anything else goes out in order, after the cells written before it.
+                self._flush(dirty, out)
+                dirty.clear()
+                if self.term_style != self.style:  # an erase fills with the current background
+                    out.append(_sgr(self.style))
+                    self.term_style = self.style
+                out.append(tok)
+                if tok.startswith("\x1b[") and tok.endswith(FORGET_CSI) or tok in ("\x1bc", "\x1bM"):
+                    self.forget()
+                elif tok.startswith("\x1b[?") and tok[-1] in "hl" and ("1049" in tok or "47" in tok):
+                    self.forget()  # the alternate screen starts blank
         self._flush(dirty, out)
         if (self.term_r, self.term_c) != (self.r, self.c):  # where the app left its cursor
             out.append(f"\x1b[{self.r + 1};{self.c + 1}H")
@@ -101,72 +136,96 @@ class CellDiff:
         return "".join(out)
 
     def _text(self, text: str, dirty: dict[int, list[int]]) -> None:
-        row = self.want[self.r]
+        r, start = self.r, self.c
+        chars, styles = self._chars[r], self._styles[r]
         style = self.style
-        start = self.c
-        span = dirty.get(self.r)
+        span = dirty.get(r)
         if span is None:
-            span = dirty[self.r] = [start, start]
+            span = dirty[r] = [start, start]
         elif start < span[0]:
             span[0] = start
-        if text.isascii() and "\x7f" not in text:  # one cell per character: no width to measure
-            n = min(len(text), self.cols - self.c)
-            row[self.c:self.c + n] = [(ch, style) for ch in text[:n]]
-            self.c += n
-            if self.c > span[1]:
-                span[1] = self.c
+        if _one_cell_each(text):  # one cell per character: written by slices
+            n = min(len(text), self.cols - start)
+            end = start + n
+            chars[start:end] = text[:n]
+            styles[start:end] = [style] * n
+            self.c = end
+            if end > span[1]:
+                span[1] = end
             return
         if start > 0:
             span[0] = min(span[0], start - 1)  # a combining mark may join the cell before
+        c = start
         for ch in text:
             w = cell_len(ch)
             if w == 0:  # a combining mark joins the previous cell
-                if self.c > 0 and row[self.c - 1] is not None:
-                    row[self.c - 1] = (row[self.c - 1][0] + ch, style)
+                if c > 0 and chars[c - 1] is not None:
+                    chars[c - 1] += ch
+                    styles[c - 1] = style
                 continue
-            if self.c + w > self.cols:
+            if c + w > self.cols:
                 break
-            row[self.c] = (ch, style)
+            chars[c], styles[c] = ch, style
             if w == 2:
-                row[self.c + 1] = ("", style)  # the right half of a wide character
-            self.c += w
-        span[1] = max(span[1], self.c)
+                chars[c + 1], styles[c + 1] = "", style  # the right half of a wide character
+            c += w
+        self.c = c
+        span[1] = max(span[1], c)
 
     # ----- what the terminal needs --------------------------------------------------
     def _flush(self, dirty: dict[int, list[int]], out: list[str]) -> None:
+        cols = self.cols
         for r in sorted(dirty):
-            want, shown = self.want[r], self.shown[r]
+            chars, styles = self._chars[r], self._styles[r]
+            shown_chars, shown_styles = self._shown_chars[r], self._shown_styles[r]
             lo, hi = dirty[r]  # only what was written can differ from what the terminal shows
-            if want[lo:hi] == shown[lo:hi]:  # (most spans of a frame): compared in C
-                continue
-            changed = [c for c in range(lo, hi) if want[c] is not None and want[c] != shown[c]]
+            if chars[lo:hi] == shown_chars[lo:hi] and styles[lo:hi] == shown_styles[lo:hi]:
+                continue  # (most spans of a frame): compared in C
+            changed = [c for c in range(lo, hi)
+                       if chars[c] is not None and (chars[c] != shown_chars[c] or styles[c] != shown_styles[c])]
             if not changed:
                 continue
             runs: list[list[int]] = [[changed[0], changed[0]]]
             for c in changed[1:]:
-                if c - runs[-1][1] <= GAP and None not in want[runs[-1][1]:c]:
+                if c - runs[-1][1] <= GAP and None not in chars[runs[-1][1]:c]:
                     runs[-1][1] = c
                 else:
                     runs.append([c, c])
             for start, end in runs:
-                if want[start][0] == "" and start > 0:  # begin at the left half of a wide character
+                if chars[start] == "" and start > 0:  # begin at the left half of a wide character
                     start -= 1
                 if (self.term_r, self.term_c) != (r, start):
                     out.append(f"\x1b[{r + 1};{start + 1}H")
+                term_style = self.term_style
+                stop = end + 1
+                run_chars = chars[start:stop]
+                if _ONE_CELL.issuperset(run_chars):  # (the usual run) each cell one character: by style
+                    run_styles = styles[start:stop]
+                    for style, cells in groupby(zip(run_styles, run_chars), key=_first):
+                        if style != term_style:
+                            out.append(_sgr(style))  # type: ignore[arg-type]
+                            term_style = style
+                        out.append("".join(map(_second, cells)))
+                    shown_chars[start:stop] = run_chars
+                    shown_styles[start:stop] = run_styles
+                    self.term_style = term_style
+                    self.term_r, self.term_c = (r, stop) if stop < cols else (-1, -1)
+                    continue
                 c = start
                 while c <= end:
-                    ch, style = want[c]
-                    if style != self.term_style:
-                        out.append(_sgr(style))
-                        self.term_style = style
-                    out.append(ch)
-                    shown[c] = want[c]
+                    ch, style = chars[c], styles[c]
+                    if style != term_style:
+                        out.append(_sgr(style))  # type: ignore[arg-type]
+                        term_style = style
+                    out.append(ch)  # type: ignore[arg-type]
+                    shown_chars[c], shown_styles[c] = ch, style
                     c += 1
-                    if ch and not ch.isascii() and cell_len(ch) == 2 and c < self.cols:
-                        shown[c] = want[c]
+                    if ch and ch not in _ONE_CELL and cell_len(ch) == 2 and c < cols:
+                        shown_chars[c], shown_styles[c] = chars[c], styles[c]
                         c += 1
+                self.term_style = term_style
                 self.term_r, self.term_c = r, c
-                if c >= self.cols:
+                if c >= cols:
                     self.term_r = self.term_c = -1  # a pending wrap: where the cursor is, is unclear
 
 
