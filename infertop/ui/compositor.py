@@ -34,11 +34,58 @@ from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
 from textual.strip import Strip
 
+from .driver import cell_model
+
 
 class SpanUpdate(ChopsUpdate):
-    """Textual's partial update, writing only the cells of each changed span."""
+    """Textual's partial update, writing only the cells of each changed span.
+
+    Under the cell-diffing driver (:mod:`.driver`) the spans' cells go straight into its model of the
+    terminal, which sends those that changed: rendering them to escape sequences for the driver to
+    parse back into cells cost more than anything else in a frame."""
 
     def render_segments(self, console: Console) -> str:
+        model = cell_model(console)
+        pieces = self._pieces() if model is not None else None
+        if pieces is None:  # no such driver, or a link or control code to write: as text
+            return self._render_text(console)
+        if model.shadow is not None:
+            model.shadow.append(self._render_text(console))
+        color_system = console._color_system or ColorSystem.TRUECOLOR  # as Strip.render reads it
+        last_y = self.spans[-1][0]
+        for y, x, segments in pieces:
+            model.write_segments(y, x, segments, color_system)
+        for span_y, _, _ in self.spans:  # the newline after each span line but the last, as written
+            if span_y != last_y:
+                model.line_feed()
+        return ""
+
+    def _pieces(self) -> list[tuple[int, int, list]] | None:
+        """(row, column, segments) of what :meth:`_render_text` writes, in its order; None where a
+        segment has a link or a control code (those are written as text)."""
+        pieces: list[tuple[int, int, list]] = []
+        chops, chop_ends = self.chops, self.chop_ends
+        for y, x1, x2 in self.spans:
+            for end, (x, strip) in zip(chop_ends[y], chops[y].items()):
+                if strip is None or x > x2 or end <= x1:
+                    continue
+                if x2 > x >= x1 and end <= x2:
+                    pieces.append((y, x, strip._segments))
+                    continue
+                right = min(end, x2)
+                narrow = _narrow(strip)
+                left = x1 if x < x1 and narrow else x
+                if narrow:
+                    pieces.append((y, left, _cells_of(strip, left - x, right - x)))
+                else:
+                    pieces.append((y, left, strip.crop(left - x, right - x)._segments))
+        for _, _, segments in pieces:
+            for _, style, control in segments:
+                if control or (style is not None and style._link):
+                    return None
+        return pieces
+
+    def _render_text(self, console: Console) -> str:
         sequences: list[str] = []
         append = sequences.append
         chops, chop_ends = self.chops, self.chop_ends
@@ -82,6 +129,22 @@ def _narrow(strip: Strip) -> bool:
 # dashes, ≤): a line is then checked in one set operation
 _ONE_CELL: set[str] = {chr(c) for c in range(0x20, 0x7F)}
 _MOST_ONE_CELL = 8192  # what a stream of odd characters can make it hold
+
+
+def _cells_of(strip: Strip, start: int, end: int) -> list[tuple[str, object, None]]:
+    """The segments of ``strip.crop(start, end)`` for a strip of one-cell characters, sliced from its own."""
+    out = []
+    pos = 0
+    for text, style, _ in strip:
+        stop = pos + len(text)
+        if stop > start:
+            piece = text[max(0, start - pos):end - pos]
+            if piece:
+                out.append((piece, style, None))
+            if stop >= end:
+                break
+        pos = stop
+    return out
 
 
 def _render_cells(strip: Strip, start: int, end: int, color_system: ColorSystem) -> str:

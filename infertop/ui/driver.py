@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from collections.abc import Callable
 from itertools import groupby
 from operator import itemgetter
 
 from rich.cells import cell_len
+from textual.strip import Strip
 
 TOKEN = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()*+].|\x1b[^\[\]]"
                    r"|[\x00-\x1f]|[^\x00-\x1f\x1b]+")
@@ -41,6 +43,13 @@ Cell = tuple[str, tuple]  # (text, SGR parameters since the last reset)
 _ONE_CELL: set[str] = {chr(c) for c in range(0x20, 0x7F)}
 _MOST_ONE_CELL = 8192  # what a stream of odd characters can make it hold
 _first, _second = itemgetter(0), itemgetter(1)
+# console → the model its driver diffs against: a partial update writes its cells into it directly
+_MODELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def cell_model(console: object) -> CellDiff | None:
+    """The terminal model the cell-diffing driver keeps for ``console``'s app (None: no such driver)."""
+    return _MODELS.get(console)
 
 
 def _one_cell_each(text: str) -> bool:
@@ -72,6 +81,9 @@ class CellDiff:
         self._styles: list[list[tuple | None]] = [[None] * cols for _ in range(rows)]
         self.r = self.c = 0  # the app's cursor
         self.style: tuple = ()  # the app's SGR since its last reset
+        self._pending: dict[int, list[int]] = {}  # spans written by write_segments, sent by the next frame
+        # when a list: the partial updates written as cells also add the text they stand for (tests compare)
+        self.shadow: list[str] | None = None
         self.forget()
 
     def forget(self) -> None:
@@ -92,7 +104,8 @@ class CellDiff:
         if len({m.group(1) for m in CUP.finditer(data)}) >= self.rows:
             self.forget()  # every row repainted (a resize, a screen switch): send it as painted
         out: list[str] = []
-        dirty: dict[int, list[int]] = {}  # row → [first, last + 1) of the columns written to it
+        dirty = self._pending  # row → [first, last + 1) of the columns written to it
+        self._pending = {}
         last_row, last_col = self.rows - 1, self.cols - 1
         for m in _TOKENS.finditer(data):
             kind = m.lastindex
@@ -134,6 +147,35 @@ class CellDiff:
             out.append(f"\x1b[{self.r + 1};{self.c + 1}H")
             self.term_r, self.term_c = self.r, self.c
         return "".join(out)
+
+    def write_segments(self, y: int, x: int, segments, color_system) -> None:
+        """What ``\x1b[y+1;x+1H`` and ``Strip(segments).render()`` would write, put straight into the
+        model: no escape sequences made to be parsed again. The next :meth:`frame` sends the cells
+        that changed. Segments with a link or a control code are not for this (write their text)."""
+        self.r = min(max(y, 0), self.rows - 1)
+        self.c = min(max(x, 0), self.cols - 1)
+        pending = self._pending
+        render_ansi = Strip.render_ansi
+        for text, style, _ in segments:
+            ansi = None if style is None else (style._ansi if style._ansi is not None else render_ansi(style, color_system))
+            if not ansi:  # no SGR: written in the current one, as Strip.render writes it
+                if text:
+                    self._text(text, pending)
+                continue
+            app_style = self.style  # "\x1b[{ansi}m{text}\x1b[0m", as frame() reads it
+            if ansi == "0":
+                self.style = ()
+            elif ansi.startswith("0;"):
+                self.style = (ansi[2:],)
+            else:
+                self.style = app_style + (ansi,)
+            if text:
+                self._text(text, pending)
+            self.style = ()
+
+    def line_feed(self) -> None:
+        """What a written newline does to the app's cursor."""
+        self.r = min(self.r + 1, self.rows - 1)
 
     def _text(self, text: str, dirty: dict[int, list[int]]) -> None:
         r, start = self.r, self.c
@@ -275,9 +317,16 @@ def driver_class(on_frame: Callable[[str, str, int, int], None] | None = None):
             diff = self._diff
             if diff is None or (diff.cols, diff.rows) != (cols, rows):
                 diff = self._diff = CellDiff(cols, rows)
+                _MODELS[self._app.console] = diff  # partial updates write their cells into it
+                if on_frame is not None:
+                    diff.shadow = []
+            written = data
+            if diff.shadow:  # what the partial update wrote as cells, as text (for on_frame)
+                written = "".join(diff.shadow) + data
+                diff.shadow.clear()
             sent = diff.frame(data)
             if on_frame is not None:
-                on_frame(data, sent, cols, rows)
+                on_frame(written, sent, cols, rows)
             if sent:
                 super().write(sent)
 
