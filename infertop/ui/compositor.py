@@ -33,6 +33,7 @@ from rich.console import Console
 from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
 from textual.strip import Strip
+from textual.widget import Widget
 
 from .driver import cell_model
 
@@ -170,6 +171,7 @@ class ChangedOnlyCompositor(Compositor):
     that overlap a changed region no widget in front of them contains."""
 
     _changed: list[Region] | None = None  # the changed regions of the partial update being rendered
+    _shown: tuple[dict, list] | None = None  # (Textual's visible_widgets map, what _shown_widgets made of it)
 
     def render_partial_update(self) -> ChopsUpdate | None:
         self._changed = list(self._dirty_regions)
@@ -178,6 +180,16 @@ class ChangedOnlyCompositor(Compositor):
         finally:
             self._changed = None
         return None if update is None else SpanUpdate(update.chops, update.spans, update.chop_ends)
+
+    def _shown_widgets(self) -> list[tuple[Widget, Region, Region, Region]]:
+        """(widget, region, clip, the part of it shown) of each visible widget with a part shown, front to
+        back: worked out once per layout (Textual makes a new ``visible_widgets`` map for each)."""
+        visible = self.visible_widgets
+        got = self._shown
+        if got is None or got[0] is not visible:
+            shown = [(widget, region, clip, region.intersection(clip)) for widget, (region, clip) in visible.items()]
+            got = self._shown = (visible, [entry for entry in shown if entry[3].area])
+        return got[1]
 
     def _render_chops(self, crop: Region, is_rendered_line: Callable[[int], bool]) -> Sequence[Mapping[int, Strip]]:
         """Textual's ``Compositor._render_chops`` (8.2), except that a line within one chop is not divided."""
@@ -211,11 +223,10 @@ class ChangedOnlyCompositor(Compositor):
             yield from super()._get_renders(crop)
             return
         open_regions = list(changed)  # changed regions no widget in front has covered yet
-        for widget, (region, clip) in self.visible_widgets.items():  # front to back
-            shown = region.intersection(clip)
-            x, y, width, height = shown
-            if not (width and height and any(map(shown.overlaps, open_regions))):
+        for widget, region, clip, shown in self._shown_widgets():  # front to back
+            if not any(map(shown.overlaps, open_regions)):
                 continue
+            x, y, width, height = shown
             yield region, clip, widget.render_lines(Region(x - region.x, y - region.y, width, height))
             # a widget paints every cell of its visible region: what it contains, no widget behind it shows
             open_regions = [r for r in open_regions if not shown.contains_region(r)]
