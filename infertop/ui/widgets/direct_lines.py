@@ -31,6 +31,7 @@ class DirectLines:
     _batched: list[Region] | None = None  # regions to repaint, inside batch()
     _direct_box: tuple | None = None  # (the styles' keys, what _box read from them)
     _gutter: tuple | None = None  # (the styles' key, their gutter)
+    _direct_screen = None  # the screen it was mounted on (see refresh)
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -44,6 +45,32 @@ class DirectLines:
             regions, self._batched = self._batched, None
             if regions:
                 self.refresh(*regions)  # type: ignore[attr-defined]
+
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False):
+        """``Widget.refresh``; a repaint of a mounted widget goes straight to its screen's dirty widgets.
+
+        Textual's repaint takes two message hops: a prompt to the widget, whose idle handler posts an
+        Update to the screen, whose handler adds the widget to the screen's dirty widgets. Each hop
+        wakes a message pump; a tick repaints a dozen of these widgets (measured: each changing widget
+        cost ~1.3 % of the console's CPU at 6 engines). Here the widget is added at once, as the
+        Update handler would add it, and the screen is prompted to paint."""
+        if (layout or recompose or not repaint or not self._is_mounted  # type: ignore[attr-defined]
+                or self._closing or self._parent is None):  # type: ignore[attr-defined]
+            return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)  # type: ignore[misc]
+        screen = self._direct_screen
+        if screen is None:
+            try:
+                screen = self._direct_screen = self.screen  # type: ignore[attr-defined]  # a widget stays on its screen
+            except Exception:  # noqa: BLE001 — NoScreen: not on one (yet)
+                return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)  # type: ignore[misc]
+        self._layout_cache.clear()  # type: ignore[attr-defined]
+        self._set_dirty(*regions)  # type: ignore[attr-defined]
+        self.clear_cached_dimensions()  # type: ignore[attr-defined]
+        self._rich_style_cache.clear()  # type: ignore[attr-defined]
+        if self.display and screen in screen._compositor:  # type: ignore[attr-defined]  # as Screen._on_update
+            screen._dirty_widgets.add(self)
+            screen.check_idle()
+        return self
 
     def repaint(self, region: Region) -> None:
         """Refresh ``region`` now, or with the others at the end of :meth:`batch`."""
