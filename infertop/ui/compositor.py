@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from rich.cells import cell_len
 from rich.color import ColorSystem
 from rich.console import Console
 from textual._compositor import ChopsUpdate, Compositor
@@ -35,7 +34,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from .driver import cell_model
+from .driver import cell_model, one_cell_each
 
 
 class SpanUpdate(ChopsUpdate):
@@ -116,20 +115,7 @@ class SpanUpdate(ChopsUpdate):
 def _narrow(strip: Strip) -> bool:
     """Whether each character of ``strip`` is one cell (no wide, zero-width or control ones: a wide
     one and a combining mark would also make its lengths agree)."""
-    for text, _, _ in strip:
-        if not _ONE_CELL.issuperset(text):
-            for ch in set(text) - _ONE_CELL:
-                if cell_len(ch) != 1:
-                    return False
-                if len(_ONE_CELL) < _MOST_ONE_CELL:
-                    _ONE_CELL.add(ch)
-    return True
-
-
-# characters known to take one cell: printable ASCII, then each other one once measured so (bars,
-# dashes, ≤): a line is then checked in one set operation
-_ONE_CELL: set[str] = {chr(c) for c in range(0x20, 0x7F)}
-_MOST_ONE_CELL = 8192  # what a stream of odd characters can make it hold
+    return all(one_cell_each(text) for text, _, _ in strip)
 
 
 def _cells_of(strip: Strip, start: int, end: int) -> list[tuple[str, object, None]]:

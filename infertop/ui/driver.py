@@ -52,7 +52,8 @@ def cell_model(console: object) -> CellDiff | None:
     return _MODELS.get(console)
 
 
-def _one_cell_each(text: str) -> bool:
+def one_cell_each(text: str) -> bool:
+    """Whether each character of ``text`` takes one cell (checked in one set operation once known)."""
     if _ONE_CELL.issuperset(text):
         return True
     for ch in set(text) - _ONE_CELL:
@@ -186,7 +187,7 @@ class CellDiff:
             span = dirty[r] = [start, start]
         elif start < span[0]:
             span[0] = start
-        if _one_cell_each(text):  # one cell per character: written by slices
+        if one_cell_each(text):  # one cell per character: written by slices
             n = min(len(text), self.cols - start)
             end = start + n
             chars[start:end] = text[:n]
