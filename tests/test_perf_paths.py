@@ -60,25 +60,33 @@ def test_cell_diff_sends_only_the_changed_cells():
     assert "TTFT 117ms" in diff.frame("\x1b[1;1H\x1b[1mTTFT 117ms\x1b[0m")
 
 
-def test_random_partial_frames_through_the_cell_diff_paint_what_they_paint_raw():
-    # Spans written anywhere, overlapping, restyled, some unchanged: after every frame a terminal fed
-    # only what the diff sent shows what a terminal fed the app's own writes shows.
-    rng = random.Random(11)
-    cols, rows = 40, 8
+def assert_sent_paints_as_written(frames, cols: int, rows: int) -> None:
+    """After every frame a terminal fed only what the diff sent shows what a terminal fed the app's own
+    writes shows."""
     raw, sent = pyte.Screen(cols, rows), pyte.Screen(cols, rows)
     raw_stream, sent_stream = pyte.Stream(raw), pyte.Stream(sent)
     diff = CellDiff(cols, rows)
+    for frame_no, frame in enumerate(frames):
+        raw_stream.feed(frame)
+        sent_stream.feed(diff.frame(frame))
+        assert screen_cells(sent) == screen_cells(raw), f"frame {frame_no}"
+
+
+def test_random_partial_frames_through_the_cell_diff_paint_what_they_paint_raw():
+    # Spans written anywhere, overlapping, restyled, some unchanged.
+    rng = random.Random(11)
+    cols, rows = 40, 8
     styles = ["", "1", "31", "1;32", "7", "38;2;10;200;30;48;2;0;0;40"]
-    for frame_no in range(300):
+
+    def frame() -> str:
         parts = []
         for _ in range(rng.randint(1, 6)):
             r, c = rng.randrange(rows), rng.randrange(cols)
             text = "".join(rng.choice("0123456789 abcms.%") for _ in range(rng.randint(1, cols - c)))
             parts.append(f"\x1b[{r + 1};{c + 1}H\x1b[0;{rng.choice(styles)}m{text}\x1b[0m")
-        frame = "".join(parts)
-        raw_stream.feed(frame)
-        sent_stream.feed(diff.frame(frame))
-        assert screen_cells(sent) == screen_cells(raw), f"frame {frame_no}"
+        return "".join(parts)
+
+    assert_sent_paints_as_written((frame() for _ in range(300)), cols, rows)
 
 
 def test_random_frames_of_bars_box_lines_and_marks_paint_what_they_paint_raw():
@@ -86,12 +94,10 @@ def test_random_frames_of_bars_box_lines_and_marks_paint_what_they_paint_raw():
     # slices once known to take one cell), styles changing inside a line.
     rng = random.Random(12)
     cols, rows = 30, 6
-    raw, sent = pyte.Screen(cols, rows), pyte.Screen(cols, rows)
-    raw_stream, sent_stream = pyte.Stream(raw), pyte.Stream(sent)
-    diff = CellDiff(cols, rows)
     alphabet = "0123456789 ab.%" + "▁▂▃▄▅▆▇█▕━─—≤✓●…"
     styles = ["", "1", "31", "2;33", "38;2;10;200;30"]
-    for frame_no in range(400):
+
+    def frame() -> str:
         parts = []
         for _ in range(rng.randint(1, 6)):
             r, c = rng.randrange(rows), rng.randrange(cols - 2)
@@ -103,10 +109,9 @@ def test_random_frames_of_bars_box_lines_and_marks_paint_what_they_paint_raw():
                     break
                 width += len(text)
                 parts.append(f"\x1b[{rng.choice(styles)}m{text}\x1b[0m")
-        frame = "".join(parts)
-        raw_stream.feed(frame)
-        sent_stream.feed(diff.frame(frame))
-        assert screen_cells(sent) == screen_cells(raw), f"frame {frame_no}"
+        return "".join(parts)
+
+    assert_sent_paints_as_written((frame() for _ in range(400)), cols, rows)
 
 
 def run_child_in_pty(out: Path, state_dir: Path, deadline_s: float = 120.0) -> int:

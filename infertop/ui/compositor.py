@@ -137,19 +137,9 @@ def _cells_of(strip: Strip, start: int, end: int) -> list[tuple[str, object, Non
 def _render_cells(strip: Strip, start: int, end: int, color_system: ColorSystem) -> str:
     """``strip.crop(start, end).render()`` for a strip of one-cell characters: each segment's part in
     [start, end), rendered as Strip.render renders a segment."""
-    out = []
     render = Strip.render_style
-    pos = 0
-    for text, style, _ in strip:
-        stop = pos + len(text)
-        if stop > start:
-            piece = text[max(0, start - pos):end - pos]
-            if piece:
-                out.append(piece if style is None else render(style, piece, color_system))
-            if stop >= end:
-                break
-        pos = stop
-    return "".join(out)
+    return "".join(piece if style is None else render(style, piece, color_system)
+                   for piece, style, _ in _cells_of(strip, start, end))
 
 
 class ChangedOnlyCompositor(Compositor):
