@@ -244,6 +244,7 @@ def test_healthy_engines_share_each_poll_deadline_on_the_interval_grid():
     assert grid_due(101.0, 101.0 - MIN_PAUSE_S - 0.01, 1.0) == 101.0
     # a poll that overran its interval: the next grid point after it, not one in the past
     assert grid_due(101.0, 103.3, 1.0) == 104.0
+    assert grid_due(100.0, 100.0, 0.0) == 100.0 + MIN_PAUSE_S  # no interval: no grid, never a busy loop
     for interval in (0.25, 2.0, 5.0):
         got = grid_due(1000.1, 1000.0, interval)
         assert got >= 1000.0 + MIN_PAUSE_S and abs(got / interval - round(got / interval)) < 1e-9

@@ -433,6 +433,8 @@ def grid_due(due: float, now: float, interval_s: float) -> float:
     Healthy engines poll on this one grid of the clock: their timers share each deadline, so the
     event loop wakes once for all of them rather than once per engine, and their answers come in
     together. Each engine's loop is still its own: a slow engine delays no other."""
+    if not interval_s > 0:  # no grid to keep (config bounds the refresh; a caller may not)
+        return max(due, now + MIN_PAUSE_S)
     grid = round(due / interval_s) * interval_s
     while grid < now + MIN_PAUSE_S:
         grid += interval_s
