@@ -24,12 +24,9 @@ from operator import itemgetter
 from rich.cells import cell_len
 from textual.strip import Strip
 
-TOKEN = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()*+].|\x1b[^\[\]]"
-                   r"|[\x00-\x1f]|[^\x00-\x1f\x1b]+")
 CUP = re.compile(r"\x1b\[(\d*)(?:;(\d*))?H")
-SGR = re.compile(r"\x1b\[([0-9;:]*)m")
-# TOKEN's tokens in one pass, each told by the group it matched (Match.lastindex): 1-2 a cursor move
-# (row; column), 3 an SGR's parameters, 4 text, 5 any other sequence or control character
+# The tokens of what the app writes, in one pass, each told by the group it matched (Match.lastindex):
+# 1-2 a cursor move (row; column), 3 an SGR's parameters, 4 text, 5 any other sequence or control character
 _TOKENS = re.compile(r"\x1b\[(\d*)(?:;(\d*))?H|\x1b\[([0-9;:]*)m|([^\x00-\x1f\x1b]+)"
                      r"|(\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()*+].|\x1b[^\[\]]|[\x00-\x1f])")
 GAP = 6  # rewrite up to this many unchanged cells rather than move the cursor over them
@@ -107,23 +104,16 @@ class CellDiff:
         out: list[str] = []
         dirty = self._pending  # row → [first, last + 1) of the columns written to it
         self._pending = {}
-        last_row, last_col = self.rows - 1, self.cols - 1
+        last_row = self.rows - 1
         for m in _TOKENS.finditer(data):
             kind = m.lastindex
             if kind == 4:
                 self._text(m.group(4), dirty)
             elif kind == 3:
-                params = m.group(3)
-                if params in ("", "0"):
-                    self.style = ()
-                elif params.startswith("0;"):
-                    self.style = (params[2:],)
-                else:
-                    self.style = self.style + (params,)
+                self._sgr(m.group(3))
             elif kind != 5:  # a cursor move
                 row, col = m.group(1, 2)
-                self.r = min(max(int(row or 1) - 1, 0), last_row)
-                self.c = min(max(int(col or 1) - 1, 0), last_col)
+                self._move(int(row or 1) - 1, int(col or 1) - 1)
             else:
                 tok = m.group(5)
                 if tok == "\r":
@@ -153,8 +143,7 @@ class CellDiff:
         """What ``\x1b[y+1;x+1H`` and ``Strip(segments).render()`` would write, put straight into the
         model: no escape sequences made to be parsed again. The next :meth:`frame` sends the cells
         that changed. Segments with a link or a control code are not for this (write their text)."""
-        self.r = min(max(y, 0), self.rows - 1)
-        self.c = min(max(x, 0), self.cols - 1)
+        self._move(y, x)
         pending = self._pending
         render_ansi = Strip.render_ansi
         for text, style, _ in segments:
@@ -163,16 +152,24 @@ class CellDiff:
                 if text:
                     self._text(text, pending)
                 continue
-            app_style = self.style  # "\x1b[{ansi}m{text}\x1b[0m", as frame() reads it
-            if ansi == "0":
-                self.style = ()
-            elif ansi.startswith("0;"):
-                self.style = (ansi[2:],)
-            else:
-                self.style = app_style + (ansi,)
+            self._sgr(ansi)  # "\x1b[{ansi}m{text}\x1b[0m", as frame() reads it
             if text:
                 self._text(text, pending)
             self.style = ()
+
+    def _sgr(self, params: str) -> None:
+        """The app's style after it writes ``\x1b[{params}m``."""
+        if params in ("", "0"):
+            self.style = ()
+        elif params.startswith("0;"):
+            self.style = (params[2:],)
+        else:
+            self.style = self.style + (params,)
+
+    def _move(self, row: int, col: int) -> None:
+        """The app's cursor moved to (row, col), 0-based, kept on the screen."""
+        self.r = min(max(row, 0), self.rows - 1)
+        self.c = min(max(col, 0), self.cols - 1)
 
     def line_feed(self) -> None:
         """What a written newline does to the app's cursor."""
