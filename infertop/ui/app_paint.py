@@ -20,6 +20,7 @@ from .screens.gpu_detail import GpuDetailScreen
 from .status import status_line
 from .widgets.cluster import ClusterPane
 from .widgets.engines_table import EnginesTable
+from .widgets.direct_lines import one_frame
 from .widgets.gpus import GpusPane, flatten, gpu_status_parts, record_history, summarize
 from .widgets.overview import Overview
 from .widgets.panels import LineStatic, QuietStatic, Trend
@@ -37,8 +38,9 @@ class PaintMixin:
         """Build this tick's fleet state and show it everywhere."""
         if not self.is_running:  # the interval can still tick while the app tears its widgets down
             return
-        self._join_cluster()
-        self.show_state(self.joiner.build())
+        with one_frame(self.main):  # the frame is rendered when the tick ends, not on a later wake-up
+            self._join_cluster()
+            self.show_state(self.joiner.build())
         self.advisor_after_tick()
 
     def _join_cluster(self) -> None:

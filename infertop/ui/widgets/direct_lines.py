@@ -12,6 +12,39 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 
 
+@contextmanager
+def one_frame(screen) -> Iterator[None]:
+    """Paint what the block marks dirty on ``screen`` when it ends, in this call.
+
+    Textual paints a repaint on its next idle: a prompt to the screen, whose idle handler resumes
+    the screen's update timer, whose next fire renders the dirty widgets — two more wake-ups of
+    the event loop after a tick, and the tick's code then runs again from cold caches. A tick
+    paints its widgets inside this block, and the frame is rendered at its end, as the update
+    timer's handler would render it. Anything but a plain repaint of the screen on view (a layout
+    or a scroll pending, a dialog on top, a batch update) is left to Textual's path."""
+    held = getattr(screen, "_frame_held", False)
+    screen._frame_held = True
+    try:
+        yield
+    finally:
+        screen._frame_held = held
+        if not held:
+            paint_now(screen)
+
+
+def paint_now(screen) -> None:
+    """Render ``screen``'s dirty widgets now (``Screen._on_timer_update``), or prompt Textual to."""
+    app = screen.app
+    if (app._batch_count or app.screen is not screen or screen._layout_required or screen._scroll_required
+            or screen._repaint_required or screen._recompose_required):
+        if screen._dirty_widgets:
+            screen.check_idle()
+        return
+    if screen._dirty_widgets:
+        screen._compositor.update_widgets(screen._dirty_widgets)
+        screen._compositor_refresh()
+
+
 class DirectLines:
     """Mixin for a line-API widget whose box is plain: no border, outline, vertical padding, tint,
     hatch, opacity or text opacity (horizontal padding is allowed).
@@ -69,7 +102,8 @@ class DirectLines:
         self._rich_style_cache.clear()  # type: ignore[attr-defined]
         if self.display and screen in screen._compositor:  # type: ignore[attr-defined]  # as Screen._on_update
             screen._dirty_widgets.add(self)
-            screen.check_idle()
+            if not getattr(screen, "_frame_held", False):  # inside one_frame: painted at its end
+                screen.check_idle()
         return self
 
     def repaint(self, region: Region) -> None:
