@@ -81,7 +81,7 @@ class KubeConnection(ActionRunner):
         return self.audit_log()
 
     def kube_setup(self) -> None:
-        """On mount: connect when configured; repaint the pane every kube.refresh_s."""
+        """On mount: connect when configured (the pane is repainted every kube.refresh_s once connecting)."""
         self.kube_loads = {}
         pane = self._pane()
         self._kube_keys()
@@ -90,7 +90,12 @@ class KubeConnection(ActionRunner):
             self.kube_connect()
         else:
             pane.show_message(NOT_CONFIGURED)
-        self.set_interval(self.kube_cfg.refresh_s, self._kube_tick)  # type: ignore[attr-defined]
+
+    def _kube_timer_on(self) -> None:
+        """The pane's timer, from the first connect on: without a cluster it would wake the app every
+        kube.refresh_s to find nothing to do."""
+        if getattr(self, "_kube_timer", None) is None:
+            self._kube_timer = self.set_interval(self.kube_cfg.refresh_s, self._kube_tick)  # type: ignore[attr-defined]
 
     def kube_shutdown(self) -> None:
         if self.kube_watcher is not None:
@@ -123,6 +128,7 @@ class KubeConnection(ActionRunner):
 
     def kube_connect(self, context: str | None = None, namespaces: list[str] | None = None) -> None:
         """Connect (or switch context / namespaces) in a thread worker."""
+        self._kube_timer_on()
         self.kube_connecting = True
         self.run_worker(lambda: self._kube_connect_work(context, namespaces), thread=True,  # type: ignore[attr-defined]
                         group="kube-connect", exclusive=True, exit_on_error=False)
