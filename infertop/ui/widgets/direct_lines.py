@@ -11,6 +11,8 @@ from textual.color import Color
 from textual.geometry import Region, Size
 from textual.strip import Strip
 
+from .lean_strip import filtered, lean_strip
+
 
 @contextmanager
 def one_frame(screen) -> Iterator[None]:
@@ -176,15 +178,16 @@ class DirectLines:
                 continue
             strip = line if line.cell_length == content_width else line.adjust_cell_length(content_width, inner)
             if pad_left or pad_right or filters:
-                # padded and filtered as segment lists, then one Strip: each Strip made builds seven caches
+                # padded and filtered as segment lists, then one strip (a line the filters leave as
+                # it is, without padding, is painted as it is)
                 segments = list(strip)
                 if pad_left or pad_right:
                     left = [Segment(" " * pad_left, inner)] if pad_left else []
                     right = [Segment(" " * pad_right, inner)] if pad_right else []
                     segments = [*left, *segments, *right]
-                for line_filter in filters:
-                    segments = line_filter.apply(segments, background)
-                strip = Strip(segments, width)
+                out = filtered(segments, filters, background)
+                if out is not segments or pad_left or pad_right:
+                    strip = lean_strip(out, width)
             painted[y] = (line, strip)
             strips.append(strip)
         x1, x2 = crop.column_span

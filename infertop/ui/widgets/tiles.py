@@ -24,6 +24,7 @@ from textual.style import Style as VisualStyle
 from textual.widget import Widget
 
 from .direct_lines import DirectLines
+from .lean_strip import lean_strip
 
 
 def text_strip(text: Text, width: int, base: VisualStyle, console: Console, lead: int = 0) -> list[Segment]:
@@ -268,4 +269,4 @@ class TileGrid(DirectLines, Widget):
             segments += got[1]
         if offsets[len(keys)] < width:
             segments.append(Segment(" " * (width - offsets[len(keys)]), Style(bgcolor=base.rich_style.bgcolor)))
-        return Strip(segments, width)
+        return lean_strip(segments, width)
