@@ -77,3 +77,65 @@ async def test_a_trend_shown_then_hidden_is_not_repainted_and_shows_its_latest_v
         await until(pilot, lambda: any(line.lstrip().startswith("9.0▕") for line in screen_lines(app))
                     and any("Requests/s  9" in line for line in screen_lines(app)),
                     "the latest title and series on screen once shown")
+
+
+class FramesApp(App):
+    """Counts the frames Textual hands to the terminal (headless: handed, not written)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames = 0
+
+    def compose(self):
+        yield Trend("Requests/s", id="t")
+
+    def _display(self, screen, renderable) -> None:
+        if renderable is not None:
+            self.frames += 1
+        super()._display(screen, renderable)
+
+
+async def test_a_tick_inside_one_frame_is_painted_when_it_ends_not_on_a_later_wake_up():
+    from infertop.ui.widgets.direct_lines import one_frame
+
+    app = FramesApp()
+    async with app.run_test(size=(40, 6)) as pilot:
+        trend = app.query_one(Trend)
+        await until(pilot, lambda: trend.size.area, "the trend laid out")
+        await pilot.pause()
+        before = app.frames
+        with one_frame(app.screen):
+            trend.show([1.0, 2.0, 3.0], "3")
+            assert app.frames == before  # held while the tick paints its widgets
+        assert app.frames == before + 1  # painted as the block ended, before any await
+        assert not app.screen._dirty_widgets
+        assert any(line.startswith(" Requests/s  3") for line in screen_lines(app))
+        await pilot.pause()
+        await pilot.pause()
+        assert app.frames == before + 1  # nothing left over for Textual's idle path to paint again
+
+
+async def test_one_frame_leaves_a_screen_under_a_dialog_to_textual():
+    from textual.screen import ModalScreen
+    from textual.widgets import Static
+
+    from infertop.ui.widgets.direct_lines import one_frame
+
+    class Dialog(ModalScreen):
+        def compose(self):
+            yield Static("sure?")
+
+    app = FramesApp()
+    async with app.run_test(size=(40, 6)) as pilot:
+        main = app.screen
+        trend = app.query_one(Trend)
+        await until(pilot, lambda: trend.size.area, "the trend laid out")
+        await app.push_screen(Dialog())
+        await pilot.pause()
+        with one_frame(main):
+            trend.show([1.0, 2.0, 3.0], "3")
+        assert trend in main._dirty_widgets  # not painted by one_frame: the dialog is on top
+        await until(pilot, lambda: not main._dirty_widgets, "Textual painted it behind the dialog")
+        app.pop_screen()
+        await until(pilot, lambda: any(line.startswith(" Requests/s  3") for line in screen_lines(app)),
+                    "the new title on screen once the dialog is gone")
