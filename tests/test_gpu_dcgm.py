@@ -250,6 +250,28 @@ async def test_polls_keep_one_connection_and_bound_the_body(scripted):
         await ep.aclose()
 
 
+async def test_the_exporters_cached_sample_served_again_is_not_parsed_again(scripted):
+    """dcgm-exporter answers with its last collection until the next one: a body the same as the
+    last poll's gives the same rows without a parse; a new body, or garbage, is read as it is."""
+    s = scripted()
+    body = exporter_text([(gpu_labels(i, f"GPU-{i}"), {"DCGM_FI_DEV_GPU_UTIL": 50}) for i in range(2)])
+    s.routes["/metrics"] = (200, body)
+    ep = DcgmEndpoint(s.url)
+    try:
+        first = await ep.poll()
+        assert [g.util_pct for g in first] == [50.0, 50.0] and ep.documents_parsed == 1
+        again = await ep.poll()
+        assert again == first and ep.health.ok and ep.documents_parsed == 1 and s.hits["/metrics"] == 2
+        s.routes["/metrics"] = (200, body.replace(" 50\n", " 60\n"))
+        assert [g.util_pct for g in await ep.poll()] == [60.0, 60.0] and ep.documents_parsed == 2
+        s.routes["/metrics"] = (200, "not { metrics\n")
+        assert await ep.poll() == [] and ep.health.last_error.startswith("garbage metrics")
+        s.routes["/metrics"] = (200, body)  # the first body again, after garbage: read afresh
+        assert [g.util_pct for g in await ep.poll()] == [50.0, 50.0] and ep.documents_parsed == 3 and ep.health.ok
+    finally:
+        await ep.aclose()
+
+
 async def test_collector_scrapes_over_kept_alive_connections(scripted):
     s = scripted()
     s.routes["/metrics"] = (200, exporter_text([(gpu_labels(0, "GPU-a"), {"DCGM_FI_DEV_GPU_UTIL": 7})]))

@@ -357,6 +357,10 @@ class DcgmEndpoint:
         self.cache = LabelCache()
         self.health = SourceHealth(name=self.url, kind="dcgm", ok=False)
         self.rows: list[GpuStats] = []
+        self.documents_parsed = 0  # bodies parsed (a body the same as the last one is not)
+        # dcgm-exporter serves its last collection until the next one (every 30 s by default): most
+        # polls get the same body back, whose rows are the same as the last time
+        self._last_body: tuple[str, list[GpuStats]] | None = None
         self._client: LeanHttpClient | None = None
 
     def client(self) -> LeanHttpClient:
@@ -385,13 +389,20 @@ class DcgmEndpoint:
                     text = await get_text(client, self.url, limit)
                 else:
                     text = await fetch_text(client, self.url, limit)
-            try:
-                exp = self.parser.parse(text)
-            except ParseError as e:
-                raise ScrapeError(f"garbage metrics ({e})") from None
-            rows = parse_dcgm(exp, source_url=self.url, default_host=self.host, cache=self.cache)
-            if not rows:
-                raise ScrapeError("no DCGM_FI_ metrics (is this a dcgm-exporter?)")
+            last = self._last_body
+            if last is not None and last[0] == text:
+                rows = last[1]
+            else:
+                self._last_body = None
+                try:
+                    exp = self.parser.parse(text)
+                except ParseError as e:
+                    raise ScrapeError(f"garbage metrics ({e})") from None
+                self.documents_parsed += 1
+                rows = parse_dcgm(exp, source_url=self.url, default_host=self.host, cache=self.cache)
+                if not rows:
+                    raise ScrapeError("no DCGM_FI_ metrics (is this a dcgm-exporter?)")
+                self._last_body = (text, rows)
             total = len(rows)
             rows = rows[:MAX_GPU_ROWS]
         except Exception as exc:  # noqa: BLE001 — every failure is shown, none crashes
