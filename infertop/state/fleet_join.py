@@ -228,7 +228,9 @@ class FleetJoiner:
             for s in c.stats:
                 if h.ok and s.state in (UP, DEGRADED):
                     if not same_stats or s.name not in self._last_good:
-                        self._last_good[s.name] = replace(s, **{f: _clean(getattr(s, f)) for f in _VALUE_FIELDS})
+                        # a copy only when a value is not finite (the collectors' own are already clean)
+                        unclean = {f: None for f in _VALUE_FIELDS if _clean(getattr(s, f)) is None and getattr(s, f) is not None}
+                        self._last_good[s.name] = replace(s, **unclean) if unclean else s
                     self._last_good_at[s.name] = h.last_ok_at if h.last_ok_at is not None else mono
                     self._down_since.pop(s.name, None)
                 elif s.state != UNKNOWN or h.last_error_at is not None:
