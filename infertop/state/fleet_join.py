@@ -229,7 +229,8 @@ class FleetJoiner:
                 if h.ok and s.state in (UP, DEGRADED):
                     if not same_stats or s.name not in self._last_good:
                         # a copy only when a value is not finite (the collectors' own are already clean)
-                        unclean = {f: None for f in _VALUE_FIELDS if _clean(getattr(s, f)) is None and getattr(s, f) is not None}
+                        unclean = {f: None for f in _VALUE_FIELDS
+                                   if (v := getattr(s, f)) is not None and _clean(v) is None}
                         self._last_good[s.name] = replace(s, **unclean) if unclean else s
                     self._last_good_at[s.name] = h.last_ok_at if h.last_ok_at is not None else mono
                     self._down_since.pop(s.name, None)

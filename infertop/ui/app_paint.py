@@ -19,8 +19,8 @@ from .screens.engine_detail import EngineDetailScreen
 from .screens.gpu_detail import GpuDetailScreen
 from .status import status_line
 from .widgets.cluster import ClusterPane
-from .widgets.engines_table import EnginesTable
 from .widgets.direct_lines import one_frame
+from .widgets.engines_table import EnginesTable
 from .widgets.gpus import GpusPane, flatten, gpu_status_parts, record_history, summarize
 from .widgets.overview import Overview
 from .widgets.panels import LineStatic, QuietStatic, Trend
