@@ -104,29 +104,42 @@ def test_a_deleted_pod_drains_then_its_engine_stops_and_a_replacement_takes_one(
 
 
 def test_a_scale_up_while_pods_terminate_waits_for_engines_instead_of_running_without_one(sim_kube):
-    """3 → 1 → 3 at once: the new pods find every engine still serving a terminating pod. They wait in
-    ContainerCreating and take the engines as those pods go — never Ready without an engine (the demo's
-    Cluster pane once said 6/8 ready while 3 engines ran)."""
+    """3 → 1 → 3 at once on a node with GPUs to spare: the new pods are placed while every engine still serves
+    a terminating pod. They wait in ContainerCreating and take the engines as those pods go — never Ready
+    without an engine (the demo's Cluster pane once said 6/8 ready while 3 engines ran)."""
     sim, kube, session = sim_kube(3, hpa=False)
-    kube.emu.termination_delay = 1.0  # the old pods stay, terminating, while the new ones are placed
+    kube.emu.update_status("Node", "sim-node-0", {"allocatable": {
+        **kube.emu.get("nodes", "sim-node-0")["status"]["allocatable"], "nvidia.com/gpu": "8"}})
+    # the old pods stay, terminating, until the new ones have been seen waiting (a fixed delay raced a slow
+    # machine: the old pods could be gone before the new ones were placed)
+    kube.emu.termination_delay = 600.0
     apps = kubernetes.client.AppsV1Api(session.api_client)
     apps.patch_namespaced_deployment_scale("vllm", NS, {"spec": {"replicas": 1}})
     wait_for(lambda: sum(p.terminating for p in read_cluster(session).pods) == 2, what="two pods terminating")
     apps.patch_namespaced_deployment_scale("vllm", NS, {"spec": {"replicas": 3}})
-    seen_waiting = False
+
+    def check(pods):  # at every read: a Ready pod serves a live engine
+        for p in pods:
+            assert not p.ready or (p.port is not None and answers(f"http://{p.ip}:{p.port}")), p
+        return pods
+
+    def two_waiting():
+        pods = check([p for p in read_cluster(session).pods if not p.terminating])
+        return [p for p in pods if p.waiting_reason == "ContainerCreating" and p.ip is None and not p.ready]
+
+    assert len(wait_for(two_waiting, what="two new pods waiting for an engine")) == 2
+    with kube.emu.store.lock:  # now the kubelet may remove the terminating pods
+        kubelet = kube.emu.controllers.kubelet
+        kubelet.terminating.update(dict.fromkeys(kubelet.terminating, 0.0))
+        kube.emu.store.changed.notify_all()
 
     def settled():
-        nonlocal seen_waiting
-        pods = [p for p in read_cluster(session).pods if not p.terminating]
-        for p in pods:  # at every read: a Ready pod serves a live engine
-            assert not p.ready or (p.port is not None and answers(f"http://{p.ip}:{p.port}")), p
-            seen_waiting |= p.waiting_reason == "ContainerCreating" and p.ip is None
+        pods = check([p for p in read_cluster(session).pods if not p.terminating])
         return len(pods) == 3 and all(p.ready for p in pods) and pods
 
     pods = wait_for(settled, what="three ready pods, each with an engine")
     assert sorted(f"http://{p.ip}:{p.port}" for p in pods) == sorted(e.url for e in sim.engines)
     assert sum(answers(e.url) for e in sim.engines) == 3
-    assert seen_waiting, "no new pod waited for an engine: the overlap this test is about did not happen"
 
 
 def test_a_pod_out_of_its_service_empties_its_engine_and_comes_back(sim_kube):
