@@ -16,6 +16,7 @@ series keeps its previous corrected value for that point; a jump larger than
 from __future__ import annotations
 
 from collections import deque
+from operator import le, sub
 
 MAX_COUNTER = 1e15  # no vLLM counter gets here (1e15 tokens at 1e6 tokens/s is 30 years)
 MAX_STEP = 1e12  # an increase this large between two scrapes is a broken exporter, not traffic
@@ -38,6 +39,13 @@ class CounterWindow:
 
     def add(self, t_s: float, raw: dict[str, float]) -> None:
         """Record one scrape taken at monotonic time ``t_s``."""
+        if not self._offset and self._last_raw and self._steady(raw):
+            # the usual scrape: no series ever reset, the same series in the same order, each one up by a
+            # plausible step: the corrected values are the raw ones (checked in C, not once per series)
+            corrected = dict(raw)
+            self._last_raw, self._last_corrected = dict(raw), dict(raw)
+            self._append(t_s, corrected)
+            return
         last_raw, offset, last_corrected = self._last_raw, self._offset, self._last_corrected
         corrected: dict[str, float] = {}
         for key, v in raw.items():
@@ -64,6 +72,19 @@ class CounterWindow:
             if before is not None and c < before:
                 c = before  # float rounding of a large offset must not make a counter go down
             corrected[key] = last_corrected[key] = c
+        self._append(t_s, corrected)
+
+    def _steady(self, raw: dict[str, float]) -> bool:
+        """Every series of the last scrape, in its order, none new, each within ``[last, last + MAX_STEP]``
+        and at most MAX_COUNTER (false for NaN: it compares false)."""
+        last_raw = self._last_raw
+        if len(raw) != len(last_raw) or list(raw) != list(last_raw):
+            return False
+        values, before = list(raw.values()), list(last_raw.values())
+        return (all(map(le, before, values)) and max(values) <= MAX_COUNTER
+                and max(map(sub, values, before)) <= MAX_STEP)
+
+    def _append(self, t_s: float, corrected: dict[str, float]) -> None:
         points = self._points
         points.append((t_s, corrected))
         cutoff = t_s - self.window_s

@@ -111,6 +111,44 @@ def test_counter_window_rates_stay_finite_and_non_negative(values):
         assert r is None or (math.isfinite(r) and r >= 0)
 
 
+class _PerSeriesWindow(CounterWindow):
+    """The window with its whole-scrape shortcut off: every series through the per-series path."""
+
+    __slots__ = ()
+
+    def _steady(self, raw):
+        return False
+
+
+SCRAPE_VALUES = st.one_of(*[st.floats(0, 50)] * 8, st.floats(allow_nan=True, allow_infinity=True),
+                          st.sampled_from([2e12, 1e15, 1.0000001e15]))  # a jump; at and just over MAX_COUNTER
+# mostly one set of series in one order (the shortcut's case), sometimes another set or order
+SCRAPES = st.lists(st.one_of(
+    *[st.lists(SCRAPE_VALUES, min_size=3, max_size=3).map(lambda vs: dict(zip("abc", vs)))] * 4,
+    st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), SCRAPE_VALUES, min_size=1)), min_size=1, max_size=25)
+
+
+@FAST
+@given(SCRAPES, st.booleans())
+@example([{"a": 1e15, "b": 1.0}, {"a": 1.0000001e15, "b": 2.0}], True)  # past MAX_COUNTER by a small step
+def test_counter_window_shortcut_gives_what_the_per_series_path_gives(scrapes, climb):
+    """Scrapes with the same series in the same order skip the per-series loop: the points, the
+    resets and the drops must be those of the loop, whatever comes (NaN, resets, jumps, series
+    added, removed or reordered). ``climb`` makes most scrapes the steady kind the shortcut takes."""
+    fast, slow = CounterWindow(10), _PerSeriesWindow(10)
+    total: dict[str, float] = {}
+    for t, raw in enumerate(scrapes):
+        if climb:  # cumulative: a small value is added to the series' total, anything else sent as it is
+            raw = {k: total.get(k, 0.0) + v if 0 <= v <= 50 else v for k, v in raw.items()}
+            total.update((k, v) for k, v in raw.items() if 0 <= v <= 1e9)
+        fast.add(float(t), raw)
+        slow.add(float(t), raw)
+        assert list(fast._points) == list(slow._points)
+        assert (fast.resets, fast.dropped) == (slow.resets, slow.dropped)
+        assert fast._last_raw == slow._last_raw and fast._last_corrected == slow._last_corrected
+        assert fast._offset == slow._offset
+
+
 @FAST
 @given(st.lists(st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)), max_size=200))
 def test_history_never_holds_an_infinity(values):
