@@ -313,3 +313,71 @@ async def test_a_client_that_reads_slowly_pauses_the_engine_connection_and_the_a
     finally:
         await g.stop()
         await eng.runner.cleanup()
+
+
+async def test_a_request_reset_on_kept_alive_connections_is_retried_on_a_new_one():
+    """An engine closes a kept-alive connection as the next request arrives on it (uvicorn closes one idle
+    for its keep-alive timeout, 5 s in vLLM): several pooled connections can go at once. The retry goes on
+    a new connection, not on the next pooled one (a CI run got three resets in a row and a 502)."""
+    arrived: list[asyncio.StreamWriter] = []
+    gate = asyncio.Event()
+    served = []
+
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        first = True
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            if head.startswith(b"GET"):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                await writer.drain()
+                writer.close()
+                return
+            length = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n")
+                              if ln.lower().startswith(b"content-length")))
+            await reader.readexactly(length)
+            if not first:  # the idle timeout struck as this request came: closed, unanswered
+                writer.close()
+                return
+            first = False
+            arrived.append(writer)
+            if len(arrived) == 3:
+                gate.set()
+            await gate.wait()  # three requests at once: three connections, all pooled after
+            body = b'{"object": "text_completion", "choices": []}'
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(body), body))
+            await writer.drain()
+            served.append(writer)
+
+    server = await asyncio.start_server(engine, "127.0.0.1", 0)
+    up = Upstream("a")
+    up.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    g = await start_gateway([up], caps={"a": 4})
+    try:
+        async def one(prompt: str) -> Response:
+            r, w = await connect(g)
+            w.write(post_bytes("/v1/completions", completion(prompt)))
+            try:
+                return await read_response(r)
+            finally:
+                w.close()
+
+        assert [a.status for a in await asyncio.gather(*(one(f"p{i}") for i in range(3)))] == [200] * 3
+        await wait_for(lambda: g.gateway.pool.idle_count(up.url) == 3, what="three pooled connections")
+        a = await one("after")
+        assert a.status == 200, a.body
+        assert len(served) == 4  # on a fourth connection, after one reset
+        assert g.state.metrics.upstream_errors == {("a", "reset"): 1}
+        # pooled connections idle for longer than vLLM keeps them are not tried at all
+        from infertop.gateway.upstream_pool import IDLE_REUSE_S
+        assert IDLE_REUSE_S < 5.0  # VLLM_HTTP_TIMEOUT_KEEP_ALIVE's default
+        for conn in g.gateway.pool._idle[g.gateway.pool.origin(up.url).key]:
+            conn.idle_since -= IDLE_REUSE_S + 0.01
+        assert (await one("later")).status == 200
+        assert len(served) == 5 and g.state.metrics.upstream_errors == {("a", "reset"): 1}
+    finally:
+        await g.stop()
+        server.close()

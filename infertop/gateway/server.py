@@ -238,7 +238,7 @@ class Gateway:
                     self.metrics.upstream_error(engine.name, ns.code)
                     if ns.code == "connect" and engine.up:
                         engine.up = False  # until its /metrics answers again
-                    # a dropped keep-alive connection is retried once on the same engine
+                    # a dropped keep-alive connection is retried once on the same engine, on a new connection
                     exclude = ns.code != "reset" or engine.name in p.resets
                     p.resets.add(engine.name)
                     p.attempts += 1
@@ -293,7 +293,8 @@ class Gateway:
                 payload = self._payload(engine, body, doc, p)
                 try:
                     up = await self.pool.request(engine.url, _POST, req.path, payload, headers,
-                                                 connect_timeout_s=opts.connect_timeout_s, timeout_s=opts.timeout_s)
+                                                 connect_timeout_s=opts.connect_timeout_s, timeout_s=opts.timeout_s,
+                                                 fresh=engine.name in p.resets)
                 except UpstreamError as e:
                     if e.code == "timeout" and e.connected:
                         self.metrics.upstream_error(engine.name, "timeout")

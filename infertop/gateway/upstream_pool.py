@@ -22,7 +22,9 @@ import httptools
 
 from .http1 import CHUNKED, HttpConnection, frame_chunk
 
-IDLE_REUSE_S = 30.0  # an idle connection older than this is closed rather than reused
+# An idle connection older than this is closed rather than reused: under the 5 s after which vLLM's server
+# (uvicorn, VLLM_HTTP_TIMEOUT_KEEP_ALIVE) closes an idle one, so a request is not sent as that close comes.
+IDLE_REUSE_S = 4.0
 MAX_BODY_READ_BYTES = 8 * 1024 * 1024  # read_body's limit (error documents, /v1/models)
 
 
@@ -320,10 +322,11 @@ class UpstreamPool:
                                                             o.host_header, headers, length)
 
     async def request(self, url: str, method: bytes, path: str, body: bytes | None, headers: bytes = b"", *,
-                      connect_timeout_s: float, timeout_s: float) -> UpstreamConn:
-        """Send a request; returns the connection once the answer's head is in. Raises UpstreamError."""
+                      connect_timeout_s: float, timeout_s: float, fresh: bool = False) -> UpstreamConn:
+        """Send a request; returns the connection once the answer's head is in. Raises UpstreamError.
+        ``fresh``: on a new connection (a retry after a reset: the other pooled ones may be going too)."""
         o = self.origin(url)
-        conn = self._take(o.key)
+        conn = None if fresh else self._take(o.key)
         if conn is None:
             conn = await self._connect(o, connect_timeout_s)
         head = self.head(o, method, path, None if body is None else len(body), headers)
