@@ -124,6 +124,71 @@ async def test_without_kubernetes_the_pane_says_how_to_enable_it(tmp_path):
         assert not isinstance(app.screen, (FormDialog, ConfirmScreen))
 
 
+async def _metrics_server(running: float, seen: list):
+    """A vLLM-like engine on loopback that records the name[] filter of each /metrics read."""
+    from aiohttp import web
+
+    from vllm_text import v1_doc
+
+    async def handle(request: web.Request) -> web.Response:
+        if request.path.startswith("/metrics"):
+            seen.append(tuple(request.query.getall("name[]", [])))
+            return web.Response(text=v1_doc(engines={"0": {"running": running, "waiting": 1, "kv": 0.1}}),
+                                content_type="text/plain")
+        if request.path == "/v1/models":
+            return web.json_response({"object": "list", "data": [{"id": "tiny", "object": "model"}]})
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, runner.addresses[0][1]
+
+
+async def test_a_pod_that_is_a_watched_engine_shows_its_numbers_and_only_shown_pods_are_scraped(emu, tmp_path):
+    """The pod at a watched engine's address shows that engine's running and waiting from the fleet state
+    (one read, one value on every pane); the other pods' loads are read only while the Cluster pane is on
+    view (nothing else shows them)."""
+    from infertop.sources.kube_load import LOAD_NAMES
+
+    engine_seen: list = []
+    other_seen: list = []
+    engine, engine_port = await _metrics_server(7, engine_seen)
+    other, other_port = await _metrics_server(5, other_seen)
+    try:
+        emu.set_pod_endpoint("vllm-*", "127.0.0.1", engine_port)
+        emu.set_pod_endpoint("other-*", "127.0.0.1", other_port)
+        emu.add_deployment(NS, "vllm", replicas=1)
+        emu.add_deployment(NS, "other", replicas=1)
+        emu.wait_until(lambda: ready(emu, "vllm", 1) and ready(emu, "other", 1))
+        app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"),
+                       endpoints=[EngineEndpoint("llama-a", f"http://127.0.0.1:{engine_port}")])
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.kube_snapshot is not None and sum(
+                p.ready for p in app.kube_snapshot.pods) == 2, what="both pods read")
+            for _ in range(2):  # the Cluster pane's timer, with the pane hidden
+                app._kube_tick()
+                await until(pilot, lambda: not app._kube_loads_running, what="the tick's work")
+            assert other_seen == []  # hidden: no pod read
+            await app.poll_now()  # a tick with the engine's values
+            await pilot.press("5")
+            await until(pilot, lambda: LOAD_NAMES in other_seen, what="the other pod read once on view")
+            app._kube_render()
+            await pilot.press("v")
+            await until(pilot, lambda: app.query_one(ClusterPane).view == "pods", what="the pods view")
+            pods = {r[0].split("-")[0]: r for r in rows(app.query_one(ClusterPane), "pods").values()}
+            assert pods["vllm"][4:6] == ["7", "1"] and pods["vllm"][9] == "llama-a"
+            engine_state = app.state.engine("llama-a").stats
+            assert (engine_state.running, engine_state.waiting) == (7, 1)
+            assert pods["other"][4:6] == ["5", "1"]
+            assert engine_seen and LOAD_NAMES not in engine_seen  # the engine: its own polls, no pod read
+    finally:
+        await engine.cleanup()
+        await other.cleanup()
+
+
 async def test_the_pane_shows_workloads_pods_nodes_hpas_and_events(emu, tmp_path):
     sim = SimCluster(1, seed=2, load="none", realtime=False).start()
     try:
@@ -144,6 +209,7 @@ async def test_the_pane_shows_workloads_pods_nodes_hpas_and_events(emu, tmp_path
                        endpoints=[EngineEndpoint("llama-a", sim.engines[0].url)])
         async with app.run_test(size=(120, 40)) as pilot:
             pane = await connected(pilot, app)
+            await app.poll_now()  # a tick with the engine's values: its pod shows them
             await app.kube_refresh_now()
             header = text(pane.query_one("#cluster-header"))
             assert header.startswith("⎈ emu · ns default · tester · 3 workloads, 3 pods (2 not ready), 2 nodes/16 GPUs")
@@ -154,7 +220,9 @@ async def test_the_pane_shows_workloads_pods_nodes_hpas_and_events(emu, tmp_path
             await pilot.press("v")
             assert pane.view == "pods"
             p = {r[0].split("-")[0]: r for r in rows(pane, "pods").values()}
-            assert p["vllm"][1:6] == ["Running", "1/1", "0", "3", "0"]  # Run/Wait from the pod's engine
+            assert p["vllm"][1:6] == ["Running", "1/1", "0", "3", "0"]  # Run/Wait: the engine's, at this tick
+            engine = app.state.engine("llama-a").stats
+            assert (engine.running, engine.waiting) == (3, 0)
             assert p["vllm"][9] == "llama-a"  # the pod's IP:port is a configured engine
             assert p["crashy"][1] == "CrashLoopBackOff" and p["crashy"][8] == "Error"
             assert p["huge"][1] == "Pending"

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..domain.kube import ClusterSnapshot
 
-__all__ = ["ClusterJoin"]
+__all__ = ["ClusterJoin", "engine_urls", "pod_loads_from_engines"]
 
 
 def _norm(url: str | None) -> str:
@@ -73,3 +73,33 @@ class ClusterJoin:
                 if url not in served and not c.health.ok
                 and (url in self._pod_urls or _engine_name(c) in self.static_engines)}
         return pods, gone
+
+
+def engine_urls(collectors: Iterable[Any]) -> set[str]:
+    """The (normalised) URLs of the engines infertop polls itself."""
+    return {u for c in collectors if (u := _norm(getattr(getattr(c, "endpoint", None), "url", None)))}
+
+
+def pod_loads_from_engines(pods: Iterable[Any], engines: Iterable[Any]) -> dict[str, Any]:
+    """pod key → :class:`~infertop.sources.kube_load.PodLoad` for the pods whose address is an engine of the
+    fleet state: its running and waiting as that state shows them (the numbers of the Engines pane, not a
+    second read of the same /metrics a moment apart); an engine not fresh gives its reason instead."""
+    from ..sources.kube_load import PodLoad
+
+    by_url: dict[str, list[Any]] = {}
+    for e in engines:
+        by_url.setdefault(_norm(e.stats.url), []).append(e)
+    out: dict[str, Any] = {}
+    for p in pods:
+        states = by_url.get(_norm(getattr(p, "engine_url", None))) if getattr(p, "engine_url", None) else None
+        if not states:
+            continue
+        fresh = [e.stats for e in states if e.fresh]
+        if not fresh:
+            out[p.key] = PodLoad(error=states[0].freshness.reason or "no data")
+            continue
+        running = [s.running for s in fresh if s.running is not None]
+        waiting = [s.waiting for s in fresh if s.waiting is not None]
+        out[p.key] = PodLoad(sum(running) if running else None, sum(waiting) if waiting else None) \
+            if running or waiting else PodLoad(error="no vllm:num_requests_* at /metrics")
+    return out

@@ -23,6 +23,7 @@ from ..control.audit import AuditLog
 from ..control.kube import KubeControl, Permissions, check_permissions
 from ..domain.kube import ClusterSnapshot
 from ..sources.kube import ClusterWatcher, KubeError, KubeSession, PodLoadScraper, read_cluster, session_for
+from ..state.cluster_join import engine_urls, pod_loads_from_engines
 from .action_runner import ActionRunner
 from .widgets.cluster import ClusterPane
 
@@ -54,6 +55,7 @@ class KubeConnection(ActionRunner):
     _kube_poll_at = 0.0
     _kube_refreshing = False
     _kube_loads_running = False
+    _kube_loads_at = 0.0  # monotonic time of the last scrape of the pods' loads
     _kube_scrape_skip = 0
     _kube_pane_behind = False  # the Cluster pane missed a render while hidden
     _pod_scraper: PodLoadScraper | None = None  # kept between refreshes: keep-alive clients, warm parsers
@@ -208,7 +210,11 @@ class KubeConnection(ActionRunner):
                 self._kube_render()  # nothing new from the server: the ages still move
         if self._kube_scrape_skip > 0:
             self._kube_scrape_skip -= 1
-        elif not self._kube_loads_running:
+        elif self._cluster_active():  # the pods' loads are shown on the Cluster pane alone
+            self._kube_scrape_soon()
+
+    def _kube_scrape_soon(self) -> None:
+        if not self._kube_loads_running:
             self._kube_loads_running = True
             self.run_worker(self._kube_loads_work(), group="kube-loads", exit_on_error=False)  # type: ignore[attr-defined]
 
@@ -279,16 +285,19 @@ class KubeConnection(ActionRunner):
         self._kube_render()
 
     async def _kube_scrape(self) -> None:
-        """Read running/waiting from the pods' engines (pod IP:port), when reachable from here."""
+        """Read running/waiting from the pods' engines (pod IP:port), when reachable from here — but not
+        from the engines infertop polls already: theirs come from the fleet state (see _kube_loads_now)."""
         snap = self.kube_snapshot
         if snap is None:
             return
-        urls = {p.key: p.engine_url for p in snap.pods if p.engine_url and p.phase == "Running" and not p.terminating}
+        polled = engine_urls(getattr(self.collector, "collectors", ()))  # type: ignore[attr-defined]
+        urls = {p.key: p.engine_url for p in snap.pods if p.engine_url and p.phase == "Running" and not p.terminating
+                and p.engine_url.strip().rstrip("/").lower() not in polled}
         urls = dict(list(urls.items())[:MAX_SCRAPED_PODS])
         if self._pod_scraper is None:
             self._pod_scraper = PodLoadScraper(timeout_s=1.5)
         loads = await self._pod_scraper.scrape(urls)
-        self.kube_loads = loads
+        self.kube_loads, self._kube_loads_at = loads, time.monotonic()
         # pod IPs are often unreachable from where infertop runs: then try again only every 5th refresh
         self._kube_scrape_skip = 4 if urls and all(v.error for v in loads.values()) else 0
 
@@ -371,10 +380,24 @@ class KubeConnection(ActionRunner):
             self._kube_pane_behind = True  # a hidden pane is not painted; it is when it comes on view
             return
         self._kube_pane_behind = False
-        pane.show(snap, header, self.kube_loads, self._engine_names(), stale=stale is not None)
+        pane.show(snap, header, self._kube_loads_now(snap), self._engine_names(), stale=stale is not None)
+
+    def _kube_loads_now(self, snap: ClusterSnapshot) -> dict:
+        """Each pod's load: a pod that is a watched engine shows that engine's running and waiting at the
+        tick on screen; the others, their last scrape."""
+        scraped = self.kube_loads
+        if time.monotonic() - self._kube_loads_at > 3 * self.kube_cfg.refresh_s:
+            scraped = {}  # not read while the pane was hidden: "—" until the next read, not old numbers
+        state = self.state  # type: ignore[attr-defined]
+        if state is None:
+            return scraped
+        return {**scraped, **pod_loads_from_engines(snap.pods, state.engines)}
 
     def kube_pane_shown(self) -> None:
-        """The Cluster pane came on view: paint what it missed while hidden."""
+        """The Cluster pane came on view: paint what it missed while hidden, and read the pods' loads
+        (not read while it was hidden)."""
+        if self.kube_session is not None and self._cluster_active():
+            self._kube_scrape_soon()
         if self._kube_pane_behind and self._cluster_active():
             self._kube_render()
 
