@@ -24,10 +24,11 @@ from typing import Any
 
 from ..domain.kube import ClusterSnapshot
 
-__all__ = ["ClusterJoin", "engine_urls", "pod_loads_from_engines"]
+__all__ = ["ClusterJoin", "engine_urls", "norm_url", "pod_loads_from_engines"]
 
 
-def _norm(url: str | None) -> str:
+def norm_url(url: str | None) -> str:
+    """A URL as the join compares it: no surrounding space, no trailing slash, lower case."""
     return (url or "").strip().rstrip("/").lower()
 
 
@@ -53,13 +54,13 @@ class ClusterJoin:
         collectors whose engine was scaled away)."""
         by_url: dict[str, Any] = {}
         for c in collectors:
-            url = _norm(getattr(getattr(c, "endpoint", None), "url", None))
+            url = norm_url(getattr(getattr(c, "endpoint", None), "url", None))
             if url:
                 by_url[url] = c
         pods: dict[str, str] = {}
         served: set[str] = set()  # URLs a pod that is not terminating serves
         for p in snap.pods if snap is not None else ():
-            url = _norm(p.engine_url)
+            url = norm_url(p.engine_url)
             c = by_url.get(url)
             if c is None:
                 continue
@@ -77,7 +78,7 @@ class ClusterJoin:
 
 def engine_urls(collectors: Iterable[Any]) -> set[str]:
     """The (normalised) URLs of the engines infertop polls itself."""
-    return {u for c in collectors if (u := _norm(getattr(getattr(c, "endpoint", None), "url", None)))}
+    return {u for c in collectors if (u := norm_url(getattr(getattr(c, "endpoint", None), "url", None)))}
 
 
 def pod_loads_from_engines(pods: Iterable[Any], engines: Iterable[Any]) -> dict[str, Any]:
@@ -88,10 +89,11 @@ def pod_loads_from_engines(pods: Iterable[Any], engines: Iterable[Any]) -> dict[
 
     by_url: dict[str, list[Any]] = {}
     for e in engines:
-        by_url.setdefault(_norm(e.stats.url), []).append(e)
+        by_url.setdefault(norm_url(e.stats.url), []).append(e)
     out: dict[str, Any] = {}
     for p in pods:
-        states = by_url.get(_norm(getattr(p, "engine_url", None))) if getattr(p, "engine_url", None) else None
+        url = getattr(p, "engine_url", None)
+        states = by_url.get(norm_url(url)) if url else None
         if not states:
             continue
         fresh = [e.stats for e in states if e.fresh]

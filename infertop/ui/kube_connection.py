@@ -23,7 +23,7 @@ from ..control.audit import AuditLog
 from ..control.kube import KubeControl, Permissions, check_permissions
 from ..domain.kube import ClusterSnapshot
 from ..sources.kube import ClusterWatcher, KubeError, KubeSession, PodLoadScraper, read_cluster, session_for
-from ..state.cluster_join import engine_urls, pod_loads_from_engines
+from ..state.cluster_join import engine_urls, norm_url, pod_loads_from_engines
 from .action_runner import ActionRunner
 from .widgets.cluster import ClusterPane
 
@@ -292,7 +292,7 @@ class KubeConnection(ActionRunner):
             return
         polled = engine_urls(getattr(self.collector, "collectors", ()))  # type: ignore[attr-defined]
         urls = {p.key: p.engine_url for p in snap.pods if p.engine_url and p.phase == "Running" and not p.terminating
-                and p.engine_url.strip().rstrip("/").lower() not in polled}
+                and norm_url(p.engine_url) not in polled}
         urls = dict(list(urls.items())[:MAX_SCRAPED_PODS])
         if self._pod_scraper is None:
             self._pod_scraper = PodLoadScraper(timeout_s=1.5)
