@@ -111,6 +111,28 @@ async def test_endpoint_picker_refusing_the_token_is_a_down_source_with_the_reas
     assert c.health.last_error.startswith("cannot read the token file")
 
 
+async def test_a_token_with_a_line_break_is_refused_unsent_and_a_huge_document_is_cut(epp_server, tmp_path):
+    """A token file holding a second line (a header it would smuggle in) is refused before anything is
+    sent, and the error names neither; a document over the limit is refused while it is read."""
+    from infertop.sources.vllm import MAX_BODY_BYTES
+
+    url, docs = epp_server
+    docs.append((FIXTURES / "epp_llmd.txt").read_text())
+    token = tmp_path / "token"
+    token.write_text(f"{EPP_TOKEN}\r\nX-Smuggled: 1")
+    c = QueueCollector(QueueEndpoint("epp", "epp", metrics_url(url), token_file=str(token)), window_s=60)
+    assert await c.poll() is None
+    err = c.health.last_error
+    assert not c.health.ok and "refused header 'Authorization'" in err
+    assert EPP_TOKEN not in err and "Smuggled" not in err
+    token.write_text(EPP_TOKEN)
+    assert await c.poll() is not None and c.health.ok
+    docs[:] = ["# " + "x" * (MAX_BODY_BYTES + 10) + "\n"]
+    assert await c.poll() is not None  # the last view, kept (stale) while the source fails
+    assert not c.health.ok and c.health.last_error.startswith("response too large (")
+    await c.aclose()
+
+
 def test_newer_generation_wins_and_junk_labels_are_plain_and_capped():
     old = (FIXTURES / "epp_gie.txt").read_text()
     new = 'llm_d_epp_flow_control_queue_size{priority="7",fairness_id="x"} 2\n'

@@ -72,12 +72,17 @@ class LeanHttpClient:
         self._closed = False
 
     # ----- public --------------------------------------------------------------------
-    async def get(self, url: str, limit: int, *, any_status: bool = False) -> tuple[int, bytes]:
+    async def get(self, url: str, limit: int, *, any_status: bool = False,
+                  headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         """(status, body) of ``GET url``; the body is read only for a 200 (at most ``limit`` bytes).
 
         A status other than 200 raises ``HttpError("HTTP <status>")`` unless ``any_status``.
+        ``headers``: more request headers (e.g. a bearer token), sent as given; a name or value with a
+        line break or another control character is refused, not sent.
         """
         origin, request = self._target(url)
+        if headers:
+            request = request[:-2] + _header_lines(headers) + b"\r\n"
         async with asyncio.timeout(self.timeout_s):
             idle = self._idle.get(origin)
             if idle:
@@ -188,6 +193,16 @@ class LeanHttpClient:
                     conn.close()
             else:
                 conn.close()
+
+
+def _header_lines(headers: dict[str, str]) -> bytes:
+    out = []
+    for name, value in headers.items():
+        line = f"{name}: {value}"
+        if not name or any(ord(ch) < 32 and ch != "\t" for ch in line) or "\x7f" in line:
+            raise HttpError(f"refused header {name[:40]!r}: a control character")
+        out.append(line.encode("latin-1", "replace") + b"\r\n")
+    return b"".join(out)
 
 
 class _StaleConnection(Exception):

@@ -24,13 +24,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-import httpx
-
 from ..analysis.quantiles import histogram_quantile
 from ..domain.source import SourceHealth
 from ..state.queues import DEFAULT_BUDGETS_S, QueueClass, QueueEngine, QueueSource
 from ..state.window import CounterWindow
 from .expfmt import ParseError, Parser
+from .http_client import HttpError, LeanHttpClient, ResponseTooLarge
 from .queues_names import EPP, GATEWAY, SEP, QueueSample, extract
 from .sanitize import error_text, finite, non_negative, plain_text
 from .vllm import MAX_BODY_BYTES, ScrapeError, describe_error
@@ -103,20 +102,14 @@ def budget_for(budgets: Mapping[str, float], name: str, priority: float | None) 
     return None
 
 
-async def fetch_bounded(client: httpx.AsyncClient, url: str, limit: int,
+async def fetch_bounded(client: LeanHttpClient, url: str, limit: int,
                         headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     """GET ``url`` with ``headers``: (status, body), reading at most ``limit`` bytes (the body of
     an answer other than 200 is not read)."""
-    async with client.stream("GET", url, headers=headers or None) as resp:
-        if resp.status_code != 200:
-            return resp.status_code, b""
-        chunks, size = [], 0
-        async for chunk in resp.aiter_bytes():
-            size += len(chunk)
-            if size > limit:
-                raise ScrapeError(f"response too large (> {limit // 1024} KiB)")
-            chunks.append(chunk)
-    return 200, b"".join(chunks)
+    try:
+        return await client.get(url, limit, any_status=True, headers=headers)
+    except ResponseTooLarge as e:
+        raise ScrapeError(str(e)) from None
 
 
 class QueueWindow:
@@ -277,16 +270,16 @@ class QueueCollector:
         self.view: QueueSource | None = None
         self.completed_polls = 0
         self._down_since: float | None = None  # monotonic
-        self._client: httpx.AsyncClient | None = None
+        self._client: LeanHttpClient | None = None
 
     def down_since_wall(self, now: float, mono: float) -> float | None:
         return None if self._down_since is None else now - max(0.0, mono - self._down_since)
 
-    def client(self) -> httpx.AsyncClient:
+    def client(self) -> LeanHttpClient:
+        # the lean client the engine polls use: httpx's machinery per request cost more than the socket work
+        # of these polls, every second (benchmarks/bench_http.py)
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.endpoint.timeout_s, connect=1.0),
-                                             limits=httpx.Limits(max_connections=2, max_keepalive_connections=2),
-                                             headers={"User-Agent": "infertop"}, trust_env=False)
+            self._client = LeanHttpClient(connect_timeout_s=1.0, timeout_s=self.endpoint.timeout_s)
         return self._client
 
     async def aclose(self) -> None:
@@ -336,13 +329,13 @@ class QueueCollector:
             raise ScrapeError(f"no {what} metrics at {self.url}")
         return sample
 
-    async def _metrics(self, client: httpx.AsyncClient, headers: dict[str, str]) -> str:
+    async def _metrics(self, client: LeanHttpClient, headers: dict[str, str]) -> str:
         status, body = await fetch_bounded(client, self.url, MAX_BODY_BYTES, headers)
         if status != 200:
             raise ScrapeError(f"HTTP {status}" + (": the token was refused" if status in (401, 403) else ""))
         return body.decode("utf-8", errors="replace")
 
-    async def _admin(self, client: httpx.AsyncClient) -> tuple[dict | None, str, str | None]:
+    async def _admin(self, client: LeanHttpClient) -> tuple[dict | None, str, str | None]:
         """(state, admin word, error) — the admin API is optional: its failure is a warning, not a down source."""
         ep = self.endpoint
         try:
@@ -357,7 +350,7 @@ class QueueCollector:
             if status != 200:
                 return None, "error", f"admin API: HTTP {status}"
             doc = json.loads(body)
-        except (httpx.HTTPError, ScrapeError, ValueError, RecursionError) as e:
+        except (HttpError, OSError, TimeoutError, ScrapeError, ValueError, RecursionError) as e:
             return None, "error", error_text(f"admin API: {describe_error(e, ep.timeout_s)}")
         if not isinstance(doc, dict):
             return None, "error", "admin API: not a JSON object"
