@@ -113,6 +113,11 @@ def test_the_default_queue_query_gives_one_tagged_series_per_queue_through_prome
     try:
         with running_prometheus(tmp_path, scrape) as (url, proc, log):
             def series():
+                # every target scraped first: with one picker not yet read, the other generation's depth is
+                # the only one there (a CI run read 145, the older generation's, before the newer was in)
+                up = httpx.post(f"{url}/api/v1/query", data={"query": "up == 1"}, timeout=2, trust_env=False).json()
+                if len(up["data"]["result"]) < len(jobs) + 1:
+                    return False
                 r = httpx.post(f"{url}/api/v1/query", data={"query": promql}, timeout=2, trust_env=False).json()
                 assert r["status"] == "success", r  # the PromQL parses and runs
                 got, dropped = queue_series(r["data"]["result"])
