@@ -23,6 +23,7 @@ __all__ = [
     "PodLoadScraper",
     "fetch_pod_load",
     "fetch_pod_loads",
+    "load_of",
     "pod_load_from_text",
 ]
 
@@ -57,7 +58,11 @@ def pod_load_from_text(text: str, parser: Parser | None = None) -> PodLoad:
         series = exp.series(name)
         return sum(v for _, v in series) if series else None
 
-    running, waiting = total("vllm:num_requests_running"), total("vllm:num_requests_waiting")
+    return load_of(total("vllm:num_requests_running"), total("vllm:num_requests_waiting"))
+
+
+def load_of(running: float | None, waiting: float | None) -> PodLoad:
+    """A pod's load from its engine's running and waiting; neither known is an error that says so."""
     if running is None and waiting is None:
         return PodLoad(error="no vllm:num_requests_* at /metrics")
     return PodLoad(running, waiting)

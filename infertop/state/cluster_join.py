@@ -85,7 +85,7 @@ def pod_loads_from_engines(pods: Iterable[Any], engines: Iterable[Any]) -> dict[
     """pod key → :class:`~infertop.sources.kube_load.PodLoad` for the pods whose address is an engine of the
     fleet state: its running and waiting as that state shows them (the numbers of the Engines pane, not a
     second read of the same /metrics a moment apart); an engine not fresh gives its reason instead."""
-    from ..sources.kube_load import PodLoad
+    from ..sources.kube_load import PodLoad, load_of
 
     by_url: dict[str, list[Any]] = {}
     for e in engines:
@@ -102,6 +102,5 @@ def pod_loads_from_engines(pods: Iterable[Any], engines: Iterable[Any]) -> dict[
             continue
         running = [s.running for s in fresh if s.running is not None]
         waiting = [s.waiting for s in fresh if s.waiting is not None]
-        out[p.key] = PodLoad(sum(running) if running else None, sum(waiting) if waiting else None) \
-            if running or waiting else PodLoad(error="no vllm:num_requests_* at /metrics")
+        out[p.key] = load_of(sum(running) if running else None, sum(waiting) if waiting else None)
     return out
