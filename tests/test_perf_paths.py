@@ -539,6 +539,35 @@ async def test_lean_client_bounds_and_errors_are_one_line():
         await LeanHttpClient().get("http://127.0.0.1:9/metrics", 100)
 
 
+async def test_a_body_over_the_limit_is_not_kept_alive_by_its_error():
+    """The error's traceback holds the reading frames (and a caller keeping the error in a local makes a
+    cycle the collector may reach late): what was read must not be held there. A hostile endpoint sending
+    megabytes every second once grew the console to 760 MB this way."""
+    import pytest
+
+    from infertop.sources.http_client import HttpError, LeanHttpClient
+
+    chunk = b"1000\r\n" + b"z" * 4096 + b"\r\n"
+    answers = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk * 64,  # 256 KiB, chunked
+               b"HTTP/1.1 200 OK\r\n\r\n" + b"z" * 262144]  # 256 KiB until the server closes
+    server, url, _ = await _raw_server(answers, close_after_each=True)
+    client = LeanHttpClient()
+    try:
+        for _ in answers:
+            with pytest.raises(HttpError, match=r"^response too large") as got:
+                await client.get(url, 100_000)
+            held, tb = 0, got.value.__traceback__.tb_next  # the client's frames, not this test's
+            while tb is not None:
+                for v in tb.tb_frame.f_locals.values():
+                    if isinstance(v, list):
+                        held += sum(len(x) for x in v if isinstance(x, (bytes, bytearray)))
+                tb = tb.tb_next
+            assert held == 0
+    finally:
+        await client.aclose()
+        server.close()
+
+
 # ----- lazy values: only the samples the extractor reads are converted -----------------------
 
 

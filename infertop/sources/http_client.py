@@ -250,6 +250,7 @@ async def _body(reader: asyncio.StreamReader, headers: dict[str, str], limit: in
             return b"".join(chunks), False
         size += len(chunk)
         if size > limit:
+            chunks.clear()  # the error's traceback keeps this frame (a cycle the collector may reach late)
             raise too_large(limit)
         chunks.append(chunk)
 
@@ -269,6 +270,7 @@ async def _chunked(reader: asyncio.StreamReader, limit: int) -> bytes:
             return b"".join(chunks)
         size += n
         if size > limit:
+            chunks.clear()  # as in _body: what was read is not kept alive by the error
             raise too_large(limit)
         chunks.append(await reader.readexactly(n))
         if await reader.readexactly(2) != b"\r\n":
