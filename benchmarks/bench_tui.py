@@ -22,6 +22,13 @@ Every process started here (the TUIs, their simulators, htop, py-spy) is
 stopped on exit, also on Ctrl+C; the run ends with a check that none is left.
 ``--dump DIR`` keeps each program's measured terminal stream, which
 ``benchmarks/tui_bytes.py`` breaks down by screen row.
+
+htop's own CPU follows the machine's process table (it reads ``/proc`` for every
+task at each refresh); infertop's does not. ``--idle-processes N`` starts N
+sleeping processes for the whole run, as a node running an inference stack has
+(kubelet, container shims, exporters, an engine's workers): the ratio is then
+measured against htop on a machine of that size. The header line gives the
+task count either way.
 """
 
 from __future__ import annotations
@@ -369,6 +376,18 @@ def verdicts(phase1: list[Result], phase2: list[Result], htop1: Result) -> None:
         print(f"  {r.label:<22} CPU(64) {'met' if r.cpu_pct <= 10 else 'MISSED'} ({r.cpu_pct:.1f} %){flat}")
 
 
+def task_count() -> int:
+    """Threads of every process now: what htop reads at each refresh."""
+    n = 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                n += len(os.listdir(f"/proc/{pid}/task"))
+            except OSError:  # gone meanwhile
+                pass
+    return n
+
+
 # ----- main ----------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -390,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="one simulator per phase for every TUI (--config with its URLs) instead of --demo each:"
                          " less load when comparing several trees")
     ap.add_argument("--python", default=sys.executable, help="interpreter for infertop (default: this one)")
+    ap.add_argument("--idle-processes", type=int, default=0, metavar="N",
+                    help="N sleeping processes for the whole run (htop reads every task; see above)")
     args = ap.parse_args(argv)
     cols, rows = (int(x) for x in args.size.lower().split("x"))
     trees = [t.split("=", 1) if "=" in t else (Path(t).name or "infertop", t) for t in args.tree] or [("infertop", str(REPO))]
@@ -473,8 +494,11 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, interrupted)
     signal.signal(signal.SIGHUP, interrupted)
+    idle = [subprocess.Popen(["sleep", "infinity"], stdin=subprocess.DEVNULL, start_new_session=True)
+            for _ in range(max(0, args.idle_processes))]
     print(f"bench_tui: {cols}x{rows}, TERM=xterm-256color COLORTERM=truecolor, 1 s refresh; "
-          f"phase 1 {args.seconds:.0f} s, phase 2 {seconds_64:.0f} s; load before: {os.getloadavg()[0]:.2f}")
+          f"phase 1 {args.seconds:.0f} s, phase 2 {seconds_64:.0f} s; load before: {os.getloadavg()[0]:.2f}; "
+          f"{task_count()} tasks on the machine ({len(idle)} idle processes started here)")
     phase1: list[Result] = []
     phase2: list[Result] = []
     htop1 = None
@@ -512,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         stop_all()
+        for p in idle:
+            p.kill()
+            p.wait()
         drain.stopping = True
         shutil.rmtree(home, ignore_errors=True)
         left = [pid for p in launched for pid in p.left()]
