@@ -195,6 +195,33 @@ async def test_failing_health_marks_engine_degraded(scripted):
     assert fc.snapshot().engines[0].state == UP
 
 
+async def test_health_is_asked_rarely_while_tokens_flow_and_often_once_they_stop(scripted):
+    state = {"0": dict(gen=1000, prompt=500)}
+    srv = scripted().serve_engine(lambda: v1_doc(engines=state))
+    clock = Clock()
+    fc = make([("busy", srv.url)], clock)
+
+    async def polls(n: int, flowing: bool) -> int:
+        before = srv.hits.get("/health", 0)
+        for _ in range(n):
+            if flowing:
+                state["0"]["gen"] += 100
+            clock.t += 1.0
+            await fc.poll_once()
+        return srv.hits.get("/health", 0) - before
+
+    assert await polls(1, flowing=True) == 1  # the first poll asks: nothing is known yet
+    assert await polls(59, flowing=True) == 2  # polls 30 and 60 (every 30th while counters move)
+    # the engine core dies: its counters stand still, so /health is asked within the usual 5 polls
+    srv.routes["/health"] = (503, b"")
+    assert await polls(5, flowing=False) == 1
+    assert fc.snapshot().engines[0].state == DEGRADED
+    assert await polls(3, flowing=False) == 3  # after a failure: every poll
+    srv.routes["/health"] = (200, b"")
+    assert await polls(1, flowing=False) == 1 and fc.snapshot().engines[0].state == UP
+    assert await polls(10, flowing=False) == 2  # idle and healthy: every 5th poll, as before
+
+
 async def test_run_for_gives_every_engine_a_state_and_never_waits_in_lockstep(scripted):
     good = scripted().serve_engine(lambda: v1_doc(engines={"0": {"running": 1}}))
     hung = scripted().serve_engine("")

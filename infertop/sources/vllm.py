@@ -38,6 +38,9 @@ MODELS_MAX_BYTES = 1024 * 1024  # /v1/models (many LoRA adapters)
 SMALL_MAX_BYTES = 64 * 1024  # /health, /version
 MAX_MODELS = 256
 HEALTH_EVERY = 5
+#: While an engine's token counters move it is serving, and /health is asked this rarely: a vLLM
+#: whose engine core died answers /health 503, but its counters stop first.
+HEALTH_BUSY_EVERY = 30
 #: Only the samples infertop reads (see EngineCollector.filtered_scrape). vLLM serves its metrics
 #: twice: ``/metrics`` through its request instrumentator, which ignores any query, and
 #: prometheus_client's own app mounted at ``/metrics/``, which answers a ``name[]`` query.
@@ -205,6 +208,8 @@ class EngineCollector:
         self._polls = 0
         self._healthy: bool | None = None
         self._health_error: str | None = None
+        self._tokens: float | None = None  # prompt and generated tokens counted at the last poll
+        self._serving = False  # those counters moved between the last two polls
         self._client: LeanHttpClient | None = None
         self._last_text: tuple[int, int] | None = None  # (length, hash) of the last /metrics body
         self._last_read: tuple[str, list[EngineSample]] | None = None
@@ -245,9 +250,10 @@ class EngineCollector:
         started = self.clock()
         self._polls += 1
         want_meta = not self.models or self._polls % 30 == 0
-        # /health costs a request per engine per poll; while /metrics answers it
-        # is checked every HEALTH_EVERY polls, and on every poll after a failure.
-        want_health = self._healthy is not True or self._polls % HEALTH_EVERY == 0
+        # /health costs a request per engine per poll; while /metrics answers it is checked every
+        # HEALTH_EVERY polls (HEALTH_BUSY_EVERY while tokens flow), and on every poll after a failure.
+        want_health = (self._healthy is not True
+                       or self._polls % (HEALTH_BUSY_EVERY if self._serving else HEALTH_EVERY) == 0)
         metrics_url = base + (FILTERED_METRICS if self.filtered_scrape else "/metrics")
         try:
             try:
@@ -284,6 +290,11 @@ class EngineCollector:
                     raise ScrapeError("no vllm: metrics at /metrics")
             except Exception as exc:  # noqa: BLE001 — every failure is shown, none crashes
                 return self._failed(exc, started)
+            tokens = 0.0
+            for sample in samples:
+                c = sample.counters
+                tokens += c.get("generation_tokens", 0.0) + c.get("prompt_tokens", 0.0)
+            self._serving, self._tokens = self._tokens is not None and tokens > self._tokens, tokens
             if want_health:
                 if isinstance(health, BaseException):
                     self._healthy = False
@@ -402,6 +413,7 @@ class EngineCollector:
 
     def _failed(self, exc: BaseException, started: float, internal: bool = False) -> list[EngineStats]:
         self._healthy = None
+        self._tokens, self._serving = None, False
         self.filtered_scrape = True  # what answers after a failure may be another server
         self.completed_polls += 1
         now = self.clock()
