@@ -38,8 +38,9 @@ MODELS_MAX_BYTES = 1024 * 1024  # /v1/models (many LoRA adapters)
 SMALL_MAX_BYTES = 64 * 1024  # /health, /version
 MAX_MODELS = 256
 HEALTH_EVERY = 5
-#: While an engine's token counters move it is serving, and /health is asked this rarely: a vLLM
-#: whose engine core died answers /health 503, but its counters stop first.
+#: While an engine's token counters move it is serving, and /health is asked this rarely: vLLM's
+#: /health answers 503 only once its engine core is dead (EngineDeadError), and a dead engine core
+#: counts no more tokens.
 HEALTH_BUSY_EVERY = 30
 #: Only the samples infertop reads (see EngineCollector.filtered_scrape). vLLM serves its metrics
 #: twice: ``/metrics`` through its request instrumentator, which ignores any query, and
