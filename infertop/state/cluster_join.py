@@ -32,6 +32,11 @@ def norm_url(url: str | None) -> str:
     return (url or "").strip().rstrip("/").lower()
 
 
+def _collector_url(collector: Any) -> str:
+    """The normalised URL a collector polls ("" when it has none)."""
+    return norm_url(getattr(getattr(collector, "endpoint", None), "url", None))
+
+
 def _engine_name(collector: Any) -> str:
     """The engine a collector's endpoint is (its one engine's name; the endpoint's for several)."""
     stats = getattr(collector, "stats", None) or ()
@@ -54,7 +59,7 @@ class ClusterJoin:
         collectors whose engine was scaled away)."""
         by_url: dict[str, Any] = {}
         for c in collectors:
-            url = norm_url(getattr(getattr(c, "endpoint", None), "url", None))
+            url = _collector_url(c)
             if url:
                 by_url[url] = c
         pods: dict[str, str] = {}
@@ -78,7 +83,7 @@ class ClusterJoin:
 
 def engine_urls(collectors: Iterable[Any]) -> set[str]:
     """The (normalised) URLs of the engines infertop polls itself."""
-    return {u for c in collectors if (u := norm_url(getattr(getattr(c, "endpoint", None), "url", None)))}
+    return {u for c in collectors if (u := _collector_url(c))}
 
 
 def pod_loads_from_engines(pods: Iterable[Any], engines: Iterable[Any]) -> dict[str, Any]:
