@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -82,6 +84,51 @@ async def test_start_change_max_num_seqs_and_stop_from_the_keyboard(tmp_path):
     assert actions == [("engine.start", "ok"), ("engine.set", "ok"), ("engine.stop", "ok")]
     change = audit[1]
     assert change["target"] == "fake" and change["old"] == {"max_num_seqs": 4} and change["new"] == {"max_num_seqs": 8}
+
+
+async def test_a_change_made_outside_this_console_shows_once_the_engine_is_back(tmp_path):
+    """``infertop engine set`` (or another console) restarts an engine this console watches with another
+    max_num_seqs: once the engine is back, Run/Max shows the new limit, not the one read at adoption."""
+    from infertop.control.audit import AuditLog
+    from infertop.control.engines import EngineManager
+
+    s = settings(tmp_path)
+    cli = EngineManager(Path(s.state_dir), AuditLog(Path(s.state_dir) / "audit.jsonl"), profiles=s.config.profiles,
+                        module=FAKE)
+    cli.start("fake", s.config.profiles["fake"])
+    try:
+        await _watch_an_outside_change(s, cli)
+    finally:
+        cli.stop("fake")
+
+
+async def _watch_an_outside_change(s: Settings, cli) -> None:
+    app = InfertopApp(s, poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.managed("fake") is not None, what="adopted")
+        await pilot.press("2")
+        table = app.query_one("#engines-table", EnginesTable)
+
+        async def shows(limit: str, ready=lambda: True) -> None:
+            """Poll (and let the tick's workers finish) until the row's Run/Max is ``limit``."""
+            deadline = asyncio.get_running_loop().time() + 60
+            while True:
+                await app.poll_now()
+                await app.workers.wait_for_complete()
+                await pilot.pause()
+                if ready() and "fake" in table.rows and cell(table, "fake", 4) == limit:
+                    return
+                assert asyncio.get_running_loop().time() < deadline, (limit, list(app.log_lines)[-5:])
+
+        await shows("0/4")
+        done = threading.Event()
+        worker = threading.Thread(target=lambda: (cli.set_args("fake", {"max_num_seqs": 8}), done.set()))
+        worker.start()
+        try:
+            await shows("0/8", done.is_set)
+        finally:
+            worker.join(120)
+        assert any("fake up → down" in line for line in app.log_lines)
 
 
 async def test_actions_greyed_for_unmanaged_and_hidden_read_only(tmp_path):
@@ -167,6 +214,11 @@ async def test_enter_never_confirms_and_a_configured_engine_keeps_its_timeout_an
         # listed in `engines:`: still watched after the stop (it shows down, not frozen)
         (ep,) = [c.endpoint for c in again.collector.collectors if c.endpoint.name == "fake"]
         assert ep.timeout_s == 7.5
+
+
+def cell(table: EnginesTable, row: str, column: int) -> str:
+    c = table.get_row(row)[column]
+    return str(getattr(c, "plain", c))
 
 
 def settings_like(s: Settings) -> Settings:

@@ -61,6 +61,8 @@ class ChangeLogMixin:
                 continue  # not polled yet (the first ticks, a pod's engine that just joined): nothing to tell
             if prev != s.state:
                 self._states[s.name] = s.state
+                if prev is not None:
+                    self.engine_state_changed(s.name)  # type: ignore[attr-defined]
                 if prev is not None or s.state != "up":
                     why = f": {s.error}" if s.error else ""
                     self.log_event(Text(f"{s.name} {prev or 'new'} → {s.state}{why}"))

@@ -9,6 +9,7 @@ with the headless ``infertop engine`` commands), which writes the audit log.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import socket
 import threading
@@ -285,6 +286,19 @@ class EngineActions(ActionRunner):
         ep = EngineEndpoint(rec.name, rec.url, rec.max_num_seqs, timeout_s)
         if known.get(rec.name) != ep:
             self.collector.add_endpoint(ep)  # type: ignore[attr-defined]
+
+    def engine_state_changed(self, name: str) -> None:
+        """A watched engine went down or came back: an engine infertop started may have been restarted by
+        another infertop or by ``infertop engine set`` with other arguments (max_num_seqs, port), so its
+        record is read again (in a thread) and the engine watched as it now runs."""
+        if self.engine_manager is not None:
+            self.run_worker(self._reread_engine(name), group=f"engine-reread:{name}",  # type: ignore[attr-defined]
+                            exclusive=True, exit_on_error=False)
+
+    async def _reread_engine(self, name: str) -> None:
+        rec = await asyncio.to_thread(self.managed, name)
+        if rec is not None:
+            self._watch(rec)
 
     def managed(self, name: str | None) -> EngineRecord | None:
         """The live record of an engine infertop started, or None (never raises: any name is shown)."""
