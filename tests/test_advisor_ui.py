@@ -223,4 +223,5 @@ async def test_no_auto_and_read_only_keep_auto_off(emu, sim, tmp_path):
     async with app.run_test(size=(120, 40)) as pilot:
         await setup(emu, sim, pilot, app)
         assert app.advisor.mode == "recommend"
-        assert app.check_action("advisor_apply", ()) is None  # hidden when read-only
+        for action in ("advisor_apply", "advisor_targets", "advisor_kill"):  # hidden when read-only
+            assert app.check_action(action, ()) is False, action

@@ -141,7 +141,7 @@ async def test_actions_greyed_for_unmanaged_and_hidden_read_only(tmp_path):
     async with ro.run_test(size=(120, 40)) as pilot:
         await ro.workers.wait_for_complete()
         for action in ("engine_new", "engine_stop", "engine_restart", "engine_set_seqs"):
-            assert ro.check_action(action, ()) is None
+            assert ro.check_action(action, ()) is False  # not offered
         await pilot.press("n")
         await pilot.pause()
         assert not isinstance(ro.screen, ProfilePicker)

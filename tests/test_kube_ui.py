@@ -496,7 +496,7 @@ async def test_read_only_offers_nothing(emu, tmp_path):
     async with app.run_test(size=(120, 40)) as pilot:
         pane = await connected(pilot, app)
         for action in KUBE_MUTATING:
-            assert app.check_action(action, ()) is None, action
+            assert app.check_action(action, ()) is False, action
         for view, keys in (("workloads", ("S", "H", "A", "R", "M")), ("pods", ("D", "ctrl+d")), ("nodes", ("C", "N"))):
             pane.set_view(view)
             await pilot.pause()

@@ -232,7 +232,20 @@ async def test_without_admin_access_or_read_only_the_keys_say_why(gateway, tmp_p
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("6")
         await app.poll_now()
-        assert app.check_action("queue_edit", ()) is None and app.check_action("queue_drain", ()) is None
+        for action in ("queue_edit", "queue_drain", "queue_objective"):
+            assert app.check_action(action, ()) is False, action  # not offered
+        footer = {b.binding.key for b in app.screen.active_bindings.values()
+                  if b.binding.show and app.check_action(b.binding.action, ()) is not False}
+        assert not footer & {"w", "d", "i"}, footer
+        await pilot.press("w")  # pressed anyway: it says why, and opens nothing
+        await pilot.pause()
+        assert not isinstance(app.screen, (FormDialog, ConfirmScreen))
+        assert any("read-only mode" in str(n.message) for n in app._notifications), list(app._notifications)
+        app.clear_notifications()
+        await pilot.press("S")  # no Kubernetes here either: read-only is still the first reason given
+        await pilot.pause()
+        said = [str(n.message) for n in app._notifications]
+        assert said and all("read-only mode" in m for m in said), said
 
 
 @pytest.mark.parametrize("installed,permitted", [(True, True), (False, True), (True, False)])

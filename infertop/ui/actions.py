@@ -111,10 +111,11 @@ ACTIONS: tuple[Action, ...] = (
            "Autoscaler", footer_label="Apply", mutating=True, panes=("autoscaler",)),
     Action("advisor_mode", "o", "Advisor mode: off, recommend or auto", "Autoscaler", footer_label="Mode",
            panes=("autoscaler",)),
+    # Targets and the kill switch change what auto mode may do: read-only offers neither.
     Action("advisor_targets", "T", "Advisor targets: queue depth and p99", "Autoscaler", footer_label="Targets",
-           panes=("autoscaler",)),
+           mutating=True, panes=("autoscaler",)),
     Action("advisor_kill", "X", "Kill switch: stop (or resume) the advisor's automatic applies", "Autoscaler",
-           show_in_footer=False),
+           mutating=True, show_in_footer=False),
     Action("kube_context", "K", "Switch the Kubernetes context", "Kubernetes", footer_label="Context",
            panes=("cluster",)),
     Action("kube_namespace", "ctrl+n", "Switch the Kubernetes namespace", "Kubernetes", show_in_footer=False),

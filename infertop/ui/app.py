@@ -246,7 +246,7 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
         if self.player is not None and (action in MUTATING or action == "save_bundle"):
             return False  # a replay changes nothing
         if self.settings.read_only and action in MUTATING:
-            return None
+            return False  # not offered at all; pressed, it says why (action_denied_reason)
         if action in REPLAY_ACTIONS:
             return self.player is not None  # hidden outside a replay
         if action in ENGINE_ACTIONS:
@@ -265,6 +265,12 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
             # and a detail screen's footer does not offer another pane's keys.
             return False
         return True
+
+    def action_denied_reason(self, action: str) -> str | None:
+        """Read-only comes first: a key that would change something says so, whatever else is missing."""
+        if self.settings.read_only and action in MUTATING:
+            return "read-only mode: nothing can be changed"
+        return super().action_denied_reason(action)
 
     # ----- the panes' messages ------------------------------------------
     # Here, not in NavigationMixin: Textual collects @on handlers only from classes of its own (App,
