@@ -32,9 +32,22 @@ def apply_demo_defaults(cfg: Config, notes: list[str] | None = None) -> None:
             notes.append("Demo SLO: E2E p99 ≤ 20 s (long outputs); other targets are the chat defaults.")
 
 
-async def poll_window(collector: FleetCollector, window_s: float, on_poll=None) -> None:
-    """Run every engine's own poll loop for ``window_s`` seconds, then until each
-    engine has answered or failed at least once. One slow engine never delays another."""
+# How long the engines keep polling while a cluster read is still under way: past it the state is
+# built without the cluster (shown as not read yet) rather than waiting on a hung API server.
+CLUSTER_WAIT_S = 30.0
+
+
+async def _until_done(task: asyncio.Future | None) -> None:
+    if task is not None:
+        await asyncio.wait({task}, timeout=CLUSTER_WAIT_S)
+
+
+async def poll_window(collector: FleetCollector, window_s: float, on_poll=None,
+                      until: asyncio.Future | None = None) -> None:
+    """Run every engine's own poll loop for ``window_s`` seconds — and for as long as ``until``
+    (the cluster read) is still running, so every engine's last answer is as recent as the
+    cluster's — then until each engine has answered or failed at least once. One slow engine
+    never delays another."""
     done: set[str] = set()
     everyone = asyncio.Event()
     names = {c.endpoint.name for c in collector.collectors}
@@ -56,7 +69,7 @@ async def poll_window(collector: FleetCollector, window_s: float, on_poll=None) 
         everyone.set()
     task = asyncio.create_task(collector.run())
     try:
-        await asyncio.sleep(max(0.0, window_s))
+        await asyncio.gather(asyncio.sleep(max(0.0, window_s)), _until_done(until))
         longest = max((c.endpoint.timeout_s for c in collector.collectors), default=0.0)
         try:
             await asyncio.wait_for(everyone.wait(), timeout=longest + 2.0)
@@ -90,18 +103,43 @@ async def collect_state(endpoints: list[EngineEndpoint], cfg: Config, window_s: 
     gpu = _collector(cfg, list(dcgm_urls or []))
     queues = QueueFleet(queue_collectors(cfg, joiner.window_s), interval_s=cfg.refresh_s)
     joiner.queue_collectors = queues.collectors
+    # The cluster is read while the engines are polled, not after: its first read (the kubernetes
+    # client's import, a dozen lists) takes seconds, and read in series it left every engine's last
+    # answer that old — a healthy fleet reported as "engines up 0/6".
+    cluster = _start_cluster_read(cfg)
     try:
-        await asyncio.gather(poll_window(collector, window_s, on_poll=joiner.observe), queues.run(window_s))
+        await asyncio.gather(poll_window(collector, window_s, on_poll=joiner.observe, until=cluster),
+                             _poll_queues(queues, window_s, cluster))
         rows, health = await gpu.poll()
         joiner.set_gpus(rows, health)
     finally:
         await gpu.aclose()
         await collector.aclose()
         await queues.aclose()
-    if cfg.kube.configured:
-        snap, error, source, calls = await asyncio.to_thread(_read_cluster, cfg)
-        joiner.set_cluster(snap, error=error, source=source, api_calls=calls)
+    _set_cluster(joiner, cluster)
     return joiner.build()
+
+
+def _start_cluster_read(cfg: Config) -> asyncio.Future | None:
+    return asyncio.ensure_future(asyncio.to_thread(_read_cluster, cfg)) if cfg.kube.configured else None
+
+
+async def _poll_queues(queues: QueueFleet, window_s: float, cluster: asyncio.Future | None) -> None:
+    """The queue sources' window, ending no earlier than the cluster read (their answers as recent)."""
+    start = time.monotonic()
+    await _until_done(cluster)
+    await queues.run(max(0.0, window_s - (time.monotonic() - start)))
+
+
+def _set_cluster(joiner: FleetJoiner, cluster: asyncio.Future | None) -> None:
+    if cluster is None:
+        return
+    if not cluster.done():
+        cluster.cancel()  # the thread finishes on its own; the state says the read did not end
+        joiner.set_cluster(None, error=f"no answer from the API server in {CLUSTER_WAIT_S:.0f} s")
+        return
+    snap, error, source, calls = cluster.result()
+    joiner.set_cluster(snap, error=error, source=source, api_calls=calls)
 
 
 async def _prometheus_state(cfg: Config, dcgm_urls: list[str] | None, mode: str) -> FleetState:
@@ -111,16 +149,16 @@ async def _prometheus_state(cfg: Config, dcgm_urls: list[str] | None, mode: str)
     src = PromFleetSource(cfg.prometheus)
     joiner = FleetJoiner(src, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.prometheus.window_s, mode=mode)
     gpu = _collector(cfg, list(dcgm_urls or []))
+    cluster = _start_cluster_read(cfg)
     try:
+        await _until_done(cluster)  # one refresh, taken once the cluster is read: both as recent
         (_, (rows, health)) = await asyncio.gather(asyncio.to_thread(src.refresh), gpu.poll())
         joiner.observe()
         joiner.set_gpus(rows, health)
     finally:
         await gpu.aclose()
         src.close()
-    if cfg.kube.configured:
-        snap, error, source, calls = await asyncio.to_thread(_read_cluster, cfg)
-        joiner.set_cluster(snap, error=error, source=source, api_calls=calls)
+    _set_cluster(joiner, cluster)
     return joiner.build()
 
 
