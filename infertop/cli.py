@@ -453,6 +453,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("infertop: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`| head`, `| true`): nothing to report
+        from .pipes import closed_pipe
+
+        return closed_pipe()
     except Exception as e:  # noqa: BLE001 — never a traceback: a log file and one line
         return report_crash(e)
 

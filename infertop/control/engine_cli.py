@@ -223,6 +223,10 @@ def main(argv: list[str]) -> int:
         return EXIT_REFUSED
     try:
         return _run(args, cfg)
+    except BrokenPipeError:  # `engine status | head`: the reader went away, not an error of ours
+        from ..pipes import closed_pipe
+
+        return closed_pipe()
     except OSError as e:  # a filesystem error anywhere: one line, never a traceback
         where = f" ({e.filename})" if getattr(e, "filename", None) else ""
         print(f"error: {e.strerror or e}{where}", file=sys.stderr)
