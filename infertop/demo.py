@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import default_state_dir
+from .private_fs import private_dir
 from .sources.vllm import EngineEndpoint
 
 
@@ -37,7 +38,8 @@ def demo_state_dir() -> Path:
 def demo_kubeconfig_path() -> Path:
     """This demo run's kubeconfig: one per process, so a second demo on the host cannot overwrite it.
     Those of demo runs that died without stopping (their PID gone) are removed."""
-    folder = demo_state_dir()
+    private_dir(default_state_dir())  # ours: tightened if an older run left it 0755
+    folder = private_dir(demo_state_dir())
     (folder / "kubeconfig").unlink(missing_ok=True)  # the one all demo runs shared before
     for old in folder.glob("kubeconfig-*"):
         pid = old.name.rpartition("-")[2]

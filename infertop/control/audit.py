@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import default_state_dir
+from ..private_fs import private_dir
 
 _lock = threading.Lock()
 
@@ -102,7 +103,7 @@ class AuditLog:
         line = json.dumps(entry, default=str, sort_keys=False) + "\n"
         try:
             with _lock:
-                self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                private_dir(self.path.parent, tighten=False)  # the user may have chosen it
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
                 try:
                     os.write(fd, line.encode())
@@ -114,7 +115,7 @@ class AuditLog:
     def check_writable(self) -> None:
         """Raise :class:`AuditUnavailable` when an entry could not be appended now."""
         try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dir(self.path.parent, tighten=False)  # the user may have chosen it
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             os.close(fd)
         except OSError as e:

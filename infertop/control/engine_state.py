@@ -20,6 +20,7 @@ from typing import Any
 
 from ..config import ProfileConfig
 from ..domain.engine import EngineStats
+from ..private_fs import private_dir as _private_dir
 from ..sources.vllm import EngineEndpoint
 from .engine_command import _shell_quote
 
@@ -220,12 +221,8 @@ class _LogFollower:
 
 
 def private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) owner-only (0700); tighten it when it exists looser."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with contextlib.suppress(OSError):
-        if path.stat().st_mode & 0o077:
-            os.chmod(path, 0o700)
-    return path
+    """Create ``path`` (and every missing parent) owner-only (0700); tighten it when it exists looser."""
+    return _private_dir(path)
 
 
 def _atomic_write_json(path: Path, data: dict) -> None:

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...private_fs import private_dir
 from .pod_runtime import WAIT
 from .server import KubeEmulator
 from .util import format_time
@@ -157,7 +158,7 @@ class SimKube:
     def write_kubeconfig(self, path: str | Path) -> Path:
         """A kubeconfig for the context ``infertop-demo`` (namespace ``inference``), readable by its owner only."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.close(fd)
         os.chmod(path, 0o600)
