@@ -310,7 +310,10 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
         await asyncio.to_thread(self.state_log.close)
 
     def action_toggle_dark(self) -> None:
-        self.theme = "infertop-light" if self.current_theme.dark else "infertop-dark"
+        want = "infertop-light" if self.current_theme.dark else "infertop-dark"
+        if want not in self.available_themes:  # its file is missing or broken (said in the Log at start)
+            want = "textual-light" if self.current_theme.dark else "textual-dark"
+        self.theme = want
         self.notify(f"theme: {self.theme}", timeout=2)
 
     def action_help(self) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import yaml
@@ -14,13 +14,20 @@ _FIELDS = {"name", "primary", "secondary", "warning", "error", "success", "accen
 
 
 def theme_dirs() -> list[Path]:
-    """User themes first, then the repo's themes/, then an installed copy."""
+    """User themes first, then the shipped ones: the top-level themes/, installed inside the
+    package as ``infertop.themes`` (setup.py; an editable install maps it to the checkout's)."""
     dirs = []
     cfg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     dirs.append(Path(cfg) / "infertop" / "themes")
-    dirs.append(Path(__file__).resolve().parents[2] / "themes")
-    dirs.append(Path(sys.prefix) / "share" / "infertop" / "themes")
+    dirs.append(_shipped_dir())
     return dirs
+
+
+def _shipped_dir() -> Path:
+    # a namespace package (no __init__.py in themes/): its folder is its one search location
+    spec = importlib.util.find_spec("infertop.themes")
+    places = list(spec.submodule_search_locations or ()) if spec is not None else []
+    return Path(places[0]) if places else Path(__file__).resolve().parents[2] / "themes"  # an uninstalled tree
 
 
 def load_themes() -> tuple[list[Theme], list[str]]:
