@@ -19,6 +19,9 @@ class DelayProxy:
         self.url = f"http://127.0.0.1:{self.port}"
         self._stop = threading.Event()
         self.requests = 0  # client chunks passed on (about one per HTTP request)
+        self.in_flight = 0  # chunks being held now
+        self.peak_in_flight = 0
+        self._count = threading.Lock()
 
     def start(self) -> "DelayProxy":
         threading.Thread(target=self._accept, daemon=True).start()
@@ -45,8 +48,13 @@ class DelayProxy:
                 if not data:
                     break
                 if delayed:
-                    self.requests += 1
+                    with self._count:
+                        self.requests += 1
+                        self.in_flight += 1
+                        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
                     time.sleep(self.delay_s)  # the slowness being emulated, not a wait in a test
+                    with self._count:
+                        self.in_flight -= 1
                 dst.sendall(data)
         except OSError:
             pass

@@ -1,4 +1,4 @@
-"""``snapshot`` with a cluster configured: a slow cluster read never makes healthy engines stale."""
+"""A slow Kubernetes API server: `snapshot` keeps healthy engines fresh, access reviews go out together."""
 
 from __future__ import annotations
 
@@ -39,3 +39,29 @@ async def test_a_slow_cluster_read_leaves_every_engine_fresh(kube_emulator, tmp_
     assert [(e.name, e.freshness.status) for e in state.engines] == [("e0", FRESH), ("e1", FRESH)]
     assert state.fleet.engines_up == 2
     assert exit_code(state) == 0
+
+
+def test_access_reviews_go_out_together_on_a_slow_api_server(kube_emulator, tmp_path):
+    """A reconnect asks ~10 SelfSubjectAccessReviews: one at a time, 3 s each kept every action
+    unoffered for 43 s. Asked together, the same answers come back."""
+    from infertop.control.kube_perms import check_permissions
+    from infertop.sources.kube import KubeSession
+
+    emu = kube_emulator(TOKEN)
+    emu.set_rules([("patch", "apps", "deployments/scale", None, "default"), (["get", "list", "watch"], "*", "*")])
+    up = urlparse(emu.url)
+    proxy = DelayProxy((up.hostname, up.port), delay_s=0.3).start()
+    doc = emu.kubeconfig(token=TOKEN)
+    doc["clusters"][0]["cluster"]["server"] = proxy.url
+    kc = tmp_path / "kc"
+    kc.write_text(json.dumps(doc))
+    session = KubeSession.connect(str(kc))
+    try:
+        perms = check_permissions(session)
+    finally:
+        session.close()
+        proxy.stop()
+    assert emu.count_requests("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews") == 10
+    assert proxy.peak_in_flight >= 4, proxy.peak_in_flight  # 1 when they went out one at a time
+    assert perms.allows("scale", "default", "Deployment") is True
+    assert perms.allows("scale", "default", "StatefulSet") is False and perms.allows("configmap") is False
