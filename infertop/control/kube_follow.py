@@ -78,6 +78,15 @@ class InformerCache:
                 if all((_meta(p).get("labels") or {}).get(k) == v for k, v in want.items())]
 
 
+#: HTTP statuses that say the API server is not answering now (0: no answer at all), not that a request is wrong
+UNREACHABLE_STATUSES = frozenset({0, 429, 500, 502, 503, 504})
+
+
+def api_unreachable(e: KubeError) -> bool:
+    """A read failed because the API server is down or overloaded (retry later), not because of the object."""
+    return e.status in UNREACHABLE_STATUSES
+
+
 def _new_revision(plan: Plan, pod: dict) -> bool:
     """Is ``pod`` made from the template this plan wrote (new args / new restartedAt)?"""
     if plan.action == "args":
@@ -148,11 +157,29 @@ class KubeFollower:
         stuck_since: float | None = None
         start_ready: int | None = None
         start_pods: int | None = None
+        outage_since: float | None = None
         while True:
-            obj = self._observe(kind, ns, name, min_rv)
+            try:
+                obj = self._observe(kind, ns, name, min_rv)
+                pods = [p for p in self._observe_pods(kind, obj) if not _meta(p).get("deletionTimestamp")]
+            except KubeError as e:
+                if not api_unreachable(e):
+                    raise
+                # the change was sent: an API outage says nothing about it, so keep re-checking until the deadline
+                outage_since = self.clock() if outage_since is None else outage_since
+                unknown = f"outcome unknown — re-checking: the API server does not answer ({e})"
+                progress(Progress(unknown, None, countdown_s=deadline - self.clock()))
+                if self.clock() >= deadline:
+                    return Outcome("unknown", f"{plan.summary}: outcome unknown — the change was sent, then the "
+                                              f"API server did not answer for {self.clock() - outage_since:.0f} s "
+                                              f"({e})")
+                if self._wait(abort):
+                    return Outcome("aborted", f"stopped following: {plan.summary}, outcome unknown (the API "
+                                              "server does not answer; the change was sent)")
+                continue
+            outage_since = None
             meta, spec, st = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
             desired = spec.get("replicas", 1)
-            pods = [p for p in self._observe_pods(kind, obj) if not _meta(p).get("deletionTimestamp")]
             ready = int(st.get("readyReplicas") or 0)
             if start_ready is None:
                 start_ready, start_pods = ready, len(pods)

@@ -89,7 +89,7 @@ class Progress:
 
 @dataclass(frozen=True)
 class Outcome:
-    result: str  # ok, failed, aborted, stuck, timeout, conflict, refused
+    result: str  # ok, failed, aborted, stuck, timeout, conflict, refused, unknown (sent; the API stopped answering)
     message: str
     status: int = 0  # HTTP status of a failure (409, 403, …)
 

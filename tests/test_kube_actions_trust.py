@@ -1,0 +1,112 @@
+"""Kubernetes and advisor actions that must not lie (issue 27): an outcome the console
+cannot know is "unknown", an apply that never happened is never "applied", a replica
+count an autoscaler owns is said so before it is changed.
+
+End to end against the API emulator through the real client (loopback only).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from infertop.config import KubeConfig
+from infertop.control.audit import AuditLog
+from infertop.control.kube import KubeControl, Outcome, Progress
+from infertop.sources.kube import KubeSession
+
+TOKEN = "kube-trust-token"
+NS = "default"
+
+
+def poll(predicate, timeout_s: float = 20.0, what: str = ""):
+    """Wait for ``predicate()`` to be true (bounded); its value."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what or predicate}")
+
+
+class Harness:
+    def __init__(self, emu, tmp_path, **cfg) -> None:
+        self.emu = emu
+        path = emu.write_kubeconfig(tmp_path / "kubeconfig", context="lab", user="oncall")
+        self.session = KubeSession.connect(str(path))
+        self.audit = AuditLog(tmp_path / "audit.jsonl", user="alice")
+        opts = {"stuck_after_s": 30.0, "rollout_timeout_s": 60.0} | cfg
+        self.ctl = KubeControl(self.session, self.audit, KubeConfig(**opts), poll_s=0.02)
+        self.progress: list[Progress] = []
+
+    def record(self, p: Progress) -> None:
+        self.progress.append(p)
+
+    def texts(self) -> list[str]:
+        return [p.text for p in list(self.progress)]
+
+    def outcomes(self) -> list[dict]:
+        return [e for e in self.audit.entries() if e.get("phase") != "intent"]
+
+
+@pytest.fixture
+def h(kube_emulator, tmp_path):
+    emu = kube_emulator(TOKEN, reconcile_interval=0.02, ready_delay=0.6)
+    harness = Harness(emu, tmp_path)
+    yield harness
+    harness.session.close()
+
+
+def ready_count(emu, app: str) -> int:
+    pods = [p for p in emu.list("pods", NS, f"app={app}") if not p["metadata"].get("deletionTimestamp")]
+    return sum({c["type"]: c["status"] for c in p["status"].get("conditions") or []}.get("Ready") == "True"
+               for p in pods)
+
+
+# ----------------------------------------------------------------- item 11
+
+def test_a_scale_follow_through_an_api_outage_is_unknown_then_resumes(h):
+    """The PATCH was accepted, then the API server went away: the follow says "outcome unknown —
+    re-checking" (not failed) and finishes once the server answers again (before: ``failed``)."""
+    h.emu.add_deployment(NS, "vllm", replicas=2)
+    poll(lambda: ready_count(h.emu, "vllm") == 2, what="2 ready")
+    plan = h.ctl.prepare("scale", "Deployment", NS, "vllm", replicas=4)
+    out: list[Outcome] = []
+    t = threading.Thread(target=lambda: out.append(h.ctl.execute(plan, h.record)), daemon=True)
+    t.start()
+    poll(lambda: any("ready, " in x for x in h.texts()), what="the follow's first read")
+    h.emu.stop()
+    poll(lambda: any(x.startswith("outcome unknown — re-checking") for x in h.texts()) or out,
+         what="outcome unknown")
+    assert not out, f"the follow ended during the outage: {out}"
+    h.emu.start()
+    t.join(timeout=30)
+    assert out and out[0].result == "ok", out
+    assert out[0].message == "replicas 2 → 4: 4/4 ready"
+    (entry,) = h.outcomes()
+    assert entry["result"] == "ok"
+
+
+def test_a_scale_follow_whose_deadline_passes_in_an_outage_is_unknown_not_failed(kube_emulator, tmp_path):
+    emu = kube_emulator(TOKEN, reconcile_interval=0.02, ready_delay=5.0)
+    harness = Harness(emu, tmp_path, rollout_timeout_s=1.5)
+    try:
+        emu.add_deployment(NS, "vllm", replicas=1)
+        poll(lambda: emu.get("deployments", "vllm", NS)["status"].get("replicas") == 1, what="1 pod")
+        plan = harness.ctl.prepare("scale", "Deployment", NS, "vllm", replicas=2)
+        out: list[Outcome] = []
+        t = threading.Thread(target=lambda: out.append(harness.ctl.execute(plan, harness.record)), daemon=True)
+        t.start()
+        poll(lambda: any("ready, " in x for x in harness.texts()), what="the follow's first read")
+        emu.stop()
+        t.join(timeout=30)
+        assert out and out[0].result == "unknown", out
+        assert "outcome unknown — the change was sent" in out[0].message
+        (entry,) = harness.outcomes()
+        assert entry["result"] == "unknown"
+    finally:
+        emu.start()
+        harness.session.close()
