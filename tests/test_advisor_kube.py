@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from infertop.analysis.scaling import APPLIED, AUTO, RECOMMEND, RECOMMENDED, STABILISATION
+from infertop.analysis.scaling import APPLIED, APPLYING, AUTO, RECOMMEND, RECOMMENDED, STABILISATION
 from infertop.config import AdvisorConfig, KubeConfig, SloConfig
 from infertop.control.audit import AuditLog
 from infertop.control.kube import KubeControl
@@ -119,7 +119,7 @@ async def test_burst_recommends_then_auto_applies_through_the_scale_action_and_s
         # auto: the same decision is applied through the scale action, audited
         assert f.advisor.set_mode(AUTO) is None
         v = only(await f.tick(3.0))
-        assert v["latest"]["action"] == APPLIED
+        assert v["latest"]["action"] == APPLYING  # decided; "applied" only once the scale action says ok
         (change,) = f.advisor.take_applies()
         outcome = await asyncio.to_thread(apply_scale, f.control, change)
         assert outcome.ok, outcome.message
@@ -140,10 +140,11 @@ async def test_burst_recommends_then_auto_applies_through_the_scale_action_and_s
         assert v["latest"]["rule"] == STABILISATION and "scale-down window 20 s" in v["latest"]["reason"]
         assert f.replicas() == 4 and f.advisor.take_applies() == []
         v = only(await f.tick(30.0))
-        assert v["latest"]["action"] == APPLIED and v["latest"]["desired"] == 1, v["latest"]["reason"]
+        assert v["latest"]["action"] == APPLYING and v["latest"]["desired"] == 1, v["latest"]["reason"]
         (change,) = f.advisor.take_applies()
         assert (await asyncio.to_thread(apply_scale, f.control, change)).ok
         assert f.replicas() == 1
+        f.advisor.note_applied(change.workload, f.now, "ok")
         assert [d["action"] for d in v["decisions"]][:2] == [APPLIED, "none"]  # newest first
     finally:
         await f.collector.aclose()
@@ -160,7 +161,9 @@ async def test_an_apply_refuses_a_count_that_moved_since_the_decision(emu, sim, 
         out = await asyncio.to_thread(apply_scale, f.control, Apply("Deployment/default/vllm", "Deployment", NS,
                                                                     "vllm", 1, 3, "1 → 3: test"))
         assert out.result == "refused" and "has 2 replicas now, not 1 as decided" in out.message
-        assert f.replicas() == 2 and f.audit.entries() == []
+        assert f.replicas() == 2
+        (entry,) = f.audit.entries()  # decided and not applied: one line says so (no intent: nothing was sent)
+        assert (entry["result"], entry["old"], entry["new"]) == ("refused", 1, 3) and "phase" not in entry
     finally:
         await f.collector.aclose()
         f.session.close()

@@ -110,3 +110,86 @@ def test_a_scale_follow_whose_deadline_passes_in_an_outage_is_unknown_not_failed
     finally:
         emu.start()
         harness.session.close()
+
+
+# ----------------------------------------------------------------- item 8 (Pilot: the app's auto mode)
+
+def _advisor_ui():
+    import test_advisor_ui as ui  # the Autoscaler pane's harness: fake wall clock, ticks driven by the test
+    return ui
+
+
+async def test_an_auto_apply_that_never_happened_is_logged_not_applied_and_audited(kube_emulator, tmp_path):
+    """Another action holds the Deployment: the decision log said "applied 1 → 4" and started a cooldown
+    (no audit line, replicas unchanged). Now: "not applied", an audit line, no cooldown, and once the
+    workload is free the next tick applies it."""
+    from infertop.control.kube import KubeAction
+    from infertop.sim import SimCluster
+
+    ui = _advisor_ui()
+    emu = kube_emulator(ui.TOKEN, reconcile_interval=0.2)
+    sim = SimCluster(1, seed=5, load="none", realtime=False, max_num_seqs=4, dcgm=False).start()
+    try:
+        emu.set_pod_endpoint("vllm-*", "127.0.0.1", sim.engines[0].port)
+        emu.add_deployment(NS, "vllm", replicas=1)
+        emu.wait_until(lambda: ui.ready(emu, 1))
+        clock = ui.Clock()
+        app = ui.make_app(tmp_path, emu, sim, clock, mode="auto")
+        async with app.run_test(size=(140, 45)) as pilot:
+            pane = await ui.setup(emu, sim, pilot, app)
+            await ui.tick(pilot, app, clock, 0.0)
+            holder = KubeAction(app.kube_control, "scale", "Deployment", NS, "vllm", replicas=2)
+            held = app.action_board.begin(holder, "scale deployment default/vllm (someone else's)")
+            ui.burst(sim)
+            await ui.tick(pilot, app, clock, 1.0)
+            await ui.tick(pilot, app, clock, 2.0)
+            await ui.until(pilot, lambda: ui.W in app.advisor.outcomes, message="apply outcome")
+            latest = app.advisor.logs[ui.W][-1]
+            assert latest["action"] == "not applied", latest
+            assert "not applied: " in latest["reason"] and "still open" in latest["reason"]
+            assert app.advisor.policy.cooldown_left_s(ui.W, clock.now) is None  # nothing changed: no cooldown
+            assert emu.get("deployments", "vllm", NS)["spec"]["replicas"] == 1
+            (entry,) = ui.audit(tmp_path)
+            assert (entry["action"], entry["result"], entry["old"], entry["new"]) == ("kube.scale", "refused", 1, 4)
+            assert entry["reason"].startswith("not applied: ") and "advisor auto" in entry["summary"]
+            app.action_board.end(held)
+            await ui.tick(pilot, app, clock, 1.0)
+            await ui.until(pilot, lambda: emu.get("deployments", "vllm", NS)["spec"]["replicas"] == 4,
+                           message="applied once free")
+            await ui.until(pilot, lambda: app.advisor.logs[ui.W][-1]["action"] == "applied", message="log applied")
+            await ui.tick(pilot, app, clock, 0.5)
+            detail = ui.text(pane.query_one("#as-detail"))
+            assert "not applied 1 → 4" in detail and "applied     1 → 4" in detail, detail
+    finally:
+        sim.stop()
+
+
+async def test_p_is_not_offered_when_patch_deployments_scale_is_denied(kube_emulator, tmp_path):
+    from infertop.sim import SimCluster
+    from infertop.ui.screens.confirm import ConfirmScreen
+
+    ui = _advisor_ui()
+    emu = kube_emulator(ui.TOKEN, reconcile_interval=0.2)
+    sim = SimCluster(1, seed=5, load="none", realtime=False, max_num_seqs=4, dcgm=False).start()
+    try:
+        emu.set_pod_endpoint("vllm-*", "127.0.0.1", sim.engines[0].port)
+        emu.add_deployment(NS, "vllm", replicas=1)
+        emu.wait_until(lambda: ui.ready(emu, 1))
+        emu.set_rules([("*", "*", "*"), ("get", "apps", "deployments/scale")])  # no patch on the scale
+        clock = ui.Clock()
+        app = ui.make_app(tmp_path, emu, sim, clock)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await ui.setup(emu, sim, pilot, app)
+            await ui.tick(pilot, app, clock, 0.0)
+            ui.burst(sim)
+            await ui.tick(pilot, app, clock, 1.0)
+            await ui.tick(pilot, app, clock, 2.0)
+            assert app.advisor.logs[ui.W][-1]["action"] == "recommended"
+            await ui.until(pilot, lambda: app.kube_perms is not None and app.kube_perms.denied(
+                "scale", NS, "Deployment"), message="access reviews")
+            assert not app.check_action("advisor_apply", ())
+            await pilot.press("p")
+            await pilot.pause()
+            assert not isinstance(app.screen, ConfirmScreen)
+    finally:
+        sim.stop()

@@ -42,6 +42,8 @@ COOLDOWN, MAX, MIN, TOLERANCE, STALE, STABILISATION = (
     "cooldown", "max", "min", "tolerance", "stale data", "stabilisation")
 # the action taken
 NONE, RECOMMENDED, APPLIED, REFUSED = "none", "recommended", "applied", "refused"
+# what the decision log says of an auto decision until its apply's outcome is known, and after
+APPLYING, SENT, NOT_APPLIED = "applying", "sent", "not applied"
 
 FRESH, STALE_STATUS, MISSING = "fresh", "stale", "missing"
 
@@ -156,6 +158,7 @@ class _Memory:
     wanted: deque = field(default_factory=deque)  # (time, wanted) within the longest window
     last_change_at: float | None = None
     last_current: int | None = None
+    change_before: float | None = None  # last_change_at before an auto decision (restored if it was not applied)
 
 
 class ScalingPolicy:
@@ -171,6 +174,12 @@ class ScalingPolicy:
     def note_change(self, workload: str, now: float) -> None:
         """The replica count of ``workload`` was changed at ``now``: the cooldown starts."""
         self._mem.setdefault(workload, _Memory()).last_change_at = now
+
+    def undo_change(self, workload: str) -> None:
+        """The auto decision's apply changed nothing: no cooldown from it (the next tick decides again)."""
+        mem = self._mem.get(workload)
+        if mem is not None:
+            mem.last_change_at = mem.change_before
 
     def cooldown_left_s(self, workload: str, now: float) -> float | None:
         mem = self._mem.get(workload)
@@ -293,7 +302,7 @@ class ScalingPolicy:
             return record(ratio=ratio, formula=formula, wanted=wanted, rule=COOLDOWN, hold_left_s=left,
                           reason=f"{cur} → {cur}: cooldown {_secs(left)} left (wants {desired}): {signals}")
         if mode == AUTO and not paused:
-            mem.last_change_at = now
+            mem.change_before, mem.last_change_at = mem.last_change_at, now
             return record(ratio=ratio, formula=formula, wanted=wanted, desired=desired, rule=rule, action=APPLIED,
                           reason=f"{head}: {signals}", hold_left_s=hold)
         note = " (auto paused: kill switch)" if mode == AUTO else ""

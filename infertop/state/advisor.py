@@ -34,11 +34,14 @@ from typing import Any
 from ..analysis.fleet import fleet_quantile
 from ..analysis.scaling import (
     APPLIED,
+    APPLYING,
     AUTO,
     MISSING,
     MODES,
+    NOT_APPLIED,
     OFF,
     RECOMMEND,
+    SENT,
     STALE_STATUS,
     DecisionRecord,
     Inputs,
@@ -58,6 +61,8 @@ LOG_KEEP = 50  # decision log entries per workload
 #: until then the workload's queue depth is missing (not vLLM's waiting in its place)
 QUEUE_FORGET_S = 600.0
 SERIES_KEEP = 120  # input samples per workload (the pane's sparklines)
+#: outcomes of an apply whose change was sent (the replica count moved or may have): the cooldown stays
+SENT_RESULTS = frozenset({"stuck", "timeout", "aborted", "unknown"})
 
 
 def policy_from_config(cfg: Any, slo: Any) -> Policy:
@@ -256,6 +261,7 @@ class Advisor:
         self.series: dict[str, deque] = {}  # workload → (time, queue depth, p99 s)
         self._applies: list[Apply] = []
         self.outcomes: dict[str, str] = {}  # workload → the last auto apply's outcome
+        self._pending: dict[str, dict] = {}  # workload → its "applying" log entry, settled by note_applied
         self.queue_seen: dict[str, tuple[str, float]] = {}  # workload → (Prometheus queue kind it had, when)
 
     # -- settings --------------------------------------------------------------
@@ -278,9 +284,20 @@ class Advisor:
                                      max_replicas=p.max_replicas if max_replicas is None else max_replicas)
 
     def note_applied(self, workload: str, now: float, outcome: str) -> None:
-        """An apply (auto or confirmed) ended: the cooldown starts from its end."""
+        """An apply (auto or confirmed) ended; ``outcome`` starts with its result ("ok: …", "refused: …",
+        "not applied: …"). Its log entry says what happened; the cooldown starts from the end of a change
+        that was sent, and none starts from one that changed nothing."""
         self.outcomes[workload] = outcome
-        self.policy.note_change(workload, now)
+        result = outcome.split(":", 1)[0].strip()
+        settled = APPLIED if result == "ok" else SENT if result in SENT_RESULTS else NOT_APPLIED
+        entry = self._pending.pop(workload, None)
+        if entry is not None:
+            entry["action"] = settled
+            entry["reason"] = f"{entry['reason']} — {outcome}"
+        if settled != NOT_APPLIED:
+            self.policy.note_change(workload, now)
+        elif entry is not None:
+            self.policy.undo_change(workload)  # the decision's own cooldown: nothing changed, decide again
 
     def take_applies(self) -> list[Apply]:
         out, self._applies = self._applies, []
@@ -337,6 +354,9 @@ class Advisor:
                 log[-1] = doc
                 return
         doc["repeats"], doc["first_at"] = 1, rec.at
+        if rec.action == APPLIED:  # decided, not done: note_applied says what happened
+            doc["action"] = APPLYING
+            self._pending[rec.workload] = doc
         log.append(doc)
 
     def _sample(self, rec: DecisionRecord) -> None:

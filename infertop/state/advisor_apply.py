@@ -15,6 +15,7 @@ import dataclasses
 import threading
 from collections.abc import Callable
 
+from ..control.audit import AuditUnavailable
 from ..control.kube import KubeAction, KubeControl, Outcome, PlanError, Progress
 from ..sources.kube import KubeError
 from .advisor import Apply
@@ -40,6 +41,20 @@ class AdvisorScale(KubeAction):
         return review
 
 
+def audit_not_applied(control: KubeControl, apply: Apply, why: str, *, by: str = "advisor auto") -> None:
+    """One audit line for an advisor change that was decided and never sent (another action held the
+    workload, the plan was refused): the log and the audit agree that nothing changed."""
+    if control.audit is None:
+        return
+    target = f"{apply.kind.lower()} {apply.namespace}/{apply.name}"
+    try:
+        control.audit.record("kube.scale", target, "refused", old=apply.current, new=apply.desired,
+                             reason=f"not applied: {why}", summary=f"replicas {apply.current} → {apply.desired} "
+                             f"({by}: {apply.reason})", context=control.session.context)
+    except AuditUnavailable:
+        pass  # nothing was sent: there is no intent to reconcile
+
+
 def apply_scale(control: KubeControl, apply: Apply, *, abort: threading.Event | None = None,
                 progress: Callable[[Progress], None] | None = None) -> Outcome:
     """Plan, dry-run and execute (audited) one advisor change; one-line outcome, never an exception."""
@@ -52,6 +67,7 @@ def run_unconfirmed(action: AdvisorScale, *, abort: threading.Event | None = Non
     try:
         action.plan()
     except (PlanError, KubeError) as e:
+        audit_not_applied(action.control, action.apply, str(e), by=action.by)
         return Outcome("refused", str(e), getattr(e, "status", 0))
     dry = action.preflight()
     if not dry.ok:

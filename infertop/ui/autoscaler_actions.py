@@ -29,7 +29,7 @@ from rich.text import Text
 from ..analysis.scaling import AUTO, MODES, OFF, RECOMMEND
 from ..control.pipeline import ActionBusy
 from ..state.advisor import Advisor, Apply
-from ..state.advisor_apply import AdvisorScale, run_unconfirmed
+from ..state.advisor_apply import AdvisorScale, audit_not_applied, run_unconfirmed
 from .screens.kube_dialogs import ChoiceDialog, FormDialog, FormField
 from .widgets.autoscaler import AutoscalerPane
 
@@ -81,6 +81,7 @@ class AutoscalerActions:
         try:
             run = self.action_board.begin(kind, kind.target)  # type: ignore[attr-defined]
         except ActionBusy as e:
+            audit_not_applied(control, change, str(e))
             adv.note_applied(change.workload, wall(), f"not applied: {e}")
             self.log_event(Text(f"advisor auto {change.workload}: not applied: {e}"))  # type: ignore[attr-defined]
             return
@@ -136,8 +137,19 @@ class AutoscalerActions:
             return False
         on_pane = self.current_pane == "autoscaler"  # type: ignore[attr-defined]
         if action == "advisor_apply":
-            return None if self.settings.read_only else on_pane  # type: ignore[attr-defined]
+            return None if self.settings.read_only or self._apply_denied() else on_pane  # type: ignore[attr-defined]
         return on_pane
+
+    def _apply_denied(self) -> str | None:
+        """Why ``p`` cannot scale the selected workload (RBAC: patch deployments/scale), else None."""
+        perms = getattr(self, "kube_perms", None)
+        try:
+            v = self._as_pane().selected
+        except Exception:  # noqa: BLE001 — the pane is not mounted yet
+            return None
+        if perms is None or v is None:
+            return None
+        return perms.denied("scale", v.get("namespace"), v.get("kind"))
 
     # ----- the keys ----------------------------------------------------------------
     def action_advisor_apply(self) -> None:
@@ -153,6 +165,10 @@ class AutoscalerActions:
         control = self.kube_control  # type: ignore[attr-defined]
         if control is None:
             self.notify("Kubernetes is not connected: nothing can be applied", severity="warning")  # type: ignore[attr-defined]
+            return
+        denied = self._apply_denied()
+        if denied:
+            self.notify(f"Cannot apply to {v['name']}: {denied}", severity="warning", markup=False)  # type: ignore[attr-defined]
             return
         change = Apply(v["workload"], v["kind"], v["namespace"], v["name"], int(latest["current"]),
                        int(latest["desired"]), str(latest.get("reason") or ""))

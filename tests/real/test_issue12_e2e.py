@@ -27,7 +27,7 @@ import pytest
 from pilot_wait import until as pilot_until
 from ports import free_port
 
-from infertop.analysis.scaling import APPLIED, AUTO, RECOMMEND, RECOMMENDED, REFUSED, STABILISATION
+from infertop.analysis.scaling import APPLIED, APPLYING, AUTO, RECOMMEND, RECOMMENDED, REFUSED, STABILISATION
 from infertop.config import AdvisorConfig, Config, KubeConfig, PrometheusConfig, SloConfig
 from infertop.control.audit import AuditLog
 from infertop.control.kube import KubeControl
@@ -218,7 +218,7 @@ def test_burst_scale_up_auto_scale_down_after_the_window_then_prometheus_down_an
         # it wanted within that window (as an HPA's scale-down stabilisation does)
         held = [d for d in console.decisions if d["current"] == 4 and d["desired"] == 4 and d["action"] == "none"
                 and d["rule"] == STABILISATION and "held by the scale-down window 6 s" in d["reason"]]
-        down = next(d for d in reversed(console.decisions) if d["action"] == APPLIED and d["current"] == 4)
+        down = next(d for d in reversed(console.decisions) if d["action"] in (APPLYING, APPLIED) and d["current"] == 4)
         assert held and down["desired"] == change.desired and down["at"] > held[-1]["at"], down
         # the window counts from the last wish for 4: the decision (a tick) before the first held one
         before = console.decisions[next(i for i, d in enumerate(console.decisions) if d is held[0]) - 1]

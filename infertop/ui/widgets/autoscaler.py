@@ -24,7 +24,8 @@ from .panels import QuietStatic, Trend
 
 COLUMNS = (("workload", "Workload"), ("advice", "infertop"), ("hpa", "HPA"), ("bounds", "Bounds"),
            ("rule", "Held by"), ("left", "Left"), ("reason", "Reason"))
-ACTION_STYLE = {"recommended": "bold yellow", "applied": "bold green", "refused": "bold red", "none": ""}
+ACTION_STYLE = {"recommended": "bold yellow", "applied": "bold green", "refused": "bold red", "none": "",
+                "applying": "yellow", "sent": "bold yellow", "not applied": "bold red"}
 
 
 def _arrow(cur, desired) -> str:
@@ -135,7 +136,7 @@ class AutoscalerPane(Vertical):
             _arrow(hpa.get("current"), hpa.get("desired")) if hpa else DASH,
             f"{v.get('min_replicas')}-{v.get('max_replicas')}" + (" hpa" if v.get("bounds_from", "config") != "config"
                                                                  else ""),
-            latest.get("rule") or (action if action in ("recommended", "applied") else DASH),
+            latest.get("rule") or (action if action in ("recommended", "applied", "applying", "sent", "not applied") else DASH),
             _secs(_left(v)),
             Text(plain(latest.get("reason") or "advisor off", 160)),
         ]
