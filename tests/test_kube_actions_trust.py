@@ -193,3 +193,71 @@ async def test_p_is_not_offered_when_patch_deployments_scale_is_denied(kube_emul
             assert not isinstance(app.screen, ConfirmScreen)
     finally:
         sim.stop()
+
+
+# ----------------------------------------------------------------- item 9
+
+def test_scale_review_names_the_hpa_that_owns_the_count_and_an_undo_is_undone_not_ok(h):
+    """S 2 → 4 under an HPA: the review says the HPA owns the count (and its bounds); the HPA setting it
+    back while the follow runs ends as ``undone`` (before: "ok: 2/2 ready", no word of the HPA)."""
+    from infertop.control.kube import KubeAction
+
+    h.emu.add_deployment(NS, "vllm", replicas=2)
+    h.emu.add_hpa(NS, "vllm", "vllm", min_replicas=1, max_replicas=9, current_replicas=2, desired_replicas=2)
+    poll(lambda: ready_count(h.emu, "vllm") == 2, what="2 ready")
+    kind = KubeAction(h.ctl, "scale", "Deployment", NS, "vllm", replicas=4)
+    review = kind.plan()
+    owner = "HPA default/vllm (min 1, max 9) owns the replica count"
+    assert any(n.startswith("! ") and owner in n and "change its bounds instead" in n for n in review.notes), review
+    assert kind.preflight().ok
+
+    def hpa_sets_it_back() -> None:
+        poll(lambda: h.emu.get("deployments", "vllm", NS)["spec"]["replicas"] == 4, what="our write")
+        h.emu.set_hpa_status(NS, "vllm", desired_replicas=2, scale_target=True)
+
+    undo = threading.Thread(target=hpa_sets_it_back, daemon=True)
+    undo.start()
+    outcome = kind.execute(h.record, threading.Event())
+    undo.join(timeout=20)
+    assert outcome.result == "undone", outcome
+    assert outcome.message == ("replicas 2 → 4: undone — replicas set back to 2 by HPA default/vllm "
+                               "(min 1, max 9)")
+    (entry,) = h.outcomes()
+    assert entry["result"] == "undone"
+
+
+def test_a_keda_scaled_object_is_named_as_the_owner_not_its_hpa(h):
+    from infertop.control.kube import KubeAction
+
+    h.emu.install("ScaledObject")
+    h.emu.add_deployment(NS, "vllm", replicas=2)
+    h.emu.add_scaled_object(NS, "vllm-so", "vllm", min_replicas=1, max_replicas=9)
+    review = KubeAction(h.ctl, "scale", "Deployment", NS, "vllm", replicas=4).plan()
+    owners = [n for n in review.notes if "owns the replica count" in n]
+    assert owners == ["! KEDA ScaledObject default/vllm-so (min 1, max 9) owns the replica count: it sets it "
+                      "back at its next sync — change its bounds instead (H on the Cluster pane)"], review.notes
+
+
+async def test_the_advisor_takes_its_bounds_from_the_scaled_object_that_owns_the_workload(kube_emulator, tmp_path):
+    from infertop.sim import SimCluster
+
+    ui = _advisor_ui()
+    emu = kube_emulator(ui.TOKEN, reconcile_interval=0.2)
+    emu.install("ScaledObject")
+    sim = SimCluster(1, seed=5, load="none", realtime=False, max_num_seqs=4, dcgm=False).start()
+    try:
+        emu.set_pod_endpoint("vllm-*", "127.0.0.1", sim.engines[0].port)
+        emu.add_deployment(NS, "vllm", replicas=1)
+        emu.add_scaled_object(NS, "vllm-so", "vllm", min_replicas=1, max_replicas=9, with_hpa=False)
+        emu.wait_until(lambda: ui.ready(emu, 1))
+        clock = ui.Clock()
+        app = ui.make_app(tmp_path, emu, sim, clock)
+        async with app.run_test(size=(140, 45)) as pilot:
+            pane = await ui.setup(emu, sim, pilot, app)
+            await ui.until(pilot, lambda: app.kube_snapshot.scaled_objects, message="the ScaledObject read")
+            await ui.tick(pilot, app, clock, 0.0)
+            assert ui.row(pane, ui.W)[3] == "1-9 keda"  # before: the config's 1-10
+            assert app.state.autoscalers[0]["bounds_from"] == "KEDA ScaledObject default/vllm-so"
+            assert app.advisor.logs[ui.W][-1]["max_replicas"] == 9
+    finally:
+        sim.stop()

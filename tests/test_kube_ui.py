@@ -282,7 +282,9 @@ async def test_scale_args_restart_and_hpa_from_the_keyboard(emu, tmp_path):
         await pilot.press("enter")
         screen = await confirm(pilot, app, "replicas 2 → 4")
         assert "+  replicas: 4" in screen._diff and screen.result == "ok"
-        assert screen.result_text == "replicas 2 → 4: 4/4 ready"
+        # the HPA owns the count: said in the review and after the follow (it may set it back)
+        assert screen.result_text == ("replicas 2 → 4: 4/4 ready; HPA default/vllm (min 1, max 8) owns the replica "
+                                      "count and may set it back")
         assert ready(emu, "vllm", 4)
         await pilot.press("escape")
         # patch the args: the rolling update is followed to the end

@@ -69,6 +69,7 @@ from .kube_plan import (
     plan_hpa,
     plan_restart,
     plan_scale,
+    replica_owners,
     trimmed,
 )
 
@@ -190,11 +191,28 @@ class KubeControl(KubeFollower):
             out += self._list(self.session.core.list_namespaced_pod, ns, field_selector=f"spec.nodeName={node}")
         return out
 
+    def replica_owners(self, kind: str, namespace: str | None, name: str) -> list[str]:
+        """The HPAs and KEDA ScaledObjects that own this workload's replica count (a list that cannot be
+        read counts as none: the scale itself is still checked by the dry run)."""
+        hpas: list[dict] = []
+        sos: list[dict] = []
+        try:
+            hpas = self._list(self.session.autoscaling.list_namespaced_horizontal_pod_autoscaler, namespace)
+        except KubeError:
+            pass
+        try:
+            fn, _namespaced, _selective = self.session.list_fn("scaledobjects")
+            sos = self._list(fn, namespace)
+        except KubeError:
+            pass  # KEDA not installed (404) or not readable
+        return replica_owners(kind, name, hpas, sos)
+
     # ----- prepare: fresh read + pure plan
     def prepare(self, action: str, kind: str, namespace: str | None, name: str, **params: Any) -> Plan:
         """Read the object now and plan ``action`` on it; raises KubeError or PlanError."""
         if action == "scale":
-            return plan_scale(kind, self.read(kind, namespace, name), int(params["replicas"]))
+            obj = self.read(kind, namespace, name)
+            return plan_scale(kind, obj, int(params["replicas"]), self.replica_owners(kind, namespace, name))
         if action == "hpa":
             return plan_hpa(self.read("HorizontalPodAutoscaler", namespace, name), params.get("min_replicas"),
                             params.get("max_replicas"))

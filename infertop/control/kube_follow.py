@@ -180,6 +180,10 @@ class KubeFollower:
             outage_since = None
             meta, spec, st = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
             desired = spec.get("replicas", 1)
+            if plan.action == "scale" and desired != plan.new:  # read after our write: someone set it back
+                by = ", ".join(plan.params.get("owners") or ()) or "someone else (an autoscaler or another client)"
+                progress(Progress(f"undone: replicas set back to {desired}", 1.0))
+                return Outcome("undone", f"{plan.summary}: undone — replicas set back to {desired} by {by}")
             ready = int(st.get("readyReplicas") or 0)
             if start_ready is None:
                 start_ready, start_pods = ready, len(pods)
@@ -199,8 +203,10 @@ class KubeFollower:
                 done = observed and ready >= desired and len(pods) == desired and int(st.get("replicas") or 0) == desired
             if done:
                 progress(Progress(f"done: {detail}" if rollout else f"done: {ready}/{desired} ready", 1.0))
+                owners = plan.params.get("owners") or ()
                 return Outcome("ok", f"{plan.summary}: " + (f"rollout complete ({detail})" if rollout
-                                                            else f"{ready}/{desired} ready"))
+                                                            else f"{ready}/{desired} ready")
+                               + (f"; {owners[0]} owns the replica count and may set it back" if owners else ""))
             problems = self._pod_problems([p for p in pods if is_new(p)])
             if state == "stuck":
                 problems = [detail] + problems

@@ -49,6 +49,7 @@ __all__ = [
     "plan_hpa",
     "plan_restart",
     "plan_scale",
+    "replica_owners",
     "trimmed",
 ]
 
@@ -197,7 +198,35 @@ def _label(kind: str, obj: dict) -> str:
 
 # --------------------------------------------------------- planning (pure)
 
-def plan_scale(kind: str, obj: dict, replicas: int) -> Plan:
+def replica_owners(kind: str, name: str, hpas: list[dict], scaled_objects: list[dict]) -> list[str]:
+    """The autoscalers that set ``kind``/``name``'s replica count, as "HPA ns/x (min 1, max 9)"; the HPA a
+    KEDA ScaledObject made is named through its ScaledObject."""
+    def targets(obj: dict) -> bool:
+        ref = (obj.get("spec") or {}).get("scaleTargetRef") or {}
+        return ref.get("name") == name and (ref.get("kind") or "Deployment") == kind
+
+    def where(obj: dict) -> str:
+        m = _meta(obj)
+        return f"{m.get('namespace')}/{m.get('name')}"
+
+    out, keda_hpas = [], set()
+    for so in scaled_objects:
+        if targets(so):
+            spec = so.get("spec") or {}
+            keda_hpas.add((so.get("status") or {}).get("hpaName") or f"keda-hpa-{_meta(so).get('name')}")
+            out.append(f"KEDA ScaledObject {where(so)} (min {spec.get('minReplicaCount', 0)}, "
+                       f"max {spec.get('maxReplicaCount', 100)})")
+    for h in hpas:
+        owned = any(r.get("kind") == "ScaledObject" for r in _meta(h).get("ownerReferences") or ())
+        if targets(h) and not owned and _meta(h).get("name") not in keda_hpas:
+            spec = h.get("spec") or {}
+            out.append(f"HPA {where(h)} (min {spec.get('minReplicas', 1)}, max {spec.get('maxReplicas')})")
+    return out
+
+
+def plan_scale(kind: str, obj: dict, replicas: int, owners: list[str] | tuple[str, ...] = ()) -> Plan:
+    """``owners``: the autoscalers that own the replica count (:func:`replica_owners`): they would set it
+    back, which the review says, pointing at their bounds."""
     if kind not in ("Deployment", "StatefulSet"):
         raise PlanError(f"a {kind} cannot be scaled")
     if not isinstance(replicas, int) or replicas < 0:
@@ -211,11 +240,14 @@ def plan_scale(kind: str, obj: dict, replicas: int) -> Plan:
     warnings = []
     if replicas == 0:
         warnings.append("scaling to 0 stops every engine of this workload")
+    for owner in owners:
+        warnings.append(f"{owner} owns the replica count: it sets it back at its next sync — change its "
+                        "bounds instead (H on the Cluster pane)")
     return Plan("scale", kind, _meta(obj).get("namespace"), _meta(obj)["name"], f"replicas {old} → {replicas}",
                 object_diff(obj, after, _label(kind, obj)),
                 body={"spec": {"replicas": replicas}}, guard=_guard(obj, ("spec", "replicas")),
                 content_type=MERGE, subresource="scale", resource_version=rv, old=old, new=replicas,
-                warnings=tuple(warnings), params={"replicas": replicas, "from": old})
+                warnings=tuple(warnings), params={"replicas": replicas, "from": old, "owners": list(owners)})
 
 
 def plan_hpa(obj: dict, min_replicas: int | None, max_replicas: int | None) -> Plan:

@@ -89,7 +89,8 @@ class Progress:
 
 @dataclass(frozen=True)
 class Outcome:
-    result: str  # ok, failed, aborted, stuck, timeout, conflict, refused, unknown (sent; the API stopped answering)
+    result: str  # ok, failed, aborted, stuck, timeout, conflict, refused, unknown (sent; the API stopped
+    # answering), undone (sent; an autoscaler or another client set it back)
     message: str
     status: int = 0  # HTTP status of a failure (409, 403, …)
 

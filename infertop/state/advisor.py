@@ -62,7 +62,7 @@ LOG_KEEP = 50  # decision log entries per workload
 QUEUE_FORGET_S = 600.0
 SERIES_KEEP = 120  # input samples per workload (the pane's sparklines)
 #: outcomes of an apply whose change was sent (the replica count moved or may have): the cooldown stays
-SENT_RESULTS = frozenset({"stuck", "timeout", "aborted", "unknown"})
+SENT_RESULTS = frozenset({"stuck", "timeout", "aborted", "unknown", "undone"})
 
 
 def policy_from_config(cfg: Any, slo: Any) -> Policy:
@@ -326,18 +326,21 @@ class Advisor:
             if not names and not _wanted(self.cfg.workloads, w):
                 continue
             hpa = snap.hpa_for(w)
+            bounds = owner_bounds(snap, w, hpa)
             rec = None
             source = None
             if self.mode != OFF:
                 inputs, source = inputs_and_queue_source(state, w, hpa, names, windows or {}, self.policy.policy,
                                                          self.p99_metric, cluster_why, att, self.queue_seen)
+                if bounds is not None:
+                    inputs = replace(inputs, min_replicas=bounds[0], max_replicas=bounds[1])
                 rec = self.policy.evaluate(inputs, now, mode=self.mode, paused=self.paused)
                 self._log(rec)
                 self._sample(rec)
                 if rec.action == APPLIED and rec.desired is not None and rec.current is not None:
                     self._applies.append(Apply(w.key, w.kind, w.namespace, w.name, rec.current, rec.desired,
                                                rec.reason))
-            view = self._view(w, hpa, names, rec, now, explained.get((w.kind, w.namespace, w.name)))
+            view = self._view(w, hpa, names, rec, now, explained.get((w.kind, w.namespace, w.name)), bounds)
             view["queue_source"], view["queue_fleet_wide"] = source, fleet_wide
             out.append(view)
         return out
@@ -365,8 +368,9 @@ class Advisor:
         s.append((rec.at, q.value if q is not None else None, p.value if p is not None else None))
 
     def _view(self, w: WorkloadView, hpa: HpaView | None, engines: list[str], rec: DecisionRecord | None,
-              now: float, explained: Any = None) -> dict:
+              now: float, explained: Any = None, bounds: tuple[int, int, str] | None = None) -> dict:
         p = self.policy.policy
+        lo, hi, bounds_from = bounds if bounds is not None else (p.min_replicas, p.max_replicas, "config")
         log = list(reversed(self.logs.get(w.key, ())))[:10]
         lines = []
         if rec is not None:
@@ -377,9 +381,7 @@ class Advisor:
         return {
             "workload": w.key, "kind": w.kind, "namespace": w.namespace, "name": w.name,
             "engines": list(engines), "current": w.desired, "ready": w.ready,
-            "min_replicas": hpa.min_replicas if hpa is not None and hpa.min_replicas is not None else p.min_replicas,
-            "max_replicas": hpa.max_replicas if hpa is not None and hpa.max_replicas is not None else p.max_replicas,
-            "bounds_from": f"HPA {hpa.namespace}/{hpa.name}" if hpa is not None else "config",
+            "min_replicas": lo, "max_replicas": hi, "bounds_from": bounds_from,
             "mode": self.mode, "paused": self.paused,
             "targets": {"queue_depth": p.target_queue_depth, "p99_s": p.target_p99_s, "p99_metric": self.p99_metric},
             "windows": {"cooldown_s": p.cooldown_s, "scale_up_s": p.scale_up_window_s,
@@ -390,6 +392,26 @@ class Advisor:
             "last_apply": self.outcomes.get(w.key),
             "autoscalers": lines,
         }
+
+
+KEDA_DEFAULT_BOUNDS = (0, 100)  # minReplicaCount, maxReplicaCount when a ScaledObject leaves them out
+
+
+def owner_bounds(snap: ClusterSnapshot, w: WorkloadView, hpa: HpaView | None) -> tuple[int, int, str] | None:
+    """(min, max, where from) of the autoscaler that owns ``w``'s replica count — a KEDA ScaledObject
+    (the HPA it made has the same bounds), else an HPA; None: no owner, the config's bounds apply."""
+    so = next((o for o in snap.scaled_objects if o.namespace == w.namespace and o.target_name == w.name
+               and (o.target_kind or "Deployment") == w.kind), None)
+    if so is not None:
+        lo = so.min_replicas if so.min_replicas is not None else KEDA_DEFAULT_BOUNDS[0]
+        hi = so.max_replicas if so.max_replicas is not None else KEDA_DEFAULT_BOUNDS[1]
+        return lo, hi, f"KEDA ScaledObject {so.namespace}/{so.name}"
+    if hpa is not None:
+        p_lo = hpa.min_replicas if hpa.min_replicas is not None else 1
+        if hpa.max_replicas is None:
+            return None
+        return p_lo, hpa.max_replicas, f"HPA {hpa.namespace}/{hpa.name}"
+    return None
 
 
 _SHORT_KIND = {"HorizontalPodAutoscaler": "HPA", "ScaledObject": "KEDA", "VariantAutoscaling": "WVA"}

@@ -41,6 +41,11 @@ def _secs(s: float | None) -> str:
     return DASH if s is None else f"{s:.0f} s"
 
 
+
+def _bounds_suffix(bounds_from: str) -> str:
+    """Where the bounds come from, in the table: the config (nothing), an HPA, a KEDA ScaledObject."""
+    return "" if bounds_from == "config" else " keda" if bounds_from.startswith("KEDA") else " hpa"
+
 class AutoscalerPane(Vertical):
     """Attributes down: the app calls :meth:`show` with the state's autoscaler views."""
 
@@ -134,8 +139,7 @@ class AutoscalerPane(Vertical):
             Text(plain(f"{v['namespace']}/{v['name']}")),
             advice,
             _arrow(hpa.get("current"), hpa.get("desired")) if hpa else DASH,
-            f"{v.get('min_replicas')}-{v.get('max_replicas')}" + (" hpa" if v.get("bounds_from", "config") != "config"
-                                                                 else ""),
+            f"{v.get('min_replicas')}-{v.get('max_replicas')}" + _bounds_suffix(v.get("bounds_from") or "config"),
             latest.get("rule") or (action if action in ("recommended", "applied", "applying", "sent", "not applied") else DASH),
             _secs(_left(v)),
             Text(plain(latest.get("reason") or "advisor off", 160)),
