@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -19,6 +21,7 @@ from scripted_server import ScriptedServer
 # need their own directory still set XDG_STATE_HOME themselves.
 _STATE_HOME = tempfile.mkdtemp(prefix="infertop-test-state-")
 os.environ["XDG_STATE_HOME"] = _STATE_HOME
+atexit.register(shutil.rmtree, _STATE_HOME, ignore_errors=True)
 
 
 def _loopback(host: object) -> bool:
