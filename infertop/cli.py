@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, NamedTuple
 
 from . import __version__
@@ -352,7 +353,9 @@ def start_engines(args: argparse.Namespace, cfg: Config):
     if not args.demo:
         if prometheus_engines(args, cfg):
             return None, []
-        return None, endpoints_for(cfg, args.engine, default_local=True)
+        # With launch profiles the engines are the ones infertop starts (and re-adopts): no phantom
+        # 127.0.0.1:8000 beside them ("✗ local down", "1/2 engines up" while tiny served).
+        return None, endpoints_for(cfg, args.engine, default_local=not cfg.profiles)
     from .demo import start_demo
 
     demo = start_demo(args.demo_engines)
@@ -482,6 +485,25 @@ def tui_main(args: argparse.Namespace) -> int:
         return EXIT_FAILED
 
 
+def managed_endpoints(cfg: Config, state_dir: str | None, known: set[str]) -> list[EngineEndpoint]:
+    """The engines infertop itself started that still run (for ``snapshot``; the TUI adopts them
+    itself), minus those already listed by name. Reads the state files; starts nothing."""
+    from .config import default_state_dir
+
+    base = Path(state_dir) if state_dir else default_state_dir()
+    if not (base / "engines").is_dir():
+        return []  # nothing was ever started here: no manager, no /proc walk
+    from .control.audit import AuditLog
+    from .control.engines import EngineManager
+
+    try:
+        mgr = EngineManager(base, AuditLog(cfg.audit_log or str(base / "audit.jsonl")), profiles=cfg.profiles)
+        records = [r for r in mgr.list() if r.alive and r.name not in known]
+    except OSError:
+        return []  # an unreadable state directory: the listed engines are still polled
+    return [EngineEndpoint(r.name, r.url, r.max_num_seqs) for r in records]
+
+
 def snapshot_main(argv: list[str]) -> int:
     """Collect for one window and print the fleet state; the exit code says whether all is well
     (see :mod:`infertop.snapshot`)."""
@@ -495,7 +517,9 @@ def snapshot_main(argv: list[str]) -> int:
         return EXIT_CONFIG
     try:
         with fleet_sources(args, cfg) as fleet:
-            state = asyncio.run(collect_state(fleet.endpoints, cfg, args.window, dcgm_urls=fleet.dcgm_urls,
+            endpoints = fleet.endpoints if fleet.prometheus else fleet.endpoints + managed_endpoints(
+                cfg, fleet.state_dir, {e.name for e in fleet.endpoints})
+            state = asyncio.run(collect_state(endpoints, cfg, args.window, dcgm_urls=fleet.dcgm_urls,
                                               engine_pods=fleet.engine_pods, mode=fleet.mode,
                                               prometheus=fleet.prometheus))
     except DemoError as e:
