@@ -18,7 +18,7 @@ from infertop.sim.model import SimRequest
 from infertop.sources.vllm import EngineEndpoint
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.screens.confirm import ConfirmScreen
-from infertop.ui.screens.kube_dialogs import ChoiceDialog, FormDialog
+from infertop.ui.screens.kube_dialogs import ChoiceDialog, FormDialog, ReviewDialog
 from infertop.ui.widgets.autoscaler import AutoscalerPane
 
 TOKEN = "advisor-ui-token"
@@ -199,6 +199,8 @@ async def test_mode_auto_applies_kill_switch_stops_it_and_targets_change(emu, si
         form.query_one("#field-min").value = "2"
         form.query_one("#field-max").value = "6"
         form.submit()
+        await until(pilot, lambda: isinstance(app.screen, ReviewDialog), message="the review")
+        await pilot.press("y")  # the review: y applies
         await until(pilot, lambda: app.advisor.policy.policy.target_queue_depth == 8.0, message="targets")
         p = app.advisor.policy.policy
         assert (p.target_p99_s, p.min_replicas, p.max_replicas) == (1.5, 2, 6)

@@ -261,3 +261,114 @@ async def test_the_advisor_takes_its_bounds_from_the_scaled_object_that_owns_the
             assert app.advisor.logs[ui.W][-1]["max_replicas"] == 9
     finally:
         sim.stop()
+
+
+# ----------------------------------------------------------------- items 10 and 18 (Pilot)
+
+async def _targets_form(pilot, app):
+    from infertop.ui.screens.kube_dialogs import FormDialog
+
+    ui = _advisor_ui()
+    await pilot.press("T")
+    return await ui.until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen, message="the form")
+
+
+async def _type(pilot, text: str) -> None:
+    for ch in text:
+        await pilot.press({"\b": "backspace"}.get(ch, ch))
+
+
+async def test_the_targets_dialog_reviews_before_applying_and_esc_discards(kube_emulator, tmp_path):
+    """Typed values are shown for review (y applies) and Esc at the review or the form discards; a TTFT
+    target of 1 ms is refused naming the limit (before: saved at once, 1 ms accepted)."""
+    from infertop.sim import SimCluster
+    from infertop.ui.screens.kube_dialogs import FormDialog, ReviewDialog
+
+    ui = _advisor_ui()
+    emu = kube_emulator(ui.TOKEN, reconcile_interval=0.2)
+    sim = SimCluster(1, seed=5, load="none", realtime=False, max_num_seqs=4, dcgm=False).start()
+    try:
+        emu.add_deployment(NS, "vllm", replicas=1)
+        clock = ui.Clock()
+        app = ui.make_app(tmp_path, emu, sim, clock)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await ui.setup(emu, sim, pilot, app)
+            before = app.advisor.policy.policy
+            form = await _targets_form(pilot, app)
+            await pilot.press("enter")  # queue depth as it is
+            form.query_one("#field-p99").value = ""
+            await _type(pilot, "1")
+            await pilot.press("enter", "enter", "enter")  # the last field: submit
+            await pilot.pause()
+            assert isinstance(app.screen, FormDialog)
+            assert ui.text(form.query_one("#form-error")) == "p99 target must be from 10 to 3.6e+06 ms"
+            await pilot.press("escape")  # the form: discarded
+            await ui.until(pilot, lambda: not isinstance(app.screen, FormDialog), message="closed")
+            assert app.advisor.policy.policy == before
+
+            form = await _targets_form(pilot, app)
+            form.query_one("#field-max").value = "9"
+            form.submit()
+            review = await ui.until(pilot, lambda: isinstance(app.screen, ReviewDialog) and app.screen,
+                                    message="the review")
+            assert review.lines == ["bounds without an HPA 1-10 → 1-9"]
+            await pilot.press("enter")  # a late Enter meant for the form never applies
+            await pilot.press("escape")
+            await ui.until(pilot, lambda: not isinstance(app.screen, ReviewDialog), message="discarded")
+            assert app.advisor.policy.policy == before
+
+            form = await _targets_form(pilot, app)
+            form.query_one("#field-max").value = "9"
+            form.submit()
+            await ui.until(pilot, lambda: isinstance(app.screen, ReviewDialog), message="the review")
+            await pilot.press("y")
+            await ui.until(pilot, lambda: app.advisor.policy.policy.max_replicas == 9, message="applied")
+    finally:
+        sim.stop()
+
+
+async def test_at_80x24_the_targets_form_and_a_drain_confirmation_fit_or_scroll(kube_emulator, tmp_path):
+    """The last field of the targets form and the pod-drain confirmation's buttons are on screen at 80x24
+    (before: below the bottom edge, no scrolling)."""
+    from infertop.control.kube import plan_drain_pod
+    from infertop.sim import SimCluster
+    from infertop.ui.screens.confirm import ConfirmScreen
+
+    ui = _advisor_ui()
+    emu = kube_emulator(ui.TOKEN, reconcile_interval=0.2)
+    sim = SimCluster(1, seed=5, load="none", realtime=False, max_num_seqs=4, dcgm=False).start()
+    try:
+        emu.add_deployment(NS, "vllm", replicas=1)
+        clock = ui.Clock()
+        app = ui.make_app(tmp_path, emu, sim, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await ui.setup(emu, sim, pilot, app)
+            form = await _targets_form(pilot, app)
+            await pilot.press("enter", "enter", "enter")
+            await pilot.pause()
+            last = form.query_one("#field-max")
+            assert app.focused is last
+            box = form.query_one("Vertical").region.shrink((1, 1, 1, 1))  # inside the border
+            assert box.bottom <= 24 and box.contains_region(last.region), (box, last.region)
+
+            await pilot.press("escape")
+            pod = emu.list("pods", NS, "app=vllm")[0]
+            services = emu.list("services", NS) or [{"metadata": {"name": "vllm", "namespace": NS},
+                                                     "spec": {"selector": {"app": "vllm"}}}]
+            plan = plan_drain_pod(pod, services, emu.get("deployments", "vllm", NS), "Deployment", "delete")
+            notes = list(plan.steps) + [f"! {w}" for w in plan.warnings] + ["context lab, user oncall"]
+            screen = ConfirmScreen(plan.title, plan.summary, plan.diff, notes=notes)
+            app.push_screen(screen)
+            screen.set_dry_run(True, "the server accepts the label patch and the deletion (dry run); in flight "
+                                     "now: 3")
+            await pilot.pause()
+            for button in ("#confirm-yes", "#confirm-no"):
+                region = screen.query_one(button).region
+                assert region.bottom <= 24 and region.y >= 0, (button, region)
+            box = screen.query_one("#confirm-box")
+            if box.max_scroll_y:
+                await pilot.press("pagedown")
+                await pilot.pause()
+                assert box.scroll_y > 0
+    finally:
+        sim.stop()

@@ -48,6 +48,29 @@ APPLYING, SENT, NOT_APPLIED = "applying", "sent", "not applied"
 FRESH, STALE_STATUS, MISSING = "fresh", "stale", "missing"
 
 
+# what the targets dialog accepts: a value outside is a typo (a TTFT target of 1 ms), not a policy
+QUEUE_TARGET_RANGE = (0.1, 10_000.0)  # requests waiting
+P99_TARGET_RANGE_MS = (10.0, 3_600_000.0)  # 10 ms .. 1 h
+MAX_REPLICAS_LIMIT = 1000
+
+
+def check_targets(queue_depth: float | None, p99_ms: float | None, min_replicas: object, max_replicas: object
+                  ) -> str | None:
+    """Why these targets and bounds cannot be applied (one line naming the limit), or None."""
+    lo_q, hi_q = QUEUE_TARGET_RANGE
+    if queue_depth is None or not lo_q <= queue_depth <= hi_q:
+        return f"queue depth target must be a number from {lo_q:g} to {hi_q:g}"
+    lo_p, hi_p = P99_TARGET_RANGE_MS
+    if p99_ms is None or not lo_p <= p99_ms <= hi_p:
+        return f"p99 target must be from {lo_p:g} to {hi_p:g} ms"
+    if not isinstance(min_replicas, int) or not isinstance(max_replicas, int) or min_replicas < 0 \
+            or not 1 <= max_replicas <= MAX_REPLICAS_LIMIT:
+        return f"min must be a whole number ≥ 0 and max from 1 to {MAX_REPLICAS_LIMIT}"
+    if min_replicas > max_replicas:
+        return "min must not exceed max"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     """Targets, bounds and windows (config ``advisor:``)."""

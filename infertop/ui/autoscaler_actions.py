@@ -21,16 +21,17 @@ action per workload at a time, on the same action board as the keys).
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 from rich.markup import escape
 from rich.text import Text
 
-from ..analysis.scaling import AUTO, MODES, OFF, RECOMMEND
+from ..analysis.scaling import AUTO, MODES, OFF, RECOMMEND, check_targets
 from ..control.pipeline import ActionBusy
 from ..state.advisor import Advisor, Apply
 from ..state.advisor_apply import AdvisorScale, audit_not_applied, run_unconfirmed
-from .screens.kube_dialogs import ChoiceDialog, FormDialog, FormField
+from .screens.kube_dialogs import ChoiceDialog, FormDialog, FormField, ReviewDialog
 from .widgets.autoscaler import AutoscalerPane
 
 ADVISOR_ACTIONS = {"advisor_apply", "advisor_mode", "advisor_kill", "advisor_targets"}
@@ -229,19 +230,10 @@ class AutoscalerActions:
                 v = float(str(text))
             except ValueError:
                 return None
-            return v if 0 < v < 1e9 else None
+            return v if math.isfinite(v) else None
 
         def validate(values: dict) -> str | None:
-            if number(values["queue"]) is None:
-                return "queue depth target must be a number > 0"
-            if number(values["p99"]) is None:
-                return "p99 target must be a number of milliseconds > 0"
-            lo, hi = values["min"], values["max"]
-            if not isinstance(lo, int) or not isinstance(hi, int) or lo < 0 or hi < 1:
-                return "min must be a whole number ≥ 0 and max ≥ 1"
-            if lo > hi:
-                return "min must not exceed max"
-            return None
+            return check_targets(number(values["queue"]), number(values["p99"]), values["min"], values["max"])
 
         values = await self.push_screen_wait(FormDialog(  # type: ignore[attr-defined]
             "Advisor targets",
@@ -250,12 +242,26 @@ class AutoscalerActions:
                        "e.g. 2000"),
              FormField("min", "Min replicas (workloads without an HPA)", str(p.min_replicas), "", "integer"),
              FormField("max", "Max replicas (workloads without an HPA)", str(p.max_replicas), "", "integer")],
-            hint="Applies from the next tick, this session (the advisor: config section keeps it). An HPA's "
-                 "bounds are its own: H edits them. Esc cancels.",
+            hint="Enter in the last field: review (y applies, from the next tick, this session; the advisor: "
+                 "config section keeps it). An HPA's or ScaledObject's bounds are its own: H edits them. "
+                 "Esc discards.",
             validate=validate))
         if not values:
             return
         q, ms = number(values["queue"]), number(values["p99"])
+        assert q is not None and ms is not None  # validated
+        metric = adv.p99_metric.removesuffix("_s").replace("_", " ")
+        changes = [line for line, old, new in (
+            (f"queue depth target {p.target_queue_depth:g} → {q:g}", p.target_queue_depth, q),
+            (f"{metric} target {p.target_p99_s * 1000:g} ms → {ms:g} ms", p.target_p99_s * 1000, ms),
+            (f"bounds without an HPA {p.min_replicas}-{p.max_replicas} → {values['min']}-{values['max']}",
+             (p.min_replicas, p.max_replicas), (values["min"], values["max"]))) if old != new]
+        if not changes:
+            self.notify("Advisor targets: nothing changed", timeout=3)  # type: ignore[attr-defined]
+            return
+        if not await self.push_screen_wait(ReviewDialog("Apply these advisor targets?", changes)):  # type: ignore[attr-defined]
+            self.notify("Advisor targets: discarded, nothing changed", timeout=3)  # type: ignore[attr-defined]
+            return
         adv.set_targets(queue_depth=q, p99_s=ms / 1000 if ms else None, min_replicas=values["min"],
                         max_replicas=values["max"])
         self.log_event(f"advisor targets → queue depth {q:g}, p99 {ms:g} ms; bounds without an HPA "  # type: ignore[attr-defined]

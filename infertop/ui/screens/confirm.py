@@ -66,11 +66,13 @@ class ConfirmScreen(ModalScreen[str]):
         Binding("n", "cancel", "Cancel", show=False),
         Binding("escape", "escape", "Cancel / hide", show=False),
         Binding("a", "abort", "Abort", show=False),
+        Binding("down", "scroll_body(1)", show=False), Binding("up", "scroll_body(-1)", show=False),
+        Binding("pagedown", "scroll_body(10)", show=False), Binding("pageup", "scroll_body(-10)", show=False),
     ]
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
     ConfirmScreen > #confirm-box { width: 110; max-width: 100%; height: auto; max-height: 100%;
-        border: round $warning; background: $surface; padding: 0 1; }
+        border: round $warning; background: $surface; padding: 0 1; overflow-y: auto; }
     ConfirmScreen #confirm-title { text-style: bold; }
     ConfirmScreen #confirm-change { color: $text; text-style: bold; margin: 0 0 1 0; }
     ConfirmScreen #confirm-diff-box { height: auto; max-height: 14; border: none; }
@@ -79,7 +81,8 @@ class ConfirmScreen(ModalScreen[str]):
     ConfirmScreen #confirm-progress { display: none; width: 100%; }
     ConfirmScreen #confirm-progress.visible { display: block; }
     ConfirmScreen #confirm-status { height: auto; }
-    ConfirmScreen #confirm-buttons { height: 3; align-horizontal: right; }
+    /* docked: on a small terminal (80x24) the body scrolls and the buttons stay on screen */
+    ConfirmScreen #confirm-buttons { height: 3; align-horizontal: right; dock: bottom; }
     ConfirmScreen #confirm-buttons Button { margin: 0 0 0 1; min-width: 12; }
     """
 
@@ -120,6 +123,10 @@ class ConfirmScreen(ModalScreen[str]):
                 yield Button(self.confirm_label, id="confirm-yes", variant="error", disabled=True)
                 yield Button("Abort (a)", id="confirm-abort", variant="warning")
                 yield Button("Cancel (n)", id="confirm-no", variant="default")
+
+    def action_scroll_body(self, lines: int) -> None:
+        """The body scrolls by keys too (the focus sits on a button): what a small terminal cut off."""
+        self.query_one("#confirm-box").scroll_relative(y=lines, animate=False)
 
     def on_mount(self) -> None:
         self._mounted_ok = True

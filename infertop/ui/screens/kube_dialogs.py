@@ -21,8 +21,8 @@ from textual.widgets.option_list import Option
 
 _CSS = """
 {name} {{ align: center middle; }}
-{name} > Vertical {{ width: 90; max-width: 100%; height: auto; max-height: 90%;
-    border: round $primary; background: $surface; padding: 0 1; }}
+{name} > Vertical {{ width: 90; max-width: 100%; height: auto; max-height: 100%;
+    border: round $primary; background: $surface; padding: 0 1; overflow-y: auto; }}
 {name} .title {{ text-style: bold; padding: 0 0 1 0; }}
 {name} .hint {{ color: $text-muted; }}
 {name} .error {{ color: $error; }}
@@ -145,6 +145,33 @@ class ChoiceDialog(ModalScreen[str | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+class ReviewDialog(ModalScreen[bool]):
+    """What a form would change, one line each: ``y`` applies, ``n``/Esc discards. Enter does neither, so
+    an Enter typed for the form and delivered late never applies anything."""
+
+    BINDINGS = [Binding("y", "apply", "Apply", show=False), Binding("n", "discard", "Discard", show=False),
+                Binding("escape", "discard", "Discard", show=False)]
+    DEFAULT_CSS = _CSS.format(name="ReviewDialog")
+
+    def __init__(self, title: str, lines: Iterable[str], hint: str = "y applies · n or Esc discards") -> None:
+        super().__init__()
+        self.title_text = title
+        self.lines = list(lines)
+        self.hint = hint
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(self.title_text, classes="title", markup=False)
+            yield Static("\n".join(self.lines), id="review-lines", markup=False)
+            yield Static(self.hint, classes="hint", markup=False)
+
+    def action_apply(self) -> None:
+        self.dismiss(True)
+
+    def action_discard(self) -> None:
+        self.dismiss(False)
 
 
 # ----------------------------------------------------------- the dialogs
