@@ -29,7 +29,7 @@ from infertop.ui.widgets.alert_lines import AlertLines
 from infertop.ui.widgets.direct_lines import DirectLines
 from infertop.ui.widgets.panels import LineStatic
 from infertop.ui.widgets.tiles import TileGrid
-from tests.pilot_wait import until
+from pilot_wait import until
 
 TILES = tuple((f"k{i}", f"Label {i}") for i in range(6))
 

@@ -7,7 +7,7 @@ from infertop.config import Config
 from infertop.sources.vllm import EngineEndpoint
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.widgets.panels import QuietStatic
-from tests.pilot_wait import until
+from pilot_wait import until
 
 
 async def test_the_header_counts_no_engines_before_the_first_tick(tmp_path):

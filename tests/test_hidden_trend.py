@@ -9,7 +9,7 @@ from textual.app import App
 from textual.containers import Vertical
 
 from infertop.ui.widgets.panels import Trend
-from tests.pilot_wait import until
+from pilot_wait import until
 
 
 class HiddenTrendApp(App):

@@ -41,7 +41,7 @@ from infertop.sources.kube import RESTARTED_AT, KubeSession
 try:
     from kube_emulator import KubeEmulator
 except ImportError:  # tests/ importable as a package
-    from tests.kube_emulator import KubeEmulator
+    from kube_emulator import KubeEmulator
 
 TOKEN = "kube-control-token"
 NS = "default"

@@ -24,8 +24,8 @@ try:
     from kube_emulator import KubeEmulator
     from kube_emulator.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 except ImportError:  # tests/ importable as a package
-    from tests.kube_emulator import KubeEmulator
-    from tests.kube_emulator.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+    from kube_emulator import KubeEmulator
+    from kube_emulator.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 
 TOKEN = "s3cr3t-emulator-token"
 NS = "default"

@@ -40,7 +40,7 @@ from infertop.sources.kube import (
 try:
     from kube_emulator import KubeEmulator
 except ImportError:  # tests/ importable as a package
-    from tests.kube_emulator import KubeEmulator
+    from kube_emulator import KubeEmulator
 
 TOKEN = "kube-source-token"
 NS = "default"

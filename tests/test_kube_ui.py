@@ -33,7 +33,7 @@ from pilot_wait import until
 try:
     from kube_emulator import KubeEmulator
 except ImportError:  # tests/ importable as a package
-    from tests.kube_emulator import KubeEmulator
+    from kube_emulator import KubeEmulator
 
 TOKEN = "kube-ui-token"
 NS = "default"

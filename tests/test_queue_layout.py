@@ -10,8 +10,8 @@ from infertop.config import Config, QueueGatewayConfig
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.widgets.panels import BLOCKS
 from infertop.ui.widgets.queue import QueuePane
-from tests.pilot_wait import until
-from tests.queue_gateway_fake import TOKEN, FakeEngine, FakeGateway
+from pilot_wait import until
+from queue_gateway_fake import TOKEN, FakeEngine, FakeGateway
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from infertop.sources.queues_names import extract
 from infertop.sources.queues_prom import PromQueueCollector
 from scripted_server import ScriptedServer
 from test_gpu_prometheus import _hostport, _require_prometheus, _wait, running_prometheus
-from tests.queue_gateway_fake import FakeGateway
+from queue_gateway_fake import FakeGateway
 
 pytestmark = pytest.mark.real_prometheus
 FIXTURES = Path(__file__).parent / "fixtures"

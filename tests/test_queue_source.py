@@ -18,7 +18,7 @@ from infertop.sources.queues_config import queue_collectors, queue_endpoints
 from infertop.sources.queues_names import extract
 from infertop.state.fleet import MISSING, STALE, FleetJoiner, FleetState
 from infertop.state.queues import QueueSource, join_queues, queue_totals
-from tests.queue_gateway_fake import TOKEN, FakeGateway
+from queue_gateway_fake import TOKEN, FakeGateway
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EPP_TOKEN = "epp-metrics-token"

@@ -13,7 +13,7 @@ from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.screens.confirm import ConfirmScreen
 from infertop.ui.screens.kube_dialogs import ChoiceDialog, FormDialog
 from infertop.ui.widgets.queue import QueuePane
-from tests.queue_gateway_fake import TOKEN, FakeGateway
+from queue_gateway_fake import TOKEN, FakeGateway
 from overview_view import tile
 
 NS = "default"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from textual.app import App
 
 from infertop.ui.widgets.panels import Trend
-from tests.pilot_wait import until
+from pilot_wait import until
 
 
 class TrendApp(App):
