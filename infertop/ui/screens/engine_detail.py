@@ -26,6 +26,11 @@ TRENDS = (
 )
 
 
+def _text(value: object, limit: int = 160) -> str:
+    """Outside text as escaped markup: one plain line."""
+    return escape(plain(str(value), limit))
+
+
 def describe(s: EngineStats, freshness=None) -> str:
     """Multi-line markup of everything known about ``s`` (outside text escaped)."""
     fresh = ""
@@ -83,8 +88,10 @@ class EngineDetailScreen(Screen[None]):
         yield Footer()
 
     def _composed(self) -> bool:
-        """A tick may paint this screen in the turn it is pushed (or popped): before compose, nothing to do."""
-        return bool(self.query("#detail-local"))
+        """A tick may paint this screen in the turn it is pushed (or popped), and the trends sit in
+        containers mounted after the text boxes: until the last one is there, nothing to do (painting
+        in between raised NoMatches on '#trend-running' and ended the console)."""
+        return bool(self.query(f"#trend-{TRENDS[-1][0]}")) and bool(self.query("#detail-local"))
 
     def show_local(self, rec, history: list[dict], log_tail: list[str], gpus: list[str] | None = None) -> None:
         """Launch arguments, process, GPUs, restart history and log tail of an engine infertop manages."""
@@ -99,23 +106,26 @@ class EngineDetailScreen(Screen[None]):
             box.show("[dim]Not started by infertop: no launch arguments or log here "
                      "(local engines started with n can be stopped, restarted and re-configured).[/dim]")
             return
+        # Arguments, the command, the history file and the log are text from outside: never markup
+        # (a model named "foo[/x]" raised MarkupError), never control characters.
         args = " ".join(f"{k}={v}" for k, v in sorted(rec.args.items()))
         lines = [
             "[b]Local engine[/b] (started by infertop" + (", re-adopted" if rec.adopted else "") + ")",
             f"[b]PID[/b] {rec.pid}  [b]uptime[/b] {seconds_human(rec.uptime_s)}  [b]restarts[/b] {rec.restarts}"
-            f"  [b]startup[/b] {seconds_human(rec.startup_s)}  [b]profile[/b] {rec.profile_name}",
+            f"  [b]startup[/b] {seconds_human(rec.startup_s)}  [b]profile[/b] {_text(rec.profile_name)}",
             gpu_line,
-            f"[b]Arguments[/b] {args}",
-            f"[b]Command[/b] {rec.command()}",
-            f"[b]Log[/b] {rec.log_path}",
+            f"[b]Arguments[/b] {_text(args, 2000)}",
+            f"[b]Command[/b] {_text(rec.command(), 2000)}",
+            f"[b]Log[/b] {_text(rec.log_path, 400)}",
         ]
         if history:
             lines.append("[b]History[/b]")
             for ev in history[-5:]:
                 when = ev.get("time") or ev.get("at") or ""
-                lines.append(f"  {when} {ev.get('event') or ev.get('action', '')} {ev.get('detail') or ev.get('reason') or ''}")
+                what = ev.get("event") or ev.get("action", "")
+                lines.append(f"  {_text(when)} {_text(what)} {_text(ev.get('detail') or ev.get('reason') or '', 400)}")
         lines.append("[b]Log tail[/b]")
-        lines.extend("  " + escape(line) for line in log_tail)
+        lines.extend("  " + _text(line, 400) for line in log_tail)
         box.show("\n".join(lines))
 
     def show(self, s: EngineStats | None, freshness=None) -> None:
@@ -127,4 +137,5 @@ class EngineDetailScreen(Screen[None]):
             return
         body.show(describe(s, freshness))
         for key, _, fmt in TRENDS:
-            self.query_one(f"#trend-{key}", Trend).show(self.history.series(s.name, key, 120), fmt(getattr(s, key)))
+            for trend in self.query(f"#trend-{key}").results(Trend):  # none while the screen is torn down
+                trend.show(self.history.series(s.name, key, 120), fmt(getattr(s, key)))
