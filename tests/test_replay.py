@@ -133,6 +133,8 @@ async def test_replay_paints_the_recorded_state_as_live_did(tmp_path):
         assert app.state.tick == states[26].tick
         # nothing can be changed from a replay
         assert app.check_action("engine_new", ()) is False and app.check_action("save_bundle", ()) is False
+        for live_only in ("kube_context", "kube_namespace", "refresh_now", "advisor_mode", "advisor_targets"):
+            assert app.check_action(live_only, ()) is False, live_only  # K read ~/.kube/config in a replay
         assert "replay" in text_of(app, "#topbar") and "paused" in text_of(app, "#topbar")
     live = await live_cells(FleetState.from_doc(states[25].to_doc()))
     assert replayed[0] == live[0]  # same rows, same cells, including beta's stale "down" row

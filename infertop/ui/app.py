@@ -56,6 +56,8 @@ from .widgets.queue import QueuePane
 __all__ = ["PANES", "InfertopApp", "PaneScreen", "Settings"]  # PANES is app_navigation's, importable here
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
 REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_speed", "replay_seek"}
+# Keys that read or connect to the live world: none of them belongs in a replay.
+LIVE_ONLY = {"save_bundle", "kube_context", "kube_namespace", "refresh_now", "advisor_mode"}
 # Keys of one pane (not the engine actions: they also act on an open engine detail).
 PANE_KEYS = ({"next_pane", "previous_pane"} | set(footer_panes())) - ENGINE_ACTIONS
 
@@ -243,8 +245,8 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
     # ----- actions (named in ui/actions.py) -------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Hide actions that would change something when running read-only (or replaying)."""
-        if self.player is not None and (action in MUTATING or action == "save_bundle"):
-            return False  # a replay changes nothing
+        if self.player is not None and (action in MUTATING or action in LIVE_ONLY):
+            return False  # a replay changes nothing, and reads nothing live (K read ~/.kube/config)
         if self.settings.read_only and action in MUTATING:
             return False  # not offered at all; pressed, it says why (action_denied_reason)
         if action in REPLAY_ACTIONS:
