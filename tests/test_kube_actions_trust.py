@@ -372,3 +372,140 @@ async def test_at_80x24_the_targets_form_and_a_drain_confirmation_fit_or_scroll(
                 assert box.scroll_y > 0
     finally:
         sim.stop()
+
+
+# ----------------------------------------------------------------- item 7
+
+class AdminGateway:
+    """A loopback server speaking the infertop gateway's admin API (GET /admin/state, POST
+    /admin/engines/NAME/drain|undrain), fronting one engine; it records the requests in order."""
+
+    def __init__(self, engine: str, engine_url: str) -> None:
+        import json as _json
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        gw = self
+        self.engine, self.engine_url, self.draining, self.calls = engine, engine_url, False, []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a) -> None:
+                pass
+
+            def _send(self, doc: dict) -> None:
+                body = _json.dumps(doc).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                self._send({"engines": [{"name": gw.engine, "url": gw.engine_url, "cap": 4, "in_flight": 0,
+                                         "draining": gw.draining, "up": True}]})
+
+            def do_POST(self) -> None:
+                verb = self.path.rsplit("/", 1)[-1]
+                gw.calls.append(verb)
+                gw.draining = verb == "drain"
+                self._send({"name": gw.engine, "draining": gw.draining})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def engine():
+    from infertop.sim import SimCluster
+
+    sim = SimCluster(1, seed=11, load="none", realtime=False).start()
+    yield sim
+    sim.stop()
+
+
+def _busy(sim, n: int) -> None:
+    from infertop.sim.model import SimRequest
+
+    eng = sim.engines[0]
+    with eng.lock:
+        for _ in range(n):
+            eng.core.submit(SimRequest(prompt_tokens=100, max_tokens=60))
+    sim.advance(0.2)
+
+
+def _gateway_config(gw: AdminGateway):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(gateway=None, queues=SimpleNamespace(gateways=[{"url": gw.url, "admin_url": gw.url}]))
+
+
+def test_a_pod_drain_covers_the_gateway_says_so_and_undrains_it_after(kube_emulator, tmp_path, engine):
+    """The demo's gateway ignores the Service label: the drain drains the engine there too, says which
+    paths it covered, and undrains it once the pod is gone (before: the gateway was never drained, so in
+    flight never fell; drained by hand it stayed drained for the replacement)."""
+    from infertop.control.gateway_drain import find_gateway
+
+    emu = kube_emulator(TOKEN, reconcile_interval=0.02)
+    h = Harness(emu, tmp_path, drain_timeout_s=30.0)
+    gw = AdminGateway("e0", engine.engines[0].url)
+    try:
+        emu.set_pod_endpoint("vllm-*", "127.0.0.1", engine.engines[0].port)
+        emu.add_deployment(NS, "vllm", replicas=1)
+        emu.add_service(NS, "vllm", {"app": "vllm"})
+        poll(lambda: ready_count(emu, "vllm") == 1, what="1 ready")
+        pod = [p for p in emu.list("pods", NS, "app=vllm")][0]["metadata"]["name"]
+        _busy(engine, 3)
+        cfg = _gateway_config(gw)
+        plan = h.ctl.prepare("drain_pod", "Pod", NS, pod, gateway=lambda url: find_gateway(cfg, pod, url))
+        label = f"gateway 127.0.0.1:{gw.server.server_address[1]}"
+        assert plan.summary.startswith(f"take pod {pod} out of vllm and {label}, wait")
+        assert any(s.startswith(f"drain engine e0 at {label}") for s in plan.steps), plan.steps
+        out: list[Outcome] = []
+        t = threading.Thread(target=lambda: out.append(h.ctl.execute(plan, h.record)), daemon=True)
+        t.start()
+        poll(lambda: any(x.startswith("in flight: 3") for x in h.texts()), what="the drain watches the engine")
+        assert gw.calls == ["drain"] and gw.draining
+        engine.advance(30.0)  # the engine finishes its requests
+        t.join(20)
+        assert out and out[0].result == "ok", out
+        assert out[0].message == (f"pod {pod} drained (0 in flight) and deleted; it had been taken out of vllm "
+                                  f"and {label}; engine e0 undrained at {label}")
+        assert gw.calls == ["drain", "undrain"] and not gw.draining  # the replacement gets traffic again
+    finally:
+        gw.stop()
+        h.session.close()
+
+
+def test_a_pod_drain_aborted_undrains_at_the_gateway(kube_emulator, tmp_path, engine):
+    from infertop.control.gateway_drain import find_gateway
+
+    emu = kube_emulator(TOKEN, reconcile_interval=0.02)
+    h = Harness(emu, tmp_path)
+    gw = AdminGateway("e0", engine.engines[0].url)
+    try:
+        emu.set_pod_endpoint("vllm-*", "127.0.0.1", engine.engines[0].port)
+        emu.add_deployment(NS, "vllm", replicas=1)
+        poll(lambda: ready_count(emu, "vllm") == 1, what="1 ready")
+        pod = [p for p in emu.list("pods", NS, "app=vllm")][0]["metadata"]["name"]
+        _busy(engine, 3)
+        cfg = _gateway_config(gw)
+        plan = h.ctl.prepare("drain_pod", "Pod", NS, pod, gateway=lambda url: find_gateway(cfg, pod, url))
+        assert not any(w.startswith("no Service selects") for w in plan.warnings)  # the gateway is the path
+        abort = threading.Event()
+        out: list[Outcome] = []
+        t = threading.Thread(target=lambda: out.append(h.ctl.execute(plan, h.record, abort)), daemon=True)
+        t.start()
+        poll(lambda: any(x.startswith("in flight: 3") for x in h.texts()), what="draining")
+        abort.set()
+        t.join(10)
+        assert out and out[0].result == "aborted" and "engine e0 undrained at gateway" in out[0].message, out
+        assert gw.calls == ["drain", "undrain"]
+    finally:
+        gw.stop()
+        h.session.close()

@@ -71,6 +71,7 @@ from .kube_plan import (
     plan_scale,
     replica_owners,
     trimmed,
+    with_gateway,
 )
 
 __all__ = [
@@ -233,8 +234,14 @@ class KubeControl(KubeFollower):
                 except KubeError as e:
                     if e.status != 404:
                         raise
-            return plan_drain_pod(pod, self.services(namespace or "default"), owner,
+            plan = plan_drain_pod(pod, self.services(namespace or "default"), owner,
                                   view.owner_kind if owner else None, params.get("then") or self.cfg.drain_then)
+            find = params.get("gateway")  # url → (GatewayDrain | None, warnings): the gateway fronting the engine
+            if find is None:
+                return plan
+            engine_url = pod_view(pod, self.cfg.vllm_container, self.cfg.metrics_port).engine_url
+            gateway, warnings = find(engine_url)
+            return with_gateway(plan, gateway, getattr(gateway, "label", None), warnings)
         if action in ("cordon", "uncordon"):
             return plan_cordon(self.read("Node", None, name), action == "cordon")
         if action == "drain_node":

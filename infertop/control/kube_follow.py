@@ -16,6 +16,7 @@ from typing import Any
 
 from ..config import KubeConfig
 from ..sources.kube import RESTARTED_AT, KubeError, KubeSession, PodLoad, fetch_pod_load, pod_view, rollout_status
+from .gateway_drain import GatewayError
 from .kube_plan import DRAINED_FROM, MERGE, Outcome, Plan, Progress, ProgressFn, _meta
 
 __all__ = ["InformerCache", "KubeFollower"]
@@ -251,16 +252,30 @@ class KubeFollower:
             return PodLoad(error="the pod has no IP/port to read /metrics from")
         return fetch_pod_load(view.engine_url, min(2.0, self.cfg.timeout_s))
 
+    def _undrain_gateway(self, plan: Plan) -> str:
+        """Undrain the engine at the gateway the drain drained it at (a replacement pod's engine behind the
+        same gateway entry must get traffic again): the text to append to the outcome."""
+        gw = plan.params.get("gateway")
+        if gw is None or not plan.params.get("gateway_drained"):
+            return ""
+        try:
+            gw.undrain()
+        except GatewayError as e:
+            return f"; undraining engine {gw.engine} at {gw.label} FAILED: {e} — it stays drained there"
+        plan.params["gateway_drained"] = False
+        return f"; engine {gw.engine} undrained at {gw.label}"
+
     def _restore_labels(self, plan: Plan) -> str:
         removed = plan.params.get("removed") or {}
         if not removed:
-            return ""
+            return self._undrain_gateway(plan)
         body = {"metadata": {"labels": dict(removed), "annotations": {DRAINED_FROM: None}}}
         try:
             self._send_patch_pod(plan, body)
         except KubeError as e:
-            return f"; restoring the labels FAILED: {e}"
-        return f"; labels restored ({', '.join(f'{k}={v}' for k, v in removed.items())}): back in service"
+            return f"; restoring the labels FAILED: {e}" + self._undrain_gateway(plan)
+        return (f"; labels restored ({', '.join(f'{k}={v}' for k, v in removed.items())}): back in service"
+                + self._undrain_gateway(plan))
 
     def _drain_pod(self, plan: Plan, progress: ProgressFn, abort: threading.Event) -> Outcome:
         ns, name = plan.namespace, plan.name
@@ -268,6 +283,14 @@ class KubeFollower:
         if plan.body is not None:
             progress(Progress("taking the pod out of its Service(s)…", 0.0))
             self._write(plan)  # labels changed since the plan: nothing changed yet, re-confirm
+        gw = plan.params.get("gateway")
+        if gw is not None:  # the other path traffic takes: the gateway in front of the engine
+            progress(Progress(f"draining engine {gw.engine} at {gw.label}…", 0.0))
+            try:
+                gw.drain()
+            except GatewayError as e:
+                return Outcome("failed", f"drain of {name}: {e}; nothing deleted{self._restore_labels(plan)}")
+            plan.params["gateway_drained"] = True
         deadline = self.clock() + self.cfg.drain_timeout_s
         initial: float | None = None
         zeros = 0
@@ -279,10 +302,10 @@ class KubeFollower:
                 pod = self._observe("Pod", ns, name)
             except KubeError as e:
                 if e.status == 404:
-                    return Outcome("failed", f"pod {name} disappeared during the drain")
+                    return Outcome("failed", f"pod {name} disappeared during the drain{self._undrain_gateway(plan)}")
                 raise
             if _meta(pod).get("uid") != plan.params.get("uid"):
-                return Outcome("failed", f"pod {name} was replaced during the drain")
+                return Outcome("failed", f"pod {name} was replaced during the drain{self._undrain_gateway(plan)}")
             load = self.pod_load(pod)
             if load.in_flight is None:
                 last = f"cannot read the engine's in-flight requests: {load.error}"
@@ -328,9 +351,11 @@ class KubeFollower:
                 return Outcome("aborted", f"pod {name} drained and deleted; stopped waiting for it to terminate")
         progress(Progress(f"pod {name} drained and gone", 1.0))
         tail = f", {plan.params['owner_kind']} {plan.params['owner']} scaled down" if then == "scale-down" else ""
+        covered = ([", ".join(plan.params.get("services") or [])] if removed else []) + (
+            [str(plan.params.get("gateway_label"))] if gw is not None else [])
         return Outcome("ok", f"pod {name} drained (0 in flight) and deleted{tail}"
-                       + (f"; it had been taken out of {', '.join(plan.params.get('services') or [])}"
-                          if removed else ""))
+                       + (f"; it had been taken out of {' and '.join(covered)}" if covered else "")
+                       + self._undrain_gateway(plan))
 
     # ----- node drain
     def _drain_node(self, plan: Plan, progress: ProgressFn, abort: threading.Event) -> Outcome:

@@ -10,6 +10,7 @@ from an object read just before, no request made. Executed by
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as _dt
 import difflib
 import json
@@ -51,6 +52,7 @@ __all__ = [
     "plan_scale",
     "replica_owners",
     "trimmed",
+    "with_gateway",
 ]
 
 DRAINED_FROM = "infertop.io/drained-from"  # annotation: the labels a drain took away (restored on abort)
@@ -497,6 +499,28 @@ def plan_drain_pod(pod: dict, services: list[dict], owner: dict | None = None, o
                 params={"removed": remove, "then": then, "uid": meta.get("uid"),
                         "owner_kind": owner_kind, "owner": _meta(owner).get("name") if owner else None,
                         "services": [_meta(s)["name"] for s in matching]})
+
+
+def with_gateway(plan: Plan, gateway: Any, label: str | None, warnings: list[str] | tuple[str, ...] = ()) -> Plan:
+    """The pod drain ``plan`` covering the gateway in front of the pod's engine as well: ``gateway`` (a
+    :class:`~infertop.control.gateway_drain.GatewayDrain`, or None when no gateway fronts it) is drained
+    after the label patch and undrained once the pod is gone (or on abort/timeout)."""
+    notes = [w for w in plan.warnings if not (gateway is not None and w.startswith("no Service selects"))]
+    notes += [str(w) for w in warnings]
+    if gateway is None:
+        if not plan.params.get("removed"):
+            notes.append("nothing takes this pod out of traffic (no Service label, no gateway with admin "
+                         "access in the config): in flight may never reach 0; the drain then times out")
+        return dataclasses.replace(plan, warnings=tuple(notes))
+    steps = list(plan.steps)
+    at = 1 if plan.params.get("removed") else 0
+    steps.insert(at, f"drain engine {gateway.engine} at {label}: it routes no new request there "
+                     "(undrained once the pod is gone, or on abort)")
+    svc = ", ".join(plan.params.get("services") or ())
+    paths = f"{svc} and {label}" if svc else str(label)
+    summary = plan.summary.replace(f"out of {svc or 'none'},", f"out of {paths},", 1)
+    return dataclasses.replace(plan, steps=tuple(steps), warnings=tuple(notes), summary=summary,
+                               params=plan.params | {"gateway": gateway, "gateway_label": label})
 
 
 def plan_cordon(node: dict, cordon: bool = True) -> Plan:

@@ -16,6 +16,7 @@ from typing import Any
 
 from textual.widgets import TabbedContent
 
+from ..control.gateway_drain import find_gateway
 from ..control.kube import KubeAction
 from ..domain.kube import HpaView, NodeView, PodView, WorkloadView
 from ..sources.kube import KubeError, kube_contexts, namespaces_list
@@ -229,10 +230,17 @@ class KubeActions(KubeConnection):
             [("delete", "delete it (its controller starts a fresh replica)"),
              ("scale-down", "scale its Deployment/StatefulSet down by one")],
             current=self.kube_cfg.drain_then,
-            hint="The pod leaves its Service first (label patch), then infertop watches "
-                 "vllm:num_requests_running + waiting fall to 0. Abort (a) puts the label back."))
+            hint="The pod leaves its Service first (label patch) and, when a gateway with admin access fronts "
+                 "its engine, that gateway; then infertop watches vllm:num_requests_running + waiting fall to "
+                 "0. Abort (a) puts the label back and undrains at the gateway."))
         if choice:
-            self._kube_flow("drain_pod", "Pod", p.namespace, p.name, then=choice)
+            self._kube_flow("drain_pod", "Pod", p.namespace, p.name, then=choice, gateway=self._gateway_finder(p))
+
+    def _gateway_finder(self, p: PodView) -> Any:
+        """url → (the gateway fronting the pod's engine, warnings): every path traffic takes is drained."""
+        config = self.settings.config  # type: ignore[attr-defined]
+        engine = self.settings.engine_pods.get(p.name, p.name)  # type: ignore[attr-defined]
+        return lambda url: find_gateway(config, engine, url)
 
     def action_kube_cordon(self) -> None:
         n = self._need("node", "nodes", "a node (or a pod on it)")
