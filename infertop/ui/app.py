@@ -37,6 +37,7 @@ from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
 from .queue_actions import QUEUE_ACTIONS, QueueActions
 from .autoscaler_actions import ADVISOR_ACTIONS, AutoscalerActions
+from ..analysis.triage import Triage, Verdict
 from .replay_actions import ReplayActions
 from .commands import InfertopCommands
 from .compositor import ChangedOnlyCompositor
@@ -135,6 +136,8 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
         self._gpu_logged_at: dict[str, float] = {}
         self._states: dict[str, str] = {}
         self._membership = FleetMembership()  # engines that joined or left (a rescale), for the Log pane
+        self.triage = Triage()  # the verdicts of each tick (Log lines now; their pane next)
+        self.verdicts: tuple[Verdict, ...] = ()
         self.player = settings.replay
         if self.player is not None:
             self.poll = False

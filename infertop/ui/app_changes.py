@@ -35,6 +35,21 @@ class ChangeLogMixin:
         for line in alert_changes(previous, state):
             self.log_event(line)
         self._note_gpu_changes(flatten(state.gpus))
+        self._note_verdicts(state)
+
+    def _note_verdicts(self, state: FleetState) -> None:
+        """A verdict raised: its explanation and first remedy; cleared: one line (each once)."""
+        before = {v.key: v for v in self.verdicts}  # type: ignore[attr-defined]
+        self.verdicts = self.triage.evaluate(state, state.taken_at)  # type: ignore[attr-defined]
+        now = {v.key for v in self.verdicts}
+        for v in self.verdicts:
+            if v.key not in before:
+                remedy = f" → {v.remedies[0]}" if v.remedies else ""
+                self.log_event(Text(f"verdict {v.kind} {v.subject}: {v.explanation}{remedy}",
+                                    style="bold red" if v.severity == "critical" else "yellow"))
+        for key, v in before.items():
+            if key not in now:
+                self.log_event(Text(f"cleared verdict {v.kind} {v.subject}", style="green"))
 
     def _note_gpu_changes(self, flat) -> None:
         """Log a GPU that fails, throttles or reports an error (and when it recovers)."""

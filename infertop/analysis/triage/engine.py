@@ -1,0 +1,88 @@
+"""The triage engine: rules → debounced verdicts, plus the verdicts that need memory (crash loops)."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ...domain.engine import DOWN, UP
+from .debounce import Debouncer
+from .rules import RULES
+from .types import CRITICAL, Evidence, Finding, Verdict
+
+# kind → (seconds the condition must hold before the verdict, seconds quiet before it clears).
+# Seconds, not minutes: the point is to say it while it happens (alert rules use for: 5m–15m).
+TIMING = {
+    "engine-down": (3.0, 10.0),
+    "crash-loop": (0.0, 120.0),
+    "metrics-stale": (5.0, 10.0),
+    "kv-bound": (5.0, 15.0),
+    "queue-bound": (5.0, 15.0),
+    "gpu-fault": (0.0, 60.0),
+    "gpu-throttled": (10.0, 30.0),
+}
+CRASH_WINDOW_S = 600.0
+CRASH_LOOP_DOWNS = 3  # up → down this many times within the window
+_SEVERITY = {CRITICAL: 0}
+
+
+class Triage:
+    """Feed it every tick's fleet state; it answers the verdicts active now, worst first."""
+
+    def __init__(self, timing: dict[str, tuple[float, float]] | None = None, *,
+                 crash_window_s: float = CRASH_WINDOW_S, crash_loop_downs: int = CRASH_LOOP_DOWNS) -> None:
+        self.timing = {**TIMING, **(timing or {})}
+        self._debounce = {kind: Debouncer(*t) for kind, t in self.timing.items()}
+        self._latest: dict[tuple[str, str], Finding] = {}
+        self.crash_window_s, self.crash_loop_downs = crash_window_s, crash_loop_downs
+        self._last_state: dict[str, str] = {}
+        self._downs: dict[str, deque[float]] = {}
+
+    def active(self, kind: str, subject: str) -> bool:
+        d = self._debounce.get(kind)
+        return d is not None and d.is_active((kind, subject))
+
+    def evaluate(self, state, now: float) -> tuple[Verdict, ...]:
+        """The verdicts active at ``now`` (wall clock of the tick) after seeing ``state``."""
+        findings = [f for rule in RULES for f in rule(state, self.active)]
+        findings += self._crash_loops(state, now)
+        looping = {f.subject for f in findings if f.kind == "crash-loop"}
+        findings = [f for f in findings if not (f.kind == "engine-down" and f.subject in looping)]
+        holding: dict[str, list[tuple[str, str]]] = {kind: [] for kind in self._debounce}
+        for f in findings:
+            self._latest[(f.kind, f.subject)] = f
+            holding.setdefault(f.kind, []).append((f.kind, f.subject))
+            if f.kind not in self._debounce:
+                self._debounce[f.kind] = Debouncer(5.0, 15.0)
+        out = []
+        for kind, d in self._debounce.items():
+            _, cleared = d.update(holding.get(kind, ()), now)
+            for key in cleared:
+                self._latest.pop(key, None)
+            for key, since in d.active().items():
+                f = self._latest.get(key)
+                if f is not None and not (kind == "engine-down" and key[1] in looping):  # the loop says more
+                    out.append(Verdict(f.kind, f.subject, f.severity, since, f.explanation, f.evidence, f.remedies))
+        out.sort(key=lambda v: (_SEVERITY.get(v.severity, 1), v.since, v.kind, v.subject))
+        return tuple(out)
+
+    def _crash_loops(self, state, now: float) -> list[Finding]:
+        out = []
+        for e in state.engines:
+            name, st = e.name, e.stats.state
+            before = self._last_state.get(name)
+            self._last_state[name] = st
+            downs = self._downs.setdefault(name, deque())
+            if before == UP and st == DOWN:
+                downs.append(now)
+            while downs and now - downs[0] > self.crash_window_s:
+                downs.popleft()
+            if len(downs) >= self.crash_loop_downs:
+                minutes = self.crash_window_s / 60
+                out.append(Finding(
+                    "crash-loop", name, CRITICAL,
+                    f"{name} is crash-looping: down {len(downs)} times in {minutes:.0f} min"
+                    + (f", now {st}" if st != UP else ", up again for now") + ".",
+                    (Evidence("up → down", str(len(downs)), f"< {self.crash_loop_downs}", f"last {minutes:.0f} min"),),
+                    ("read the engine's log (Enter: detail) or the previous container's (Cluster pane)",
+                     "lower gpu_memory_utilization or max_num_seqs if it ran out of memory")))
+        return out

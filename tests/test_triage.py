@@ -1,0 +1,150 @@
+"""Triage verdicts over hand-made fleet states and a fake clock: onset after the minimum
+duration, no flapping at a threshold, look-alikes told apart, clear after recovery."""
+
+from __future__ import annotations
+
+import pytest
+
+from infertop.analysis.triage import Debouncer, Triage
+from infertop.domain.engine import DOWN, UP, EngineStats
+from infertop.domain.gpu import GpuStats
+from infertop.state.fleet import FRESH, MISSING, STALE, EngineState, FleetState, Freshness, Slo, SourceState
+
+SLO = Slo(ttft_p99_s=2.0, itl_p95_s=0.04, e2e_p99_s=5.0, queue_p99_s=1.0, kv_cache_pct=90.0)
+
+
+def engine(name="e0", state=UP, fresh=True, **kw) -> EngineState:
+    base = dict(model="llama", max_num_seqs=16, running=6.0, waiting=0.0, kv_cache_pct=30.0, requests_per_s=4.0,
+                e2e_p95_s=3.0, preemptions_per_s=0.0, window_s=60.0)
+    base.update(kw)
+    stats = EngineStats(name=name, url=f"http://127.0.0.1:80{name[-1]}0", state=state, **base)
+    f = Freshness(FRESH, stats.url, 0.0, 0.0) if fresh else Freshness(STALE, stats.url, 0.0, 9.0, 0.0,
+                                                                       "connection refused")
+    return EngineState(stats, f)
+
+
+def fleet(*engines, gpus=(), sources=()) -> FleetState:
+    return FleetState(tick=0, taken_at=0.0, refresh_s=1.0, window_s=60.0, slo=SLO, engines=tuple(engines),
+                      gpus=tuple(gpus), sources=tuple(sources))
+
+
+def run(triage: Triage, states, t0: float = 1000.0, step_s: float = 1.0):
+    """Each state for one tick; the verdicts after each."""
+    return [triage.evaluate(st, t0 + i * step_s) for i, st in enumerate(states)]
+
+
+def kinds(verdicts) -> set[tuple[str, str]]:
+    return {(v.kind, v.subject) for v in verdicts}
+
+
+def test_a_healthy_fleet_has_no_verdict():
+    healthy = fleet(engine("e0"), engine("e1", running=15.0, waiting=0.0), engine("e2", kv_cache_pct=80.0))
+    assert all(v == () for v in run(Triage(), [healthy] * 120))
+
+
+def test_debouncer_raises_after_the_minimum_and_never_flaps_at_the_edge():
+    d = Debouncer(for_s=5.0, clear_for_s=10.0)
+    raised_at, cleared_at = [], []
+    for t in range(0, 60):
+        holding = ["k"] if (t < 30 and t % 2 == 0) else []  # on, off, on, off … then off for good
+        up, down = d.update(holding, float(t))
+        raised_at += [t] * len(up)
+        cleared_at += [t] * len(down)
+    assert raised_at == [6]  # held (with gaps shorter than the clear time) for 5 s: raised once
+    assert cleared_at == [38]  # 10 s after the last time it held (t=28): cleared once
+    assert d.active() == {}
+
+
+def test_kv_bound_raises_after_5_s_holds_above_the_clear_level_and_clears():
+    busy = dict(kv_cache_pct=97.0, preemptions_per_s=3.0, running=16.0, waiting=8.0)
+    states = [fleet(engine(**busy))] * 6 + [fleet(engine(**{**busy, "kv_cache_pct": 88.0}))] * 20
+    states += [fleet(engine(kv_cache_pct=40.0))] * 20
+    out = run(Triage(), states)
+    assert out[4] == () and kinds(out[5]) == {("kv-bound", "e0")}  # 5 s after onset
+    assert all(("kv-bound", "e0") in kinds(v) for v in out[5:26])  # 88 % is above the 85 % clear level
+    assert ("queue-bound", "e0") not in set().union(*map(kinds, out))  # the look-alike is not raised
+    assert kinds(out[-1]) == set()
+    v = out[5][0]
+    assert v.since == 1000.0 and "m: lower max_num_seqs 16 → 12" in v.remedies[0]
+
+
+def test_queue_bound_names_little_law_replicas_and_raising_max_num_seqs():
+    full = [engine(f"e{i}", running=16.0, waiting=12.0, kv_cache_pct=40.0, requests_per_s=10.0, e2e_p95_s=4.0,
+                   queue_p99_s=1.6, ttft_p99_s=2.0) for i in range(2)]
+    out = run(Triage(), [fleet(*full)] * 6)
+    assert kinds(out[-1]) == {("queue-bound", "e0"), ("queue-bound", "e1")}
+    v = out[-1][0]
+    # 20 req/s × 4 s = 80 in flight, × 1.3 = 104 → 7 engines of 16
+    assert v.remedies[0].startswith("S: scale llama 2 → 7 engines")
+    assert v.remedies[1].startswith("m: raise max_num_seqs 16 → 32 (KV cache 40")
+    assert any(ev.signal == "queue share of TTFT p99" and ev.value == "80 %" for ev in v.evidence)
+
+
+def test_an_engine_down_is_a_verdict_after_3_s_and_a_crash_loop_replaces_it():
+    up, down = fleet(engine()), fleet(engine(state=DOWN, fresh=False))
+    out = run(Triage(), [up, down, down, down, down])  # down from t=1 s
+    assert out[3] == () and kinds(out[4]) == {("engine-down", "e0")}
+    cycle = [up, up, down, down] * 3  # up → down three times in 12 s
+    out = run(Triage(), cycle)
+    assert kinds(out[-1]) == {("crash-loop", "e0")}  # not "engine-down" beside it
+    assert "down 3 times" in out[-1][0].explanation
+
+
+def test_a_prometheus_outage_is_metrics_stale_never_engines_down():
+    prom = SourceState(name="http://127.0.0.1:9090", kind="prometheus", ok=False, error="connection refused")
+    e = engine(state=DOWN, fresh=False)
+    stale = EngineState(e.stats, Freshness(STALE, "http://127.0.0.1:9090", 0.0, 30.0, 0.0, "connection refused"))
+    out = run(Triage(), [fleet(stale, sources=[prom])] * 8)
+    assert kinds(out[-1]) == {("metrics-stale", "http://127.0.0.1:9090")}
+
+
+@pytest.mark.parametrize("gpu,kind", [
+    (GpuStats(source="dcgm", index=3, host="n1", engine="e0", last_xid=79), "gpu-fault"),
+    (GpuStats(source="dcgm", index=3, host="n1", engine="e0", util_pct=95.0, temp_c=91.0,
+              throttle_reasons=("HwThermalSlowdown",)), "gpu-throttled"),
+])
+def test_gpu_faults_are_joined_to_their_engine(gpu, kind):
+    out = run(Triage(), [fleet(engine(), gpus=[gpu])] * 12)
+    (v,) = out[-1]
+    assert (v.kind, v.subject) == (kind, "n1:gpu3") and "engine e0 on it" in v.explanation
+    assert v.remedies[0].startswith("C, N: cordon and drain the node n1")
+
+
+def test_an_idle_gpu_with_its_clocks_held_down_is_not_throttled_and_app_xids_are_not_faults():
+    idle = GpuStats(source="dcgm", index=0, host="n1", util_pct=0.0, throttle_reasons=("SwPowerCap",))
+    app_fault = GpuStats(source="dcgm", index=1, host="n1", util_pct=50.0, last_xid=13)
+    assert run(Triage(), [fleet(engine(), gpus=[idle, app_fault])] * 40)[-1] == ()
+
+
+def test_missing_engines_before_their_first_answer_are_not_down():
+    never = EngineState(EngineStats(name="e0", url="http://127.0.0.1:8000"), Freshness(MISSING, "", None, None))
+    assert run(Triage(), [fleet(never)] * 10)[-1] == ()
+
+
+async def test_the_console_logs_a_verdict_once_with_its_remedy_and_its_clear(scripted):
+    from infertop.config import Config
+    from infertop.sources.vllm import EngineEndpoint
+    from infertop.ui.app import InfertopApp, Settings
+    from vllm_text import v1_doc
+
+    srv = scripted().serve_engine(v1_doc(engines={"0": {"running": 8, "waiting": 5, "kv": 0.4}}), model="llama")
+    clock = {"t": 5000.0}
+    app = InfertopApp(Settings(config=Config(), endpoints=[EngineEndpoint("alpha", srv.url, max_num_seqs=8,
+                                                                          timeout_s=30),
+                                                           EngineEndpoint("gone", "http://127.0.0.1:9")],
+                               wall_clock=lambda: clock["t"]), poll=False)
+    async with app.run_test(size=(120, 40)):
+        for _ in range(8):
+            await app.poll_now()
+            clock["t"] += 1.0
+        raised = [line for line in app.log_lines if " verdict " in line]
+        assert any("verdict queue-bound alpha: alpha is out of capacity" in line
+                   and "m: raise max_num_seqs 8 → 16" in line for line in raised), raised
+        assert any("verdict engine-down gone" in line for line in raised), raised
+        assert len(raised) == 2 and {v.kind for v in app.verdicts} == {"queue-bound", "engine-down"}
+        srv.serve_engine(v1_doc(engines={"0": {"running": 2, "waiting": 0, "kv": 0.1}}), model="llama")
+        for _ in range(20):
+            await app.poll_now()
+            clock["t"] += 1.0
+        assert any("cleared verdict queue-bound alpha" in line for line in app.log_lines)
+        assert [v.kind for v in app.verdicts] == ["engine-down"]
