@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -29,6 +29,30 @@ _CSS = """
 {name} Label {{ padding: 1 0 0 0; }}
 {name} OptionList {{ height: auto; max-height: 16; }}
 """
+
+
+# editing keys an OrderedInput handles itself: key → Input action
+_EDIT_KEYS = {"backspace": "delete_left", "delete": "delete_right", "left": "cursor_left",
+              "right": "cursor_right", "home": "home", "end": "end"}
+
+
+class OrderedInput(Input):
+    """An Input whose editing keys act in the order they were typed.
+
+    Textual (8.2) inserts a printable key in the Input's own key handler, but runs Backspace, Delete and the
+    arrows through bindings only once the key event has bubbled up to the App — after the keys that came in
+    the same terminal read were already inserted: "9 ⌫ 1 0" typed fast gave "91", not "10". Handling them
+    here keeps them in the Input's queue, in order."""
+
+    async def _on_key(self, event: events.Key) -> None:
+        action = _EDIT_KEYS.get(event.key)
+        if action is None:
+            await super()._on_key(event)
+            return
+        event.stop()
+        event.prevent_default()
+        self._restart_blink()
+        getattr(self, f"action_{action}")()
 
 
 @dataclass(frozen=True)
@@ -62,8 +86,8 @@ class FormDialog(ModalScreen[dict | None]):
                 yield Static(self.context_text, markup=False)
             for f in self.fields:
                 yield Label(f.label)
-                yield Input(value=f.value, placeholder=f.placeholder, id=f"field-{f.id}",
-                            type="integer" if f.type == "integer" else "text")
+                yield OrderedInput(value=f.value, placeholder=f.placeholder, id=f"field-{f.id}",
+                                   type="integer" if f.type == "integer" else "text")
             yield Static("", id="form-error", classes="error", markup=False)
             if self.hint:
                 yield Static(self.hint, classes="hint", markup=False)
