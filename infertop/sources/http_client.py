@@ -19,12 +19,16 @@ the UI shows, or ``TimeoutError``.
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import ssl
 from urllib.parse import urlsplit
 
 MAX_HEAD_BYTES = 64 * 1024  # status line and headers
 MAX_IDLE = 4  # kept-alive connections per client
+MAX_INTERIM = 8  # 1xx answers skipped before the final one (a server sending endless 100s is refused)
+_DIGITS = re.compile(rb"[0-9]+")  # ASCII only: str.isdigit() accepts '²', which int() then refuses
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")  # a chunk size: no sign, no spaces, at most 2**64
 
 
 class HttpError(Exception):
@@ -169,7 +173,7 @@ class LeanHttpClient:
                 raise _StaleConnection from None
             except asyncio.LimitOverrunError:
                 raise HttpError("bad HTTP response (headers too large)") from None
-            status, headers, http10 = _head(head)
+            status, headers, http10 = await _final_head(conn.reader, head)
             if status != 200:
                 if any_status:
                     return status, b""  # body not read: the connection is not reused
@@ -209,25 +213,39 @@ class _StaleConnection(Exception):
     """A kept-alive connection the server had closed: nothing of an answer was read."""
 
 
+async def _final_head(reader: asyncio.StreamReader, head: bytes) -> tuple[int, dict[str, str], bool]:
+    """The final answer's head: interim 1xx answers (an unsolicited ``100 Continue``) are skipped, at most
+    :data:`MAX_INTERIM` of them; ``101`` is refused (nothing here switches protocols)."""
+    for _ in range(MAX_INTERIM + 1):
+        status, headers, http10 = _head(head)
+        if status >= 200:
+            return status, headers, http10
+        if status == 101:
+            raise HttpError("bad HTTP response (unexpected 101 Switching Protocols)")
+        head = await reader.readuntil(b"\r\n\r\n")
+    raise HttpError(f"bad HTTP response (more than {MAX_INTERIM} interim 1xx answers)")
+
+
 def _head(head: bytes) -> tuple[int, dict[str, str], bool]:
     """(status, lower-cased headers, HTTP/1.0?) of a response head."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # pragma: no cover — latin-1 decodes every byte
-        raise HttpError("bad HTTP response") from None
-    lines = text.split("\r\n")
+    lines = head.decode("latin-1").split("\r\n")  # latin-1 decodes every byte
     status_line = lines[0].split(" ", 2)
-    if len(status_line) < 2 or not status_line[0].startswith("HTTP/1.") or not status_line[1].isdigit():
-        raise HttpError("bad HTTP response")
+    code = status_line[1].encode("latin-1") if len(status_line) >= 2 else b""
+    if not status_line[0].startswith("HTTP/1.") or len(code) != 3 or not _DIGITS.fullmatch(code) \
+            or code[0:1] == b"0":
+        raise HttpError("bad HTTP response (malformed status line)")
     headers: dict[str, str] = {}
     for line in lines[1:]:
         if not line:
             continue
         name, sep, value = line.partition(":")
         if not sep:
-            raise HttpError("bad HTTP response")
-        headers[name.strip().lower()] = value.strip()
-    return int(status_line[1]), headers, status_line[0] == "HTTP/1.0"
+            raise HttpError("bad HTTP response (malformed header line)")
+        key, value = name.strip().lower(), value.strip()
+        if key == "content-length" and headers.get(key, value) != value:
+            raise HttpError("bad HTTP response (conflicting Content-Length headers)")
+        headers[key] = value
+    return int(code), headers, status_line[0] == "HTTP/1.0"
 
 
 async def _body(reader: asyncio.StreamReader, headers: dict[str, str], limit: int) -> tuple[bytes, bool]:
@@ -236,8 +254,8 @@ async def _body(reader: asyncio.StreamReader, headers: dict[str, str], limit: in
         return await _chunked(reader, limit), True
     declared = headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit():
-            raise HttpError("bad HTTP response")
+        if not _DIGITS.fullmatch(declared.encode("latin-1")):
+            raise HttpError("bad HTTP response (malformed Content-Length)")
         n = int(declared)
         if n > limit:
             raise too_large(limit, n)
@@ -260,10 +278,9 @@ async def _chunked(reader: asyncio.StreamReader, limit: int) -> bytes:
     while True:
         line = await reader.readuntil(b"\r\n")
         n_text = line.split(b";", 1)[0].strip()
-        try:
-            n = int(n_text, 16)
-        except ValueError:
-            raise HttpError("bad HTTP response (chunk size)") from None
+        if not _HEX.fullmatch(n_text):  # int(x, 16) also takes '-5', '+5', '0x5' and '5_0'
+            raise HttpError("bad HTTP response (chunk size)")
+        n = int(n_text, 16)
         if n == 0:
             while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers
                 pass
