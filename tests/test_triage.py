@@ -148,3 +148,17 @@ async def test_the_console_logs_a_verdict_once_with_its_remedy_and_its_clear(scr
             clock["t"] += 1.0
         assert any("cleared verdict queue-bound alpha" in line for line in app.log_lines)
         assert [v.kind for v in app.verdicts] == ["engine-down"]
+
+
+def test_alert_log_lines_wait_for_an_alert_to_hold_and_to_be_gone():
+    from infertop.analysis.alerts import WARNING, Alert
+    from infertop.ui.status import AlertLog
+
+    log = AlertLog()
+    lines = []
+    for t in range(60):
+        flapping = t < 30 and t % 2 == 0  # ITL 41 ms / 40 ms / 41 ms …, then well under for good
+        alerts = (Alert(WARNING, "e0", "ITL p95 41ms > 40ms"),) if flapping else ()
+        st = FleetState(tick=t, taken_at=2000.0 + t, refresh_s=1.0, window_s=60.0, slo=SLO, alerts=alerts)
+        lines += [(t, line.plain) for line in log.changes(st)]
+    assert lines == [(6, "alert e0: ITL p95 41ms > 40ms"), (38, "cleared e0: ITL p95 (was ITL p95 41ms > 40ms)")]

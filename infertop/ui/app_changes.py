@@ -14,7 +14,7 @@ from textual.widgets import RichLog
 from ..domain.engine import UNKNOWN
 from ..domain.gpu import classify
 from ..state.fleet import FleetState
-from .status import alert_changes
+from .status import AlertLog
 from .widgets.gpus import flatten
 
 GPU_THROTTLE_LOG_EVERY_S = 60.0
@@ -32,7 +32,9 @@ class ChangeLogMixin:
         for gone in [n for n in self._states if n not in names]:
             del self._states[gone]  # back later in a new pod: its states start afresh
         self._note_state_changes(state.engines)
-        for line in alert_changes(previous, state):
+        if getattr(self, "_alert_log", None) is None:
+            self._alert_log = AlertLog()
+        for line in self._alert_log.changes(state):
             self.log_event(line)
         self._note_gpu_changes(flatten(state.gpus))
         self._note_verdicts(state)
