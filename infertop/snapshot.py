@@ -189,8 +189,21 @@ def exit_code(state: FleetState) -> int:
     return EXIT_OK if state.all_fresh else EXIT_DEGRADED
 
 
+def verdicts_of(state: FleetState) -> tuple:
+    """The triage verdicts one state shows: conditions seen in this window (no minimum duration —
+    a snapshot has one look), nothing that needs memory (crash loops)."""
+    from .analysis.triage import Triage
+    from .analysis.triage.engine import TIMING
+
+    return Triage({kind: (0.0, 0.0) for kind in TIMING}).evaluate(state, state.taken_at)
+
+
 def write_json(state: FleetState, out: TextIO) -> None:
-    json.dump(state.to_doc(), out, indent=2, allow_nan=False)
+    from .state.codec import to_doc
+
+    doc = state.to_doc()
+    doc["verdicts"] = to_doc(list(verdicts_of(state)))
+    json.dump(doc, out, indent=2, allow_nan=False)
     out.write("\n")
 
 
@@ -245,6 +258,13 @@ def print_table(state: FleetState, out: TextIO | None = None) -> None:
             print(f"  {a.severity:<8} {plain(a.target)}: {plain(a.text)}", file=out)
     else:
         print("alerts: none — every engine within its SLO targets", file=out)
+    verdicts = verdicts_of(state)
+    if verdicts:
+        print(f"\nverdicts ({len(verdicts)}):", file=out)
+        for v in verdicts:
+            print(f"  {v.severity:<8} {v.kind} {plain(v.subject)}: {plain(v.explanation, 400)}", file=out)
+            for r in v.remedies:
+                print(f"           → {plain(r, 400)}", file=out)
     print(file=out)
     print("sources:", file=out)
     for src in state.sources:

@@ -162,3 +162,24 @@ def test_alert_log_lines_wait_for_an_alert_to_hold_and_to_be_gone():
         st = FleetState(tick=t, taken_at=2000.0 + t, refresh_s=1.0, window_s=60.0, slo=SLO, alerts=alerts)
         lines += [(t, line.plain) for line in log.changes(st)]
     assert lines == [(6, "alert e0: ITL p95 41ms > 40ms"), (38, "cleared e0: ITL p95 (was ITL p95 41ms > 40ms)")]
+
+
+def test_snapshot_table_and_json_carry_the_verdicts():
+    import io
+    import json as _json
+
+    from infertop.snapshot import print_table, write_json
+
+    st = fleet(engine("e0", running=16.0, waiting=4.0, kv_cache_pct=50.0), engine("e1"))
+    buf = io.StringIO()
+    write_json(st, buf)
+    doc = _json.loads(buf.getvalue())
+    assert [(v["kind"], v["subject"]) for v in doc["verdicts"]] == [("queue-bound", "e0")]
+    assert doc["verdicts"][0]["evidence"][0]["signal"] == "running / max_num_seqs"
+    buf = io.StringIO()
+    print_table(st, buf)
+    table = buf.getvalue()
+    assert "verdicts (1):" in table and "queue-bound e0: e0 is out of capacity" in table
+    buf = io.StringIO()
+    print_table(fleet(engine("e0")), buf)
+    assert "verdicts" not in buf.getvalue()
