@@ -81,6 +81,8 @@ class GatewayConfig:
     api_keys_file: str | None = None
     weights_file: str | None = None
     max_body_bytes: int = _bounded(DEFAULT_MAX_BODY_BYTES, 1024, 1 << 30)
+    max_client_connections: int = _bounded(4096, 1, 1_000_000)  # open at once; more → 503, closed
+    client_header_timeout_s: float = _bounded(10.0, 0.05, 600)  # a request head still incomplete → 408
     max_queue: int = _bounded(10_000, 1, 10_000_000)  # waiting requests in all classes; more → 429
     top_backlog: int = _bounded(10, 1, 1_000_000)  # the adaptive rule's threshold
     metrics_poll_s: float = _bounded(1.0, 0.1, 600)  # engines' /metrics (KV cache, waiting, up)

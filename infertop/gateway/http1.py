@@ -25,6 +25,8 @@ MAX_PIPELINED = 16  # requests parsed ahead of the one being answered before rea
 IDLE_TIMEOUT_S = 75.0  # a keep-alive connection with nothing to do is closed after this
 DISCARD_MAX_BYTES = 16 * 1024 * 1024  # body bytes read and dropped after a 413 before the connection is cut
 LINGER_S = 2.0  # after refusing a request: how long input is read and dropped before the connection closes
+HEADER_TIMEOUT_S = 10.0  # a new connection's first request, and any request's head, must be in within this
+MAX_CONNECTIONS = 4096  # client connections open at once; more are answered 503 and closed at once
 
 LENGTH, CHUNKED, CLOSE = 1, 2, 3  # framing of the answer in progress
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
@@ -70,8 +72,11 @@ class HttpConnection(asyncio.Protocol):
     """One client connection (see the module's docstring)."""
 
     def __init__(self, app: App, loop: asyncio.AbstractEventLoop, max_body_bytes: int,
-                 conns: set[HttpConnection]) -> None:
+                 conns: set[HttpConnection], *, header_timeout_s: float = HEADER_TIMEOUT_S,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         self.app = app
+        self.header_timeout_s = header_timeout_s
+        self.max_connections = max_connections
         self.loop = loop
         self.max_body_bytes = max_body_bytes
         self.conns = conns
@@ -94,19 +99,30 @@ class HttpConnection(asyncio.Protocol):
         self._reading_paused = False
         self._in_next = False
         self._idle: asyncio.TimerHandle | None = None
+        self._in_head = False  # between a request's first byte and the end of its headers
+        self._head_rx = 0  # bytes received while in a head (httptools buffers an unfinished header itself)
+        self._head_timer: asyncio.TimerHandle | None = None
 
     # -- transport events -------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if len(self.conns) >= self.max_connections:
+            self._no_more_input = True  # over the cap: a short refusal, never parsed, never counted
+            body = error_body(503, f"too many client connections (limit {self.max_connections})", "overloaded")
+            transport.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"  # type: ignore[attr-defined]
+                            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+            transport.close()
+            return
         self.conns.add(self)
-        self._idle = self.loop.call_later(IDLE_TIMEOUT_S, self._idle_close)
+        self._idle = self.loop.call_later(self.header_timeout_s, self._idle_close)  # the first request
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.conns.discard(self)
         if self._idle is not None:
             self._idle.cancel()
+        self._stop_head_timer()
         self.pending.clear()
         task, self.task = self.task, None
         if task is not None and not task.done():
@@ -118,8 +134,14 @@ class HttpConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._no_more_input:
             return
+        in_head = self._in_head  # then and still after it: every byte of ``data`` was head
         try:
             self.parser.feed_data(data)
+            if in_head and self._in_head:
+                self._head_rx += len(data)
+                if self._head_rx > MAX_HEADER_BYTES:
+                    self._headers_too_large = True
+                    raise _HeadersTooLarge
         except httptools.HttpParserUpgrade:
             # a complete request asking to switch protocols: answered as HTTP/1.1, then the connection closes
             self._no_more_input = True
@@ -153,6 +175,8 @@ class HttpConnection(asyncio.Protocol):
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
+        self._in_head, self._head_rx = True, 0
+        self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timeout)
 
     def on_url(self, url: bytes) -> None:
         self._count(len(url))
@@ -173,6 +197,8 @@ class HttpConnection(asyncio.Protocol):
             raise _HeadersTooLarge
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._stop_head_timer()
         r = self._req
         assert r is not None
         p = self.parser
@@ -333,6 +359,20 @@ class HttpConnection(asyncio.Protocol):
                 self._next()
         elif self._req is None and not self.closed:
             self._idle = self.loop.call_later(IDLE_TIMEOUT_S, self._idle_close)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timeout(self) -> None:
+        """A request head still incomplete after ``header_timeout_s`` (a client dripping it): 408, close."""
+        self._head_timer = None
+        if self._in_head and not self.closed and not self._no_more_input:
+            self._in_head = False
+            self._refuse(408, f"request headers not complete within {self.header_timeout_s:g} s")
+            if self.current is None and self.pending:
+                self._next()
 
     def _idle_close(self) -> None:
         self._idle = None

@@ -79,7 +79,9 @@ class GatewayRunner:
         self.gw = gw
         self.policy = build_policy(gw, upstreams)
         options = {u.name: EngineOptions(u.timeout_s, u.connect_timeout_s) for u in upstreams}
-        self.state = GatewayState(self.policy, options=options, max_body_bytes=gw.max_body_bytes)
+        self.state = GatewayState(self.policy, options=options, max_body_bytes=gw.max_body_bytes,
+                                  header_timeout_s=gw.client_header_timeout_s,
+                                  max_connections=gw.max_client_connections)
         self.gateway = Gateway(self.state)
         self.admin = Admin(self.gateway, token) if token else None
         self.probes = [EngineProbe(e) for e in self.policy.engines.values()]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from .http1 import HttpConnection, Request, error_body
 from .metrics import GatewayMetrics
 from .policy import EngineState, Pending, Policy, vllm_priority
-from .upstream_pool import UpstreamConn, UpstreamError, UpstreamPool
+from .upstream_pool import UpstreamConn, UpstreamError, UpstreamPool, refused_reason
 
 CLASS_HEADERS = ("x-gateway-inference-objective", "x-infertop-class")
 FAIRNESS_HEADERS = ("x-gateway-inference-fairness-id", "x-infertop-tenant")
@@ -62,6 +62,8 @@ class GatewayState:
     options: dict[str, EngineOptions] = field(default_factory=dict)  # per engine name
     api_keys: dict[str, str] = field(default_factory=dict)
     max_body_bytes: int = 4 * 1024 * 1024
+    header_timeout_s: float = 10.0  # a client's request head must be in within this (else 408)
+    max_connections: int = 4096  # client connections at once; more get 503 and are closed
 
 
 class Gateway:
@@ -92,9 +94,14 @@ class Gateway:
         loop = self._loop = asyncio.get_running_loop()  # kept: looking it up costs a getpid() call each time
         if self.pool is None:
             self.pool = UpstreamPool(loop)
-        limit = self.state.max_body_bytes
-        self._server = await loop.create_server(lambda: HttpConnection(self, loop, limit, self.connections),
-                                                host, port, backlog=1024, reuse_address=True)
+        st = self.state
+        limit = st.max_body_bytes
+
+        def connection() -> HttpConnection:
+            return HttpConnection(self, loop, limit, self.connections, header_timeout_s=st.header_timeout_s,
+                                  max_connections=st.max_connections)
+
+        self._server = await loop.create_server(connection, host, port, backlog=1024, reuse_address=True)
         return self._server.sockets[0].getsockname()[1]
 
     def stop_listening(self) -> None:
@@ -211,6 +218,8 @@ class Gateway:
             doc = json.loads(body)
         except (ValueError, UnicodeDecodeError) as e:
             return self._error(conn, cls, 400, f"Invalid JSON body: {str(e)[:200]}")
+        except RecursionError:  # [[[[… thousands deep: the parser's recursion limit, not a gateway bug
+            return self._error(conn, cls, 400, "Invalid JSON body: nested too deeply")
         if not isinstance(doc, dict):
             return self._error(conn, cls, 400, "Invalid JSON body: expected a JSON object")
         loop = self._loop or asyncio.get_running_loop()
@@ -251,7 +260,8 @@ class Gateway:
                     if not again:
                         code = 502
                         conn.respond(502, error_body(502, f"the request failed on every engine that could take it "
-                                                          f"(last: {engine.name}: {ns.code})", "upstream_error"))
+                                                          f"(last: {engine.name}: {refused_reason(ns.code)})",
+                                                     "upstream_error"))
                         return
                     if engine.up:
                         self.pump()
@@ -301,6 +311,11 @@ class Gateway:
                         conn.respond(504, error_body(504, f"engine {engine.name} did not answer within "
                                                           f"{opts.timeout_s:g} s", "upstream_error"))
                         return 504
+                    if e.code == "head_timeout":  # it answers, too slowly to trust: not retried
+                        self.metrics.upstream_error(engine.name, e.code)
+                        conn.respond(504, error_body(504, f"engine {engine.name}: {refused_reason(e.code)}",
+                                                     "upstream_error"))
+                        return 504
                     raise _NotStarted(e.code) from None
                 if up.status == 400 and payload is not body and engine.priority_scheduling is None:
                     try:
@@ -346,6 +361,7 @@ class Gateway:
                 up.close()  # the engine sees the disconnect and aborts the request
         if err is not None:
             self.metrics.upstream_error(engine.name, err)
+            note(f"answer from engine {engine.name} cut after its head: {refused_reason(err)}")
             conn.abort()
 
     async def models(self, req: Request, conn: HttpConnection) -> None:

@@ -26,6 +26,24 @@ from .http1 import CHUNKED, HttpConnection, frame_chunk
 # (uvicorn, VLLM_HTTP_TIMEOUT_KEEP_ALIVE) closes an idle one, so a request is not sent as that close comes.
 IDLE_REUSE_S = 4.0
 MAX_BODY_READ_BYTES = 8 * 1024 * 1024  # read_body's limit (error documents, /v1/models)
+MAX_HEAD_BYTES = 64 * 1024  # an answer's status line and headers (an engine sending endless headers is cut)
+MAX_HEADERS = 100
+HEAD_READ_TIMEOUT_S = 10.0  # from the first byte of an answer's head to its end (an engine drips it)
+
+
+def refused_reason(code: str) -> str:
+    """What the client is told of an UpstreamError code (the limit it names, read when used)."""
+    return {"head_too_large": f"response headers over {MAX_HEAD_BYTES // 1024} KiB or {MAX_HEADERS} headers",
+            "head_timeout": f"response headers not complete within {HEAD_READ_TIMEOUT_S:g} s",
+            "malformed": "malformed HTTP response", "timeout": "no answer in time",
+            "reset": "connection reset"}.get(code, code)
+
+
+class _BadHead(Exception):
+    """Raised in a parser callback (httptools re-raises it wrapped): ``code`` is the UpstreamError code."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code
 
 
 class UpstreamError(Exception):
@@ -82,6 +100,10 @@ class UpstreamConn(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self.timeout_s = 0.0
         self.last_rx = 0.0
+        self.head_bytes = 0  # bytes received before the final answer's head was complete
+        self._interim = False  # parsing a 1xx answer (skipped: never relayed as the final answer)
+        self._head_code: str | None = None
+        self._head_timer: asyncio.TimerHandle | None = None
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -185,6 +207,10 @@ class UpstreamConn(asyncio.Protocol):
             self.close()
             return
         self.last_rx = self.loop.time()
+        if not self.got_head:
+            self.head_bytes += len(data)
+            if self._head_timer is None:
+                self._head_timer = self.loop.call_at(self.last_rx + HEAD_READ_TIMEOUT_S, self._on_head_timer)
         sink = self.sink
         if sink is not None:
             self._out = out = []
@@ -192,9 +218,12 @@ class UpstreamConn(asyncio.Protocol):
                 out.append(self._head_out)
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError:
+            if not self.got_head and self.head_bytes > MAX_HEAD_BYTES:
+                raise _BadHead("head_too_large")  # httptools keeps an unfinished header: bound it here
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade, _BadHead) as e:
             self._out = None
-            self._fail("reset")
+            self._fail(e.code if isinstance(e, _BadHead) else self._head_code or
+                       ("reset" if self.got_head else "malformed"))
             self.close()
             return
         if sink is not None:
@@ -214,10 +243,23 @@ class UpstreamConn(asyncio.Protocol):
         self.reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if len(self.headers) >= MAX_HEADERS:
+            self._head_code = "head_too_large"
+            raise _BadHead("head_too_large")
         self.headers.setdefault(name.decode("latin-1").lower(), value)
 
     def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:  # an interim answer (100 Continue, 103 Early Hints): the final one follows
+            if status == 101:
+                self._head_code = "malformed"
+                raise _BadHead("malformed")  # nothing here asked to switch protocols
+            self._interim = True
+            self.headers = {}
+            self.reason = b""
+            return
+        self._stop_head_timer()
+        self.status = status
         self.keep_alive = self.parser.should_keep_alive()
         self.got_head = True
         fut, self._head_fut = self._head_fut, None
@@ -236,6 +278,9 @@ class UpstreamConn(asyncio.Protocol):
         self.body_parts.append(body)
 
     def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
         self.complete = True
 
     # -- ends -------------------------------------------------------------------------------------
@@ -277,9 +322,22 @@ class UpstreamConn(asyncio.Protocol):
             sink.relay = None
 
     def _stop_timer(self) -> None:
+        self._stop_head_timer()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _on_head_timer(self) -> None:
+        """The answer's head began but did not end within HEAD_READ_TIMEOUT_S (bytes dripping in)."""
+        self._head_timer = None
+        if not self.got_head and self.error is None and not self.closed:
+            self._fail("head_timeout")
+            self.close()
 
     def _on_timer(self) -> None:
         """No byte from the engine for ``timeout_s`` (a client that reads slowly does not count)."""
