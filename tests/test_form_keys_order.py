@@ -23,7 +23,7 @@ APP = textwrap.dedent("""
     import sys
     from textual.app import App
     from textual.widgets import Input
-    from infertop.ui.screens.kube_dialogs import FormDialog, FormField
+    from infertop.ui.screens.kube_dialogs import FormDialog, FormField, OrderedInput
 
     OUT = sys.argv[1]
 
@@ -32,12 +32,22 @@ APP = textwrap.dedent("""
             f.write(line + "\\n")
 
     class Host(App):
+        def compose(self):
+            if sys.argv[2] == "input":  # the field alone on the default screen (Textual's Input reorders there)
+                yield OrderedInput(value="10", id="field-max", type="integer")
+
         def on_mount(self):
-            self.push_screen(FormDialog("Bounds", [FormField("max", "Max replicas", "10", "", "integer")]))
+            if sys.argv[2] == "input":
+                self.query_one(OrderedInput).focus()
+                self.set_timer(0.3, lambda: note("ready"))
+                return
+            fields = [FormField("min", "Min replicas", "1", "", "integer"),
+                      FormField("max", "Max replicas", "10", "", "integer")]
+            self.push_screen(FormDialog("Bounds", fields[-int(sys.argv[2]):]))
             self.set_timer(0.3, lambda: note("ready"))
 
         def on_input_changed(self, event: Input.Changed) -> None:
-            note(f"value={event.value}")
+            note(f"value={event.input.id.removeprefix('field-')}={event.value}")
 
     Host().run()
 """)
@@ -59,13 +69,25 @@ def _lines(path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def test_backspace_and_the_keys_after_it_in_one_read_act_in_order(tmp_path):
+@pytest.mark.parametrize("fields, typed, field, before, after", [
+    ("input", b"9\x7f10", "max", "91", "10"),  # Backspace ran after "1" and "0"
+    (1, b"9\x7f10", "max", None, "10"),
+    (2, b"2\r9", "max", None, "9"),  # Enter moved the focus after "9" was typed: min read "29", max untouched
+])
+def test_keys_in_one_read_act_in_order(tmp_path, fields: int | str, typed, field, before, after):
+    """``before``: what the field read with Textual's Input (and Enter moving on in the dialog's handler)."""
+    values = _type_in_one_read(tmp_path, fields, typed)
+    assert values.get(field, [None])[-1] == after, values
+
+
+def _type_in_one_read(tmp_path, fields: int | str, typed: bytes) -> dict[str, list[str]]:
+    """Start the form in a pty, write ``typed`` in one write; each field's values, in order."""
     script, out = tmp_path / "host.py", tmp_path / "events.txt"
     script.write_text(APP)
     out.write_text("")
     master, slave = pty.openpty()
     env = dict(os.environ, TERM="xterm-256color", COLUMNS="80", LINES="24")
-    proc = subprocess.Popen([sys.executable, str(script), str(out)], stdin=slave, stdout=slave, stderr=slave,
+    proc = subprocess.Popen([sys.executable, str(script), str(out), str(fields)], stdin=slave, stdout=slave, stderr=slave,
                             close_fds=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
     os.close(slave)
     try:
@@ -73,13 +95,18 @@ def test_backspace_and_the_keys_after_it_in_one_read_act_in_order(tmp_path):
         while "ready" not in _lines(out) and time.monotonic() < deadline and proc.poll() is None:
             _drain(master, 0.1)
         assert "ready" in _lines(out), "the form never came up"
-        os.write(master, b"9\x7f10")  # 9, Backspace, 1, 0 — one read
+        seen = len(_lines(out))
+        os.write(master, typed)  # one read
         deadline = time.monotonic() + 20
-        while len([x for x in _lines(out) if x.startswith("value=")]) < 4 and time.monotonic() < deadline:
+        while len(_lines(out)) == seen and time.monotonic() < deadline:
             _drain(master, 0.1)
-        _drain(master, 0.5)  # a late Backspace would land now
-        values = [x.removeprefix("value=") for x in _lines(out) if x.startswith("value=")]
-        assert values[-1] == "10", values  # before: "91" (the Backspace ran after "1" and "0")
+        _drain(master, 1.0)  # a late key would land now
+        values: dict[str, list[str]] = {}
+        for line in _lines(out)[seen:]:
+            if line.startswith("value="):
+                name, _, value = line.removeprefix("value=").partition("=")
+                values.setdefault(name, []).append(value)
+        return values
     finally:
         proc.kill()
         proc.wait(timeout=10)

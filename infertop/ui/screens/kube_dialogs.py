@@ -42,9 +42,24 @@ class OrderedInput(Input):
     Textual (8.2) inserts a printable key in the Input's own key handler, but runs Backspace, Delete and the
     arrows through bindings only once the key event has bubbled up to the App — after the keys that came in
     the same terminal read were already inserted: "9 ⌫ 1 0" typed fast gave "91", not "10". Handling them
-    here keeps them in the Input's queue, in order."""
+    here keeps them in the Input's queue, in order. Enter with a ``next_field`` moves the focus there at
+    once, and the keys already queued here follow it ("2 ⏎ 9" in one read: 2 here, 9 there — not "29")."""
+
+    next_field: "OrderedInput | None" = None  # where Enter goes (None: Enter submits)
+    _forward_to: "OrderedInput | None" = None  # keys that reach this field after Enter moved the focus on
 
     async def _on_key(self, event: events.Key) -> None:
+        if self._forward_to is not None and self.screen.focused is not self:  # has_focus lags (a Blur event)
+            event.stop()
+            event.prevent_default()
+            self._forward_to.post_message(events.Key(event.key, event.character))
+            return
+        if event.key == "enter" and self.next_field is not None:
+            event.stop()
+            event.prevent_default()
+            self._forward_to = self.next_field
+            self.screen.set_focus(self.next_field)
+            return
         action = _EDIT_KEYS.get(event.key)
         if action is None:
             await super()._on_key(event)
@@ -53,6 +68,10 @@ class OrderedInput(Input):
         event.prevent_default()
         self._restart_blink()
         getattr(self, f"action_{action}")()
+
+    def _on_focus(self, event: events.Focus) -> None:
+        self._forward_to = None  # back here: keys are this field's again
+        super()._on_focus(event)
 
 
 @dataclass(frozen=True)
@@ -93,8 +112,11 @@ class FormDialog(ModalScreen[dict | None]):
                 yield Static(self.hint, classes="hint", markup=False)
 
     def on_mount(self) -> None:
-        if self.fields:
-            self.query_one(f"#field-{self.fields[0].id}", Input).focus()
+        inputs = [self.query_one(f"#field-{f.id}", OrderedInput) for f in self.fields]
+        for here, after in zip(inputs, inputs[1:]):
+            here.next_field = after  # Enter moves on, in order with the keys typed after it
+        if inputs:
+            inputs[0].focus()
 
     def values(self) -> dict:
         out = {}
