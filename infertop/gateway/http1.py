@@ -101,7 +101,11 @@ class HttpConnection(asyncio.Protocol):
         self._idle: asyncio.TimerHandle | None = None
         self._in_head = False  # between a request's first byte and the end of its headers
         self._head_rx = 0  # bytes received while in a head (httptools buffers an unfinished header itself)
-        self._head_timer: asyncio.TimerHandle | None = None
+        # a request still incomplete after a read: its head must end within header_timeout_s of its first
+        # read, and its body may not go silent for as long (armed only then: not on the hot path)
+        self._read_timer: asyncio.TimerHandle | None = None
+        self._head_since = 0.0
+        self._rx_at = 0.0
 
     # -- transport events -------------------------------------------------------------------------
 
@@ -122,7 +126,7 @@ class HttpConnection(asyncio.Protocol):
         self.conns.discard(self)
         if self._idle is not None:
             self._idle.cancel()
-        self._stop_head_timer()
+        self._stop_read_timer()
         self.pending.clear()
         task, self.task = self.task, None
         if task is not None and not task.done():
@@ -142,6 +146,8 @@ class HttpConnection(asyncio.Protocol):
                 if self._head_rx > MAX_HEADER_BYTES:
                     self._headers_too_large = True
                     raise _HeadersTooLarge
+            if self._req is not None:
+                self._incomplete_request()
         except httptools.HttpParserUpgrade:
             # a complete request asking to switch protocols: answered as HTTP/1.1, then the connection closes
             self._no_more_input = True
@@ -176,7 +182,6 @@ class HttpConnection(asyncio.Protocol):
             self._idle.cancel()
             self._idle = None
         self._in_head, self._head_rx = True, 0
-        self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timeout)
 
     def on_url(self, url: bytes) -> None:
         self._count(len(url))
@@ -198,7 +203,6 @@ class HttpConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        self._stop_head_timer()
         r = self._req
         assert r is not None
         p = self.parser
@@ -230,6 +234,7 @@ class HttpConnection(asyncio.Protocol):
         r.parts.append(body)
 
     def on_message_complete(self) -> None:
+        self._stop_read_timer()
         r, self._req = self._req, None
         assert r is not None
         if r.error is not None:  # already queued, answered early
@@ -360,19 +365,35 @@ class HttpConnection(asyncio.Protocol):
         elif self._req is None and not self.closed:
             self._idle = self.loop.call_later(IDLE_TIMEOUT_S, self._idle_close)
 
-    def _stop_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+    def _incomplete_request(self) -> None:
+        now = self._rx_at = self.loop.time()
+        if self._read_timer is None:
+            self._head_since = now
+            self._read_timer = self.loop.call_at(now + self.header_timeout_s, self._read_timeout)
 
-    def _head_timeout(self) -> None:
-        """A request head still incomplete after ``header_timeout_s`` (a client dripping it): 408, close."""
-        self._head_timer = None
-        if self._in_head and not self.closed and not self._no_more_input:
-            self._in_head = False
-            self._refuse(408, f"request headers not complete within {self.header_timeout_s:g} s")
-            if self.current is None and self.pending:
-                self._next()
+    def _stop_read_timer(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+    def _read_timeout(self) -> None:
+        """A request head not in within ``header_timeout_s``, or its body silent as long (a client dripping
+        it, a slowloris): 408, then the connection closes."""
+        self._read_timer = None
+        if self._req is None or self.closed or self._no_more_input:
+            return
+        t = self.header_timeout_s
+        if self._in_head:
+            due, why = self._head_since + t, f"request headers not complete within {t:g} s"
+        else:
+            due, why = self._rx_at + t, f"request body: no byte for {t:g} s"
+        if self.loop.time() < due:
+            self._read_timer = self.loop.call_at(due, self._read_timeout)
+            return
+        self._in_head = False
+        self._refuse(408, why)
+        if self.current is None and self.pending:
+            self._next()
 
     def _idle_close(self) -> None:
         self._idle = None

@@ -199,6 +199,21 @@ async def test_a_client_dripping_its_head_gets_408_and_is_closed():
         await up.stop()
 
 
+async def test_a_client_whose_body_goes_silent_gets_408_and_is_closed():
+    up = await Upstream("a").start()
+    g = await start_gateway([up], client_header_timeout_s=0.5)
+    try:
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+        reader, writer = await raw_client(port_of(g.url), head + b'{"prompt":')
+        answer = await asyncio.wait_for(reader.read(), 10.0)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"request body: no byte for 0.5 s" in answer
+        assert up.received == []
+    finally:
+        await g.stop()
+        await up.stop()
+
+
 async def test_an_endless_request_header_is_a_431_not_a_growing_buffer():
     up = await Upstream("a").start()
     g = await start_gateway([up])
