@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 import sys
 from dataclasses import dataclass, field
 
@@ -96,10 +97,11 @@ class Gateway:
             self.pool = UpstreamPool(loop)
         st = self.state
         limit = st.max_body_bytes
+        cap = client_connection_cap(st.max_connections)
 
         def connection() -> HttpConnection:
             return HttpConnection(self, loop, limit, self.connections, header_timeout_s=st.header_timeout_s,
-                                  max_connections=st.max_connections)
+                                  max_connections=cap)
 
         self._server = await loop.create_server(connection, host, port, backlog=1024, reuse_address=True)
         return self._server.sockets[0].getsockname()[1]
@@ -393,6 +395,19 @@ class Gateway:
     def metrics_page(self, req: Request, conn: HttpConnection) -> None:
         text = self.metrics.render(self.policy, self.now())
         conn.respond(200, text.encode(), b"text/plain; charset=utf-8", b"Cache-Control: no-store\r\n")
+
+
+def client_connection_cap(configured: int) -> int:
+    """``configured``, or half the process's file-descriptor limit when that is lower: the other half is
+    for the engine connections (one per request in flight) and files — running out of descriptors would
+    refuse every client, good ones too, with an empty reply."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or configured <= soft // 2:
+        return configured
+    cap = max(16, soft // 2)
+    note(f"client connections capped at {cap} (half the file-descriptor limit {soft}; "
+         f"max_client_connections is {configured})")
+    return cap
 
 
 def note(msg: str) -> None:

@@ -266,3 +266,15 @@ async def test_dripping_clients_over_the_cap_are_refused_and_good_requests_keep_
             w.close()
         await g.stop()
         await up.stop()
+
+
+def test_the_client_connection_cap_leaves_half_the_descriptors_to_the_engines(capsys):
+    import resource
+
+    from infertop.gateway.server import client_connection_cap
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert client_connection_cap(10) == 10
+    if soft != resource.RLIM_INFINITY:
+        assert client_connection_cap(soft * 4) == max(16, soft // 2)
+        assert "client connections capped at" in capsys.readouterr().err
