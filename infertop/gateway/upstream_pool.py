@@ -222,8 +222,7 @@ class UpstreamConn(asyncio.Protocol):
                 raise _BadHead("head_too_large")  # httptools keeps an unfinished header: bound it here
         except (httptools.HttpParserError, httptools.HttpParserUpgrade, _BadHead) as e:
             self._out = None
-            self._fail(e.code if isinstance(e, _BadHead) else self._head_code or
-                       ("reset" if self.got_head else "malformed"))
+            self._fail(e.code if isinstance(e, _BadHead) else self._head_code or "malformed")
             self.close()
             return
         if sink is not None:

@@ -278,3 +278,22 @@ def test_the_client_connection_cap_leaves_half_the_descriptors_to_the_engines(ca
     if soft != resource.RLIM_INFINITY:
         assert client_connection_cap(soft * 4) == max(16, soft // 2)
         assert "client connections capped at" in capsys.readouterr().err
+
+
+async def test_a_malformed_body_after_the_head_cuts_the_stream_with_one_log_line(capfd):
+    async def negative_chunk(engine: RawEngine, writer) -> None:
+        await engine.write(writer, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await asyncio.sleep(0.2)  # scripted: the head reaches the client first
+        await engine.write(writer, b"-2\r\nok\r\n0\r\n\r\n")
+
+    engine = await RawEngine(negative_chunk).start()
+    g = await start_gateway([engine])
+    try:
+        with pytest.raises(aiohttp.ClientError):  # the client sees its answer cut, never completed
+            await post(g.url)
+        err = capfd.readouterr().err
+        assert "answer from engine raw cut after its head: malformed HTTP response" in err
+        assert "Traceback" not in err
+    finally:
+        await g.stop()
+        await engine.stop()
