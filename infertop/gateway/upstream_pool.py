@@ -35,7 +35,7 @@ def refused_reason(code: str) -> str:
     """What the client is told of an UpstreamError code (the limit it names, read when used)."""
     return {"head_too_large": f"response headers over {MAX_HEAD_BYTES // 1024} KiB or {MAX_HEADERS} headers",
             "head_timeout": f"response headers not complete within {HEAD_READ_TIMEOUT_S:g} s",
-            "malformed": "malformed HTTP response", "timeout": "no answer in time",
+            "malformed": "malformed HTTP response", "timeout": "no byte within its timeout_s",
             "reset": "connection reset"}.get(code, code)
 
 

@@ -297,3 +297,21 @@ async def test_a_malformed_body_after_the_head_cuts_the_stream_with_one_log_line
     finally:
         await g.stop()
         await engine.stop()
+
+
+async def test_a_stream_that_goes_silent_is_cut_at_its_timeout_with_one_log_line(capfd):
+    up = await Upstream("a").start()
+    up.chunk_gate = asyncio.Event()  # never set: the stream stops after its first chunk
+    g = await start_gateway([up], timeouts={"a": 0.5})
+    try:
+        body = json.dumps({"prompt": "hi", "stream": True, "max_tokens": 3}).encode()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
+            async with s.post(g.url + "/v1/completions", data=body) as r:
+                assert r.status == 200
+                with pytest.raises(aiohttp.ClientPayloadError):  # cut: no last chunk
+                    await r.read()
+        assert "answer from engine a cut after its head: no byte within its timeout_s" in capfd.readouterr().err
+        up.chunk_gate.set()
+    finally:
+        await g.stop()
+        await up.stop()
