@@ -40,6 +40,7 @@ from .config import (
     load_config,
 )
 from .demo import DemoError
+from .sources.sanitize import redact_url
 from .sources.vllm import EngineEndpoint
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_REFUSED = 0, 1, 2, 3  # EXIT_CRASH (70) lives in crash.py
@@ -288,6 +289,9 @@ def resolve_config(args: argparse.Namespace) -> tuple[Config, list[str]]:
         cfg.kube.kubeconfig = args.kubeconfig
     if getattr(args, "context", None):
         cfg.kube.context = args.context
+    for flag in ("engine", "dcgm"):  # a user:password in a flag's URL is shown nowhere either
+        if getattr(args, flag, None):
+            setattr(args, flag, [redact_url(u) for u in getattr(args, flag)])
     for url in getattr(args, "gateway", None) or []:
         cfg.queues.gateways.append(QueueGatewayConfig(url=_flag_url("--gateway", url)))
     for url in getattr(args, "epp", None) or []:
@@ -298,7 +302,7 @@ def resolve_config(args: argparse.Namespace) -> tuple[Config, list[str]]:
         url = args.prometheus if "://" in args.prometheus else "http://" + args.prometheus
         if not url.startswith(("http://", "https://")):
             raise ConfigError("command line", None, "--prometheus", f"must be an http:// or https:// URL, got {url!r}")
-        cfg.prometheus.url, cfg.prometheus.engines = url, True
+        cfg.prometheus.url, cfg.prometheus.engines = redact_url(url), True
     # The TUI's window must hold two polls; snapshot (no window_s flag) collects for its own --window.
     checks = cross_checks(cfg.refresh_s, cfg.window_s, cfg.history_s) if hasattr(args, "window_s") else []
     for name, why in checks:
@@ -317,8 +321,8 @@ def _flag_url(flag: str, url: str) -> str:
     if "://" not in url:
         url = "http://" + url
     if not url.startswith(("http://", "https://")) or len(url.split("://", 1)[1].strip("/")) == 0:
-        raise ConfigError("command line", None, flag, f"expected an http(s) URL, got {url!r}")
-    return url
+        raise ConfigError("command line", None, flag, f"expected an http(s) URL, got {redact_url(url)!r}")
+    return redact_url(url)
 
 
 def endpoints_for(cfg: Config, extra_urls: list[str], *, default_local: bool) -> list[EngineEndpoint]:
@@ -504,6 +508,14 @@ def managed_endpoints(cfg: Config, state_dir: str | None, known: set[str]) -> li
     return [EngineEndpoint(r.name, r.url, r.max_num_seqs) for r in records]
 
 
+def _backslash_unencodable(stream) -> None:
+    """A character the stream cannot encode (a lone surrogate, anything under a strict
+    ASCII locale) is written as a \\u escape, never a UnicodeEncodeError."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="backslashreplace")
+
+
 def snapshot_main(argv: list[str]) -> int:
     """Collect for one window and print the fleet state; the exit code says whether all is well
     (see :mod:`infertop.snapshot`)."""
@@ -525,6 +537,7 @@ def snapshot_main(argv: list[str]) -> int:
     except DemoError as e:
         print(f"infertop: demo: {e}", file=sys.stderr)
         return EXIT_FAILED
+    _backslash_unencodable(sys.stdout)
     if args.json:
         write_json(state, sys.stdout)
     else:

@@ -25,6 +25,7 @@ import yaml
 
 from .config_load import DEFAULT_LIMITS, ConfigError, compose, one_line, scalar_value, to_bytes
 from .sources.prometheus_fleet_query import DEFAULT_QUEUE_PROMQL, check_label_name
+from .sources.sanitize import redact_url
 from .gateway.config import GatewayConfig  # the `gateway:` section (infertop gateway)
 
 
@@ -62,7 +63,7 @@ class EngineConfig:
     def validate(self) -> list[tuple[str, str]]:
         errs = bounds_errors(self)
         if not self.url.startswith(("http://", "https://")):
-            errs.append(("url", f"must start with http:// or https://, got {self.url!r}"))
+            errs.append(("url", f"must start with http:// or https://, got {redact_url(self.url)!r}"))
         return errs
 
 
@@ -169,7 +170,7 @@ def _http_url(value: str | None) -> str | None:
     """Why ``value`` is not an http(s) URL (None when it is, or unset)."""
     if value is None or value.startswith(("http://", "https://")):
         return None
-    return f"must start with http:// or https://, got {value!r}"
+    return f"must start with http:// or https://, got {redact_url(value)!r}"
 
 
 @dataclass
@@ -389,7 +390,7 @@ def default_state_dir() -> Path:
 
 
 def engine_name_from_url(url: str) -> str:
-    rest = url.split("://", 1)[-1].rstrip("/")
+    rest = redact_url(url).split("://", 1)[-1].rstrip("/")
     return rest.replace("127.0.0.1", "local").replace("localhost", "local")
 
 
@@ -428,9 +429,26 @@ def parse_config(text: str | bytes, path: str = "<config>", *, pure_python: bool
 
 
 def _fill_names(cfg: Config) -> None:
+    _redact_urls(cfg)
     for e in cfg.engines:
         if not e.name:
             e.name = engine_name_from_url(e.url)
+
+
+def _redact_urls(cfg: Config) -> None:
+    """Every configured URL loses its ``user:password@`` here, at load: names, screens,
+    logs, snapshots, recordings and bundles all derive from these fields."""
+    for e in cfg.engines:
+        e.url = redact_url(e.url)
+    cfg.gpu.dcgm = [redact_url(u) for u in cfg.gpu.dcgm]
+    if cfg.prometheus.url:
+        cfg.prometheus.url = redact_url(cfg.prometheus.url)
+    for g in cfg.queues.gateways:
+        g.url = redact_url(g.url)
+        g.admin_url = redact_url(g.admin_url) if g.admin_url else g.admin_url
+    for q in cfg.queues.epp:
+        q.url = redact_url(q.url)
+    cfg.kube.wva_metrics_url = redact_url(cfg.kube.wva_metrics_url)
 
 
 def _line(node: yaml.Node) -> int:

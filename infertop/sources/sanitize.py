@@ -24,14 +24,22 @@ FLOAT32_MAX = 3.4028234663852886e38
 # this (1e15 bytes is a petabyte); a value above it is a broken exporter.
 ABSURD = 1e15
 
-# C0 controls, DEL, C1 controls, and the bidirectional overrides/isolates that
-# can reorder what a terminal shows.
-_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 controls, DEL, C1 controls, the format characters (Unicode category Cf:
+# soft hyphen, zero-width space/joiners, bidi marks, overrides and isolates,
+# BOM, tags…) that hide in a name or reorder what a terminal shows, the line and
+# paragraph separators, and lone surrogates (which no UTF-8 stdout can encode).
+_CONTROL_RE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2"
+    "\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
+    "\ud800-\udfff\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]")
 
 
 def _visible(m: re.Match[str]) -> str:
     c = ord(m.group(0))
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+    if c < 0x100:
+        return f"\\x{c:02x}"
+    return f"\\u{c:04x}" if c < 0x10000 else f"\\U{c:08x}"
 
 
 def plain_text(value: object, limit: int = MAX_LABEL_CHARS) -> str:
@@ -54,6 +62,30 @@ def plain_or_none(value: object, limit: int = MAX_LABEL_CHARS) -> str | None:
 
 def error_text(value: object) -> str:
     return plain_text(value, MAX_ERROR_CHARS)
+
+
+# redacted URL → the URL as configured, credential included: in this process's memory
+# only, for the clients that connect (never shown, logged, recorded or bundled).
+_IO_URLS: dict[str, str] = {}
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its ``user:password@`` part (a URL is also a name: shown, logged,
+    recorded). The full URL stays in memory for :func:`io_url`."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    if "@" not in authority:
+        return url
+    clean = f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
+    _IO_URLS[clean] = url
+    return clean
+
+
+def io_url(url: str) -> str:
+    """The URL to connect to for a (redacted) configured ``url``: its credential put back."""
+    return _IO_URLS.get(url, url)
 
 
 def finite(v: object) -> float | None:
