@@ -19,6 +19,7 @@ import asyncio
 import io
 import os
 import platform
+import signal
 import sys
 import tempfile
 import time
@@ -92,6 +93,22 @@ def report_crash(exc: BaseException, err: TextIO | None = None, directory: Path 
     return EXIT_CRASH
 
 
+def _exit_on_hangup_and_term(app, loop: asyncio.AbstractEventLoop) -> None:
+    """SIGTERM / SIGHUP end the app the way ``q`` does, so its driver leaves the alternate
+    screen, turns the mouse off and shows the cursor; the exit code is still 128 + the signal.
+    A second one (an exit that hangs) is the default action: the process ends at once."""
+    def on_signal(signum: int) -> None:
+        for s in (signal.SIGTERM, signal.SIGHUP):
+            loop.remove_signal_handler(s)
+        app.exit(return_code=128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+        except (NotImplementedError, RuntimeError, ValueError):  # no signals here (not the main thread)
+            return
+
+
 def run_tui(app, *, err: TextIO | None = None, directory: Path | None = None, **run_kwargs) -> int:
     """Run a Textual ``app``; its exit code, or :data:`EXIT_CRASH` after :func:`report_crash`."""
     err = err or sys.stderr
@@ -100,6 +117,7 @@ def run_tui(app, *, err: TextIO | None = None, directory: Path | None = None, **
     try:
         # on uvloop's loop where installed (less CPU per poll and frame), closed as asyncio.run closes its own
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            _exit_on_hangup_and_term(app, runner.get_loop())
             app.run(loop=runner.get_loop(), **run_kwargs)
     except Exception as e:  # noqa: BLE001 — raised outside Textual's handlers (driver, startup)
         return report_crash(e, err, directory)

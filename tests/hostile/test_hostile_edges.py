@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import signal
+import select
+import struct
 import subprocess
 import sys
+import termios
+import time
+
+import pytest
 
 from infertop.config import parse_config
 from infertop.sources.sanitize import io_url, plain_text, redact_url
+
+pty = pytest.importorskip("pty")
 
 SECRET = "S3cretPassw0rd"
 
@@ -58,3 +68,64 @@ def test_snapshot_hides_the_password_and_survives_a_lone_surrogate(scripted, tmp
         assert "m\\ud800x" in out.replace("\\\\", "\\")  # shown escaped, in the table and the JSON
     doc = json.loads(p.stdout)
     assert [e["url"] for e in doc["engines"]] == [srv.url]
+
+
+# -- SIGTERM / SIGHUP restore the terminal -------------------------------------------------
+
+ALT_ON, ALT_OFF, CURSOR_ON, MOUSE_OFF = b"\x1b[?1049h", b"\x1b[?1049l", b"\x1b[?25h", b"\x1b[?1000l"
+
+
+def _read_until(fd: int, pid: int, done, deadline_s: float) -> tuple[bytes, int | None]:
+    """Drain the pty until ``done(bytes so far)``, EOF or the child's exit; (bytes, exit code or None)."""
+    out = b""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end and not done(out):
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # the child closed the terminal
+                chunk = b""
+            if not chunk:
+                break
+            out += chunk
+        finished, status = os.waitpid(pid, os.WNOHANG)
+        if finished:
+            return out, os.waitstatus_to_exitcode(status)
+    return out, None
+
+
+def _tui_in_pty(config: str, state: str) -> tuple[int, int]:
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: an 80x24 terminal, then the console
+        try:
+            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+            os.environ.update(XDG_CONFIG_HOME=state, XDG_STATE_HOME=state, TERM="xterm-256color")
+            os.execv(sys.executable, [sys.executable, "-m", "infertop", "--config", config])
+        finally:
+            os._exit(127)
+    return pid, fd
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_restore_the_terminal(scripted, tmp_path, signum):
+    srv = scripted()
+    srv.serve_engine("vllm:num_requests_running 1\nvllm:num_requests_waiting 0\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"engines: [{{url: '{srv.url}', name: e1}}]\ngpu: {{nvml: false}}\n")
+    pid, fd = _tui_in_pty(str(cfg), str(tmp_path))
+    try:
+        # painted: the alternate screen is on and the engine's name is on it
+        out, code = _read_until(fd, pid, lambda b: ALT_ON in b and b"e1" in b.split(ALT_ON, 1)[-1], 120)
+        assert code is None, out[-2000:]
+        os.kill(pid, signum)
+        rest, code = _read_until(fd, pid, lambda b: False, 60)
+        if code is None:
+            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    finally:
+        os.close(fd)
+    assert code == 128 + signum, (out + rest)[-2000:]
+    tail = (out + rest).rsplit(ALT_ON, 1)[-1]
+    for seq in (ALT_OFF, CURSOR_ON, MOUSE_OFF):
+        assert seq in tail, (seq, tail[-400:])
+    assert b"Traceback" not in rest
