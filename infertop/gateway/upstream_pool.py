@@ -102,6 +102,7 @@ class UpstreamConn(asyncio.Protocol):
         self.last_rx = 0.0
         self.head_bytes = 0  # bytes received before the final answer's head was complete
         self._interim = False  # parsing a 1xx answer (skipped: never relayed as the final answer)
+        self._head_open = False  # a head has begun and not ended (after a 1xx the engine may think long)
         self._head_code: str | None = None
         self._head_timer: asyncio.TimerHandle | None = None
 
@@ -209,8 +210,6 @@ class UpstreamConn(asyncio.Protocol):
         self.last_rx = self.loop.time()
         if not self.got_head:
             self.head_bytes += len(data)
-            if self._head_timer is None:
-                self._head_timer = self.loop.call_at(self.last_rx + HEAD_READ_TIMEOUT_S, self._on_head_timer)
         sink = self.sink
         if sink is not None:
             self._out = out = []
@@ -218,8 +217,11 @@ class UpstreamConn(asyncio.Protocol):
                 out.append(self._head_out)
         try:
             self.parser.feed_data(data)
-            if not self.got_head and self.head_bytes > MAX_HEAD_BYTES:
-                raise _BadHead("head_too_large")  # httptools keeps an unfinished header: bound it here
+            if not self.got_head and self.head_bytes:
+                if self.head_bytes > MAX_HEAD_BYTES:  # 1xx answers included: endless 100s are bounded too
+                    raise _BadHead("head_too_large")  # httptools keeps an unfinished header: bound it here
+                if self._head_open and self._head_timer is None:  # armed only now: a whole head costs no timer
+                    self._head_timer = self.loop.call_at(self.last_rx + HEAD_READ_TIMEOUT_S, self._on_head_timer)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade, _BadHead) as e:
             self._out = None
             self._fail(e.code if isinstance(e, _BadHead) else self._head_code or "malformed")
@@ -237,6 +239,9 @@ class UpstreamConn(asyncio.Protocol):
             self._finish()
 
     # -- parser callbacks -------------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._head_open = True
 
     def on_status(self, reason: bytes) -> None:
         self.reason += reason
@@ -278,7 +283,8 @@ class UpstreamConn(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         if self._interim:
-            self._interim = False
+            self._interim = self._head_open = False
+            self._stop_head_timer()
             return
         self.complete = True
 
