@@ -387,7 +387,11 @@ class HttpConnection(asyncio.Protocol):
             due, why = self._head_since + t, f"request headers not complete within {t:g} s"
         else:
             due, why = self._rx_at + t, f"request body: no byte for {t:g} s"
-        if self.loop.time() < due:
+        now = self.loop.time()
+        if self._reading_paused:  # we stopped reading (pipelined requests ahead): not the client's delay
+            self._head_since = self._rx_at = now
+            due = now + t
+        if now < due:
             self._read_timer = self.loop.call_at(due, self._read_timeout)
             return
         self._in_head = False
