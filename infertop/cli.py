@@ -476,6 +476,12 @@ def tui_main(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     from .crash import run_tui
     from .ui.app import InfertopApp, Settings  # textual only for the TUI
+    from .ui.themes import broken_theme
+
+    problem = broken_theme(cfg.theme)
+    if problem:  # the chosen theme would fail at its first paint (exit 70)
+        print(f"infertop: {problem}", file=sys.stderr)
+        return EXIT_CONFIG
 
     try:
         with fleet_sources(args, cfg, notes) as fleet:

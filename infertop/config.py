@@ -14,6 +14,7 @@ check the command-line flags use (:func:`check_value`).
 from __future__ import annotations
 
 import os
+import stat
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
@@ -399,8 +400,8 @@ def load_config(path: str | os.PathLike | None = None, *, required: bool = False
     p = Path(path) if path is not None else default_config_path()
     limit = DEFAULT_LIMITS.max_bytes
     try:
-        with open(p, "rb") as f:
-            data = f.read(limit + 1)  # never more than the limit (a config may be /dev/zero)
+        with _open_regular(p) as f:
+            data = f.read(limit + 1)  # never more than the limit
     except FileNotFoundError:
         if required or path is not None:
             raise ConfigError(str(p), None, "", "no such file") from None
@@ -410,6 +411,20 @@ def load_config(path: str | os.PathLike | None = None, *, required: bool = False
     cfg = parse_config(data, str(p))
     cfg.source = str(p)
     return cfg
+
+
+def _open_regular(p: Path):
+    """``p`` opened for reading; a FIFO (which would block the open or the read forever),
+    a device or a directory raises ConfigError 'not a regular file'."""
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(str(p), None, "", "not a regular file (a FIFO, device or directory)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def parse_config(text: str | bytes, path: str = "<config>", *, pure_python: bool = False) -> Config:

@@ -186,9 +186,12 @@ def test_alias_bombs_are_small_files():
 
 
 def test_reading_stops_at_the_size_limit(tmp_path):
+    (tmp_path / "big.yaml").write_bytes(b"#" * (16 * 2**20 + 10))
     with pytest.raises(ConfigError, match="larger than 16 MiB"):
-        load_config("/dev/zero")  # endless: it must be read up to the limit, no further
-    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "big.yaml")
+    with pytest.raises(ConfigError, match="not a regular file"):  # endless: never read
+        load_config("/dev/zero")
+    with pytest.raises(ConfigError, match="not a regular file"):
         load_config(tmp_path)
 
 

@@ -7,10 +7,14 @@ import os
 from pathlib import Path
 
 import yaml
+from textual.color import Color
 from textual.theme import Theme
+
+from ..config_load import one_line
 
 _FIELDS = {"name", "primary", "secondary", "warning", "error", "success", "accent", "foreground",
            "background", "surface", "panel", "boost", "dark", "variables"}
+_COLOUR_FIELDS = _FIELDS - {"name", "dark", "variables"}
 
 
 def theme_dirs() -> list[Path]:
@@ -39,14 +43,40 @@ def load_themes() -> tuple[list[Theme], list[str]]:
             continue
         for f in sorted(d.glob("*.yaml")):
             try:
-                data = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
-                if not isinstance(data, dict):
-                    raise ValueError("not a mapping")
-                unknown = set(data) - _FIELDS
-                if unknown:
-                    raise ValueError(f"unknown field {sorted(unknown)[0]!r}")
-                data.setdefault("name", f.stem)
-                themes[data["name"]] = Theme(**data)
+                theme = _load(f)
             except Exception as e:  # noqa: BLE001
-                problems.append(f"theme {f}: {e}")
+                problems.append(f"theme {f}: {one_line(str(e), 200)}")
+            else:
+                themes[theme.name] = theme
     return list(themes.values()), problems
+
+
+def _load(f: Path) -> Theme:
+    """The theme in ``f``; raises (ValueError for a field that is wrong, naming it)."""
+    data = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ValueError("not a mapping")
+    unknown = set(data) - _FIELDS
+    if unknown:
+        raise ValueError(f"unknown field {sorted(unknown)[0]!r}")
+    for name in sorted(set(data) & _COLOUR_FIELDS):
+        try:  # Theme() takes any string; a bad one raised at paint time (exit 70)
+            Color.parse(data[name])
+        except Exception:  # noqa: BLE001 — ColorParseError, or not a string at all
+            raise ValueError(f"field {name!r}: not a colour: {str(data[name])[:40]!r}") from None
+    data.setdefault("name", f.stem)
+    return Theme(**data)
+
+
+def broken_theme(wanted: str) -> str | None:
+    """One line on why the theme file named ``wanted`` cannot be used; None when it can
+    (or when no file has that name: a built-in theme)."""
+    for d in theme_dirs():  # the first file found is the one that counts
+        f = d / f"{wanted}.yaml"
+        if f.is_file():
+            try:
+                _load(f)
+            except Exception as e:  # noqa: BLE001
+                return f"theme {f}: {one_line(str(e), 200)}"
+            return None
+    return None

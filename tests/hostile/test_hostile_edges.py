@@ -95,13 +95,13 @@ def _read_until(fd: int, pid: int, done, deadline_s: float) -> tuple[bytes, int 
     return out, None
 
 
-def _tui_in_pty(config: str, state: str) -> tuple[int, int]:
+def _tui_in_pty(config: str, state: str, *args: str) -> tuple[int, int]:
     pid, fd = pty.fork()
     if pid == 0:  # the child: an 80x24 terminal, then the console
         try:
             fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
             os.environ.update(XDG_CONFIG_HOME=state, XDG_STATE_HOME=state, TERM="xterm-256color")
-            os.execv(sys.executable, [sys.executable, "-m", "infertop", "--config", config])
+            os.execv(sys.executable, [sys.executable, "-m", "infertop", "--config", config, *args])
         finally:
             os._exit(127)
     return pid, fd
@@ -129,3 +129,37 @@ def test_sigterm_and_sighup_restore_the_terminal(scripted, tmp_path, signum):
     for seq in (ALT_OFF, CURSOR_ON, MOUSE_OFF):
         assert seq in tail, (seq, tail[-400:])
     assert b"Traceback" not in rest
+
+
+# -- config and theme files ----------------------------------------------------------------
+
+def test_a_theme_with_an_invalid_colour_is_one_line_and_exit_2(scripted, tmp_path):
+    srv = scripted()
+    srv.serve_engine("vllm:num_requests_running 1\n")
+    (tmp_path / "infertop" / "themes").mkdir(parents=True)
+    theme = tmp_path / "infertop" / "themes" / "broken.yaml"
+    theme.write_text("primary: '#123456'\nsecondary: not-a-colour\ndark: true\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"engines: [{{url: '{srv.url}'}}]\ngpu: {{nvml: false}}\ntheme: broken\n")
+    pid, fd = _tui_in_pty(str(cfg), str(tmp_path))
+    try:
+        out, code = _read_until(fd, pid, lambda b: False, 120)
+        if code is None:
+            os.kill(pid, signal.SIGKILL)
+            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    finally:
+        os.close(fd)
+    text = out.decode("utf-8", "replace").strip()
+    assert code == 2, text[-2000:]  # the old code painted, then crashed (70) on the colour
+    assert text.splitlines() == [f"infertop: theme {theme}: field 'secondary': not a colour: 'not-a-colour'"]
+
+
+def test_a_fifo_as_config_is_not_a_regular_file_exit_2(tmp_path):
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)  # no writer ever comes: the old code blocked in open() forever
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-m", "infertop", "snapshot", "--config", str(fifo)],
+                       capture_output=True, timeout=60, env=env)
+    assert p.returncode == 2
+    assert p.stderr.decode().splitlines() == [
+        f"infertop: {fifo}: not a regular file (a FIFO, device or directory)"]
