@@ -26,7 +26,7 @@ import yaml
 
 from .config_load import DEFAULT_LIMITS, ConfigError, compose, one_line, scalar_value, to_bytes
 from .sources.prometheus_fleet_query import DEFAULT_QUEUE_PROMQL, check_label_name
-from .sources.sanitize import redact_url
+from .sources.sanitize import plain_text, redact_url
 from .gateway.config import GatewayConfig  # the `gateway:` section (infertop gateway)
 
 
@@ -446,8 +446,10 @@ def parse_config(text: str | bytes, path: str = "<config>", *, pure_python: bool
 def _fill_names(cfg: Config) -> None:
     _redact_urls(cfg)
     for e in cfg.engines:
-        if not e.name:
-            e.name = engine_name_from_url(e.url)
+        # an invisible character (U+200B, U+FEFF…) in a name is shown escaped: 'a' and 'a\u200b' differ
+        e.name = plain_text(e.name or engine_name_from_url(e.url))
+    for q in (*cfg.queues.gateways, *cfg.queues.epp):
+        q.name = plain_text(q.name) if q.name else q.name
 
 
 def _redact_urls(cfg: Config) -> None:

@@ -49,6 +49,14 @@ queues:
     assert redact_url("http://host:1/a@b") == "http://host:1/a@b"  # an @ in the path is no credential
 
 
+def test_invisible_characters_in_configured_names_are_shown_escaped():
+    cfg = parse_config("engines:\n  - {url: 'http://10.0.0.1:8000', name: \"a\\u200bb\"}\n"
+                       "  - {url: \"http://10.0.0.2:8000/\\ufeff\"}\n"
+                       "queues: {gateways: [{url: 'http://gw:1', name: \"g\\u00ad\"}]}\n")
+    assert [e.name for e in cfg.engines] == ["a\\u200bb", "10.0.0.2:8000/\\ufeff"]
+    assert cfg.queues.gateways[0].name == "g\\xad"
+
+
 def _snapshot(args: list[str], tmp_path) -> subprocess.CompletedProcess:
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path),
            "PYTHONIOENCODING": "utf-8"}  # strict: a lone surrogate raised UnicodeEncodeError (exit 70)
