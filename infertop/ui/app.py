@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import ActiveBinding, Binding
@@ -28,6 +29,7 @@ from ..state.fleet import FleetJoiner, FleetState
 from ..state.membership import FleetMembership
 from ..state.history import HistoryStore
 from ..state.recording import StateLog
+from ..text import plain
 from .actions import ACTIONS, bindings, footer_panes, key_display
 from .app_changes import ChangeLogMixin
 from .app_collection import CollectionMixin
@@ -201,7 +203,7 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
         names = {t.name for t in themes}
         self.theme = wanted if wanted in names or wanted in self.available_themes else "textual-dark"
         for p in problems:
-            self.log_event(f"[yellow]{p}[/yellow]")
+            self.log_event(Text(plain(p, 400), style="yellow"))  # a path or value from outside: text, not markup
         for note in self.settings.notes:
             self.log_event(note)
         self._render_top()

@@ -171,3 +171,18 @@ def test_a_fifo_as_config_is_not_a_regular_file_exit_2(tmp_path):
     assert p.returncode == 2
     assert p.stderr.decode().splitlines() == [
         f"infertop: {fifo}: not a regular file (a FIFO, device or directory)"]
+
+
+async def test_a_broken_theme_file_whose_problem_looks_like_markup_is_a_log_line(tmp_path, monkeypatch):
+    from infertop.config import Config, GpuConfig
+    from infertop.ui.app import InfertopApp, Settings
+
+    themes = tmp_path / "cfg" / "infertop" / "themes"
+    themes.mkdir(parents=True)
+    (themes / "bad.yaml").write_text("name: other\nprimary: '[/red]'\n")  # its problem text quotes the value
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    app = InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False)), endpoints=[],
+                               state_dir=str(tmp_path / "state")), poll=False)
+    async with app.run_test(size=(100, 30)) as pilot:  # MarkupError on mount before
+        await pilot.pause()
+        assert any("bad.yaml" in line and "[/red]" in line for line in app.log_lines), list(app.log_lines)
