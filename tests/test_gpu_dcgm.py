@@ -13,6 +13,7 @@ from infertop.sim import SimCluster
 from infertop.sources.dcgm import DcgmEndpoint, DcgmSource, lean_client, normalize_url, parse_dcgm
 from infertop.sources.expfmt import parse
 from infertop.sources.gpu import GpuCollector
+from infertop.sources.http_client import size_text
 from infertop.config import GpuConfig
 
 MiB = 1024 * 1024
@@ -244,7 +245,8 @@ async def test_polls_keep_one_connection_and_bound_the_body(scripted):
             assert [g.util_pct for g in rows] == [50.0] * 8 and ep.health.ok
         assert ep.client().opened == 1 and s.hits["/metrics"] == 3
         assert await ep.poll(limit=1024) == []
-        assert ep.health.last_error == f"response too large ({len(body) / 1024:.0f} KiB, limit 1 KiB)"
+        assert ep.health.last_error == f"response too large ({size_text(len(body))} announced; the limit is 1 KiB)"
+        assert size_text(len(body)) != "1 KiB"
         assert (await ep.poll()) and ep.health.ok  # the refusal cost the connection, not the endpoint
     finally:
         await ep.aclose()

@@ -53,12 +53,17 @@ class _Conn:
 
 
 def size_text(n: int) -> str:
-    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
+    """1 KiB, 8 MiB, 8.4 MiB: a tenth shown below 10 units, so a size just over a limit never
+    reads as the limit itself ("8 MiB, limit 8 MiB")."""
+    unit, name = (2**20, "MiB") if n >= 2**20 else (2**10, "KiB")
+    v = n / unit
+    text = f"{v:.0f}" if v >= 10 else f"{v:.1f}".removesuffix(".0")
+    return f"{text} {name}"
 
 
 def too_large(limit: int, declared: int | None = None) -> ResponseTooLarge:
     if declared is not None:
-        return ResponseTooLarge(f"response too large ({size_text(declared)}, limit {size_text(limit)})")
+        return ResponseTooLarge(f"response too large ({size_text(declared)} announced; the limit is {size_text(limit)})")
     return ResponseTooLarge(f"response too large (> {size_text(limit)})")
 
 
