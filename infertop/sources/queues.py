@@ -30,7 +30,7 @@ from ..state.queues import DEFAULT_BUDGETS_S, QueueClass, QueueEngine, QueueSour
 from ..state.window import CounterWindow
 from .expfmt import ParseError, Parser
 from .http_client import HttpError, LeanHttpClient, ResponseTooLarge
-from .queues_names import EPP, GATEWAY, SEP, QueueSample, extract
+from .queues_names import EPP, GATEWAY, MAX_COUNTED_CLASSES, SEP, QueueSample, extract
 from .sanitize import error_text, finite, non_negative, plain_text
 from .vllm import MAX_BODY_BYTES, ScrapeError, describe_error
 
@@ -210,11 +210,12 @@ def build_view(ep: QueueEndpoint, sample: QueueSample, window: QueueWindow, admi
         ))
     depths = [c.depth for c in classes if c.depth is not None]
     oldest = [c.oldest_wait_s for c in classes if c.oldest_wait_s is not None]
+    queued, oldest_s, note = _over_all_classes(sample, depths, oldest)
     sat = sample.pool.get("saturation")
     view = QueueSource(
         name=ep.name, kind=ep.kind, url=url, via=via, generation=sample.generation or None,
         classes=tuple(classes), engines=tuple(engines),
-        queued=sum(depths) if depths else None, oldest_wait_s=max(oldest) if oldest else None,
+        queued=queued, oldest_wait_s=oldest_s, note=note,
         pool_saturation_pct=_num(100.0 * sat) if sat is not None else None,
         pool_kv_cache_pct=_num(sample.pool.get("kv_cache_pct")),
         strict_top=admin.get("strict_top") if admin and isinstance(admin.get("strict_top"), bool) else None,
@@ -223,6 +224,22 @@ def build_view(ep: QueueEndpoint, sample: QueueSample, window: QueueWindow, admi
         admin=admin_state, admin_error=admin_error,
     )
     return replace(view, missing=missing_reasons(view, window))
+
+
+def _over_all_classes(sample: QueueSample, depths: list[float], oldest: list[float]
+                      ) -> tuple[float | None, float | None, str | None]:
+    """(queued, oldest wait, note) over every class of ``sample``, those past the display cap too."""
+    queued = sum(depths) if depths or sample.depth_beyond else None
+    if queued is not None:
+        queued += sample.depth_beyond
+    if sample.oldest_beyond_s is not None:
+        oldest = [*oldest, sample.oldest_beyond_s]
+    note = None
+    if sample.beyond:
+        word = "classes" if sample.kind == GATEWAY else "priority bands"
+        more = "+" if len(sample.beyond) >= MAX_COUNTED_CLASSES else ""
+        note = f"{len(sample.classes) + len(sample.beyond)}{more} {word}, first {len(sample.classes)} shown"
+    return queued, (max(oldest) if oldest else None), note
 
 
 def missing_reasons(view: QueueSource, window: QueueWindow) -> dict[str, str]:

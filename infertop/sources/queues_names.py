@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .sanitize import plain_text
+from .sanitize import non_negative, plain_text
 
 GATEWAY, EPP = "gateway", "epp"
 MAX_CLASSES = 64  # classes / bands per source; more is a broken or hostile exporter
 MAX_ENGINES = 256
+MAX_COUNTED_CLASSES = 1_000_000  # classes counted beyond the cap (an 8 MiB document holds fewer series)
 SEP = "\x1f"  # joins the parts of a counter key (never in a cleaned label)
 
 GW = "infertop_gateway_"
@@ -78,6 +79,11 @@ class QueueSample:
     counters: dict[str, float] = field(default_factory=dict)  # "d␟class", "p␟class", "h␟class␟le", "n␟class"
     pool: dict[str, float] = field(default_factory=dict)  # saturation, kv_cache_pct
     dropped: int = 0  # label sets left out (over the caps)
+    # classes beyond MAX_CLASSES: not kept, but counted, their depths summed and oldest wait taken,
+    # so the source's totals are over all its classes (20 000 classes are not "queued 1830")
+    beyond: set[str] = field(default_factory=set)
+    depth_beyond: float = 0.0
+    oldest_beyond_s: float | None = None
 
     def empty(self) -> bool:
         return not (self.classes or self.engines or self.pool or self.counters)
@@ -98,10 +104,24 @@ class _Acc:
             slot = table[name] = {}
         return slot
 
-    def cls(self, name: str, gauge: str, v: float, *, last: bool = False) -> None:
+    def class_slot(self, name: str) -> dict[str, float] | None:
+        """The class's slot; None (the class counted in ``beyond``) past MAX_CLASSES."""
         slot = self._slot(self.s.classes, name, MAX_CLASSES)
+        if slot is None and len(self.s.beyond) < MAX_COUNTED_CLASSES:
+            self.s.beyond.add(name)
+        return slot
+
+    def cls(self, name: str, gauge: str, v: float, *, last: bool = False) -> None:
+        slot = self.class_slot(name)
         if slot is not None:
             slot[gauge] = v if last or gauge not in slot else slot[gauge] + v
+        elif (n := non_negative(v)) is None:
+            return  # a broken value of a class not shown: it must not spoil the totals
+        elif gauge == "depth":
+            self.s.depth_beyond += n
+        elif gauge == "oldest_wait_s":
+            s = self.s
+            s.oldest_beyond_s = n if s.oldest_beyond_s is None else max(s.oldest_beyond_s, n)
 
     def engine(self, name: str, gauge: str, v: float) -> None:
         slot = self._slot(self.s.engines, name, MAX_ENGINES)
@@ -154,7 +174,7 @@ def extract_gateway(exp: SeriesSource) -> QueueSample:
                 acc.engine(eng, gauge, v)
     for labels, v in exp.series(GW_DISPATCHES):
         cls = _label(labels, "class")
-        if cls and (cls in s.classes or acc._slot(s.classes, cls, MAX_CLASSES) is not None):
+        if cls and (cls in s.classes or acc.class_slot(cls) is not None):
             acc.counter(counter_key("d", cls), v)
     for labels, v in exp.series(GW_PROMOTIONS):
         cls = _label(labels, "class")
@@ -225,7 +245,7 @@ def _histogram(acc: _Acc, exp: SeriesSource, base: str, key_of) -> None:
         cls, le = key_of(labels), labels.get("le")
         if not cls or le is None:
             continue
-        if cls not in classes and acc._slot(classes, cls, MAX_CLASSES) is None:
+        if cls not in classes and acc.class_slot(cls) is None:
             continue
         try:
             bound = float(le)

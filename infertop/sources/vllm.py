@@ -27,7 +27,7 @@ import httpx
 from ..analysis.engine_stats import derived_fields
 from ..domain.engine import DEGRADED, DOWN, UP, EngineStats, FleetSnapshot
 from ..domain.source import SourceHealth
-from ..state.window import CounterWindow
+from ..state.window import BUCKETS_RESTARTED, CounterWindow
 from .expfmt import ParseError, Parser
 from .http_client import HttpError, LeanHttpClient
 from .sanitize import clean_engine, error_text, plain_text
@@ -182,6 +182,44 @@ def model_ids(doc: object) -> list[str]:
     return out
 
 
+#: No vLLM engine counts this many tokens (or requests) a second: a rate above it comes of a broken
+#: counter and is not shown (an H200 prefills ~1e5 tokens/s).
+MAX_RATE_PER_S = 1e7
+_RATE_FIELDS = ("prompt_tokens_per_s", "generation_tokens_per_s", "requests_per_s", "preemptions_per_s")
+
+
+def changed_histograms(before: tuple[str, ...], after: tuple[str, ...]) -> tuple[str, ...]:
+    """Key prefixes (``"ttft@"``) of the histograms whose bucket bounds differ between two counter
+    layouts; one found in only one of them has no window to restart."""
+    def bounds(keys: tuple[str, ...]) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for k in keys:
+            hist, sep, _ = k.partition("@")
+            if sep:
+                out.setdefault(hist, set()).add(k)
+        return out
+    b, a = bounds(before), bounds(after)
+    return tuple(f"{h}@" for h in a if h in b and a[h] != b[h])
+
+
+def window_notes(window: CounterWindow, fields: dict, now: float) -> list[str]:
+    """What the engine row says of its window: a histogram restarted (until its quantiles are back,
+    at most a window), a rate too large to be true (set to None in ``fields``)."""
+    notes = []
+    for prefix, t in list(window.restarted.items()):
+        hist = prefix[:-1]
+        if now - t >= window.window_s or any(v is not None for f, v in fields.items() if f.startswith(hist + "_p")):
+            del window.restarted[prefix]
+    if window.restarted:
+        notes.append(f"{BUCKETS_RESTARTED} ({', '.join(sorted(p[:-1] for p in window.restarted))})")
+    bad = [f for f in _RATE_FIELDS if (fields.get(f) or 0.0) > MAX_RATE_PER_S]
+    for f in bad:
+        fields[f] = None
+    if bad:
+        notes.append(f"implausible rate (> {MAX_RATE_PER_S:g}/s) not shown")
+    return notes
+
+
 class EngineCollector:
     """State of one endpoint across polls: parser, windows, health."""
 
@@ -192,7 +230,7 @@ class EngineCollector:
         self.clock = clock
         self.parser = Parser(lazy_values=True)  # only the values the extractor reads are converted
         self.extractor = Extractor(max_label_sets)
-        self.windows: dict[tuple[str, str], CounterWindow] = {}
+        self.windows: dict[tuple[str | None, str], CounterWindow] = {}  # by engine identity (see _identity)
         self.stats: list[EngineStats] = [EngineStats(name=endpoint.name, url=endpoint.url)]
         self.health = SourceHealth(name=endpoint.name, kind="vllm", ok=False)
         self.models: list[str] = []  # model ids from /v1/models, plain text
@@ -204,8 +242,9 @@ class EngineCollector:
         self._costs: deque[float] = deque(maxlen=3)
         # names other endpoints use: a derived name never takes one
         self._reserved = reserved or (lambda: set())
-        self._names: dict[tuple[str, str], str] = {}  # label set → its unique display name
+        self._names: dict[tuple[str | None, str], str] = {}  # engine identity → its unique display name
         self._names_multi = False
+        self._layouts: dict[tuple[str | None, str], tuple[str, ...]] = {}  # identity → its last counter keys
         self._polls = 0
         self._healthy: bool | None = None
         self._health_error: str | None = None
@@ -311,7 +350,10 @@ class EngineCollector:
                            + (f"; {problem}" if problem else ""))
             now = self.clock()
             t0 = time.thread_time()
-            stats = [self._derive(s, version, now, problem, len(samples) > 1) for s in samples]
+            multi = len(samples) > 1
+            by_engine = len({s.key[1] for s in samples}) == len(samples)
+            stats = [self._derive(s, self._identity(s.key, by_engine), version, now, problem, multi)
+                     for s in samples]
             self.cost_s += time.thread_time() - t0
             self._costs.append(self.cost_s)
         except Exception as exc:  # noqa: BLE001 — a bug or an input nobody foresaw: shown, polling goes on
@@ -363,53 +405,71 @@ class EngineCollector:
             if isinstance(v, (str, int, float)) and not isinstance(v, bool):
                 self.vllm_version = plain_text(v, 40)
 
-    def _name(self, key: tuple[str, str], model: str, multi: bool) -> str:
-        """This label set's display name, unique on this endpoint and across endpoints."""
+    @staticmethod
+    def _identity(key: tuple[str, str], by_engine: bool) -> tuple[str | None, str]:
+        """Which engine of this endpoint a label set is: its ``engine`` label when those are distinct
+        on the endpoint (the served model may change, the engine stays), else model and label."""
+        return (None, key[1]) if by_engine else key
+
+    def _name(self, ident: tuple[str | None, str], model: str, multi: bool) -> str:
+        """This engine's display name, unique on this endpoint and across endpoints; it keeps the
+        name it was first given (a model that changes renames nothing)."""
+        ep = self.endpoint
+        if not multi:
+            return ep.name  # one label set is the endpoint itself
         if multi != self._names_multi or len(self._names) >= 4 * self.extractor.max_label_sets:
             self._names.clear()  # one label set became several (or the sets keep changing): name afresh
             self._names_multi = multi
-        got = self._names.get(key)
+        got = self._names.get(ident)
         if got is not None:
             return got
-        ep = self.endpoint
-        if not multi:
-            name = ep.name
-        else:
-            name = f"{ep.name}/{plain_text(model, 80) or '?'}#{plain_text(key[1], 40) or '0'}"
+        name = f"{ep.name}/{plain_text(model, 80) or '?'}#{plain_text(ident[1], 40) or '0'}"
         taken = set(self._names.values())
-        if name in taken or (multi and name in self._reserved()):
+        if name in taken or name in self._reserved():
             n = 2
             while f"{name}~{n}" in taken:
                 n += 1
             name = f"{name}~{n}"
-        self._names[key] = name
+        self._names[ident] = name
         return name
 
-    def _derive(self, s: EngineSample, version: str, now: float, problem: str | None, multi: bool) -> EngineStats:
+    def _derive(self, s: EngineSample, ident: tuple[str | None, str], version: str, now: float,
+                problem: str | None, multi: bool) -> EngineStats:
         ep = self.endpoint
-        window = self.windows.get(s.key)
+        window = self.windows.get(ident)
         if window is None:
             if len(self.windows) >= 2 * self.extractor.max_label_sets:
                 self.windows.clear()  # label sets keep changing: start over rather than grow
-            window = self.windows[s.key] = CounterWindow(self.window_s)
+                self._layouts.clear()
+            window = self.windows[ident] = CounterWindow(self.window_s)
+        keys = tuple(s.counters)
+        before = self._layouts.get(ident)
+        self._layouts[ident] = keys
         window.add(now, s.counters)
+        if before is not None and before != keys:
+            window.restart(changed_histograms(before, keys), now)
+        fields = derived_fields(window, s.gauges)
+        notes = window_notes(window, fields, now)
         model, engine_label = s.key
         if not model and self.models:
             model = self.models[0]
+        extra = {k: v for k, v in s.cache_config.items() if k in ("num_gpu_blocks", "block_size", "enable_prefix_caching")}
+        if window.restarts:
+            extra["histogram_restarts"] = str(window.restarts)  # the Log tells each new one (state.membership)
         # one construction with every field (a base then derive's replace built each engine twice)
         return clean_engine(EngineStats(
-            name=self._name(s.key, model, multi),
+            name=self._name(ident, model, multi),
             url=ep.url,
             state=UP if problem is None else DEGRADED,
-            error=problem,
+            error="; ".join(x for x in (problem, *notes) if x) or None,
             model=model or None,
             engine_label=engine_label or None,
             metrics_version=version,
             vllm_version=self.vllm_version,
             scraped_at=time.time(),
             max_num_seqs=ep.max_num_seqs,
-            extra={k: v for k, v in s.cache_config.items() if k in ("num_gpu_blocks", "block_size", "enable_prefix_caching")},
-            **derived_fields(window, s.gauges),
+            extra=extra,
+            **fields,
         ))
 
     def _failed(self, exc: BaseException, started: float, internal: bool = False) -> list[EngineStats]:

@@ -21,6 +21,7 @@ from ..domain.kube import ClusterSnapshot
 from ..domain.source import SourceHealth
 from ..sources.nvml import NO_BINDING, NO_DRIVER
 from .cluster_join import ClusterJoin
+from .window import BUCKETS_RESTARTED
 from .fleet_types import (FRESH, MISSING, STALE, ClusterState, EngineState, FleetState, FleetView, Freshness, Slo,
                           SourceState)
 
@@ -52,7 +53,10 @@ def missing_reasons(s: EngineStats, fresh: Freshness) -> dict[str, str]:
         elif fresh.status == STALE and s.scraped_at is None:
             out[name] = fresh.reason or "stale"
         elif name in _QUANTILE_FIELDS:
-            out[name] = "not enough history yet" if not s.window_s else "no requests finished in the window"
+            if BUCKETS_RESTARTED in (s.error or "") and name.split("_")[0] in s.error:  # e.g. "… (ttft)"
+                out[name] = BUCKETS_RESTARTED
+            else:
+                out[name] = "not enough history yet" if not s.window_s else "no requests finished in the window"
         elif name in _RATE_FIELDS:
             out[name] = "not enough history yet" if not s.window_s else "not exported or no traffic"
         else:

@@ -80,6 +80,8 @@ class QueueSource:
     admin: str = "none"  # none (no token), ok, refused, error
     admin_error: str | None = None
     missing: dict[str, str] = field(default_factory=dict)  # field → why it has no value
+    # e.g. "20000 classes, first 64 shown": ``classes`` holds the first ones, ``queued`` counts them all
+    note: str | None = None
 
     @property
     def fresh(self) -> bool:

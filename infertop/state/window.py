@@ -11,6 +11,17 @@ One bad sample cannot poison the window: a value that is not a plausible
 counter (NaN, ±Inf, negative, above :data:`MAX_COUNTER`) is dropped and the
 series keeps its previous corrected value for that point; a jump larger than
 :data:`MAX_STEP` in one scrape is treated like a reset (the jump is not counted).
+
+A decrease is a reset only when it looks like one: the new value below
+:data:`RESET_BELOW` of the last. A smaller dip (150 in 1e9: a scrape race, an
+exporter summing its shards in another order) is a glitch, not a restart: the
+sample is dropped (counted in ``dropped``) and the series waits for a value at
+or above its last one — read as a reset, it would count the whole 1e9 again
+(1.5e8 tokens/s for a window).
+
+:meth:`CounterWindow.restart` starts some series afresh (a histogram whose
+bucket bounds changed): older points take their newest values, so nothing
+before the restart is counted.
 """
 
 from __future__ import annotations
@@ -20,12 +31,15 @@ from operator import le, sub
 
 MAX_COUNTER = 1e15  # no vLLM counter gets here (1e15 tokens at 1e6 tokens/s is 30 years)
 MAX_STEP = 1e12  # an increase this large between two scrapes is a broken exporter, not traffic
+BUCKETS_RESTARTED = "histogram buckets changed: window restarted"  # what a restart() of a histogram is called
+RESET_BELOW = 0.5  # a counter that falls below this fraction of its last value was reset; above, a glitch
 
 
 class CounterWindow:
     """Corrected cumulative counters over the last ``window_s`` seconds."""
 
-    __slots__ = ("window_s", "_points", "_last_raw", "_last_corrected", "_offset", "resets", "dropped", "_memo")
+    __slots__ = ("window_s", "_points", "_last_raw", "_last_corrected", "_offset", "resets", "dropped", "_memo",
+                 "restarts", "restarted")
 
     def __init__(self, window_s: float = 60.0) -> None:
         self.window_s = window_s
@@ -36,6 +50,8 @@ class CounterWindow:
         self.resets = 0  # number of series resets seen (engine restarts)
         self.dropped = 0  # samples dropped as implausible
         self._memo: tuple[object, object, dict] | None = None  # (first point, last point, values derived from them)
+        self.restarts = 0  # calls of restart() that restarted something
+        self.restarted: dict[str, float] = {}  # key prefix → time of its last restart (the caller clears it)
 
     def add(self, t_s: float, raw: dict[str, float]) -> None:
         """Record one scrape taken at monotonic time ``t_s``."""
@@ -58,6 +74,12 @@ class CounterWindow:
                 continue
             off = offset.get(key, 0.0)
             if prev is not None:
+                if v < prev and v >= prev * RESET_BELOW:
+                    # a dip, not a restart: drop it, keep the last value as the mark to climb back to
+                    self.dropped += 1
+                    if key in last_corrected:
+                        corrected[key] = last_corrected[key]
+                    continue
                 if v < prev:
                     off += prev
                     offset[key] = off
@@ -91,6 +113,34 @@ class CounterWindow:
         # Keep one point at or before the cutoff so the window is fully covered.
         while len(points) > 2 and points[1][0] <= cutoff:
             points.popleft()
+
+    def restart(self, prefixes: tuple[str, ...], t_s: float) -> None:
+        """Start the series whose keys begin with one of ``prefixes`` afresh, from the last point:
+        every older point takes the last point's values for them (no increase before it) and loses
+        those the last point lacks, and their reset memory goes."""
+        points = self._points
+        if not prefixes or not points:
+            return
+        last = points[-1][1]
+        fresh = {k: v for k, v in last.items() if k.startswith(prefixes)}
+        for _, p in list(points)[:-1]:
+            for k in [k for k in p if k.startswith(prefixes) and k not in fresh]:
+                del p[k]
+            # the last point's key order, so both edges keep one layout (the buckets' fast path)
+            rebuilt = {k: fresh[k] if k in fresh else p[k] for k in last if k in fresh or k in p}
+            rebuilt.update((k, v) for k, v in p.items() if k not in rebuilt)
+            p.clear()
+            p.update(rebuilt)
+        for table in (self._last_raw, self._last_corrected, self._offset):
+            for k in [k for k in table if k.startswith(prefixes) and k not in fresh]:
+                del table[k]
+        lr = self._last_raw  # in the last point's order too, so the next steady scrape takes the shortcut
+        self._last_raw = {k: lr[k] for k in last if k in lr}
+        self._last_raw.update((k, v) for k, v in lr.items() if k not in self._last_raw)
+        self._memo = None  # the points changed in place
+        self.restarts += 1
+        for prefix in prefixes:
+            self.restarted[prefix] = t_s
 
     def __len__(self) -> int:
         return len(self._points)

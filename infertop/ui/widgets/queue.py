@@ -116,6 +116,8 @@ def header_line(q: QueueSource) -> Text:
                  style="yellow" if q.pool_saturation_pct >= 100 else "")
     if q.strict_top:
         t.append(" · strict top class")
+    if q.note:
+        t.append(f" · {plain(q.note)}", style="yellow")
     if q.admin_error:
         t.append(f" · {plain(q.admin_error)}", style="yellow")
     return t
