@@ -341,6 +341,8 @@ def _print_queues(state: FleetState, out: TextIO) -> None:
             head += f" · saturation {pct_human(q.pool_saturation_pct)}"
         if q.admin_error:
             head += f" · {plain(q.admin_error)}"
+        if getattr(q, "note", None):  # "20000 classes, first 64 shown": the totals count them all
+            head += f" · {plain(q.note)}"
         print(head, file=out)
         if q.classes:
             rows: list[tuple] = [("class", "prio", "depth", "oldest", "wait p50", "wait p99", "budget", "weight",
