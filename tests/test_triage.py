@@ -142,8 +142,9 @@ async def test_the_console_logs_a_verdict_once_with_its_remedy_and_its_clear(scr
                    and "m: raise max_num_seqs 8 → 16" in line for line in raised), raised
         assert any("verdict engine-down gone" in line for line in raised), raised
         assert len(raised) == 2 and {v.kind for v in app.verdicts} == {"queue-bound", "engine-down"}
-        srv.serve_engine(v1_doc(engines={"0": {"running": 2, "waiting": 0, "kv": 0.1}}), model="llama")
-        for _ in range(20):
+        for i in range(20):  # lighter load, tokens counted every poll (a static count would read as hung)
+            srv.serve_engine(v1_doc(engines={"0": {"running": 2, "waiting": 0, "kv": 0.1, "gen": 100 * i}}),
+                             model="llama")
             await app.poll_now()
             clock["t"] += 1.0
         assert any("cleared verdict queue-bound alpha" in line for line in app.log_lines)
@@ -183,3 +184,19 @@ def test_snapshot_table_and_json_carry_the_verdicts():
     buf = io.StringIO()
     print_table(fleet(engine("e0")), buf)
     assert "verdicts" not in buf.getvalue()
+
+
+def test_a_hung_engine_answers_but_counts_no_token_while_requests_wait():
+    def tick(total, running=8.0, waiting=12.0, name="e0"):
+        return engine(name, tokens_total=total, running=running, waiting=waiting)
+    # e0 counts tokens, then freezes with work queued; e1 is idle and frozen (nothing to count)
+    states = [fleet(tick(1000.0 + 50 * i), tick(5.0, 0.0, 0.0, "e1")) for i in range(10)]
+    states += [fleet(tick(1450.0), tick(5.0, 0.0, 0.0, "e1"))] * 20
+    out = run(Triage(), states)
+    first = next(i for i, v in enumerate(out) if ("hung", "e0") in kinds(v))
+    assert first == 9 + 15  # 15 s after the last token (t=9 s)
+    assert kinds(out[-1]) == {("hung", "e0")}
+    assert "no token for 15 s while 8 requests run and 12 wait" in out[first][0].explanation
+    states = [fleet(tick(1450.0 + 10 * i)) for i in range(1, 8)]  # it moves again
+    t = Triage()
+    assert run(t, [fleet(tick(1450.0))] * 20 + states)[-1] == ()

@@ -44,12 +44,15 @@ def derived_fields(window: CounterWindow, gauges: dict[str, float]) -> dict[str,
     """The EngineStats fields :func:`derive` fills: gauges, rates and quantiles over the window."""
     kv = gauges.get("kv_usage")
     edges = window.edges()
+    tokens_total = None
     if edges is None:
         rates = {}
     else:
         (t0, first), (t1, last) = edges
         span = t1 - t0
         rates = {k: (last[k] - first[k]) / span for k in _RATE_KEYS if k in last and k in first} if span > 0 else {}
+        if "prompt_tokens" in last or "generation_tokens" in last:
+            tokens_total = last.get("prompt_tokens", 0.0) + last.get("generation_tokens", 0.0)
     hits_rate = rates.get("prefix_hits")
     queries_rate = rates.get("prefix_queries")
     if queries_rate:
@@ -69,6 +72,7 @@ def derived_fields(window: CounterWindow, gauges: dict[str, float]) -> dict[str,
         "preemptions_per_s": rates.get("preemptions"),
         "prefix_cache_hit_pct": prefix_pct,
         "window_s": window.span_s or None,
+        "tokens_total": tokens_total,
     }
     buckets = all_window_buckets(window)  # one pass over the samples, not one per quantile
     prepared: dict[str, Prepared | None] = {}  # each histogram sorted once for its quantiles

@@ -48,6 +48,9 @@ class EngineStats:
     e2e_p95_s: float | None = None
     e2e_p99_s: float | None = None
     queue_p99_s: float | None = None
+    # prompt + generated tokens counted since the engine started (the latest scrape): the triage's
+    # "no token moved for N s" reads it, where a 60 s rate only fades
+    tokens_total: float | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -14,12 +14,14 @@ from .types import CRITICAL, Evidence, Finding, Verdict
 TIMING = {
     "engine-down": (3.0, 10.0),
     "crash-loop": (0.0, 120.0),
+    "hung": (0.0, 5.0),  # the rule itself waits HUNG_AFTER_S of no progress
     "metrics-stale": (5.0, 10.0),
     "kv-bound": (5.0, 15.0),
     "queue-bound": (5.0, 15.0),
     "gpu-fault": (0.0, 60.0),
     "gpu-throttled": (10.0, 30.0),
 }
+HUNG_AFTER_S = 15.0  # no token counted this long while requests run: a hung engine (a long prefill is seconds)
 CRASH_WINDOW_S = 600.0
 CRASH_LOOP_DOWNS = 3  # up → down this many times within the window
 _SEVERITY = {CRITICAL: 0}
@@ -36,6 +38,8 @@ class Triage:
         self.crash_window_s, self.crash_loop_downs = crash_window_s, crash_loop_downs
         self._last_state: dict[str, str] = {}
         self._downs: dict[str, deque[float]] = {}
+        self._progress: dict[str, tuple[float, float]] = {}  # engine → (tokens_total, when it last moved)
+        self.hung_after_s = HUNG_AFTER_S
 
     def active(self, kind: str, subject: str) -> bool:
         d = self._debounce.get(kind)
@@ -45,6 +49,7 @@ class Triage:
         """The verdicts active at ``now`` (wall clock of the tick) after seeing ``state``."""
         findings = [f for rule in RULES for f in rule(state, self.active)]
         findings += self._crash_loops(state, now)
+        findings += self._hung(state, now)
         looping = {f.subject for f in findings if f.kind == "crash-loop"}
         findings = [f for f in findings if not (f.kind == "engine-down" and f.subject in looping)]
         holding: dict[str, list[tuple[str, str]]] = {kind: [] for kind in self._debounce}
@@ -64,6 +69,42 @@ class Triage:
                     out.append(Verdict(f.kind, f.subject, f.severity, since, f.explanation, f.evidence, f.remedies))
         out.sort(key=lambda v: (_SEVERITY.get(v.severity, 1), v.since, v.kind, v.subject))
         return tuple(out)
+
+    def _hung(self, state, now: float) -> list[Finding]:
+        """Answers /metrics (and /health), requests running or waiting, and not one token counted for
+        :data:`HUNG_AFTER_S`: a stuck engine core. Its 60 s rates only fade, and its state reads up."""
+        gpu_util = {g.engine: g.util_pct for g in state.gpus if g.engine and g.util_pct is not None}
+        out = []
+        seen = set()
+        for e in state.engines:
+            s = e.stats
+            if not e.fresh or s.state != UP or s.tokens_total is None:
+                continue
+            seen.add(s.name)
+            last = self._progress.get(s.name)
+            if last is None or s.tokens_total != last[0]:
+                self._progress[s.name] = (s.tokens_total, now)
+                continue
+            busy = (s.running or 0.0) + (s.waiting or 0.0)
+            stalled_s = now - last[1]
+            if busy <= 0:
+                self._progress[s.name] = (s.tokens_total, now)  # idle: nothing to count, nothing stuck
+                continue
+            if stalled_s < self.hung_after_s:
+                continue
+            ev = [Evidence("tokens counted", "0", "> 0 while requests run", f"last {stalled_s:.0f} s"),
+                  Evidence("running / waiting", f"{s.running or 0:.0f} / {s.waiting or 0:.0f}", "—")]
+            if s.name in gpu_util:
+                ev.append(Evidence("GPU utilisation", f"{gpu_util[s.name]:.0f} %", "busy while serving"))
+            out.append(Finding(
+                "hung", s.name, CRITICAL,
+                f"{s.name} is hung: it answers, but has counted no token for {stalled_s:.0f} s while "
+                f"{s.running or 0:.0f} requests run and {s.waiting or 0:.0f} wait.", tuple(ev),
+                ("r: restart it (an engine infertop started); else restart its pod (Cluster pane, R)",
+                 "Enter: its log — a stuck engine core often logs nothing more")))
+        for gone in [n for n in self._progress if n not in seen]:
+            del self._progress[gone]  # down, stale or gone: a fresh start when it answers again
+        return out
 
     def _crash_loops(self, state, now: float) -> list[Finding]:
         out = []
