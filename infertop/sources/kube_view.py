@@ -26,6 +26,7 @@ from ..domain.kube import (
     WorkloadView,
 )
 from .kube_autoscalers import behavior_view, scaled_object_view, variant_view
+from .kube_clean import clean_view
 from .kube_session import CUSTOM_KINDS, NAMESPACED_KINDS, _one_line
 
 __all__ = [
@@ -366,24 +367,48 @@ class RawCluster:
     stale_error: str | None = None
 
 
+def _name_of(o: Any) -> str:
+    meta = o.get("metadata") if isinstance(o, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+def _views(kind: str, view: Any, items: dict[str, list], bad: dict[str, int]) -> list:
+    """``view`` of each object of ``kind``; one with fields of the wrong type is counted in ``bad``, not shown."""
+    out = []
+    for o in items.get(kind) or ():
+        try:
+            if not isinstance(o, dict):
+                raise TypeError("not an object")
+            out.append(clean_view(view(o)))
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError):
+            bad[kind] = bad.get(kind, 0) + 1
+    return out
+
+
+def _malformed_errors(bad: dict[str, int]) -> list[str]:
+    return [f"{kind}: {n} object(s) with fields of the wrong type not shown" for kind, n in sorted(bad.items())]
+
+
 def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], user: str = "", server: str = "",
                    selector: str = "", container: str = "", metrics_port: int | None = None,
                    now: float | None = None, max_events: int = 300) -> ClusterSnapshot:
     """Pure: API objects → the Cluster pane's view."""
     items = raw.items
-    workloads = [workload_view("Deployment", o, container) for o in items.get("deployments", [])]
-    workloads += [workload_view("StatefulSet", o, container) for o in items.get("statefulsets", [])]
+    bad: dict[str, int] = {}
+    workloads = _views("deployments", lambda o: workload_view("Deployment", o, container), items, bad)
+    workloads += _views("statefulsets", lambda o: workload_view("StatefulSet", o, container), items, bad)
     workloads.sort(key=lambda w: (w.namespace, w.name, w.kind))
-    pods = sorted((pod_view(o, container, metrics_port) for o in items.get("pods", [])),
+    pods = sorted(_views("pods", lambda o: pod_view(o, container, metrics_port), items, bad),
                   key=lambda p: (p.namespace, p.owner_name or "", p.name))
     shown = {(w.kind, w.namespace, w.name) for w in workloads}
-    hpas = [hpa_view(o) for o in items.get("hpas", [])]
+    hpas = _views("hpas", hpa_view, items, bad)
     if selector:
         hpas = [h for h in hpas if (h.target_kind, h.namespace, h.target_name) in shown]
     hpas.sort(key=lambda h: (h.namespace, h.name))
-    scaled = sorted((scaled_object_view(o) for o in items.get("scaledobjects", [])),
+    scaled = sorted(_views("scaledobjects", scaled_object_view, items, bad),
                     key=lambda o: (o.namespace, o.name))
-    variants = sorted((variant_view(o, raw.wva_desired) for o in items.get("variantautoscalings", [])),
+    variants = sorted(_views("variantautoscalings", lambda o: variant_view(o, raw.wva_desired), items, bad),
                       key=lambda o: (o.namespace, o.name))
     if selector:
         scaled = [o for o in scaled if (o.target_kind, o.namespace, o.target_name) in shown]
@@ -396,8 +421,8 @@ def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], 
             if not p.terminating:
                 gpu_by_node[p.node] = gpu_by_node.get(p.node, 0) + p.gpus
     nodes = []
-    for o in items.get("nodes", []):
-        n = node_view(o, gpu_by_node.get((o.get("metadata") or {}).get("name", ""), 0))
+    node_gpus = {id(o): gpu_by_node.get(_name_of(o), 0) for o in items.get("nodes", [])}
+    for n in _views("nodes", lambda o: node_view(o, node_gpus.get(id(o), 0)), items, bad):
         if n.gpu_capacity or n.name in pod_nodes:
             nodes.append(n)
     nodes.sort(key=lambda n: n.name)
@@ -410,14 +435,13 @@ def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], 
     deploy_prefixes = {(w.namespace, w.name + "-") for w in workloads if w.kind == "Deployment"}
     node_names = {n.name for n in nodes}
     events = []
-    for o in items.get("events", []):
-        e = event_view(o)
+    for e in _views("events", event_view, items, bad):
         if (e.kind, e.namespace, e.name) in names or (e.kind == "Node" and e.name in node_names) or (
                 e.kind == "ReplicaSet" and any(e.namespace == ns and e.name.startswith(pre)
                                                for ns, pre in deploy_prefixes)):
             events.append(e)
     events.sort(key=lambda e: (not e.warning, -(e.last_seen_ts or 0.0)))
-    return ClusterSnapshot(
+    return clean_view(ClusterSnapshot(
         context=context,
         namespaces=tuple(namespaces),
         taken_at=time.time() if now is None else now,
@@ -430,8 +454,8 @@ def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], 
         events=tuple(events[:max_events]),
         scaled_objects=tuple(scaled),
         variant_autoscalers=tuple(variants),
-        errors=tuple(raw.errors),
+        errors=(*raw.errors, *_malformed_errors(bad)),
         synced=raw.synced,
         stale_since=raw.stale_since,
         stale_error=raw.stale_error,
-    )
+    ), deep=False)

@@ -1,0 +1,99 @@
+"""Hostile Kubernetes data (issue 29 items 1 and 6): what the API returns is cleaned
+where it enters the snapshot, so no pane and no ``snapshot`` output writes it raw.
+
+Unit tests feed API-shaped objects to ``build_snapshot``; the Pilot test serves them
+from the API emulator on loopback through the real ``kubernetes`` client.
+"""
+
+from __future__ import annotations
+
+import json
+
+from infertop.config import Config, KubeConfig
+from infertop.sources.kube_view import RawCluster, build_snapshot
+from infertop.ui.app import InfertopApp, Settings
+from infertop.ui.widgets.cluster import ClusterPane
+from pilot_wait import until
+
+ESC_TITLE = "\x1b]2;owned\x07"
+ESC_CLIP = "\x1b]52;c;ZWNobyBwd25lZA==\x07"
+ESC_CLEAR = "\x1b[2J"
+NS = "default"
+
+
+def _pod(name: str = "vllm-0", **status) -> dict:
+    return {"metadata": {"name": name, "namespace": NS, "uid": "u1"},
+            "spec": {"nodeName": "gpu-a", "containers": [
+                {"name": "vllm", "image": "img", "args": ["--served", ESC_CLEAR]}]},
+            "status": {"phase": "Running", **status}}
+
+
+def _deployment(name: str = "vllm", replicas: object = 1) -> dict:
+    return {"metadata": {"name": name, "namespace": NS, "uid": "d1", "generation": 1},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"spec": {"containers": [{"name": "vllm", "image": "img" + ESC_TITLE}]}}},
+            "status": {"observedGeneration": 1, "replicas": 1,
+                       "conditions": [{"type": "Progressing", "status": "False", "reason": "X",
+                                       "message": "deadline " + ESC_CLIP}]}}
+
+
+def _event(message: str, name: str = "vllm-0") -> dict:
+    return {"metadata": {"name": "e1", "namespace": NS}, "type": "Warning", "reason": "BackOff" + ESC_TITLE,
+            "message": message, "count": 3,
+            "involvedObject": {"kind": "Pod", "name": name, "namespace": NS}}
+
+
+def _snapshot(**items):
+    raw = RawCluster()
+    raw.items.update(items)
+    return build_snapshot(raw, context="ctx\x1b[31m", namespaces=[NS])
+
+
+def test_escapes_in_names_messages_args_and_images_are_visible_text_in_the_snapshot():
+    snap = _snapshot(pods=[_pod("vllm-0" + ESC_CLEAR)], deployments=[_deployment()],
+                     events=[_event("term " + ESC_CLIP + ESC_TITLE, "vllm-0" + ESC_CLEAR)])
+    doc = json.dumps(snap.to_dict(), ensure_ascii=False)
+    assert "\x1b" not in doc and "\x07" not in doc
+    assert snap.pods[0].name == "vllm-0\\x1b[2J"
+    assert snap.pods[0].args == ("--served", "\\x1b[2J")
+    assert snap.workloads[0].image == "img\\x1b]2;owned\\x07"
+    assert snap.events[0].message == "term \\x1b]52;c;ZWNobyBwd25lZA==\\x07\\x1b]2;owned\\x07"
+    assert snap.context == "ctx\\x1b[31m"
+
+
+def test_a_309_digit_replica_count_is_no_data():
+    snap = _snapshot(deployments=[_deployment(replicas=10 ** 308)])
+    assert snap.workloads[0].desired is None
+
+
+def test_fields_of_the_wrong_type_drop_that_object_with_a_line_not_a_crash():
+    bad_pod = _pod("p1")
+    bad_pod["spec"]["containers"] = "not a list"
+    worse = _pod("p2")
+    worse["metadata"] = ["x"]
+    snap = _snapshot(pods=[bad_pod, worse, _pod("ok"), 7], deployments=[_deployment(replicas="many")],
+                     events=[{"involvedObject": 5, "message": {"a": 1}}])
+    assert [p.name for p in snap.pods if p.name == "ok"] == ["ok"]
+    assert snap.workloads == () or snap.workloads[0].desired is None
+    assert any("pods:" in e and "wrong type" in e for e in snap.errors), snap.errors
+    json.dumps(snap.to_dict())  # snapshot --json still encodes
+
+
+async def test_the_cluster_pane_detail_shows_escapes_as_text(tmp_path, kube_emulator):
+    emu = kube_emulator("hostile-kube-token", reconcile_interval=0.2)
+    emu.add_deployment(NS, "vllm", replicas=1, args=["--served-model-name", "m" + ESC_TITLE + ESC_CLEAR])
+    cfg = Config(audit_log=str(tmp_path / "audit.jsonl"),
+                 kube=KubeConfig(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc")), refresh_s=0.3))
+    app = InfertopApp(Settings(config=cfg, endpoints=[], state_dir=str(tmp_path / "state")), poll=False)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await until(pilot, lambda: app.kube_snapshot is not None and app.kube_snapshot.pods, what="pods listed")
+        await pilot.press("5")
+        await pilot.pause()
+        pane = app.query_one(ClusterPane)
+        pane.set_view("pods")
+        pod = next(iter(pane.table("pods").rows)).value
+        assert pane.select("pods", pod)
+        await pilot.pause()
+        shown = str(pane.query_one("#cluster-detail").render())
+        assert "\x1b" not in shown and "\x07" not in shown
+        assert "\\x1b]2;owned\\x07\\x1b[2J" in shown
