@@ -37,13 +37,15 @@ class _ActionsMixin(_LifecycleMixin):
         profile_name: str | None = None,
         timeout_s: float | None = None,
         unaudited: bool = False,
+        abort: threading.Event | None = None,
     ) -> EngineRecord:
         """Spawn the engine and wait for /health 200.
 
         Raises PortInUseError (nothing spawned), EngineStartError (exit,
         timeout, out of memory; the engine is killed and nothing is left),
-        EngineBusyError, InvalidArgsError, AuditRefusedError, or EngineError
-        ("already running").
+        EngineAborted (``abort`` set during the wait: what was spawned is
+        killed), EngineBusyError, InvalidArgsError, AuditRefusedError, or
+        EngineError ("already running").
         """
         if not isinstance(name, str) or not name.strip():
             raise InvalidArgsError("engine name: must not be empty")
@@ -56,7 +58,8 @@ class _ActionsMixin(_LifecycleMixin):
                 rec = self._do_start(
                     name, profile, over, profile_name or name, emit, timeout_s, restarts=0,
                     before_spawn=lambda cmd: audit.intent(new=new, check={"port": "free"}, cmdline=cmd,
-                                                          env_names=sorted(profile.env)))
+                                                          env_names=sorted(profile.env)),
+                    abort=abort)
         except EngineError as e:
             audit.failed(e, new=_safe_args(profile, overrides))
             if not isinstance(e, (EngineBusyError, AuditRefusedError)):

@@ -213,9 +213,7 @@ class EngineAction:
         started = self.verb == "start"
 
         def cb(ev: Any) -> None:
-            if started and abort.is_set():
-                # raised inside the manager's wait for /health: it kills what it spawned and audits the failure
-                raise EngineError("start aborted by the operator")
+            # an abort goes to the manager as abort=: an exception raised here is swallowed by its emitter
             if ev.phase == "undrained":
                 self.gateway_note = ev.message
             text = ev.message + (f" — {ev.log_line}" if getattr(ev, "log_line", None) else "")
@@ -225,7 +223,8 @@ class EngineAction:
         try:
             if self.verb == "start":
                 assert self.profile is not None
-                result: object = self.mgr.start(self.name, self.profile, progress=cb, profile_name=self.profile_name)
+                result: object = self.mgr.start(self.name, self.profile, progress=cb, profile_name=self.profile_name,
+                                         abort=abort)
             elif self.verb == "stop":
                 result = self.mgr.stop(self.name, progress=cb, abort=abort, gateway=gw)
             elif self.verb == "restart":
