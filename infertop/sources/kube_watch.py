@@ -50,6 +50,12 @@ class _InDoubt(Exception):
     """The resourceVersion can no longer be trusted: relist (not a failure)."""
 
 
+# Bounds on what one informer holds and reads: a watch that adds pods without end
+# must not grow the console's memory or freeze it (over either: stale, back off, relist).
+MAX_OBJECTS_PER_KIND = 5_000  # an emulator pod is ~13 KB parsed: ~64 MB per kind
+MAX_WATCH_EVENTS_PER_S = 5_000
+
+
 def _rv_int(rv: Any) -> int | None:
     """A resourceVersion as a number when it is one (they are opaque strings, in practice etcd revisions)."""
     return int(rv) if isinstance(rv, str) and rv.isdigit() else None
@@ -72,9 +78,12 @@ class Informer:
 
     def __init__(self, session: KubeSession, kind: str, namespace: str | None, selector: str = "",
                  on_change: Callable[[], None] | None = None, watch_timeout_s: int = 300, *,
-                 clock: Callable[[], float] = time.time, backoff_s: tuple[float, float] = BACKOFF_S) -> None:
+                 clock: Callable[[], float] = time.time, backoff_s: tuple[float, float] = BACKOFF_S,
+                 max_objects: int = 0, max_events_per_s: int = 0) -> None:
         self.session = session
         self.kind = kind
+        self.max_objects = max_objects or MAX_OBJECTS_PER_KIND
+        self.max_events_per_s = max_events_per_s or MAX_WATCH_EVENTS_PER_S
         self.namespace = namespace
         self.selector = selector
         self.on_change = on_change or (lambda: None)
@@ -221,6 +230,8 @@ class Informer:
                 self.relist_reason = (f"resourceVersion went back from {self._max_rv} to {rv_now}: "
                                       f"the API server was restarted or restored")
             self._max_rv = rv_now
+            if len(objs) > self.max_objects:
+                raise KubeError(self._too_many())
             self.items = {self._key(o): o for o in objs}
             self.resource_version = rv or None
             if self.stale_since is not None:
@@ -230,6 +241,10 @@ class Informer:
             self.lists += 1
         self.synced.set()
         self.on_change()
+
+    def _too_many(self) -> str:
+        return (f"more than {self.max_objects} {self.kind} (the limit held per kind): "
+                f"watch stopped, relisting with backoff")
 
     def _seen(self, rv: Any) -> None:
         """Check a watch event's resourceVersion: one lower than already seen puts the cache in doubt."""
@@ -259,6 +274,7 @@ class Informer:
         self._resp = resp  # before the checks: stop() / request_relist() either see it or are seen
         ordered = "resource_version" in kw  # from a resourceVersion, events only move forward
         lines = 0
+        second, in_second = time.monotonic(), 0
         try:
             if self._stop.is_set() or self._relist_wanted:
                 return lines
@@ -266,6 +282,12 @@ class Informer:
                 if not line.strip():
                     continue
                 lines += 1
+                in_second += 1
+                if in_second > self.max_events_per_s:  # bookmarks count too: a flood of anything is a flood
+                    if time.monotonic() - second < 1.0:
+                        raise KubeError(f"watch flood: more than {self.max_events_per_s} events/s; "
+                                        f"watch stopped, relisting with backoff")
+                    second, in_second = time.monotonic(), 1
                 try:
                     ev = json.loads(line)
                 except ValueError:
@@ -290,7 +312,10 @@ class Informer:
                     if etype == "DELETED":
                         self.items.pop(self._key(obj), None)
                     else:
-                        self.items[self._key(obj)] = obj
+                        key = self._key(obj)
+                        if key not in self.items and len(self.items) >= self.max_objects:
+                            raise KubeError(self._too_many())
+                        self.items[key] = obj
                     if rv:
                         self.resource_version = rv
                     self.last_good_at = self.clock()

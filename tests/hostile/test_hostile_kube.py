@@ -8,6 +8,7 @@ from the API emulator on loopback through the real ``kubernetes`` client.
 from __future__ import annotations
 
 import json
+import time
 
 from infertop.config import Config, KubeConfig
 from infertop.sources.kube_view import RawCluster, build_snapshot
@@ -97,3 +98,67 @@ async def test_the_cluster_pane_detail_shows_escapes_as_text(tmp_path, kube_emul
         shown = str(pane.query_one("#cluster-detail").render())
         assert "\x1b" not in shown and "\x07" not in shown
         assert "\\x1b]2;owned\\x07\\x1b[2J" in shown
+
+
+def test_a_watch_adding_pods_without_end_is_stopped_at_the_limit_and_relists_when_it_fits(kube_emulator, tmp_path):
+    from infertop.sources.kube_session import KubeSession
+    from infertop.sources.kube_watch import Informer
+
+    emu = kube_emulator("hostile-kube-token", reconcile_interval=0.02)
+    session = KubeSession.connect(str(emu.write_kubeconfig(tmp_path / "kc")))
+    inf = Informer(session, "pods", NS, watch_timeout_s=5, backoff_s=(0.05, 0.2))
+    inf.max_objects = 5
+    inf.start()
+    try:
+        emu.wait_until(lambda: inf.lists == 1, message="first list")
+        emu.add_deployment(NS, "flood", replicas=9, gpu_per_pod=0)
+        emu.wait_until(lambda: inf.error is not None, message="limit hit")
+        assert "more than 5 pods (the limit held per kind)" in inf.error
+        assert inf.stale_since is not None and len(inf.objects()) <= 5
+        emu.patch("deployments", "flood", {"spec": {"replicas": 3}}, NS)
+        emu.wait_until(lambda: inf.error is None and len(inf.objects()) == 3, timeout=20, message="relisted")
+    finally:
+        inf.stop()
+        inf.join()
+        session.close()
+
+
+def _kubeconfig(tmp_path, port: int):
+    path = tmp_path / "kc-hostile"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "hostile",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "hostile", "context": {"cluster": "c", "user": "u", "namespace": NS}}]}))
+    return path
+
+
+def test_endless_bookmarks_are_a_flood_that_stops_the_watch(tmp_path):
+    from infertop.sources.kube_session import KubeSession
+    from infertop.sources.kube_watch import Informer
+    from scripted_server import ScriptedServer, Stream
+
+    def bookmarks():  # bounded: the test ends by itself even if nothing stops the watch
+        for rv in range(2, 200_002):
+            yield b'{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"%d"}}}\n' % rv
+
+    def pods(query: str):
+        if "watch=" in query:
+            return 200, Stream(bookmarks)
+        return 200, json.dumps({"kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": []})
+
+    with ScriptedServer() as server:
+        server.by_query["/api/v1/namespaces/default/pods"] = pods
+        session = KubeSession.connect(str(_kubeconfig(tmp_path, server.httpd.server_address[1])))
+        inf = Informer(session, "pods", NS, watch_timeout_s=5, backoff_s=(0.05, 0.2))
+        inf.max_events_per_s = 500
+        inf.start()
+        try:
+            deadline = time.monotonic() + 20
+            while inf.error is None and time.monotonic() < deadline:
+                time.sleep(0.02)  # polling a condition with a deadline
+            assert inf.error is not None and "watch flood: more than 500 events/s" in inf.error
+        finally:
+            inf.stop()
+            inf.join()
+            session.close()
