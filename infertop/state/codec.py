@@ -15,6 +15,13 @@ import typing
 from functools import lru_cache
 from typing import Any
 
+from ..sources.sanitize import plain_text
+
+# A document is a file someone may hand over: its text is cleaned as live data
+# is (an ESC shown as the four characters \x1b), numbers are finite and bounded.
+_MAX_TEXT_CHARS = 4096  # a log line or a message; labels are cut again where shown
+_MAX_INT = 2**63 - 1
+
 
 def to_doc(value: Any) -> Any:
     """Plain data: dicts, lists, str, int, finite float, bool, None."""
@@ -46,7 +53,7 @@ def from_doc(tp: Any, doc: Any) -> Any:
                 return from_doc(a, doc)
             except (TypeError, ValueError, AttributeError):
                 continue
-        return doc
+        return _clean_leaf(doc)
     if dataclasses.is_dataclass(tp):
         if not isinstance(doc, dict):
             raise TypeError(f"{tp.__name__}: expected a mapping")
@@ -66,7 +73,24 @@ def from_doc(tp: Any, doc: Any) -> Any:
     if origin is dict:
         args = typing.get_args(tp)
         inner = args[1] if len(args) == 2 else Any
-        return {k: from_doc(inner, v) for k, v in doc.items()}
+        return {plain_text(k, _MAX_TEXT_CHARS): from_doc(inner, v) for k, v in doc.items()}
     if tp is float and isinstance(doc, int) and not isinstance(doc, bool):
-        return float(doc)
+        return _clean_leaf(float(doc)) if abs(doc) <= _MAX_INT else None
+    return _clean_leaf(doc)
+
+
+def _clean_leaf(doc: Any) -> Any:
+    """A leaf of a document made safe: str escaped, float finite, int bounded (else ``None``)."""
+    if isinstance(doc, str):
+        return plain_text(doc, _MAX_TEXT_CHARS)
+    if isinstance(doc, bool):
+        return doc
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, int):
+        return doc if abs(doc) <= _MAX_INT else None
+    if isinstance(doc, list):
+        return [_clean_leaf(v) for v in doc]
+    if isinstance(doc, dict):
+        return {plain_text(k, _MAX_TEXT_CHARS): _clean_leaf(v) for k, v in doc.items()}
     return doc

@@ -1,0 +1,32 @@
+"""Issue 29, replay side: a recording or bundle is a file someone may hand over."""
+
+from __future__ import annotations
+
+from infertop.domain.engine import EngineStats
+from infertop.domain.gpu import GpuStats
+from infertop.state.codec import from_doc, to_doc
+
+
+def test_text_from_a_document_is_escaped_not_sent_to_the_terminal():
+    doc = to_doc(EngineStats(name="e\x1b]2;pwned\x07", url="http://127.0.0.1:1",
+                             error="\x1b]52;c;AAAA\x07 log"))
+    e = from_doc(EngineStats, doc)
+    assert "\x1b" not in e.name and "\x07" not in e.name
+    assert e.name == "e\\x1b]2;pwned\\x07"
+    assert e.error.startswith("\\x1b]52;c;")
+
+
+def test_numbers_from_a_document_are_finite_and_bounded():
+    doc = to_doc(EngineStats(name="e", url="http://127.0.0.1:1"))
+    field = next(k for k, v in doc.items() if k not in ("name", "url") and v is None
+                 and k in {f for f in EngineStats.__dataclass_fields__}
+                 and "float" in str(EngineStats.__dataclass_fields__[k].type))
+    doc[field] = float("inf")
+    assert getattr(from_doc(EngineStats, doc), field) is None
+    doc[field] = 10**400
+    assert getattr(from_doc(EngineStats, doc), field) is None
+
+
+def test_a_gpu_name_with_escapes_is_escaped():
+    g = from_doc(GpuStats, {"index": 0, "name": "H200\x1b[2J", "host": "h", "source": "nvml"})
+    assert g.name == "H200\\x1b[2J"
