@@ -8,6 +8,7 @@ the engine came up and the action said "ok". The abort now goes to
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_engine_control import Env, alive, wait_until
 
-from infertop.control.engines import EngineAborted
+from infertop.control.engines import EngineAborted, EngineError
 from infertop.ui.engine_actions import EngineAction
 
 
@@ -61,3 +62,52 @@ def test_ui_start_action_aborted_after_spawn_is_aborted_not_ok(env):
     assert outcome.result == "aborted", outcome
     assert pids and wait_until(lambda: not alive(pids[0]), timeout=15)
     assert mgr.status("e") is None, "nothing is left running"
+
+
+async def test_quit_mid_restart_aborts_it_and_undrains_at_the_gateway_before_exiting(env, tmp_path, monkeypatch):
+    """r, y, q, y: the old code abandoned the restart and exited with the engine drained at the gateway."""
+    from pilot_wait import until
+    from test_engine_control import FAKE
+    from test_engine_gateway_drain import TOKEN, Gateway, fake_profile
+
+    from infertop.config import load_config
+    from infertop.control.audit import AuditLog
+    from infertop.ui.app import InfertopApp, Settings
+    from infertop.ui.screens.actions_list import QuitScreen
+    from infertop.ui.screens.confirm import ConfirmScreen
+
+    monkeypatch.setenv("INFERTOP_GATEWAY_TOKEN", TOKEN)
+    gw = Gateway(tmp_path, [{"name": "e", "url": "e", "cap": 16}], {"e": fake_profile(env, start_delay=0)})
+    try:
+        rec = env.manager().start("e", env.profiles["e"])
+        cfg = load_config(gw.config)
+        cfg.profiles["e"].env["FAKE_ENGINE_START_DELAY"] = "120"  # the restarted engine never gets healthy here
+        app = InfertopApp(Settings(config=cfg, endpoints=[], state_dir=str(env.state_dir), engine_module=FAKE),
+                          poll=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.engine_manager is not None and app.managed("e") is not None,
+                        what="re-adopted")
+            await app.workers.wait_for_complete()
+            await pilot.press("2")
+            await app.poll_now()
+            await pilot.pause()
+            await pilot.press("r")
+            screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok
+                                 and app.screen, what="check")
+            await pilot.press("y")
+            await until(pilot, lambda: "waiting for /health" in screen.progress_text, what=screen.progress_text)
+            assert gw.engine("e")["draining"] is True
+            await pilot.press("q")
+            ask = await until(pilot, lambda: isinstance(app.screen, QuitScreen) and app.screen)
+            assert ask.question.startswith("1 action in flight: "), ask.question
+            assert f"quitting aborts it and undrains e at gateway 127.0.0.1:{gw.port}; quit? y/n" in ask.question
+            await pilot.press("y")
+            await until(pilot, lambda: not app.is_running, what="quit")
+        assert gw.engine("e")["draining"] is False, "undrained before infertop exited"
+        outcomes = [(e["action"], e["result"]) for e in AuditLog(env.audit_path).entries() if "result" in e]
+        assert ("gateway.undrain", "ok") in outcomes and ("engine.restart", "aborted") in outcomes, outcomes
+        assert app.managed("e") is None or app.managed("e").pid != rec.pid
+    finally:
+        gw.stop()
+        with contextlib.suppress(EngineError):  # the restarted engine, still starting (Env.cleanup ends the rest)
+            env.manager().stop("e", grace_s=1)

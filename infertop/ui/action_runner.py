@@ -43,6 +43,29 @@ from .screens.confirm import ConfirmScreen
 CONFLICT_NOTE = "it was read again: review the change below and confirm again."
 
 
+QUIT_ABORT_WAIT_S = 15.0  # how long quitting waits for aborted actions (their undrain) before exiting
+
+
+def _quit_note(run: ActionRun) -> str:
+    """What quitting does to ``run`` ("quitting aborts it and undrains …"); "" when it is abandoned."""
+    fn = getattr(run.kind, "quit_note", None)
+    return fn() if callable(fn) else ""
+
+
+def quit_question(runs: list[ActionRun]) -> str:
+    """"1 action in flight: restart tiny — quitting aborts it and undrains tiny at gateway gw; quit? y/n"."""
+    n = len(runs)
+    head = f"{n} action{'s' if n != 1 else ''} in flight"
+    unknown = "Their outcome is not known yet: the next start reports them from the audit log."
+    if not any(_quit_note(r) for r in runs):  # all abandoned on quit
+        names = ", ".join(r.title for r in runs[:3]) + (" …" if n > 3 else "")
+        return f"{head}: quit anyway? y/n\n{names}\n{unknown}"
+    lines = [f"{r.title} — {_quit_note(r) or 'abandoned: its outcome is reported at the next start'}" for r in runs[:3]]
+    if n == 1:
+        return f"{head}: {lines[0]}; quit? y/n"
+    return f"{head}: quit? y/n\n" + "\n".join(lines) + ("\n…" if n > 3 else "")
+
+
 async def in_daemon_thread(fn: Callable[[], Any], name: str) -> Any:
     """Run ``fn`` in a daemon thread: unlike ``asyncio.to_thread``, quitting never waits for it."""
     loop = asyncio.get_running_loop()
@@ -287,17 +310,39 @@ class ActionRunner:
         if not runs:
             self.exit()  # type: ignore[attr-defined]
             return
-        n = len(runs)
-        names = ", ".join(r.title for r in runs[:3]) + (" …" if n > 3 else "")
-        question = (f"{n} action{'s' if n != 1 else ''} in flight: quit anyway? y/n\n{names}\n"
-                    "Their outcome is not known yet: the next start reports them from the audit log.")
-        self.push_screen(QuitScreen(question), self._quit_answer)  # type: ignore[attr-defined]
+        if self._quit_task is not None:
+            return  # already quitting: waiting for aborted actions to undrain
+        self.push_screen(QuitScreen(quit_question(runs)), self._quit_answer)  # type: ignore[attr-defined]
+
+    _quit_task: asyncio.Task | None = None
 
     def _quit_answer(self, yes: bool | None) -> None:
+        """y: abort the actions that can end cleanly on quit (local engines: their abort undrains),
+        abandon the others, and exit once the aborted ones are done (≤ QUIT_ABORT_WAIT_S)."""
         if not yes:
             return
+        aborted = []
         for run in self.action_board.in_flight():
-            run.abandoned = True
+            if _quit_note(run):
+                run.abort.set()
+                aborted.append(run)
+            else:
+                run.abandoned = True
+        if not aborted:
+            self.exit()  # type: ignore[attr-defined]
+            return
+        self.notify(f"aborting {len(aborted)} action{'s' if len(aborted) != 1 else ''}: quitting once "  # type: ignore[attr-defined]
+                    f"{'they are' if len(aborted) != 1 else 'it is'} undone (at most {QUIT_ABORT_WAIT_S:g} s)",
+                    markup=False, timeout=QUIT_ABORT_WAIT_S)
+        self._quit_task = asyncio.get_running_loop().create_task(self._exit_after(aborted))
+
+    async def _exit_after(self, runs: list[ActionRun]) -> None:
+        deadline = asyncio.get_running_loop().time() + QUIT_ABORT_WAIT_S
+        while any(r.in_flight for r in runs) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)
+        for r in runs:
+            if r.in_flight:  # its abort did not finish in time: its outcome is reported at the next start
+                r.abandoned = True
         self.exit()  # type: ignore[attr-defined]
 
     # ----- the audit of an earlier run

@@ -209,6 +209,12 @@ class EngineAction:
                                        "vLLM to finish what it has, up to the grace period",))
         return Preflight(True, f"{self.name} is running (pid {rec.pid}); in flight now: {_stats_text(s)}")
 
+    def quit_note(self) -> str:
+        """What quitting does to this action while it runs: it is aborted (and its abort undrains)."""
+        gw = self.gateway
+        undrain = f" and undrains {self.name} at {gw.label}" if gw is not None and self.verb != "start" else ""
+        return f"quitting aborts it{undrain}"
+
     def execute(self, progress: ProgressFn, abort: threading.Event) -> Outcome:
         started = self.verb == "start"
 
