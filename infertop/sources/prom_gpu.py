@@ -42,6 +42,10 @@ def describe_prom_error(exc: BaseException, timeout_s: float) -> str:
 def _describe(exc: BaseException, timeout_s: float) -> str:
     import requests  # noqa: PLC0415 — a dependency of prometheus-api-client
 
+    from .prom_connect import PromAnswerError  # noqa: PLC0415
+
+    if isinstance(exc, PromAnswerError):
+        return str(exc)
     if isinstance(exc, requests.exceptions.Timeout):
         return f"timeout after {timeout_s:g} s"
     if isinstance(exc, requests.exceptions.ConnectionError):
