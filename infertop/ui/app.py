@@ -205,7 +205,7 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
         for p in problems:
             self.log_event(Text(plain(p, 400), style="yellow"))  # a path or value from outside: text, not markup
         for note in self.settings.notes:
-            self.log_event(note)
+            self.log_event(Text(note))  # notes carry paths, URLs and bundle log lines: text, not markup
         self._render_top()
         if self.player is not None:
             self.set_interval(0.25, self.replay_tick)

@@ -30,3 +30,17 @@ def test_numbers_from_a_document_are_finite_and_bounded():
 def test_a_gpu_name_with_escapes_is_escaped():
     g = from_doc(GpuStats, {"index": 0, "name": "H200\x1b[2J", "host": "h", "source": "nvml"})
     assert g.name == "H200\\x1b[2J"
+
+
+async def test_a_bundle_log_line_that_looks_like_markup_is_shown_as_text():
+    """Item 3: a bundle's Log lines ('foo[/x] 1' from an engine) are replay notes; they raised MarkupError."""
+    from infertop.config import Config, GpuConfig
+    from infertop.sources.gpu import GpuCollector
+    from infertop.ui.app import InfertopApp, Settings
+
+    settings = Settings(config=Config(gpu=GpuConfig(nvml=False)), endpoints=[], notes=["engine served foo[/x] 1"])
+    app = InfertopApp(settings, poll=False, gpu_collector=GpuCollector(GpuConfig(nvml=False)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.is_running
+        assert any(line.endswith("engine served foo[/x] 1") for line in app.log_lines)
