@@ -173,3 +173,20 @@ def test_snapshot_on_odd_shapes_exits_without_a_crash(hostile, doc, tmp_path):
     doc_out = json.loads(r.stdout)
     errors = [s.get("error") or "" for s in doc_out["sources"]]
     assert any("unexpected answer from Prometheus" in e for e in errors), doc_out["sources"]
+
+
+def test_the_fleet_source_shows_each_refusal_in_place_and_recovers(hostile):
+    from infertop.config import PrometheusConfig
+    from infertop.sources.prometheus_fleet import PromFleetSource
+
+    src = PromFleetSource(PrometheusConfig(url=hostile.url, timeout_s=1.0, backfill_points=0))
+    try:
+        hostile.doc = {"status": "success", "data": {"resultType": "scalar", "result": 1}}
+        for mode, error in (("bomb", "Prometheus answer too large (> 16 MiB)"), ("drip", "timeout after 1 s"),
+                            ("doc", "unexpected answer from Prometheus: resultType scalar")):
+            hostile.mode = mode
+            assert src.refresh().error == error and not src.health.ok
+        hostile.mode = "good"
+        assert src.refresh().error is None and src.health.ok
+    finally:
+        src.close()
