@@ -76,7 +76,10 @@ def quantize(doc, precision: int | None = 6):
         if not math.isfinite(doc):
             return doc
         scale = 10 ** decimals_for(doc, precision)
-        return round(doc * scale) / scale  # int / int is correctly rounded; the decoder computes the same
+        scaled = doc * scale
+        if not math.isfinite(scaled):  # 1e308 at MIN_DECIMALS: kept as it is rather than overflowing
+            return doc
+        return round(scaled) / scale  # int / int is correctly rounded; the decoder computes the same
     if isinstance(doc, dict):
         return {k: quantize(v, precision) for k, v in doc.items()}
     if isinstance(doc, (list, tuple)):
@@ -133,6 +136,8 @@ def _encode_column(values: list, precision: int | None, ints: bytearray) -> dict
         mags = [abs(v) for v in values]
         lo, hi = min(mags), max(mags)
         dec = decimals_for(hi, precision)
+        if not math.isfinite(hi * 10.0**max(dec, MIN_DECIMALS)):  # 1e308: too big to scale, kept as values
+            return {"v": [quantize(v, precision) for v in values]}
         if lo > 0 and decimals_for(lo, precision) == dec:  # one decade (the usual case): one scale for all
             scale = 10**dec
             scaled = [round(v * scale) for v in values]

@@ -44,3 +44,16 @@ async def test_a_bundle_log_line_that_looks_like_markup_is_shown_as_text():
         await pilot.pause()
         assert app.is_running
         assert any(line.endswith("engine served foo[/x] 1") for line in app.log_lines)
+
+
+def test_a_huge_queue_value_is_recorded_not_an_overflow():
+    """Item 8: a class priority of 1e308 made every block fail ('cannot convert float infinity')."""
+    from infertop.state.recorder import decode_block, encode_block
+
+    ticks = [(1.0, {"queues": [{"class_priority": 1e308, "w": 0.5}]}),
+             (2.0, {"queues": [{"class_priority": 2.5, "w": 1e308}]}),
+             (3.0, {"queues": [{"class_priority": 1e308, "w": 1e-5}]})]
+    back = decode_block(encode_block(ticks), "lzma")
+    assert [t for t, _ in back] == [1.0, 2.0, 3.0]
+    assert back[0][1]["queues"][0]["class_priority"] == 1e308
+    assert back[1][1]["queues"][0] == {"class_priority": 2.5, "w": 1e308}
