@@ -111,3 +111,33 @@ async def test_quit_mid_restart_aborts_it_and_undrains_at_the_gateway_before_exi
         gw.stop()
         with contextlib.suppress(EngineError):  # the restarted engine, still starting (Env.cleanup ends the rest)
             env.manager().stop("e", grace_s=1)
+
+
+def test_an_audit_log_that_fails_mid_restart_still_undrains_at_the_gateway(env, tmp_path, monkeypatch):
+    """The old code's undrain was refused (nothing sent) when the audit log failed after the drain."""
+    from test_engine_gateway_drain import TOKEN, Gateway, fake_profile
+
+    from infertop.config import load_config
+    from infertop.control.gateway_drain import find_gateway
+
+    monkeypatch.setenv("INFERTOP_GATEWAY_TOKEN", TOKEN)
+    gw = Gateway(tmp_path, [{"name": "e", "url": "e", "cap": 16}], {"e": fake_profile(env)})
+    try:
+        mgr = env.manager()
+        rec = mgr.start("e", env.profiles["e"])
+        assert wait_until(lambda: gw.engine("e")["up"], timeout=60)
+        drain, _ = find_gateway(load_config(gw.config), "e", rec.url)
+        notes: list[str] = []
+
+        def progress(ev) -> None:
+            if ev.phase == "spawned" and env.audit_path.is_file():  # the audit log breaks: a directory there now
+                env.audit_path.unlink()
+                env.audit_path.mkdir()
+            if ev.phase == "undrained":
+                notes.append(ev.message)
+
+        mgr.restart("e", progress=progress, gateway=drain)
+        assert gw.engine("e")["draining"] is False
+        assert notes and notes[-1].startswith("undrained at gateway") and "not audited" in notes[-1], notes
+    finally:
+        gw.stop()

@@ -145,11 +145,16 @@ class GatewayStep:
         out = run_audited(self.audit, "gateway.undrain", self.target,
                           {"engine": self.name, "why": "the action failed" if failed else "engine healthy again"},
                           self._undrain)
+        unaudited = ""
+        if out.result == "refused":  # the audit log failed mid-action: undo our own drain anyway, and say so
+            unaudited = f" (not audited: {out.message.removeprefix('nothing was sent: ')})"
+            out = run_audited(None, "gateway.undrain", self.target, {}, self._undrain)
         if out.ok:
             self.drained = False
             self.note = f"undrained at {self.gw.label}: it takes requests again"
             if not seen_up:
                 self.note += f" (it did not see the engine up within {up_timeout_s:g} s)"
+            self.note += unaudited
         else:
             self.note = (f"! still drained at {self.gw.label}: undrain failed ({out.message}); undrain it with "
                          f"POST /admin/engines/{self.gw.engine}/undrain")
