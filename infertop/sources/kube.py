@@ -28,6 +28,8 @@ This module never imports textual or rich.
 
 from __future__ import annotations
 
+import time
+
 from ..config import KubeConfig
 from ..domain.kube import ClusterSnapshot
 from .kube_autoscalers import Discovery, discover_custom_kinds, read_wva_desired
@@ -111,6 +113,14 @@ __all__ = [
 
 # ----------------------------------------------------------- one-shot read
 
+def _refused_everything(raw: RawCluster) -> None:
+    """Every read answered 401/403: failing ("unauthorized"), not a fresh, empty cluster."""
+    refused = [e for e in raw.errors if "401 Unauthorized" in e or "403 Forbidden" in e]
+    pods_and_nodes = any(e.startswith("pods in ") for e in refused) and any(e.startswith("nodes:") for e in refused)
+    if pods_and_nodes and len(refused) == len(raw.errors) and not any(raw.items.values()):
+        raw.stale_since, raw.stale_error = time.time(), f"unauthorized: every read refused ({refused[0]})"
+
+
 def read_cluster(session: KubeSession, cfg: KubeConfig | None = None) -> ClusterSnapshot:
     """List everything once: 5 calls per namespace + 1 for nodes (more only past 500 objects a kind).
 
@@ -133,6 +143,7 @@ def read_cluster(session: KubeSession, cfg: KubeConfig | None = None) -> Cluster
     except KubeError as e:
         raw.errors.append(f"nodes: {e}")
     read_custom_kinds(session, raw, cfg)
+    _refused_everything(raw)
     return build_snapshot(raw, context=session.context, namespaces=session.namespaces, user=session.user,
                           server=session.server, selector=cfg.selector, container=cfg.vllm_container,
                           metrics_port=cfg.metrics_port)

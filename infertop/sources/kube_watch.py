@@ -425,6 +425,10 @@ class ClusterWatcher:
         """(since, error) while some resource cannot be read; None when every informer is current."""
         failing = [(inf.stale_since, inf.error or "failing") for inf in self.informers
                    if inf.stale_since is not None and not inf.not_allowed]
+        if not failing and self.informers and all(inf.not_allowed for inf in self.informers):
+            # nothing at all may be read: that is failing ("unauthorized"), not a fresh, empty cluster
+            first = min(self.informers, key=lambda inf: inf.stale_since or 0.0)
+            return first.stale_since or self.clock(), f"unauthorized: every read refused ({first.error})"
         return min(failing, key=lambda f: f[0]) if failing else None
 
     def start(self) -> "ClusterWatcher":

@@ -162,3 +162,37 @@ def test_endless_bookmarks_are_a_flood_that_stops_the_watch(tmp_path):
             inf.stop()
             inf.join()
             session.close()
+
+
+def test_a_401_on_every_read_is_failing_not_fresh(kube_emulator, tmp_path):
+    from infertop.sources.kube import read_cluster
+    from infertop.sources.kube_session import KubeSession
+
+    emu = kube_emulator("hostile-kube-token")
+    session = KubeSession.connect(str(emu.write_kubeconfig(tmp_path / "kc")))
+    emu.set_token("another-token")  # the credentials expired: every read answers 401
+    try:
+        snap = read_cluster(session)
+    finally:
+        session.close()
+    assert snap.stale and snap.stale_error.startswith("unauthorized: every read refused")
+    assert "401 Unauthorized" in snap.stale_error
+
+
+def test_a_403_on_every_watch_is_failing_not_fresh(kube_emulator, tmp_path):
+    from infertop.config import KubeConfig
+    from infertop.sources.kube_session import KubeSession
+    from infertop.sources.kube_watch import ClusterWatcher
+
+    emu = kube_emulator("hostile-kube-token")
+    session = KubeSession.connect(str(emu.write_kubeconfig(tmp_path / "kc")))
+    emu.set_rules([])  # a user with no permission at all
+    watcher = ClusterWatcher(session, KubeConfig()).start()
+    try:
+        assert watcher.wait_synced(10)
+        snap = watcher.snapshot()
+    finally:
+        watcher.stop()
+        watcher.join()
+        session.close()
+    assert snap.stale and snap.stale_error.startswith("unauthorized: every read refused")
