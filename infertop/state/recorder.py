@@ -253,15 +253,40 @@ def _compress(raw: bytes, codec: str, fast: bool = False) -> bytes:
     raise ValueError(f"unknown codec {codec!r} (expected one of {', '.join(CODECS)})")
 
 
+# A recording is a file someone may hand over: a block may not unpack past this
+# (3 GiB of zeros compress to 500 KB), nor hold more ticks or a larger list index.
+MAX_BLOCK_BYTES = 64 * 2**20
+MAX_BLOCK_TICKS = 100_000
+MAX_LIST_INDEX = 100_000
+
+
+def _too_large() -> RecordingError:
+    return RecordingError(f"corrupt block: unpacks to more than {MAX_BLOCK_BYTES // 2**20} MiB")
+
+
 def decompress_block(data: bytes, codec: str) -> bytes:
-    if codec == "lzma":
-        return lzma.decompress(data)
-    if codec in ("zlib", "zlib-fast"):
-        return zlib.decompress(data)
+    """The block's bytes, at most :data:`MAX_BLOCK_BYTES` (else :class:`RecordingError`)."""
+    if codec in ("lzma", "zlib", "zlib-fast"):
+        d = lzma.LZMADecompressor() if codec == "lzma" else zlib.decompressobj()
+        raw = d.decompress(data, MAX_BLOCK_BYTES + 1)
+        if len(raw) > MAX_BLOCK_BYTES:
+            raise _too_large()
+        if not d.eof:
+            raise RecordingError("corrupt block: compressed data ends early")
+        return raw
     raise RecordingError(f"unknown block codec {codec!r} (written by a newer infertop?)")
 
 
 _HOLE = object()
+
+
+def _check_bounds(ts: list, paths: list) -> None:
+    if len(ts) > MAX_BLOCK_TICKS:
+        raise ValueError(f"{len(ts)} ticks in one block (the limit is {MAX_BLOCK_TICKS})")
+    for path in paths:
+        for key in path:
+            if type(key) is int and not 0 <= key <= MAX_LIST_INDEX:
+                raise ValueError(f"list index {key} (the limit is {MAX_LIST_INDEX})")
 
 
 def decode_block(data: bytes, codec: str) -> list[tuple[float, dict]]:
@@ -271,6 +296,7 @@ def decode_block(data: bytes, codec: str) -> list[tuple[float, dict]]:
         hlen = int.from_bytes(raw[:4], "big")
         header = json.loads(raw[4 : 4 + hlen])
         ts, paths, cols = header["ts"], header["p"], header["c"]
+        _check_bounds(ts, paths)
         ints, pos = raw[4 + hlen :], 0
         columns = []
         for col in cols:

@@ -57,3 +57,42 @@ def test_a_huge_queue_value_is_recorded_not_an_overflow():
     assert [t for t, _ in back] == [1.0, 2.0, 3.0]
     assert back[0][1]["queues"][0]["class_priority"] == 1e308
     assert back[1][1]["queues"][0] == {"class_priority": 2.5, "w": 1e308}
+
+
+def _rss_kib_after(code: str) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    script = code + "\nimport resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    *out, rss = p.stdout.strip().splitlines()
+    return int(rss), "\n".join(out)
+
+
+def test_a_block_of_gigabytes_of_zeros_is_refused_in_bounded_memory():
+    """Item 4: a 1 GiB-of-zeros lzma block unpacked whole (GBs of RSS, then MemoryError)."""
+    rss_kib, out = _rss_kib_after(
+        "import lzma\n"
+        "from infertop.state.recorder import decode_block, RecordingError\n"
+        "c = lzma.LZMACompressor()\n"
+        "data = b''.join(c.compress(bytes(2**24)) for _ in range(64)) + c.flush()\n"
+        "try:\n    decode_block(data, 'lzma')\nexcept RecordingError as e:\n    print(e)\n")
+    assert "more than 64 MiB" in out
+    assert rss_kib < 400 * 1024
+
+
+def test_a_block_with_a_huge_list_index_is_an_error_not_a_memory_bomb():
+    import json
+    import lzma
+
+    import pytest
+
+    from infertop.state.recorder import RecordingError, decode_block
+
+    header = json.dumps({"ts": [1.0], "p": [["engines", 300_000_000]], "c": [{"k": 1}]}).encode()
+    data = lzma.compress(len(header).to_bytes(4, "big") + header)
+    with pytest.raises(RecordingError, match="list index 300000000"):
+        decode_block(data, "lzma")
+    with pytest.raises(RecordingError, match="corrupt block"):
+        decode_block(data[: len(data) // 2], "lzma")
