@@ -304,10 +304,34 @@ class KubeSession:
         }[kind]
 
 
-def session_for(cfg: KubeConfig, context: str | None = None, namespaces: Iterable[str] | None = None
-                ) -> KubeSession:
-    return KubeSession.connect(cfg.kubeconfig, context or cfg.context,
-                               cfg.namespaces if namespaces is None else namespaces, timeout_s=cfg.timeout_s)
+CONNECT_DEADLINE_S = 30.0  # loading the kubeconfig runs its exec credential plugin, which has no timeout
+
+
+def session_for(cfg: KubeConfig, context: str | None = None, namespaces: Iterable[str] | None = None,
+                *, deadline_s: float = CONNECT_DEADLINE_S) -> KubeSession:
+    """Connect with a deadline: the kubeconfig is loaded in a daemon thread, so an exec credential
+    plugin that never returns costs ``deadline_s`` and one line ("connecting…" forever before, and
+    ``q``/``snapshot`` waited on the thread), never a process that cannot exit."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def connect() -> None:
+        try:
+            box["session"] = KubeSession.connect(cfg.kubeconfig, context or cfg.context,
+                                                 cfg.namespaces if namespaces is None else namespaces,
+                                                 timeout_s=cfg.timeout_s)
+        except BaseException as e:  # noqa: BLE001 — handed to the caller's thread
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=connect, name="kube-connect", daemon=True).start()
+    if not done.wait(deadline_s):
+        raise KubeError(f"no credentials within {deadline_s:.0f} s: the kubeconfig's exec credential plugin "
+                        "did not return")
+    if "error" in box:
+        raise box["error"]
+    return box["session"]
 
 
 # -------------------------------------------------------------- paged list

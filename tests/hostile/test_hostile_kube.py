@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from infertop.config import Config, KubeConfig
 from infertop.sources.kube_view import RawCluster, build_snapshot
 from infertop.ui.app import InfertopApp, Settings
@@ -196,3 +198,32 @@ def test_a_403_on_every_watch_is_failing_not_fresh(kube_emulator, tmp_path):
         watcher.join()
         session.close()
     assert snap.stale and snap.stale_error.startswith("unauthorized: every read refused")
+
+
+def test_an_exec_credential_plugin_that_never_returns_costs_the_deadline_not_the_process(tmp_path):
+    import json as _json
+    import os as _os
+    import signal as _signal
+    import stat as _stat
+
+    from infertop.config import KubeConfig
+    from infertop.sources.kube import KubeError
+    from infertop.sources.kube_session import session_for
+
+    pidfile = tmp_path / "plugin.pid"
+    plugin = tmp_path / "plugin.sh"
+    plugin.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n")
+    plugin.chmod(plugin.stat().st_mode | _stat.S_IEXEC)
+    kc = tmp_path / "kc"
+    kc.write_text(_json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
+                                                  "command": str(plugin), "interactiveMode": "Never"}}}]}))
+    try:
+        with pytest.raises(KubeError, match="no credentials within 1 s: the kubeconfig's exec credential plugin"):
+            session_for(KubeConfig(kubeconfig=str(kc)), deadline_s=1.0)  # hung for good before
+    finally:
+        if pidfile.exists():
+            _os.kill(int(pidfile.read_text()), _signal.SIGKILL)
