@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import lzma
 import math
+import os
 import sqlite3
 import threading
 import zlib
@@ -334,12 +335,25 @@ def decode_block(data: bytes, codec: str) -> list[tuple[float, dict]]:
 # --- the file ------------------------------------------------------------------------
 
 
+def _create_private(path: str) -> None:
+    """Create ``path`` 0600 when absent: a recording holds names, URLs and logs (sqlite's -wal follows it)."""
+    if path == ":memory:" or path.startswith("file:"):
+        return
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise RecordingError(f"cannot open {path}: {e.strerror}") from None
+
+
 def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
     """Open ``path`` as a recording (created when writable and absent)."""
     try:
         if readonly:
             conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         else:
+            _create_private(path)
             conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         conn.execute("PRAGMA busy_timeout = 5000")
         if readonly:

@@ -96,3 +96,22 @@ def test_a_block_with_a_huge_list_index_is_an_error_not_a_memory_bomb():
         decode_block(data, "lzma")
     with pytest.raises(RecordingError, match="corrupt block"):
         decode_block(data[: len(data) // 2], "lzma")
+
+
+def test_recordings_and_bundles_are_written_0600(tmp_path):
+    import os
+    import stat
+
+    from infertop.state.bundle import write_bundle
+    from infertop.state.recorder import Recorder
+
+    old_mask = os.umask(0o022)  # the usual umask: files came out 0644, readable by every local user
+    try:
+        rec_path, bundle_path = tmp_path / "r.db", tmp_path / "b.db"
+        with Recorder(str(rec_path), retention_s=None) as rec:
+            rec.append(1.0, {"engines": [{"name": "e"}]})
+        write_bundle(str(bundle_path), [(1.0, {"engines": [{"name": "e"}]})], ["a log line"], [], "")
+    finally:
+        os.umask(old_mask)
+    for p in (rec_path, bundle_path):
+        assert stat.S_IMODE(os.stat(p).st_mode) == 0o600, p
