@@ -9,7 +9,10 @@ the engine came up and the action said "ok". The abort now goes to
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -141,3 +144,54 @@ def test_an_audit_log_that_fails_mid_restart_still_undrains_at_the_gateway(env, 
         assert notes and notes[-1].startswith("undrained at gateway") and "not audited" in notes[-1], notes
     finally:
         gw.stop()
+
+
+def dead_pid() -> int:
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout)
+
+
+def test_drains_left_finds_a_step_drain_with_no_undrain_after_it(tmp_path):
+    from infertop.control.audit import AuditLog
+    from infertop.control.gateway_drain import STEP_DRAIN_WHY, drains_left
+
+    log = AuditLog(tmp_path / "audit.jsonl")
+    t1, t2, t3 = "engine a at gateway g", "engine b at gateway g", "engine c at gateway g"
+    for target in (t1, t2):  # a and b: drained by an engine action's step
+        op = log.intent("gateway.drain", target, engine=target[7], why=STEP_DRAIN_WHY)
+        log.outcome(op, "gateway.drain", target, "ok")
+    op = log.intent("gateway.undrain", t2, engine="b")  # b undrained again
+    log.outcome(op, "gateway.undrain", t2, "ok")
+    op = log.intent("gateway.drain", t3, engine="c", why="by hand")  # c: the operator's own drain
+    log.outcome(op, "gateway.drain", t3, "ok")
+    assert [e["target"] for e in drains_left(log.entries())] == [t1]
+
+
+async def test_the_next_start_reports_an_engine_left_drained_once(tmp_path):
+    """r, y, then infertop killed mid-restart: the old code's next start said only 'outcome unknown'."""
+    from pilot_wait import until
+    from test_engine_ui import settings
+
+    from infertop.control.audit import AuditLog
+    from infertop.control.gateway_drain import STEP_DRAIN_WHY, drains_left
+    from infertop.ui.app import InfertopApp
+
+    s = settings(tmp_path)
+    target = "engine e at gateway 127.0.0.1:9"
+    app = InfertopApp(s, poll=False)
+    log = AuditLog(app.audit_log().path)
+    op = log.intent("gateway.drain", target, engine="e", why=STEP_DRAIN_WHY)
+    log.outcome(op, "gateway.drain", target, "ok")
+    lines = log.path.read_text().splitlines()
+    log.path.write_text("".join(line.replace(f'"pid": {os.getpid()}', f'"pid": {dead_pid()}') + "\n"
+                                for line in lines))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.engine_manager is not None, what="start done")
+        await app.workers.wait_for_complete()
+        await pilot.press("3")
+        text = await until(pilot, lambda: "may still be drained" in (t := "\n".join(
+            line.text for line in app.query_one("#log-view").lines)) and t, what="log")
+        assert f"gateway: {target} may still be drained" in text and "POST /admin/engines/e/undrain" in text
+    last = AuditLog(log.path).entries()[-1]
+    assert (last["action"], last["result"], last["op"]) == ("gateway.undrain", "unknown", op)
+    assert drains_left(AuditLog(log.path).entries()) == []  # reported once

@@ -21,7 +21,7 @@ import time
 from .audit import AuditLog
 from .engine_errors import AuditRefusedError, EngineAborted, EngineError
 from .engine_progress import _Emitter
-from .gateway_drain import GatewayDrain, GatewayError
+from .gateway_drain import STEP_DRAIN_WHY, GatewayDrain, GatewayError
 from .pipeline import Outcome, run_audited
 
 
@@ -60,7 +60,7 @@ class GatewayStep:
         else:
             out = run_audited(self.audit, "gateway.drain", self.target,
                               {"engine": self.name, "in_flight": self.in_flight_before,
-                               "why": "before signalling the engine"}, self._drain)
+                               "why": STEP_DRAIN_WHY}, self._drain)
             if out.result == "refused":
                 raise AuditRefusedError(f"refused: {out.message}")
             if not out.ok:

@@ -197,3 +197,24 @@ def find_gateway(config: Any, name: str, url: str | None, timeout_s: float = 10.
         if at is not None:
             return GatewayDrain(ref, at, timeout_s), warnings
     return None, warnings
+
+
+STEP_DRAIN_WHY = "before signalling the engine"  # the ``why`` of a stop / restart / set's own drain
+
+
+def drains_left(entries: Iterable[dict]) -> list[dict]:
+    """Drain outcomes ('ok') of an engine action's gateway step that no later ``gateway.undrain``
+    outcome (any result) follows on the same target: an infertop that ended mid-action left the
+    engine drained there.  Each is the intent entry (its ``target``, ``time``, ``pid``), oldest first."""
+    step_intents: dict[str, dict] = {}
+    left: dict[str, dict] = {}
+    for e in entries:
+        action, target, op = e.get("action"), str(e.get("target")), e.get("op")
+        if e.get("phase") == "intent" and action == "gateway.drain" and e.get("why") == STEP_DRAIN_WHY:
+            step_intents[str(op)] = e
+        elif e.get("phase") == "outcome" and action == "gateway.drain" and e.get("result") == "ok":
+            if str(op) in step_intents:
+                left[target] = step_intents[str(op)]
+        elif e.get("phase") == "outcome" and action == "gateway.undrain":
+            left.pop(target, None)
+    return list(left.values())

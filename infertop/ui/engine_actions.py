@@ -21,12 +21,12 @@ from rich.markup import escape
 from ..config import ProfileConfig, default_state_dir
 from ..control.audit import AuditLog
 from ..control.engines import EngineError, EngineManager, EngineRecord, SetResult, StopResult
-from ..control.gateway_drain import GatewayDrain, find_gateway
+from ..control.gateway_drain import GatewayDrain, drains_left, find_gateway
 from ..control.pipeline import ActionRefused, Outcome, Preflight, Progress, ProgressFn, Review
 from ..domain.engine import EngineStats
 from ..format import count_human, seconds_human
 from ..sources.vllm import EngineEndpoint
-from .action_runner import ActionRunner
+from .action_runner import ActionRunner, _pid_alive
 from .screens.engine_dialogs import ArgsDialog, ProfilePicker
 
 ENGINE_ACTIONS = {"engine_new", "engine_stop", "engine_restart", "engine_set_seqs"}
@@ -260,12 +260,40 @@ class EngineActions(ActionRunner):
     engine_manager: EngineManager | None = None
     _unfinished: list[dict] = []
 
+    def drains_left_behind(self) -> list[dict]:
+        """Gateway drains an earlier infertop's engine action made and never undid (blocking: reads the
+        audit log). Each gets a ``gateway.undrain`` outcome ``unknown`` now, so it is reported once."""
+        audit = self.audit_log()  # type: ignore[attr-defined]
+        try:
+            found = [e for e in drains_left(audit.entries())
+                     if not (isinstance(e.get("pid"), int) and e["pid"] > 0 and _pid_alive(e["pid"]))]
+        except Exception:  # noqa: BLE001 — an unreadable log is reported when an action writes
+            return []
+        for e in found:
+            try:
+                audit.outcome(str(e.get("op")), "gateway.undrain", str(e.get("target")), "unknown",
+                              reason=f"infertop (pid {e.get('pid', '?')}) ended before undraining it")
+            except Exception:  # noqa: BLE001 — reported again next time
+                break
+        return found
+
+    def report_drains_left(self, entries: list[dict]) -> None:
+        for e in entries:
+            target = str(e.get("target"))
+            engine = target.split(" at ")[0].removeprefix("engine ")  # its name at the gateway
+            self.log_event(  # type: ignore[attr-defined]
+                f"[yellow]gateway: {escape(target)} may still be drained[/yellow] — an engine action drained it "
+                f"({escape(str(e.get('time', '?')))}, infertop pid {e.get('pid', '?')}) and ended before undraining "
+                f"it: requests for it wait there. Undrain it with d on the Queue pane, or POST "
+                f"/admin/engines/{escape(engine)}/undrain")
+
     def init_engines(self) -> list[EngineRecord]:
         """Create the manager (blocking: re-adopts engines an earlier infertop
         started, reading state files and /proc); returns the live ones. Also
         reads the audit log for actions an earlier run left without an outcome."""
         s = self.settings  # type: ignore[attr-defined]
         self._unfinished = self.unfinished_actions()
+        self._drains_left = self.drains_left_behind()
         state_dir = s.state_dir or default_state_dir()
         audit = AuditLog(self.audit_log().path)
         kwargs = {"module": s.engine_module} if s.engine_module else {}
@@ -275,6 +303,7 @@ class EngineActions(ActionRunner):
     def adopt_engines(self, records: list[EngineRecord]) -> None:
         """On the UI thread: watch engines found by :meth:`init_engines`; report unfinished actions."""
         self.report_unfinished(self._unfinished)
+        self.report_drains_left(self._drains_left)
         for rec in records:
             self._watch(rec)
             owner = owner_of(rec) or "started by infertop earlier"
