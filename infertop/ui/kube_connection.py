@@ -22,6 +22,7 @@ from ..config import KubeConfig
 from ..control.audit import AuditLog
 from ..control.kube import KubeControl, Permissions, check_permissions
 from ..domain.kube import ClusterSnapshot
+from ..sources.sanitize import error_text
 from ..sources.kube import ClusterWatcher, KubeError, KubeSession, PodLoadScraper, read_cluster, session_for
 from ..state.cluster_join import engine_urls, norm_url, pod_loads_from_engines
 from .action_runner import ActionRunner
@@ -154,9 +155,9 @@ class KubeConnection(ActionRunner):
                     # no answer yet: connect anyway, stale and empty, and keep polling until it answers
                     snap = ClusterSnapshot(context=session.context, namespaces=tuple(session.namespaces),
                                            taken_at=time.time(), user=session.user, server=session.server,
-                                           stale_since=time.time(), stale_error=str(e))
+                                           stale_since=time.time(), stale_error=error_text(e))
         except KubeError as e:
-            self.call_from_thread(self._kube_failed, str(e))  # type: ignore[attr-defined]
+            self.call_from_thread(self._kube_failed, error_text(e))  # type: ignore[attr-defined]
             return
         self.call_from_thread(self._kube_connected, session, watcher, perms, snap)  # type: ignore[attr-defined]
 
