@@ -168,7 +168,7 @@ def _replay(argv: list[str]) -> int:
         replay, span = open_replay(args.file)
     except ValueError as e:
         print(f"infertop: {e}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_CONFIG  # a missing or damaged input file
     from .crash import run_tui
     from .state.fleet import FleetState
     from .state.replay import Player

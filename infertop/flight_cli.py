@@ -218,4 +218,24 @@ def open_replay(path: str):
     if span is None:
         replay.close()
         raise ValueError(f"{path}: the recording is empty")
+    try:
+        _check_first_tick(replay, span)
+    except ValueError:
+        replay.close()
+        raise
     return replay, span
+
+
+def _check_first_tick(replay, span) -> None:
+    """Decode the first tick as the panes will: a damaged file is one line here, not a crash in the TUI."""
+    from .state.fleet import FleetState
+
+    try:
+        first = replay.at(span[0])
+        if first is not None:
+            FleetState.from_doc(first[1])
+    except Exception as e:  # noqa: BLE001 — a file someone handed over: any shape, one line
+        from .sources.sanitize import plain_text
+
+        raise ValueError(plain_text(f"{replay.path}: damaged recording ({type(e).__name__}: {e})", 300)) from None
+

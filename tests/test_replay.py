@@ -235,7 +235,7 @@ def test_headless_record_then_replay_file(tmp_path, scripted):
     bad.write_text("hello")
     r = subprocess.run([sys.executable, "-m", "infertop", "replay", str(bad)], capture_output=True, text=True,
                        timeout=60, env=env)
-    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
 
 async def test_headless_record_holds_the_cluster_and_the_advisor_and_marks_a_dead_api_stale(

@@ -115,3 +115,19 @@ def test_recordings_and_bundles_are_written_0600(tmp_path):
         os.umask(old_mask)
     for p in (rec_path, bundle_path):
         assert stat.S_IMODE(os.stat(p).st_mode) == 0o600, p
+
+
+def test_a_damaged_recording_is_one_line_and_exit_2(tmp_path):
+    """Item 4: a tick of the wrong shape crashed `infertop replay` with exit 70 (TypeError in from_doc)."""
+    import subprocess
+    import sys
+
+    from infertop.state.recorder import Recorder
+
+    path = tmp_path / "bad.db"
+    with Recorder(str(path), retention_s=None) as rec:
+        rec.append(1.0, {"engines": 5, "refresh_s": "x"})
+    p = subprocess.run([sys.executable, "-m", "infertop", "replay", str(path)], capture_output=True, text=True,
+                       timeout=120, stdin=subprocess.DEVNULL)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().count("\n") == 0 and "damaged recording" in p.stderr
