@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rich.text import Text
 
+from ..sources.sanitize import plain_text
 from ..state.fleet import FleetState
 from ..state.fleet_history import record_state
 
@@ -23,15 +24,25 @@ class ReplayActions:
 
     def replay_tick(self) -> None:
         """Show the recorded ticks that became due (the last one is the state on screen)."""
-        if not self.is_running or self.player is None:
+        if not self.is_running or self.player is None or getattr(self, "replay_error", None):
             return
-        ticks = self.player.due()
-        for _, doc in ticks[:-1]:
-            record_state(self.history, FleetState.from_doc(doc))  # sparklines keep every tick
-        if ticks:
-            self.show_state(FleetState.from_doc(ticks[-1][1]))
+        try:
+            ticks = self.player.due()
+            states = [FleetState.from_doc(doc) for _, doc in ticks]
+        except Exception as e:  # noqa: BLE001 — a damaged later block: said in place, playback stops there
+            self._replay_stopped(e)
+            return
+        for st in states[:-1]:
+            record_state(self.history, st)  # sparklines keep every tick
+        if states:
+            self.show_state(states[-1])
         else:
             self._render_top()
+
+    def _replay_stopped(self, e: Exception) -> None:
+        self.replay_error = plain_text(f"replay stopped: {type(e).__name__}: {e}", 300)
+        self.log_event(Text(self.replay_error, style="red"))
+        self.notify(self.replay_error, severity="error", timeout=10)
 
     def _replay_jump(self) -> None:
         """After a seek or a step: rebuild the sparklines from the ticks before the new position."""

@@ -131,3 +131,37 @@ def test_a_damaged_recording_is_one_line_and_exit_2(tmp_path):
                        timeout=120, stdin=subprocess.DEVNULL)
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip().count("\n") == 0 and "damaged recording" in p.stderr
+
+
+async def test_a_corrupt_later_block_stops_playback_in_place(tmp_path):
+    """Item 4: a damaged block met during playback crashed the replay TUI (exit 70)."""
+    import sqlite3
+
+    from infertop.config import Config, GpuConfig
+    from infertop.state.recorder import Recorder
+    from infertop.state.replay import Player, Replay
+    from infertop.ui.app import InfertopApp, Settings
+
+    path = tmp_path / "r.db"
+    from test_replay import recorded_states  # real states, as the live console records them
+
+    with Recorder(str(path), retention_s=None, block_s=2.0) as rec:  # 4 ticks: two blocks
+        for st in recorded_states(4):
+            rec.append(st.taken_at, st.to_doc())
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == 2
+        conn.execute("UPDATE blocks SET data = x'00ff' WHERE id = (SELECT max(id) FROM blocks)")
+    now = {"t": 1000.0}
+    player = Player(Replay(str(path)), clock=lambda: now["t"])
+    app = InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False)), endpoints=[], read_only=True,
+                               mode="replay", replay=player, replay_path=str(path)), poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(40):  # bounded: the corrupt block is due after 2 s of playback
+            now["t"] += 0.5
+            app.replay_tick()
+            await pilot.pause()
+            if getattr(app, "replay_error", None):
+                break
+        assert app.is_running
+        assert "corrupt block" in app.replay_error
+        assert any("replay stopped" in line for line in app.log_lines)
