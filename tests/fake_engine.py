@@ -22,6 +22,8 @@ flags, e.g. ``--fake-start-delay 3``):
                                 "in-flight" requests finish, then exit 0.
 ``FAKE_ENGINE_RUNNING=N``       vllm:num_requests_running (default 0).
 ``FAKE_ENGINE_WAITING=N``       vllm:num_requests_waiting (default 0).
+``FAKE_ENGINE_ABORTED_ON_TERM=N`` once SIGTERM arrives, N requests finished
+                                with reason abort (request_success_total).
 ``FAKE_ENGINE_HANG_AFTER_STOP=1`` on SIGTERM log vLLM's "engine client stopped"
                                 line, then never exit (like vLLM 0.32's HTTP
                                 server waiting for clients' connections).
@@ -65,6 +67,7 @@ FAKE_OPTIONS = {
     "hang_after_stop": ("FAKE_ENGINE_HANG_AFTER_STOP", int, 0),
     "snapshot": ("FAKE_ENGINE_SNAPSHOT", str, ""),
     "token_s": ("FAKE_ENGINE_TOKEN_S", float, 0.02),
+    "aborted_on_term": ("FAKE_ENGINE_ABORTED_ON_TERM", int, 0),
 }
 
 
@@ -128,6 +131,10 @@ class State:
             "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
             "# TYPE vllm:kv_cache_usage_perc gauge",
             f"vllm:kv_cache_usage_perc{{{lab}}} {min(1.0, running / max(1, self.args.max_num_seqs)):.3f}",
+            "# HELP vllm:request_success_total Count of successfully processed requests.",
+            "# TYPE vllm:request_success_total counter",
+            f'vllm:request_success_total{{{lab},finished_reason="abort"}} '
+            f"{float(self.args.aborted_on_term if self.draining_since is not None else 0)}",
             "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
             "# TYPE vllm:generation_tokens_total counter",
             f"vllm:generation_tokens_total{{{lab}}} {float(self.generation_tokens)}",

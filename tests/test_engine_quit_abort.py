@@ -195,3 +195,15 @@ async def test_the_next_start_reports_an_engine_left_drained_once(tmp_path):
     last = AuditLog(log.path).entries()[-1]
     assert (last["action"], last["result"], last["op"]) == ("gateway.undrain", "unknown", op)
     assert drains_left(AuditLog(log.path).entries()) == []  # reported once
+
+
+def test_a_restart_that_cut_requests_says_how_many_in_its_result_and_audit(env):
+    """vLLM finished 3 requests with reason abort during the drain: the old restart said only 'healthy'."""
+    mgr = env.manager()
+    mgr.start("e", env.profile(running=2, drain_s=1, aborted_on_term=3))
+    action = EngineAction(mgr, "restart", "e")
+    outcome = action.execute(lambda p: None, threading.Event())
+    assert outcome.result == "ok" and "3 request(s) cut by the restart" in outcome.message, outcome
+    last = env.audit()[-1]
+    assert (last["action"], last["result"], last.get("requests_cut")) == ("engine.restart", "ok", 3), last
+    mgr.stop("e")

@@ -164,8 +164,8 @@ class _ActionsMixin(_LifecycleMixin):
                 try:
                     if step is not None:
                         step.begin(self._grace_for(st, grace_s), int(st["pid"]))
-                    self._do_stop(st, grace_s, emit, abort=abort,
-                                  before_signal=lambda info: audit.intent(old=old, new=new, check=info))
+                    stopped = self._do_stop(st, grace_s, emit, abort=abort,
+                                            before_signal=lambda info: audit.intent(old=old, new=new, check=info))
                     rec = self._do_start(name, prof, over, st.get("profile_name") or name, emit, timeout_s,
                                          restarts=int(st.get("restarts", 0)) + 1, abort=abort,
                                          leave_on_abort=True)
@@ -182,7 +182,11 @@ class _ActionsMixin(_LifecycleMixin):
             raise
         except OSError as e:
             raise audit.fs_error(e) from None
-        audit.ok(old=old, new=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s))
+        cut = stopped.failed  # vLLM's abort counter across the stop: requests cut, not finished
+        if cut:
+            emit("done", f"{cut} request(s) cut by the restart (vLLM finished them with reason abort)",
+                 pid=rec.pid, force=True)
+        audit.ok(old=old, new=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s), requests_cut=cut)
         self._history(name, "restart", "ok", args=rec.args, old=old, pid=rec.pid, startup_s=_r(rec.startup_s))
         return rec
 

@@ -218,10 +218,14 @@ class EngineAction:
     def execute(self, progress: ProgressFn, abort: threading.Event) -> Outcome:
         started = self.verb == "start"
 
+        cut_note: list[str] = []
+
         def cb(ev: Any) -> None:
             # an abort goes to the manager as abort=: an exception raised here is swallowed by its emitter
             if ev.phase == "undrained":
                 self.gateway_note = ev.message
+            if ev.phase == "done" and "cut by the" in ev.message:
+                cut_note.append(ev.message)  # requests the engine aborted: part of the result, never "ok" alone
             text = ev.message + (f" — {ev.log_line}" if getattr(ev, "log_line", None) else "")
             progress(Progress(text, countdown_s=getattr(ev, "countdown_s", None)))
 
@@ -251,6 +255,8 @@ class EngineAction:
         text = "; ".join(describe_result(result).splitlines())
         if self.gateway_note and self.gateway_note not in text:
             text += f"; {self.gateway_note}"
+        if cut_note:
+            text += f"; {cut_note[-1]}"
         return Outcome("ok", text)
 
 
