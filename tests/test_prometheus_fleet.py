@@ -299,7 +299,7 @@ def test_prometheus_down_keeps_every_engine_stale_with_the_reason_then_recovers(
     state = joiner.build()
     shown = [e for e in state.engines if e.freshness.status == STALE]
     assert len(shown) == 5  # the last good values, marked stale — never zeros
-    assert all(e.freshness.reason == f"Prometheus {prom.url}: connection refused" for e in shown)
+    assert all(e.freshness.reason == "metrics stale (Prometheus unreachable: connection refused)" for e in shown)
     assert all(e.stats.running is not None for e in shown)
     assert state.fleet.engines_up == 0 and state.fleet.ttft_p99_s is None
     assert [s.error for s in state.sources if s.kind == "prometheus"] == ["connection refused"]

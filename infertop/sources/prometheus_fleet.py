@@ -17,7 +17,8 @@ and ``snapshot`` render it as they render scraped engines.
 States, each with its own reason (no data is ``None``, never 0):
 
 * Prometheus down or failing (connection refused, timeout, HTTP error):
-  every engine keeps its last values, marked stale with that reason;
+  every engine keeps its state and last values, marked stale with that reason
+  (a monitoring outage, not an engine outage: :data:`METRICS_STALE`);
 * slow: a refresh that took longer than ``slow_after_s`` (a warning);
 * partial: targets with ``up == 0`` — their engines are down, the rest fresh;
 * stale series: an engine whose newest sample is older than
@@ -55,6 +56,10 @@ from .prometheus_fleet_query import ENGINE_FIELDS, FleetQueries
 from .sanitize import clean_engine, error_text, plain_or_none, plain_text
 
 KIND = "prometheus"
+#: the engines' source is named after the Prometheus URL plus this (the GPU source is the URL alone)
+ENGINES_SUFFIX = " (engines)"
+#: an engine's reason while Prometheus does not answer: its last values are kept, stale (not down)
+METRICS_STALE = "metrics stale (Prometheus unreachable: {})"
 #: an engine absent from Prometheus this long is dropped from the fleet
 FORGET_AFTER_S = 600.0
 #: the fields read with range queries at start (the sparklines' series)
@@ -86,6 +91,7 @@ class PromEngine:
     completed_polls: int = 0
     missing_since: float | None = None  # monotonic: its series vanished from Prometheus
     values: dict[str, float] = field(default_factory=dict)  # what the stats were made from
+    source: str = ""  # the Prometheus source its values come from (the joiner's Freshness.source)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +118,7 @@ class PromFleetSource:
                  wall: Callable[[], float] = time.time, history_step_s: float | None = None) -> None:
         self.cfg = cfg
         self.url = str(cfg.url).rstrip("/")
-        self.name = f"{self.url} (engines)"  # beside the same Prometheus as a GPU source
+        self.name = self.url + ENGINES_SUFFIX  # beside the same Prometheus as a GPU source
         self.interval_s = float(cfg.interval_s)
         self.window_s = float(cfg.window_s)
         self.timeout_s = float(cfg.timeout_s)
@@ -332,7 +338,7 @@ class PromFleetSource:
             rank = plain_or_none(labels.get(self.cfg.engine_label))
             eng = self._by_key[key] = PromEngine(ep, key, [EngineStats(name=name, url=url, model=model,
                                                                        engine_label=rank)],
-                                                 SourceHealth(name=name, kind="vllm", ok=False))
+                                                 SourceHealth(name=name, kind="vllm", ok=False), source=self.name)
         elif eng.endpoint.name != name:
             eng.endpoint = replace(eng.endpoint, name=name)
         return eng
@@ -352,13 +358,15 @@ class PromFleetSource:
         )
         return clean_engine(stats)
 
-    def _engine_failed(self, eng: PromEngine, why: str, now: float, state: str) -> None:
+    def _engine_failed(self, eng: PromEngine, why: str, now: float, state: str | None) -> None:
+        """The engine's read failed: ``state`` DOWN (Prometheus says so), or None: the state it had
+        is kept (Prometheus does not answer: nothing is known about the engine)."""
         h = eng.health
         eng.health = SourceHealth(name=eng.endpoint.name, kind="vllm", ok=False, last_ok_at=h.last_ok_at,
                                   last_error=why, last_error_at=now,
                                   consecutive_failures=h.consecutive_failures + 1)
         # identity kept, numbers never shown as current: the joiner shows the last good ones as stale
-        eng.stats = [EngineStats(name=s.name, url=s.url, state=state, error=why, model=s.model,
+        eng.stats = [EngineStats(name=s.name, url=s.url, state=state or s.state, error=why, model=s.model,
                                  engine_label=s.engine_label, metrics_version=s.metrics_version,
                                  scraped_at=s.scraped_at) for s in eng.stats]
         eng.completed_polls += 1
@@ -369,8 +377,8 @@ class PromFleetSource:
         self.health = SourceHealth(name=self.name, kind=KIND, ok=False, last_ok_at=h.last_ok_at,
                                    last_error=why, last_error_at=now, latency_s=now - started,
                                    consecutive_failures=h.consecutive_failures + 1)
-        for eng in self.collectors:
-            self._engine_failed(eng, f"Prometheus {self.url}: {why}", now, DOWN)
+        for eng in self.collectors:  # a monitoring outage is not an engine outage: stale, not down
+            self._engine_failed(eng, METRICS_STALE.format(why), now, None)
         self.fleet_values = {}
         self.queues = (self._queue_doc(why),)
 

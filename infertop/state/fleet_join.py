@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields, replace
 from typing import Any
 
-from ..analysis.alerts import CRITICAL, Alert, engine_alerts
+from ..analysis.alerts import CRITICAL, WARNING, Alert, engine_alerts
 from ..analysis.fleet import fleet_quantile, fleet_quantiles
 from ..domain.engine import DEGRADED, DOWN, UNKNOWN, UP, EngineStats
 from ..domain.gpu import GpuStats
@@ -166,13 +166,16 @@ class FleetJoiner:
                 windows.extend(c.windows.values())
             for s in c.stats:
                 engines.append(self._engine(s, h, fresh_poll, now, mono, tuple(by_engine.get(s.name, ())),
-                                            local.get(s.name)))
+                                            local.get(s.name), getattr(c, "source", None)))
                 if fresh_poll:
                     engine_windows[s.name] = list(c.windows.values())
         for h in self.gpu_health:
             sources.append(self._source(h, now, mono))
+        feeds_down = []  # the Prometheus the engines come through, when it does not answer
         for h in getattr(self.collector, "source_health", ()):  # the Prometheus engines come through
             sources.append(self._source(h, now, mono))
+            if not h.ok and h.last_error:
+                feeds_down.append(sources[-1])
         cluster = self._cluster(now)
         if cluster is not None:
             f = cluster.freshness
@@ -186,7 +189,7 @@ class FleetJoiner:
             queues = join_queues(self.queue_collectors, engines, now, mono, self.stale_after_s)
             sources.extend(self._source(c.health, now, mono) for c in self.queue_collectors)
         fleet = self._fleet(engines, windows)
-        alerts = self._alerts(engines)
+        alerts = self._alerts(engines, feeds_down)
         state = FleetState(
             tick=self.tick, taken_at=now, refresh_s=self.refresh_s, window_s=self.window_s,
             slo=Slo(self.slo.ttft_p99_s, self.slo.itl_p95_s, self.slo.e2e_p99_s, self.slo.queue_p99_s,
@@ -243,23 +246,25 @@ class FleetJoiner:
                                                 else now - max(0.0, mono - h.last_error_at))
 
     def _engine(self, s: EngineStats, h: SourceHealth, fresh_poll: bool, now: float, mono: float,
-                gpus: tuple[str, ...] = (), local: dict[str, Any] | None = None) -> EngineState:
+                gpus: tuple[str, ...] = (), local: dict[str, Any] | None = None,
+                source: str | None = None) -> EngineState:
         name = s.name
+        src = source or s.url  # where the values come from (a Prometheus, or the engine itself)
         last = self._last_good.get(name)
         age = None if last is None else max(0.0, mono - self._last_good_at[name])
         sampled_at = None if age is None else now - age
         if fresh_poll and s.state in (UP, DEGRADED) and last is not None:
             status = FRESH if age <= self.stale_after_s else STALE
-            fresh = Freshness(status, s.url, sampled_at, age, None if status == FRESH else sampled_at,
+            fresh = Freshness(status, src, sampled_at, age, None if status == FRESH else sampled_at,
                               None if status == FRESH else f"no new sample for {age:.0f} s")
             return EngineState(last, fresh, self._missing_reasons(name, last, fresh), gpus, local)
         since = self._down_since.get(name)
         reason = s.error or h.last_error or ("not polled yet" if s.state == UNKNOWN else "no data")
         if last is None:
-            fresh = Freshness(MISSING, s.url, None, None, since, reason)
+            fresh = Freshness(MISSING, src, None, None, since, reason)
             return EngineState(s, fresh, self._missing_reasons(name, s, fresh), gpus, local)
         shown = replace(last, state=s.state if s.state != UNKNOWN else DOWN, error=reason)
-        fresh = Freshness(STALE, s.url, sampled_at, age, since, reason)
+        fresh = Freshness(STALE, src, sampled_at, age, since, reason)
         return EngineState(shown, fresh, missing_reasons(shown, fresh), gpus, local)
 
     def _missing_reasons(self, name: str, s: EngineStats, fresh: Freshness) -> dict[str, str]:
@@ -330,11 +335,22 @@ class FleetJoiner:
                    for f in fields(FleetView) if f.name not in ("missing",) and getattr(view, f.name) is None}
         return replace(view, missing=missing)
 
-    def _alerts(self, engines: list[EngineState]) -> list[Alert]:
+    def _alerts(self, engines: list[EngineState], feeds_down: Sequence[SourceState] = ()) -> list[Alert]:
         current = [e.stats for e in engines if e.fresh]
         alerts = engine_alerts(current, self.slo)
+        broken = {f.name for f in feeds_down}
+        kept = {e.name for e in engines if not e.fresh and e.freshness.source in broken}
+        # a monitoring outage: the engines' last alerts stand, marked stale (none is cleared), and one
+        # alert says why instead of one per engine
+        alerts += [replace(a, text=f"{a.text} (stale)") for a in engine_alerts(
+            [e.stats for e in engines if e.name in kept and e.stats.state == UP], self.slo)]
+        for f in feeds_down:
+            since = time.strftime("%H:%M:%S", time.localtime(f.since)) if f.since else "?"
+            n = sum(1 for e in engines if e.freshness.source == f.name and e.name in kept)
+            alerts.append(Alert(WARNING, f.name, f"metrics stale: Prometheus unreachable since {since} ({f.error})"
+                                + (f"; {n} engines keep their last values" if n else "")))
         for e in engines:
-            if e.fresh:
+            if e.fresh or e.name in kept:
                 continue
             f = e.freshness
             since = time.strftime("%H:%M:%S", time.localtime(f.since)) if f.since else None

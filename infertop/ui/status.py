@@ -10,6 +10,7 @@ from rich.text import Text
 from ..analysis.triage import Debouncer
 from ..domain.engine import DEGRADED, DOWN
 from ..format import age_human
+from ..sources.prometheus_fleet import ENGINES_SUFFIX
 from ..state.fleet import FleetState
 from ..text import plain
 
@@ -38,18 +39,29 @@ def status_line(state: FleetState, gpu_parts: list[str] | None = None) -> Text:
         if out:
             out.append("  ")
 
-    engines = [s for s in state.sources if s.kind == "vllm"]
+    feeds = [s for s in state.sources if s.kind == "prometheus" and not s.ok and not s.absent
+             and s.name.endswith(ENGINES_SUFFIX) and s.error != "no data yet"]  # the engines' Prometheus fails
+    stale = {e.name for e in state.engines if not e.fresh and e.freshness.source in {f.name for f in feeds}}
+    for f in feeds[:MAX_NAMED]:  # one source failing, not N engines down
+        sep()
+        out.append("✗ metrics stale", style="bold yellow")
+        out.append(f": Prometheus unreachable since {_clock(f.since)} ({plain(f.error or 'no data', 60)})")
+    engines = [s for s in state.sources if s.kind == "vllm" and s.name not in stale]
     down = [s for s in engines if not s.ok]
-    if not engines:
+    if not engines and feeds:
+        pass  # the line above says it
+    elif not engines:
         out.append("no engines configured", style="yellow")
         out.append(" — add one with --engine URL or in the config file")
     elif not down:
+        sep()
         out.append("✓", style="green")
         out.append(f" {len(engines)}/{len(engines)} engines ok")
     elif len(down) > MAX_NAMED or len(down) == len(engines):
         reasons = Counter(plain(s.error or "no data", 60) for s in down)
         reason = reasons.most_common(1)[0][0] if len(reasons) == 1 else f"{len(reasons)} kinds of failure"
         words = {_word(state, s) for s in down}
+        sep()
         out.append("✗", style="bold red")
         out.append(f" {len(down)}/{len(engines)} engines {words.pop() if len(words) == 1 else 'failing'}: {reason}",
                    style="red")
