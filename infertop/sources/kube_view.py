@@ -144,7 +144,10 @@ def pod_view(pod: dict, container_name: str = "", port_override: int | None = No
     last_term = ((main_status or {}).get("lastState") or {}).get("terminated") or {}
     terminated_now = ((main_status or {}).get("state") or {}).get("terminated") or {}
     conds = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, dict)}
-    ready = (conds.get("Ready") or {}).get("status") == "True"
+    if "Ready" in conds:
+        ready = conds["Ready"].get("status") == "True"
+    else:  # no Ready condition (yet, or a server that does not set one): the containers say it
+        ready = bool(containers) and ready_n == len(containers)
     sched = conds.get("PodScheduled") or {}
     unsched = sched.get("message") if sched.get("status") == "False" else None
     phase = str(status.get("phase") or "Unknown")

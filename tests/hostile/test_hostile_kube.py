@@ -227,3 +227,15 @@ def test_an_exec_credential_plugin_that_never_returns_costs_the_deadline_not_the
     finally:
         if pidfile.exists():
             _os.kill(int(pidfile.read_text()), _signal.SIGKILL)
+
+
+def test_a_pod_without_a_ready_condition_is_as_ready_as_its_containers():
+    from infertop.sources.kube_view import pod_view
+
+    pod = {"metadata": {"name": "p", "namespace": "ns"},
+           "spec": {"containers": [{"name": "vllm"}]},
+           "status": {"phase": "Running", "containerStatuses": [{"name": "vllm", "ready": True, "state": {"running": {}}}]}}
+    v = pod_view(pod)
+    assert (v.ready, v.ready_text) == (True, "1/1")  # "3 pods (3 not ready)" beside rows of 1/1 before
+    pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]  # a readiness gate holds it: it says so
+    assert pod_view(pod).ready is False
