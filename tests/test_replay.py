@@ -282,3 +282,21 @@ async def test_headless_record_holds_the_cluster_and_the_advisor_and_marks_a_dea
     assert replayed.cluster.freshness.status != "fresh"
     advice = [d for d in replayed.autoscalers if d.get("workload") == "Deployment/default/vllm"]
     assert advice and advice[0]["mode"] in ("recommend", "off") and advice[0]["latest"] is not None
+
+
+async def test_replayed_log_lines_carry_the_recorded_time_not_todays(tmp_path):
+    import time as _time
+
+    states = recorded_states()
+    path = tmp_path / "flight.infertop"
+    record(path, states)
+    app = replay_app(path, Clock())
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.player.pause()
+        app.player.seek(states[21].taken_at)
+        app._replay_jump()
+        await pilot.pause()
+        down = [line for line in app.log_lines if "beta" in line and "→ down" in line]
+        assert down, list(app.log_lines)
+        stamp = _time.strftime("%H:%M:%S", _time.localtime(app.state.taken_at))
+        assert down[-1].startswith(stamp), (down, stamp)

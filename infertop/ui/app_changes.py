@@ -87,7 +87,10 @@ class ChangeLogMixin:
     def log_event(self, text: str | Text) -> None:
         """A line in the Log pane. A ``str`` is infertop's own markup; anything that
         comes from outside (names, labels, errors) must be passed as a ``Text``."""
-        line = Text(time.strftime("%H:%M:%S") + " ", style="dim")
+        # in a replay, the time of the recorded tick (not today's clock)
+        player, state = getattr(self, "player", None), getattr(self, "state", None)
+        at = state.taken_at if player is not None and state is not None else None
+        line = Text(time.strftime("%H:%M:%S", time.localtime(at)) + " ", style="dim")
         line.append(text if isinstance(text, Text) else Text.from_markup(text))
         self.log_lines.append(line.plain)
         self.main.query_one("#log-view", RichLog).write(line)
