@@ -51,8 +51,9 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
 async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration_s: float | None,
                       dcgm_urls=None, engine_pods=None, mode: str = "live", stop: asyncio.Event | None = None,
                       prometheus: bool = False, on_tick=None) -> int:
-    """Poll like the TUI, append one fleet state per tick; returns the number of ticks recorded.
-    ``on_tick(state)`` sees each state once it is appended."""
+    """Poll like the TUI, append one fleet state per tick; returns (ticks seen, ticks written to the file,
+    why the last write failed or None). ``on_tick(state)`` sees each state once it is appended. A failed
+    write is said once on stderr and retried with the next block ("recording again" once it works)."""
     from .gpu_snapshot import _collector
     from .sources.vllm import FleetCollector
     from .state.fleet import FleetJoiner
@@ -100,6 +101,7 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
             log.add(state.taken_at, state)
             if on_tick is not None:
                 on_tick(state)
+            _say(log.record_news)
             if log.error:
                 print(f"infertop record: {log.error}", file=sys.stderr)
                 break
@@ -115,7 +117,13 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
         await gpu.aclose()
         await queues.aclose()
         await asyncio.to_thread(log.close)
-    return log.ticks
+        _say(log.record_news)
+    return log.ticks, log.ticks_written, log.record_error
+
+
+def _say(news: list[str]) -> None:
+    while news:
+        print(f"infertop record: {news.pop(0)}", file=sys.stderr)
 
 
 async def cluster_reads(cfg, joiner, stop: asyncio.Event, engine_pods=None) -> None:
@@ -171,11 +179,15 @@ def record_main(args: argparse.Namespace, cfg, endpoints, *, dcgm_urls, engine_p
                                  prometheus=prometheus)
 
     try:
-        n = asyncio.run(run())
+        seen, written, failing = asyncio.run(run())
     except Exception as e:  # noqa: BLE001 — one line, not a traceback (e.g. the file is not a recording)
         print(f"infertop record: {args.file}: {e}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"infertop record: {n} ticks appended to {args.file}", file=sys.stderr)
+    if written < seen:  # only what is in the file counts: ticks lost are a failure, with the reason
+        print(f"infertop record: {written} of {seen} ticks written to {args.file}"
+              f"{f': {failing}' if failing else ''}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"infertop record: {written} ticks appended to {args.file}", file=sys.stderr)
     return EXIT_OK
 
 

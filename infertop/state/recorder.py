@@ -38,6 +38,7 @@ CODECS = ("lzma", "zlib")
 MIN_DECIMALS = 3  # never round a float coarser than 1e-3 (milliseconds of a timestamp)
 _MAX_SCALED = 2**53  # scaled floats must stay exact as integers
 _MAX_BLOCK_TICKS = 3600  # a block also ends after this many ticks, whatever their spacing
+_MAX_HELD_TICKS = 2 * _MAX_BLOCK_TICKS  # while writes fail, at most this many ticks wait in memory
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -412,6 +413,9 @@ class Recorder:
         self._pending_id: int | None = None
         self._flushed_ts: float | None = None
         self.blocks_written = 0
+        self.ticks_written = 0  # ticks of this session in committed blocks (what a crash now would keep)
+        self._done_ticks = 0  # … of them in final blocks (no longer pending)
+        self.ticks_dropped = 0  # refused while writes failed and the pending block was full
 
     def append(self, ts: float, doc: dict) -> None:
         """Record one tick. ``ts`` must increase; ``doc`` must be JSON-able."""
@@ -424,10 +428,18 @@ class Recorder:
                 raise RecordingError(f"{self.path}: recorder is closed")
             if self._last_ts is not None and ts <= self._last_ts:
                 raise ValueError(f"tick at {ts} is not after the last recorded tick ({self._last_ts})")
+            failure = None
             if self._pending and (ts - self._pending.ts[0] >= self.block_s or len(self._pending) >= _MAX_BLOCK_TICKS):
-                self._write_pending(final=True)
-                self._pending, self._pending_id = BlockBuilder(), None
-                self._enforce_retention(ts)
+                try:
+                    self._write_pending(final=True)
+                    self._pending, self._pending_id = BlockBuilder(), None
+                    self._enforce_retention(ts)
+                except RecordingError as e:  # the block stays pending, this tick joins it: the next tick retries
+                    failure = e
+            if len(self._pending) >= _MAX_HELD_TICKS:  # writes have failed for long: bound what waits in memory
+                self.ticks_dropped += 1
+                raise RecordingError(f"{failure or 'cannot write the recording'} "
+                                     f"({self.ticks_dropped} ticks dropped: more than {_MAX_HELD_TICKS} waiting)")
             if not self._pending:
                 self._pending_id = self._next_id
                 self._next_id += 1
@@ -435,8 +447,10 @@ class Recorder:
             self._last_ts = ts
             if self._flushed_ts is None:
                 self._flushed_ts = ts
-            elif ts - self._flushed_ts >= self.flush_s:
+            elif failure is None and ts - self._flushed_ts >= self.flush_s:
                 self._write_pending()
+            if failure is not None:
+                raise failure
 
     def flush(self) -> None:
         """Write the pending block now (a crash after this loses nothing appended before it)."""
@@ -448,10 +462,12 @@ class Recorder:
         with self._lock:
             if self._conn is None:
                 return
-            if self._pending:
-                self._write_pending(final=True)
-            self._conn.close()
-            self._conn = None
+            try:
+                if self._pending:
+                    self._write_pending(final=True)
+            finally:  # a last block that cannot be written is reported; the file is closed anyway
+                self._conn.close()
+                self._conn = None
 
     def __enter__(self) -> Recorder:
         return self
@@ -462,7 +478,10 @@ class Recorder:
     def _write_pending(self, final: bool = False) -> None:
         # An interim flush is rewritten within the minute: compress it cheaply.
         codec = self.codec if final else "zlib-fast"
-        data = self._pending.encode(self.precision, codec)
+        try:
+            data = self._pending.encode(self.precision, codec)
+        except (ValueError, TypeError, OverflowError, MemoryError) as e:
+            raise RecordingError(f"{self.path}: cannot encode a block: {type(e).__name__}: {e}") from None
         try:
             self._conn.execute(
                 "INSERT OR REPLACE INTO blocks (id, t0, t1, n, codec, nbytes, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -474,8 +493,17 @@ class Recorder:
             raise RecordingError(f"{self.path}: cannot write the recording: {e}") from None
         self._flushed_ts = self._pending.ts[-1]
         self.blocks_written += 1
+        self.ticks_written = self._done_ticks + len(self._pending)
+        if final:
+            self._done_ticks = self.ticks_written
 
     def _enforce_retention(self, now_ts: float) -> None:
+        try:
+            self._drop_old_blocks(now_ts)
+        except sqlite3.Error as e:  # the block is written; old ones are dropped at the next block
+            raise RecordingError(f"{self.path}: cannot drop old blocks: {e}") from None
+
+    def _drop_old_blocks(self, now_ts: float) -> None:
         dropped = 0
         if self.retention_s is not None:
             dropped += self._conn.execute("DELETE FROM blocks WHERE t1 < ?", (now_ts - self.retention_s,)).rowcount

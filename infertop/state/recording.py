@@ -175,6 +175,12 @@ class StateLog:
         self._lock = threading.Lock()  # add() and flush() may seal the newest block from different threads
         self.error: str | None = None
         self.ticks = 0
+        # why the recording's last write failed (None while writes succeed): the header says
+        # "rec failing: <reason>" rather than "● rec"; record_news has "recording again" once it works
+        self.record_error: str | None = None
+        self.record_news: list[str] = []
+        self._ticks_written = 0
+        self._failed_at_blocks = 0
         self._queue: queue.Queue[tuple | None] = queue.Queue(maxsize=10_000)
         self._thread: threading.Thread | None = None
         self._recorder: Any = None
@@ -235,11 +241,32 @@ class StateLog:
             finally:
                 self._queue.task_done()
 
+    @property
+    def ticks_written(self) -> int:
+        """Ticks of this run committed to the recording (not merely added)."""
+        rec = self._recorder
+        return rec.ticks_written if rec is not None else self._ticks_written
+
     def _record(self, ts: float, item: Any) -> None:
         try:
             self._recorder.append(ts, _doc(item))
         except Exception as e:  # noqa: BLE001 — a recording problem must not stop the console
-            self.error = f"recording {self.path}: {e}"
+            self._record_failed(e)
+            return
+        if self.record_error is not None and self._recorder.blocks_written > self._failed_at_blocks:
+            self._record_ok()
+
+    def _record_failed(self, e: Exception) -> None:
+        reason = str(e).removeprefix(f"{self.path}: ") or type(e).__name__
+        if reason != self.record_error:
+            self.record_news.append(f"recording {self.path}: rec failing: {reason}")
+        self.record_error = reason
+        self._failed_at_blocks = self._recorder.blocks_written  # "again" once a block is written after this
+
+    def _record_ok(self) -> None:
+        self.record_error = None
+        self.record_news.append(f"recording {self.path}: recording again ({self._recorder.ticks_written} ticks "
+                                "written this run)")
 
     def _pack_block(self, block: _Block) -> None:
         items = block.held
@@ -321,8 +348,11 @@ class StateLog:
         if self._recorder is not None:
             try:
                 self._recorder.close()
+                if self.record_error is not None and self._recorder.blocks_written > self._failed_at_blocks:
+                    self._record_ok()
             except Exception as e:  # noqa: BLE001
-                self.error = f"recording {self.path}: {e}"
+                self._record_failed(e)
+            self._ticks_written = self._recorder.ticks_written
             self._recorder = None
 
 

@@ -64,6 +64,9 @@ class PaintMixin:
         previous, self.state = self.state, state
         if self.player is None:
             self.state_log.add(state.taken_at, state)
+            news = self.state_log.record_news
+            while news:  # "rec failing: …" / "recording again", from the recorder thread
+                self.log_event(Text(news.pop(0)))
         record_state(self.history, state)
         record_history(self.history, flatten(state.gpus))
         self._note_changes(previous, state)
@@ -148,7 +151,8 @@ class PaintMixin:
         if self.player is None and self.state is not None:
             # live, the header's text is made of these: a tick that changes none of them writes the clock
             # only (building the header each tick was 2 % of it)
-            key = (n, s.mode, s.read_only, s.config.source, s.record_path, self.state_log.error is None)
+            key = (n, s.mode, s.read_only, s.config.source, s.record_path, self.state_log.error is None,
+                   self.state_log.record_error)
             if key == self._top_key:
                 self.main.query_one("#clock", LineStatic).show(
                     time.strftime('%H:%M:%S', time.localtime(self.state.taken_at)))
@@ -172,7 +176,11 @@ class PaintMixin:
         elif self.state is not None:
             clock = time.strftime('%H:%M:%S', time.localtime(self.state.taken_at))
             if s.record_path:
-                text.append(" · ● rec", style="red" if self.state_log.error is None else "yellow")
+                failing = self.state_log.record_error
+                if failing is not None:  # not "● rec" while nothing is written
+                    text.append(f" · rec failing: {failing}", style="bold yellow")
+                else:
+                    text.append(" · ● rec", style="red" if self.state_log.error is None else "yellow")
         self.main.query_one("#topbar", QuietStatic).show(text)
         self.main.query_one("#clock", LineStatic).show(clock)
 

@@ -165,3 +165,92 @@ async def test_a_corrupt_later_block_stops_playback_in_place(tmp_path):
         assert app.is_running
         assert "corrupt block" in app.replay_error
         assert any("replay stopped" in line for line in app.log_lines)
+
+
+# -- item 1: the recorder counts and says only what is in the file ------------------------------------------
+# A real write error without patching: RLIMIT_FSIZE in a child process (EFBIG on every write past the limit;
+# Python ignores SIGXFSZ), lifted again to show the recorder recovers.
+
+_FULL_DISK_LOG = r'''
+import json, os, resource, sys
+from infertop.state.recording import StateLog
+from infertop.state.replay import Replay
+path = sys.argv[1]
+log = StateLog(path, refresh_s=1.0, keep_s=0, retention_s=None)
+log._recorder.flush_s, log._recorder.block_s = 1.0, 3.0  # small blocks: several in a short run
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+out = {}
+def run(first, n):
+    for i in range(first, first + n):
+        log.add(1_700_000_000.0 + i, {"s": os.urandom(2000).hex(), "i": i})  # incompressible: pages per tick
+        log.flush()
+run(0, 5)
+resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(path + "-wal") + 100, hard))  # the disk is full
+run(5, 10)
+out["failing"] = log.record_error
+out["written_while_full"] = log.ticks_written
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # space again
+run(15, 10)
+out["after"] = log.record_error
+log.close()
+out["news"] = list(log.record_news)
+out["written"] = log.ticks_written
+with Replay(path) as rp:
+    out["in_file"] = rp.count()
+print(json.dumps(out))
+'''
+
+
+def _child(tmp_path, script: str, *args: str, timeout_s: float = 120):
+    import subprocess
+    import sys
+
+    (tmp_path / "child.py").write_text(script)
+    return subprocess.run([sys.executable, str(tmp_path / "child.py"), *args], capture_output=True, text=True,
+                          timeout=timeout_s)
+
+
+def test_a_full_disk_is_said_retried_and_nothing_is_lost_once_it_has_space(tmp_path):
+    """The old code lost every tick that arrived while the disk was full (16 of 25 in the file, no
+    record_error) and kept saying '● rec'."""
+    import json
+
+    r = _child(tmp_path, _FULL_DISK_LOG, str(tmp_path / "r.infertop"))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["failing"] and "cannot write the recording" in out["failing"]
+    assert out["written_while_full"] < 15  # counted: only what was committed
+    assert out["after"] is None
+    assert any("rec failing: cannot write the recording" in n for n in out["news"])
+    assert any("recording again" in n for n in out["news"])
+    assert out["in_file"] == out["written"] == 25  # held while full, written once there was space
+
+
+_FULL_DISK_RECORD = r'''
+import os, resource, sys
+path = sys.argv[1]
+if sys.argv[2] == "seed":
+    from infertop.state.recorder import Recorder
+    rec = Recorder(path, flush_s=0.5, block_s=1.0)
+    for i in range(40):
+        rec.append(1_700_000_000 + i, {"s": os.urandom(1500).hex(), "i": i})
+    os._exit(0)  # killed: its -wal stays, so the next writer appends past the end of it
+limit = os.path.getsize(path + "-wal") - 1  # no room for one more page: the disk is full
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+from infertop.cli import main
+sys.exit(main(["record", path, "--duration", "1.5", "--config", sys.argv[3]]))
+'''
+
+
+def test_record_on_a_full_disk_exits_1_with_the_reason_not_ticks_appended(tmp_path):
+    """The old code printed '8 ticks appended' and exited 0 having written nothing."""
+    path = str(tmp_path / "r.infertop")
+    config = tmp_path / "c.yaml"
+    config.write_text("gpu:\n  nvml: false\nrefresh_s: 0.2\n")
+    assert _child(tmp_path, _FULL_DISK_RECORD, path, "seed").returncode == 0
+    r = _child(tmp_path, _FULL_DISK_RECORD, path, "run", str(config))
+    assert r.returncode == 1, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"infertop record: 0 of ") and "ticks written to" in last
+    assert "cannot write the recording" in last and "appended" not in r.stderr
+    assert "Traceback" not in r.stderr
