@@ -31,6 +31,7 @@ import sqlite3
 import threading
 import zlib
 from collections.abc import Iterable
+from pathlib import Path
 
 FORMAT = "infertop-recording"
 VERSION = 1
@@ -348,11 +349,19 @@ def _create_private(path: str) -> None:
         raise RecordingError(f"cannot open {path}: {e.strerror}") from None
 
 
+def _readonly_uri(path: str) -> str:
+    """A URI that opens ``path`` without writing beside it. No ``-wal`` (no writer, or one that closed):
+    ``immutable=1``, so SQLite creates no -wal/-shm next to a file someone handed over; with a ``-wal`` a
+    writer may be appending: ``mode=ro`` uses its -wal/-shm and sees every block it commits."""
+    uri = Path(path).absolute().as_uri()  # percent-encoded: a '?' or '#' in a name stays part of it
+    return f"{uri}?mode=ro" if os.path.exists(path + "-wal") else f"{uri}?mode=ro&immutable=1"
+
+
 def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
     """Open ``path`` as a recording (created when writable and absent)."""
     try:
         if readonly:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            conn = sqlite3.connect(_readonly_uri(path), uri=True, check_same_thread=False)
         else:
             _create_private(path)
             conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)

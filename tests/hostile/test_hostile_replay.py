@@ -254,3 +254,33 @@ def test_record_on_a_full_disk_exits_1_with_the_reason_not_ticks_appended(tmp_pa
     assert last.startswith(f"infertop record: 0 of ") and "ticks written to" in last
     assert "cannot write the recording" in last and "appended" not in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_replay_leaves_no_wal_or_shm_beside_the_file(tmp_path):
+    """Item 3: the old code's mode=ro open made r.infertop-wal and r.infertop-shm next to a file handed over
+    (and left them after close)."""
+    from infertop.state.recorder import record_all
+    from infertop.state.replay import Player, Replay
+
+    path = tmp_path / "r.infertop"
+    record_all(str(path), [(1_700_000_000.0 + i, {"i": i}) for i in range(5)])
+    replay = Replay(str(path))
+    span = replay.span()
+    player = Player(replay, clock=lambda: 0.0)
+    assert player.due() == [(span[0], {"i": 0})]
+    assert player.step(3) == (span[0] + 3, {"i": 3})
+    assert replay.count() == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # while open, too
+    replay.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_a_name_with_hash_or_question_mark_replays(tmp_path):
+    """The old URI f'file:{path}?mode=ro' cut the name at '?' or '#': 'unable to open database file'."""
+    from infertop.state.recorder import record_all
+    from infertop.state.replay import Replay
+
+    path = str(tmp_path / "r #1?.infertop")
+    record_all(path, [(1_700_000_000.0 + i, {"i": i}) for i in range(3)])
+    with Replay(path) as rp:
+        assert rp.count() == 3
