@@ -14,24 +14,53 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 from collections.abc import Callable
 from typing import Any
 
-from ..domain.gpu import GpuStats
+from ..domain.gpu import UNAVAILABLE, GpuStats
 from ..domain.source import SourceHealth
-from .dcgm import METRICS, build_rows
+from .dcgm import _UUID_LABELS, METRICS, _identity, build_rows
 from .prom_connect import connect_prometheus
 from .sanitize import error_text
 
 NO_SERIES = "Prometheus has no DCGM_FI_* series — is dcgm-exporter scraped by it?"
 HOST_LABELS = ("Hostname", "hostname", "instance")
+#: the label that tags the series of each GPU's newest sample time in the answer
+AGE_LABEL = "infertop_sample_ts"
+STALE_AFTER_S = 30.0  # as prometheus.stale_after_s: a GPU whose newest sample is older is stale
 
 
 def gpu_query(metrics: tuple[str, ...] = METRICS, selector: str = "") -> str:
-    """The PromQL instant query for all GPU fields (``selector``: extra matchers, e.g. ``job="dcgm"``)."""
+    """The PromQL instant query for all GPU fields (``selector``: extra matchers, e.g. ``job="dcgm"``),
+    and, in the same answer, each GPU's newest sample time: an instant query's value timestamp is
+    the evaluation time, not when the sample was taken (a series keeps its last sample for 5 min)."""
     names = "|".join(re.escape(m) for m in metrics)
     extra = f",{selector}" if selector else ""
-    return f'{{__name__=~"{names}"{extra}}}'
+    fields = f'{{__name__=~"{names}"{extra}}}'
+    by = ", ".join(HOST_LABELS + ("gpu",) + _UUID_LABELS)
+    # timestamp() of a plain selector is the sample's time; one per metric (it drops the name, so
+    # one selector over all names would repeat label sets), ``or`` keeps one of each label set
+    times = " or ".join(f"timestamp({m}{{{selector}}})" for m in metrics)
+    return f'{fields} or label_replace(max by ({by}) ({times}), "{AGE_LABEL}", "1", "", "")'
+
+
+def sample_times(result: list, host_labels: tuple[str, ...] = HOST_LABELS) -> dict[tuple, float]:
+    """(host, gpu, UUID) → the newest sample's time (wall clock) of the age series in ``result``."""
+    out: dict[tuple, float] = {}
+    for item in result:
+        labels = item.get("metric") or {}
+        value = item.get("value")
+        if AGE_LABEL not in labels or "__name__" in labels or not value:
+            continue
+        try:
+            ts = float(value[1])
+        except (TypeError, ValueError, IndexError):
+            continue
+        key, _ = _identity({k: v for k, v in labels.items() if k != AGE_LABEL}, host_labels, None)
+        if ts == ts:
+            out[key[:3]] = max(ts, out.get(key[:3], ts))
+    return out
 
 
 def describe_prom_error(exc: BaseException, timeout_s: float) -> str:
@@ -68,12 +97,14 @@ class PromGpuSource:
     kind = "prometheus"
 
     def __init__(self, url: str, timeout_s: float = 5.0, token_file: str | None = None, *,
-                 selector: str = "", prom: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 selector: str = "", prom: Any = None, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time, stale_after_s: float = STALE_AFTER_S) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.token_file = token_file
         self.selector = selector
-        self.clock = clock
+        self.clock, self.wall = clock, wall
+        self.stale_after_s = stale_after_s
         self._prom = prom
         self.query = gpu_query(selector=selector)
         self.health = SourceHealth(name=self.url, kind="prometheus", ok=False)
@@ -98,7 +129,20 @@ class PromGpuSource:
             except (TypeError, ValueError, IndexError):
                 continue
             triples.append((name, labels, v))
-        return build_rows(triples, source="prometheus", source_url=self.url, host_labels=HOST_LABELS)
+        rows = build_rows(triples, source="prometheus", source_url=self.url, host_labels=HOST_LABELS)
+        return self._mark_stale(rows, sample_times(result))
+
+    def _mark_stale(self, rows: list[GpuStats], times: dict[tuple, float]) -> list[GpuStats]:
+        """Rows whose newest sample is older than ``stale_after_s``: their values kept, marked stale."""
+        now = self.wall()
+        out = []
+        for g in rows:
+            ts = times.get((g.host, g.index, g.uuid))
+            age_s = None if ts is None else now - ts
+            if age_s is not None and age_s > self.stale_after_s:
+                g = replace(g, state=UNAVAILABLE, error=f"stale in Prometheus: newest sample {age_s:.0f} s old")
+            out.append(g)
+        return out
 
     def collect(self) -> list[GpuStats]:
         """Blocking; [] (with :attr:`health` saying why) on failure."""

@@ -190,3 +190,27 @@ def test_the_fleet_source_shows_each_refusal_in_place_and_recovers(hostile):
         assert src.refresh().error is None and src.health.ok
     finally:
         src.close()
+
+
+def test_a_gpu_row_whose_newest_sample_is_old_shows_stale(hostile):
+    """An instant query's value timestamp is the evaluation time: a GPU last sampled 40 s ago came
+    back as fresh. The answer also carries each GPU's newest sample time (timestamp()); older than
+    stale_after_s, that row keeps its values and says it is stale."""
+    now = time.time()
+
+    def gpu(i: int, util: str) -> dict:
+        return {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": str(i), "Hostname": "n1", "UUID": f"GPU-{i}"},
+                "value": [now, util]}
+
+    def sampled(i: int, ts: float) -> dict:  # what Prometheus answers for the age part: no __name__
+        return {"metric": {"gpu": str(i), "Hostname": "n1", "UUID": f"GPU-{i}", "infertop_sample_ts": "1"},
+                "value": [now, str(ts)]}
+
+    hostile.mode, hostile.doc = "doc", {"status": "success", "data": {"resultType": "vector", "result": [
+        gpu(0, "90"), gpu(1, "42"), sampled(0, now - 40.0), sampled(1, now - 1.0)]}}
+    src = PromGpuSource(hostile.url, timeout_s=1.0)  # stale after 30 s, as prometheus.stale_after_s
+    rows = {r.index: r for r in src.collect()}
+    assert src.health.ok and sorted(rows) == [0, 1]
+    assert (rows[0].state, rows[0].error, rows[0].util_pct) == (
+        "unavailable", "stale in Prometheus: newest sample 40 s old", 90.0)  # kept, never shown as fresh
+    assert (rows[1].state, rows[1].error, rows[1].util_pct) == ("ok", None, 42.0)
