@@ -193,6 +193,7 @@ def test_reading_stops_at_the_size_limit(tmp_path):
         load_config("/dev/zero")
     with pytest.raises(ConfigError, match="not a regular file"):
         load_config(tmp_path)
+    assert load_config(os.devnull).engines == []  # --config /dev/null: no config file, said on purpose
 
 
 def test_many_engines_and_a_late_duplicate():
