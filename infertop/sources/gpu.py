@@ -87,7 +87,8 @@ class GpuCollector:
         elif urls:
             use_prom = False
         self.prom: PromGpuSource | None = (
-            PromGpuSource(prometheus.url, prometheus.timeout_s, prometheus.token_file, clock=clock)  # type: ignore[union-attr,arg-type]
+            PromGpuSource(prometheus.url, prometheus.timeout_s, prometheus.token_file, clock=clock,
+                          stale_after_s=prometheus.stale_after_s)  # type: ignore[union-attr,arg-type]
             if use_prom else None
         )
         self.engines: list[EngineRef] = [e if isinstance(e, EngineRef) else EngineRef(*e) for e in engines]
