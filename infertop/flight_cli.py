@@ -216,13 +216,15 @@ def open_replay(path: str):
     import os
 
     from .state.recorder import RecordingError
-    from .state.replay import Replay
+    from .state.replay import Replay, check_span
 
     if not os.path.exists(path):
         raise ValueError(f"{path}: no such file")
     try:
         replay = Replay(path)
         span = replay.span()
+        if span is not None:
+            check_span(path, span)
     except RecordingError as e:
         raise ValueError(str(e)) from None
     except Exception as e:  # noqa: BLE001 — sqlite errors too

@@ -24,6 +24,12 @@ from .recorder import RecordingError, connect, decode_block
 
 Tick = tuple[float, dict]
 
+# A tick of a file handed over shows at most this many engines and GPUs (20000 took 935 MB and never
+# painted); the doc's "truncated" says how many there were.
+MAX_REPLAY_ITEMS = {"engines": 4096, "gpus": 4096}
+# Tick times are wall-clock seconds: a file's must lie in 2000–2100 (t0=-1e308 is not a time).
+MIN_WALL_S, MAX_WALL_S = 946_684_800.0, 4_102_444_800.0
+
 SPEEDS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 MIN_SPEED, MAX_SPEED = SPEEDS[0], SPEEDS[-1]
 
@@ -141,8 +147,9 @@ class Replay:
                            row[0], row[1], row[3]).fetchone()
         if data is None:  # rewritten between the two queries: take the new version
             return self._block(where, *args)
-        ticks = decode_block(data[1], data[0])
+        ticks = decode_block(data[1], data[0], MAX_REPLAY_ITEMS)
         block = ([t for t, _ in ticks], [d for _, d in ticks])
+        _check_times(block[0], row)
         self._cache[key] = block
         if len(self._cache) > self._cache_blocks:
             self._cache.popitem(last=False)
@@ -278,6 +285,28 @@ class Player:
         if pos is not None:
             self._pos = pos
         self._anchor = self.clock()
+
+
+def _check_times(ts: list, row: tuple) -> None:
+    """A block's ticks are as many as its row says, increasing, from its t0 to its t1 (bisect and the
+    player rely on it)."""
+    _, n, t0, t1 = row
+    if len(ts) != n or not ts or ts[0] != t0 or ts[-1] != t1:
+        raise RecordingError(f"corrupt block: {len(ts)} ticks from {ts[:1]} to {ts[-1:]}, "
+                             f"its index says {n} from {t0!r} to {t1!r}")
+    if not all(a < b for a, b in zip(ts, ts[1:])):
+        raise RecordingError("corrupt block: tick times do not increase")
+
+
+def check_span(path: str, span: tuple[float, float]) -> None:
+    """Refuse a recording whose times are no wall-clock times (:class:`RecordingError`, one line)."""
+    t0, t1 = span
+    for t in (t0, t1):
+        if not (isinstance(t, (int, float)) and MIN_WALL_S <= t <= MAX_WALL_S):
+            raise RecordingError(f"{path}: damaged recording (tick time {t!r} is not a wall-clock time "
+                                 "between 2000 and 2100)")
+    if t0 > t1:
+        raise RecordingError(f"{path}: damaged recording (it starts at {t0!r}, after its end {t1!r})")
 
 
 def _clamp_speed(speed: float) -> float:

@@ -16,6 +16,7 @@ from rich.text import Text
 from ..sources.sanitize import plain_text
 from ..state.fleet import FleetState
 from ..state.fleet_history import record_state
+from ..state.replay import MAX_REPLAY_ITEMS
 
 
 class ReplayActions:
@@ -32,12 +33,27 @@ class ReplayActions:
         except Exception as e:  # noqa: BLE001 — a damaged later block: said in place, playback stops there
             self._replay_stopped(e)
             return
+        self._note_truncated(ticks)
         for st in states[:-1]:
             record_state(self.history, st)  # sparklines keep every tick
         if states:
             self.show_state(states[-1])
         else:
             self._render_top()
+
+    def _note_truncated(self, ticks) -> None:
+        """Say once per list and count that a tick held more engines/GPUs than replay shows."""
+        said = getattr(self, "_truncated_said", None)
+        if said is None:
+            said = self._truncated_said = set()
+        for _, doc in ticks:
+            for what, count in (doc.get("truncated") or {}).items():
+                if (what, count) not in said and len(said) < 100:
+                    said.add((what, count))
+                    shown = MAX_REPLAY_ITEMS.get(what, "?")
+                    line = plain_text(f"replay: a tick holds {count} {what}, the first {shown} are shown", 200)
+                    self.log_event(Text(line, style="yellow"))
+                    self.notify(line, severity="warning", timeout=10)
 
     def _replay_stopped(self, e: Exception) -> None:
         self.replay_error = plain_text(f"replay stopped: {type(e).__name__}: {e}", 300)

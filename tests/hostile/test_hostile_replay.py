@@ -126,7 +126,7 @@ def test_a_damaged_recording_is_one_line_and_exit_2(tmp_path):
 
     path = tmp_path / "bad.db"
     with Recorder(str(path), retention_s=None) as rec:
-        rec.append(1.0, {"engines": 5, "refresh_s": "x"})
+        rec.append(1_700_000_000.0, {"engines": 5, "refresh_s": "x"})  # a wall-clock time: from_doc fails
     p = subprocess.run([sys.executable, "-m", "infertop", "replay", str(path)], capture_output=True, text=True,
                        timeout=120, stdin=subprocess.DEVNULL)
     assert p.returncode == 2, p.stderr
@@ -284,3 +284,97 @@ def test_a_name_with_hash_or_question_mark_replays(tmp_path):
     record_all(path, [(1_700_000_000.0 + i, {"i": i}) for i in range(3)])
     with Replay(path) as rp:
         assert rp.count() == 3
+
+
+# -- item 2: header bombs --------------------------------------------------------------------------------
+
+
+def _recorded(path, n: int = 3, engines: int | None = None) -> None:
+    from test_replay import recorded_states  # real states, as the live console records them
+
+    from infertop.state.recorder import Recorder
+
+    with Recorder(str(path), retention_s=None) as rec:
+        for st in recorded_states(n):
+            doc = st.to_doc()
+            if engines is not None:
+                doc["engines"] = [dict(doc["engines"][0], name=f"e{i}") for i in range(engines)]
+            rec.append(st.taken_at, doc)
+
+
+def test_a_recording_whose_times_are_not_wall_clock_times_is_refused(tmp_path):
+    """t0=-1e308 in the block index: the old code opened it (span from -1e308) and the TUI took it."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    import pytest
+
+    from infertop.flight_cli import open_replay
+
+    path = tmp_path / "r.db"
+    _recorded(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE blocks SET t0 = -1e308")
+    with pytest.raises(ValueError, match=r"damaged recording \(tick time -1e\+308 is not a wall-clock time"):
+        open_replay(str(path))
+    p = subprocess.run([sys.executable, "-m", "infertop", "replay", str(path)], capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "wall-clock" in p.stderr, p.stderr
+
+
+def test_a_block_whose_times_disagree_with_its_index_is_corrupt(tmp_path):
+    import sqlite3
+
+    import pytest
+
+    from infertop.state.recorder import RecordingError
+    from infertop.state.replay import Replay
+
+    path = tmp_path / "r.db"
+    _recorded(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE blocks SET n = 5000000")  # 5 M ticks claimed, 3 held
+    with Replay(str(path)) as rp, pytest.raises(RecordingError, match="corrupt block: 3 ticks"):
+        rp.at(rp.span()[1])
+
+
+async def test_a_tick_with_more_than_4096_engines_shows_4096_and_says_how_many(tmp_path):
+    """The old code built all of them (20000: 935 MB in the TUI, never painted)."""
+    from infertop.config import Config, GpuConfig
+    from infertop.state.fleet import FleetState
+    from infertop.state.replay import Player, Replay
+    from infertop.ui.app import InfertopApp, Settings
+
+    path = tmp_path / "r.db"
+    _recorded(path, n=1, engines=5000)
+    with Replay(str(path)) as rp:
+        ts, doc = rp.at(rp.span()[1])
+    assert len(doc["engines"]) == 4096 and doc["engines"][-1]["name"] == "e4095"
+    assert doc["truncated"] == {"engines": 5000}
+    assert len(FleetState.from_doc(doc).engines) == 4096
+    player = Player(Replay(str(path)), clock=lambda: 1000.0)
+    app = InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False)), endpoints=[], read_only=True,
+                               mode="replay", replay=player, replay_path=str(path)), poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(20):  # bounded: the tick is due at once
+            app.replay_tick()
+            await pilot.pause()
+            if app.state is not None:
+                break
+        assert app.is_running and len(app.state.engines) == 4096
+        assert any("a tick holds 5000 engines, the first 4096 are shown" in line for line in app.log_lines)
+
+
+def test_a_block_header_past_24_mib_is_refused_before_it_is_parsed():
+    """20000 engines made a 50 MB header, parsed whole (617 MB RSS); the old code parsed any header."""
+    import lzma
+
+    import pytest
+
+    from infertop.state.recorder import RecordingError, decode_block
+
+    header = b'{"ts":[1700000000.0],"p":[],"c":[],"x":"' + b"a" * (25 * 2**20) + b'"}'
+    data = lzma.compress(len(header).to_bytes(4, "big") + header)
+    with pytest.raises(RecordingError, match=r"corrupt block: header of 25.0 MiB \(the limit is 24 MiB\)"):
+        decode_block(data, "lzma")
