@@ -378,3 +378,48 @@ def test_a_block_header_past_24_mib_is_refused_before_it_is_parsed():
     data = lzma.compress(len(header).to_bytes(4, "big") + header)
     with pytest.raises(RecordingError, match=r"corrupt block: header of 25.0 MiB \(the limit is 24 MiB\)"):
         decode_block(data, "lzma")
+
+
+async def test_the_header_says_rec_failing_while_writes_fail_and_the_log_says_recording_again(tmp_path):
+    """The old header kept '● rec' while nothing was written. A real EFBIG: RLIMIT_FSIZE below the end of
+    the recording's -wal for a few ticks (only this window; Python ignores SIGXFSZ)."""
+    import os
+    import resource
+
+    from test_replay import recorded_states, text_of
+
+    from infertop.config import Config, GpuConfig
+    from infertop.ui.app import InfertopApp, Settings
+
+    path = str(tmp_path / "r.infertop")
+    app = InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False)), endpoints=[], record_path=path,
+                               state_dir=str(tmp_path / "state")), poll=False)
+    states = iter(recorded_states(12))
+    async with app.run_test(size=(160, 30)) as pilot:
+        log = app.state_log
+        log._recorder.flush_s = 0.5  # a block write every tick (the ticks are 1 s apart)
+        for _ in range(2):
+            app.show_state(next(states))
+            log.flush()
+        assert log.ticks_written == 2 and "● rec" in text_of(app, "#topbar")
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(path + "-wal"), hard))  # the disk is full
+        try:
+            for _ in range(3):
+                app.show_state(next(states))
+                log.flush()
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        app._render_top()
+        await pilot.pause()
+        top = text_of(app, "#topbar")
+        assert "rec failing: cannot write the recording" in top and "● rec" not in top, top
+        assert log.ticks_written == 2
+        for _ in range(2):  # space again: the held ticks are written with the next block
+            app.show_state(next(states))
+            log.flush()
+        app.show_state(next(states))
+        await pilot.pause()
+        assert "● rec" in text_of(app, "#topbar") and log.ticks_written >= 7
+        assert any("rec failing: cannot write the recording" in line for line in app.log_lines)
+        assert any("recording again" in line for line in app.log_lines)
