@@ -300,3 +300,20 @@ async def test_replayed_log_lines_carry_the_recorded_time_not_todays(tmp_path):
         assert down, list(app.log_lines)
         stamp = _time.strftime("%H:%M:%S", _time.localtime(app.state.taken_at))
         assert down[-1].startswith(stamp), (down, stamp)
+
+
+async def test_the_end_of_a_recording_is_said_once_in_the_log_and_the_header(tmp_path):
+    states = recorded_states(10)
+    path = tmp_path / "flight.infertop"
+    record(path, states)
+    clock = Clock()
+    app = replay_app(path, clock, speed=4.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(6):
+            app.replay_tick()
+            clock.mono += 2.0  # 8 recorded seconds a step: past the end
+        await pilot.pause()
+        assert app.state.tick == states[-1].tick
+        assert [line for line in app.log_lines if "end of recording" in line] != []
+        assert len([line for line in app.log_lines if "end of recording" in line]) == 1
+        assert "end of recording" in text_of(app, "#topbar")

@@ -170,7 +170,8 @@ class PaintMixin:
             text = Text()
             text.append("infertop replay", style="bold")
             text.append(f" · {Path(s.replay_path or '').name} · ")
-            text.append("paused" if p.paused else f"×{p.speed:g}", style="bold yellow")
+            word = "end of recording" if p.at_end else ("paused" if p.paused else f"×{p.speed:g}")
+            text.append(word, style="bold yellow")
             if self.state is not None:
                 clock = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.state.taken_at))
         elif self.state is not None:

@@ -40,6 +40,10 @@ class ReplayActions:
             self.show_state(states[-1])
         else:
             self._render_top()
+        at_end = self.player.at_end
+        if at_end and not getattr(self, "_end_said", False):
+            self.log_event(Text("end of recording: g seeks, [ steps back", style="yellow"))
+        self._end_said = at_end  # said again after a seek back and a second end
 
     def _note_truncated(self, ticks) -> None:
         """Say once per list and count that a tick held more engines/GPUs than replay shows."""
