@@ -234,7 +234,7 @@ def test_every_kind_deserializes_into_the_strict_models(emu, api):
     assert crash.state.waiting.reason == "CrashLoopBackOff" and crash.restart_count >= 1
     assert crash.last_state.terminated.reason == "Error" and crash.last_state.terminated.exit_code == 1
     ready = by_app["engine"].status
-    assert ready.phase == "Running" and ready.pod_ip and ready.host_ip.startswith("10.0.0.")
+    assert ready.phase == "Running" and ready.pod_ip and ready.host_ip.startswith("127.1.0.")
     assert {c.type: c.status for c in ready.conditions}["Ready"] == "True"
 
     events = core.list_event_for_all_namespaces().items
@@ -1034,3 +1034,17 @@ def test_namespace_deletion_removes_its_content(emu, api):
     emu.reconcile()
     assert "scratch" not in {n.metadata.name for n in core.list_namespace().items}
     assert core.list_pod_for_all_namespaces(field_selector="metadata.namespace=scratch").items == []
+
+
+def test_every_emulated_address_is_loopback(kube_emulator):
+    """The Cluster pane scrapes pod IPs: nothing the emulator hands out may lead off the machine."""
+    import ipaddress
+
+    emu = kube_emulator("loopback-addrs", reconcile_interval=0.05)
+    emu.add_deployment("default", "vllm", replicas=2)
+    emu.wait_until(lambda: all((p.get("status") or {}).get("podIP") for p in emu.list("pods", "default"))
+                   and len(emu.list("pods", "default")) == 2)
+    addrs = [a["address"] for n in emu.list("nodes") for a in n["status"]["addresses"] if a["type"] == "InternalIP"]
+    for p in emu.list("pods", "default"):
+        addrs += [p["status"]["podIP"], p["status"]["hostIP"]]
+    assert len(addrs) == 2 + 4 and all(ipaddress.ip_address(a).is_loopback for a in addrs), addrs

@@ -87,7 +87,7 @@ class Kubelet(ControllerBase):
                 else:
                     ports.append({"name": "http", "containerPort": port, "protocol": "TCP"})
         host_ip = next((a["address"] for a in (node.get("status") or {}).get("addresses") or []
-                        if a.get("type") == "InternalIP"), "10.0.0.1")
+                        if a.get("type") == "InternalIP"), "127.0.0.1")
         status["hostIP"] = host_ip
         status["hostIPs"] = [{"ip": host_ip}]
         elapsed = now - started

@@ -32,7 +32,7 @@ class ObjectSeeding:
                  ready: bool = True, gpu_product: str = "NVIDIA-H100-80GB-HBM3",
                  address: str | None = None) -> dict:
         self._node_count += 1
-        address = address or f"10.0.0.{10 + self._node_count}"
+        address = address or f"127.1.0.{10 + self._node_count}"  # loopback: nothing emulated is off the machine
         now = format_time(self.clock())
         resources = {"cpu": str(cpu), "memory": str(memory), "pods": "110", "ephemeral-storage": "1Ti"}
         node_labels = {
@@ -56,7 +56,7 @@ class ObjectSeeding:
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": name, "labels": node_labels},
-            "spec": {"podCIDR": f"10.244.{self._node_count}.0/24"},
+            "spec": {"podCIDR": f"127.{self._node_count}.0.0/16"},
             "status": {
                 "capacity": dict(resources),
                 "allocatable": dict(resources),
