@@ -264,7 +264,7 @@ def print_table(state: FleetState, out: TextIO | None = None) -> None:
         for v in verdicts:
             print(f"  {v.severity:<8} {v.kind} {plain(v.subject)}: {plain(v.explanation, 400)}", file=out)
             for r in v.remedies:
-                print(f"           → {plain(r, 400)}", file=out)
+                print(f"           → {plain(str(r), 400)}", file=out)
     print(file=out)
     print("sources:", file=out)
     for src in state.sources:

@@ -65,7 +65,8 @@ def test_kv_bound_raises_after_5_s_holds_above_the_clear_level_and_clears():
     assert ("queue-bound", "e0") not in set().union(*map(kinds, out))  # the look-alike is not raised
     assert kinds(out[-1]) == set()
     v = out[5][0]
-    assert v.since == 1000.0 and "m: lower max_num_seqs 16 → 12" in v.remedies[0]
+    assert v.since == 1000.0 and "m: lower max_num_seqs 16 → 12" in str(v.remedies[0])
+    assert (v.remedies[0].key, v.remedies[0].target, v.remedies[0].value) == ("m", "e0", 12)
 
 
 def test_queue_bound_names_little_law_replicas_and_raising_max_num_seqs():
@@ -75,8 +76,8 @@ def test_queue_bound_names_little_law_replicas_and_raising_max_num_seqs():
     assert kinds(out[-1]) == {("queue-bound", "e0"), ("queue-bound", "e1")}
     v = out[-1][0]
     # 20 req/s × 4 s = 80 in flight, × 1.3 = 104 → 7 engines of 16
-    assert v.remedies[0].startswith("S: scale llama 2 → 7 engines")
-    assert v.remedies[1].startswith("m: raise max_num_seqs 16 → 32 (KV cache 40")
+    assert str(v.remedies[0]).startswith("S: scale llama 2 → 7 engines") and v.remedies[0].value == 7
+    assert str(v.remedies[1]).startswith("m: raise max_num_seqs 16 → 32 (KV cache 40")
     assert any(ev.signal == "queue share of TTFT p99" and ev.value == "80 %" for ev in v.evidence)
 
 
@@ -107,7 +108,7 @@ def test_gpu_faults_are_joined_to_their_engine(gpu, kind):
     out = run(Triage(), [fleet(engine(), gpus=[gpu])] * 12)
     (v,) = out[-1]
     assert (v.kind, v.subject) == (kind, "n1:gpu3") and "engine e0 on it" in v.explanation
-    assert v.remedies[0].startswith("C, N: cordon and drain the node n1")
+    assert str(v.remedies[0]).startswith("N: cordon and drain the node n1")
 
 
 def test_an_idle_gpu_with_its_clocks_held_down_is_not_throttled_and_app_xids_are_not_faults():

@@ -8,6 +8,6 @@ spell, so a value hovering at a threshold never flaps.
 
 from .debounce import Debouncer
 from .engine import Triage
-from .types import Evidence, Finding, Verdict
+from .types import Evidence, Finding, Remedy, Verdict
 
-__all__ = ["Debouncer", "Evidence", "Finding", "Triage", "Verdict"]
+__all__ = ["Debouncer", "Evidence", "Finding", "Remedy", "Triage", "Verdict"]

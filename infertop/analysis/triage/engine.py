@@ -7,7 +7,7 @@ from collections import deque
 from ...domain.engine import DOWN, UP
 from .debounce import Debouncer
 from .rules import RULES
-from .types import CRITICAL, Evidence, Finding, Verdict
+from .types import CRITICAL, Evidence, Finding, Remedy, Verdict
 
 # kind → (seconds the condition must hold before the verdict, seconds quiet before it clears).
 # Seconds, not minutes: the point is to say it while it happens (alert rules use for: 5m–15m).
@@ -100,8 +100,8 @@ class Triage:
                 "hung", s.name, CRITICAL,
                 f"{s.name} is hung: it answers, but has counted no token for {stalled_s:.0f} s while "
                 f"{s.running or 0:.0f} requests run and {s.waiting or 0:.0f} wait.", tuple(ev),
-                ("r: restart it (an engine infertop started); else restart its pod (Cluster pane, R)",
-                 "Enter: its log — a stuck engine core often logs nothing more")))
+                (Remedy("restart it (an engine infertop started); else restart its pod (Cluster pane, R)", "r", s.name),
+                 Remedy("its log — a stuck engine core often logs nothing more", "enter", s.name))))
         for gone in [n for n in self._progress if n not in seen]:
             del self._progress[gone]  # down, stale or gone: a fresh start when it answers again
         return out
@@ -124,6 +124,6 @@ class Triage:
                     f"{name} is crash-looping: down {len(downs)} times in {minutes:.0f} min"
                     + (f", now {st}" if st != UP else ", up again for now") + ".",
                     (Evidence("up → down", str(len(downs)), f"< {self.crash_loop_downs}", f"last {minutes:.0f} min"),),
-                    ("read the engine's log (Enter: detail) or the previous container's (Cluster pane)",
-                     "lower gpu_memory_utilization or max_num_seqs if it ran out of memory")))
+                    (Remedy("read the engine's log (detail) or the previous container's (Cluster pane)", "enter", name),
+                     Remedy("lower gpu_memory_utilization or max_num_seqs if it ran out of memory"))))
         return out

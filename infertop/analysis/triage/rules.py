@@ -14,7 +14,7 @@ from collections.abc import Callable
 from ...domain.engine import DOWN, UP
 from ...domain.gpu import APP_XIDS
 from ...format import count_human, pct_human, rate_human, seconds_human
-from .types import CRITICAL, WARNING, Evidence, Finding
+from .types import CRITICAL, WARNING, Evidence, Finding, Remedy
 
 Active = Callable[[str, str], bool]
 
@@ -32,10 +32,11 @@ def kv_bound(state, active: Active) -> list[Finding]:
         raise_at = KV_CLEAR_BELOW_PCT if active("kv-bound", s.name) else KV_BOUND_AT_PCT
         if s.kv_cache_pct is None or s.kv_cache_pct < raise_at or not s.preemptions_per_s:
             continue
-        remedies = ["S: add replicas (the same load on more KV cache)"]
+        remedies = [Remedy("add replicas (the same load on more KV cache)", "S", s.name)]
         if s.max_num_seqs and s.max_num_seqs > 1:
             lower = max(1, math.floor(s.max_num_seqs * 0.75))
-            remedies.insert(0, f"m: lower max_num_seqs {s.max_num_seqs} → {lower} (fewer sequences share the cache)")
+            remedies.insert(0, Remedy(f"lower max_num_seqs {s.max_num_seqs} → {lower} (fewer sequences share the cache)",
+                                      "m", s.name, lower))
         out.append(Finding(
             "kv-bound", s.name, WARNING,
             f"{s.name} is KV-cache bound: the cache is {pct_human(s.kv_cache_pct)} full and it preempts "
@@ -81,7 +82,7 @@ def queue_bound(state, active: Active) -> list[Finding]:
     return out
 
 
-def _capacity_remedies(s, engines, model: str) -> tuple[str, ...]:
+def _capacity_remedies(s, engines, model: str) -> tuple[Remedy, ...]:
     out = []
     arrival = sum(e.requests_per_s or 0.0 for e in engines)
     residence = max((e.e2e_p95_s or 0.0) for e in engines)
@@ -89,13 +90,15 @@ def _capacity_remedies(s, engines, model: str) -> tuple[str, ...]:
     if arrival > 0 and residence > 0 and seqs:
         concurrency = arrival * residence * (1 + CAPACITY_HEADROOM)
         need = max(len(engines) + 1, math.ceil(concurrency / seqs))
-        out.append(f"S: scale {model} {len(engines)} → {need} engines: {rate_human(arrival)} req/s × "
-                   f"{seconds_human(residence)} (E2E p95) = {arrival * residence:.0f} in flight, "
-                   f"+{CAPACITY_HEADROOM * 100:.0f} % headroom, {seqs} per engine (Little's law)")
+        out.append(Remedy(f"scale {model} {len(engines)} → {need} engines: {rate_human(arrival)} req/s × "
+                          f"{seconds_human(residence)} (E2E p95) = {arrival * residence:.0f} in flight, "
+                          f"+{CAPACITY_HEADROOM * 100:.0f} % headroom, {seqs} per engine (Little's law)",
+                          "S", s.name, need))
     if s.kv_cache_pct is not None and s.kv_cache_pct < 70.0 and s.max_num_seqs:
         more = min(2 * s.max_num_seqs, math.floor(s.max_num_seqs * KV_HEADROOM_BELOW_PCT / max(s.kv_cache_pct, 1.0)))
         if more > s.max_num_seqs:
-            out.append(f"m: raise max_num_seqs {s.max_num_seqs} → {more} (KV cache {pct_human(s.kv_cache_pct)})")
+            out.append(Remedy(f"raise max_num_seqs {s.max_num_seqs} → {more} (KV cache {pct_human(s.kv_cache_pct)})",
+                              "m", s.name, more))
     return tuple(out)
 
 
@@ -112,7 +115,8 @@ def engine_down(state, active: Active) -> list[Finding]:
         why = e.freshness.reason or s.error or "no answer"
         out.append(Finding("engine-down", s.name, CRITICAL, f"{s.name} does not answer: {why}.",
                            (Evidence("state", "down", "up", "now"),),
-                           ("r: restart it (an engine infertop started)", "5: its pod and events (Cluster pane)")))
+                           (Remedy("restart it (an engine infertop started)", "r", s.name),
+                            Remedy("its pod and events (Cluster pane)", "5", s.name))))
     return out
 
 
@@ -126,7 +130,7 @@ def metrics_stale(state, active: Active) -> list[Finding]:
                            f"metrics stale: Prometheus {src.name} does not answer ({src.error or 'no data'}); "
                            "the last values are kept and marked stale — not an engine outage.",
                            (Evidence("Prometheus", src.error or "failing", "answering"),),
-                           ("check the Prometheus server; the engines' own /metrics are not affected",)))
+                           (Remedy("check the Prometheus server; the engines' own /metrics are not affected"),)))
     return out
 
 
@@ -141,7 +145,7 @@ def gpu_faults(state, active: Active) -> list[Finding]:
         if g.last_xid and g.last_xid not in APP_XIDS:
             out.append(Finding("gpu-fault", where, CRITICAL, f"GPU {where} reports XID {g.last_xid}{on}.",
                                (Evidence("last XID", str(g.last_xid), "0 (app faults excepted)"),),
-                               (f"C, N: cordon and drain {node}; the engine moves to a healthy GPU",)))
+                               (Remedy(f"cordon and drain {node}; the engine moves to a healthy GPU", "N", g.host or ""),)))
             continue
         busy = g.util_pct is None or g.util_pct >= GPU_BUSY_FROM_PCT
         if g.slowdowns and busy:
@@ -153,7 +157,7 @@ def gpu_faults(state, active: Active) -> list[Finding]:
             out.append(Finding("gpu-throttled", where, WARNING,
                                f"GPU {where} is throttled ({g.throttle_words}){on}: its engine runs slower "
                                "than its peers; more replicas will not help it.", tuple(ev),
-                               (f"C, N: cordon and drain {node} (cooling, power)",)))
+                               (Remedy(f"cordon and drain {node} (cooling, power)", "N", g.host or ""),)))
     return out
 
 

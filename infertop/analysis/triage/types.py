@@ -18,6 +18,21 @@ class Evidence:
 
 
 @dataclass(frozen=True, slots=True)
+class Remedy:
+    """One way out, as a pre-filled action where there is one: ``key`` is the action's key in the
+    action table ("m", "S", "r"; "" for advice only), ``target`` what it acts on (an engine, a
+    "namespace/Deployment", a node), ``value`` the proposed new value (max_num_seqs, replicas)."""
+
+    text: str  # "lower max_num_seqs 16 → 12 (fewer sequences share the cache)"
+    key: str = ""
+    target: str = ""
+    value: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.text}" if self.key else self.text
+
+
+@dataclass(frozen=True, slots=True)
 class Finding:
     """What a rule sees at one tick: the condition holds for ``subject``."""
 
@@ -26,7 +41,7 @@ class Finding:
     severity: str
     explanation: str  # one sentence
     evidence: tuple[Evidence, ...] = ()
-    remedies: tuple[str, ...] = ()  # "m: lower max_num_seqs 16 → 12", "S: scale inference/vllm 5 → 7"
+    remedies: tuple[Remedy, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +54,7 @@ class Verdict:
     since: float
     explanation: str
     evidence: tuple[Evidence, ...] = ()
-    remedies: tuple[str, ...] = ()
+    remedies: tuple[Remedy, ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
