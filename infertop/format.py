@@ -16,6 +16,14 @@ def wait_human(seconds: float | None) -> str:
     return "0" if seconds == 0 else seconds_human(seconds)
 
 
+def percentile_human(stats, attr: str) -> str:
+    """A latency percentile of an EngineStats for display: "<300ms" where its rank fell in the first
+    bucket (only the bound is known), ">60.0s" where it fell past the largest bound."""
+    v = getattr(stats, attr)
+    edge = (getattr(stats, "quantile_edges", None) or {}).get(attr, "") if v is not None else ""
+    return (edge if edge in ("<", ">") else "") + seconds_human(v)  # a recording's dict is only trusted for these
+
+
 def seconds_human(v: float | None) -> str:
     """Latency: 850 ms, 2.45 s, 1m05s."""
     if _missing(v):

@@ -222,7 +222,7 @@ def _grid(rows: list[tuple], out: TextIO) -> None:
 def print_table(state: FleetState, out: TextIO | None = None) -> None:
     """Everything JSON carries, as text: fleet line, engines, alerts, sources, GPUs, queues, cluster."""
     out = out if out is not None else sys.stdout  # the stream of now, not the one at import time
-    from .format import age_human, count_human, pct_human, rate_human, seconds_human
+    from .format import age_human, count_human, pct_human, percentile_human, rate_human, seconds_human
     from .text import plain
 
     f = state.fleet
@@ -245,7 +245,8 @@ def print_table(state: FleetState, out: TextIO | None = None) -> None:
         age = "—" if fr.age_s is None else ("now" if fr.status == FRESH else age_human(fr.age_s) + " ago")
         rows.append((plain(s.name), s.state, age, count_human(s.running), count_human(s.waiting),
                      pct_human(s.kv_cache_pct), rate_human(s.requests_per_s), rate_human(s.generation_tokens_per_s),
-                     seconds_human(s.ttft_p99_s), seconds_human(s.itl_p95_s), seconds_human(s.e2e_p99_s),
+                     percentile_human(s, "ttft_p99_s"), percentile_human(s, "itl_p95_s"),
+                     percentile_human(s, "e2e_p99_s"),
                      ",".join(plain(g) for g in e.gpus) or "—", plain(s.model or "—")))
     if state.engines:
         _grid(rows, out)

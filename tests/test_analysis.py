@@ -145,3 +145,24 @@ def test_fleet_quantiles_sum_the_engines_buckets_as_prometheus_does():
     assert fleet_quantiles([a, b], "ttft", qs) == want == [fleet_quantile([a, b], "ttft", q) for q in qs]
     assert want[2] == pytest.approx(0.6)  # rank 50 of 100: 10 of the 50 in (0.5, 1.0]
     assert fleet_quantiles([], "ttft", qs) == [None] * len(qs)
+
+
+def test_a_percentile_in_the_first_bucket_reads_under_its_bound_and_past_the_last_over_it():
+    """Every queue time ≤ 0.3 s: p99 is not "297 ms" (an interpolation from 0) but "<300ms";
+    one past the largest bound is ">" that bound; a rank inside the histogram is unmarked."""
+    from infertop.analysis.engine_stats import derived_fields
+    from infertop.domain.engine import EngineStats
+    from infertop.format import percentile_human
+
+    w = CounterWindow(60)
+    w.add(0.0, {"queue@0.3": 0.0, "queue@1.0": 0.0, "queue@inf": 0.0,
+                "ttft@0.1": 0.0, "ttft@1.0": 0.0, "ttft@inf": 0.0, "e2e@1.0": 0.0, "e2e@inf": 0.0})
+    w.add(10.0, {"queue@0.3": 790.0, "queue@1.0": 790.0, "queue@inf": 790.0,
+                 "ttft@0.1": 10.0, "ttft@1.0": 90.0, "ttft@inf": 100.0, "e2e@1.0": 0.0, "e2e@inf": 50.0})
+    fields = derived_fields(w, {})
+    s = EngineStats(name="e", url="http://127.0.0.1:1", **{k: v for k, v in fields.items() if k != "window_s"})
+    assert s.queue_p99_s == 0.3 and percentile_human(s, "queue_p99_s") == "<300ms"
+    assert s.ttft_p50_s == pytest.approx(0.55) and percentile_human(s, "ttft_p50_s") == "550ms"  # inside: unmarked
+    assert percentile_human(s, "ttft_p99_s") == ">1.00s"  # rank 99 of 100 is past le=1.0
+    assert percentile_human(s, "e2e_p99_s") == ">1.00s" and s.quantile_edges["e2e_p99_s"] == ">"
+    assert percentile_human(s, "itl_p95_s") == "—"  # no histogram: no value, no mark

@@ -275,3 +275,21 @@ def test_healthy_engines_share_each_poll_deadline_on_the_interval_grid():
     for interval in (0.25, 2.0, 5.0):
         got = grid_due(1000.1, 1000.0, interval)
         assert got >= 1000.0 + MIN_PAUSE_S and abs(got / interval - round(got / interval)) < 1e-9
+
+
+async def test_a_percentile_whose_rank_is_in_the_first_bucket_is_its_bound_marked_under(scripted):
+    """Every TTFT ≤ 1 ms (the first bound): p99 is that bound, marked "<" — not 0.99 ms, an
+    interpolation from 0 that reads like a measurement."""
+    from infertop.format import percentile_human
+
+    state = {"0": dict(ttft=[0.0005] * 3)}
+    srv = scripted().serve_engine(lambda: v1_doc(engines=state))
+    clock = Clock()
+    fc = make([("a", srv.url)], clock)
+    await fc.poll_once()
+    state["0"]["ttft"] = [0.0005] * 800
+    clock.t += 4.0
+    await fc.poll_once()
+    s = fc.snapshot().engines[0]
+    assert s.ttft_p99_s == 0.001 and s.quantile_edges == {"ttft_p50_s": "<", "ttft_p99_s": "<"}
+    assert percentile_human(s, "ttft_p99_s") == "<1ms"

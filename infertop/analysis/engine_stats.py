@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 from dataclasses import replace
 from operator import itemgetter, sub
 
 from ..domain.engine import EngineStats
 from ..state.window import CounterWindow
-from .quantiles import Prepared, histogram_quantile, prepare, prepared_quantile
+from .quantiles import Prepared, histogram_quantile, prepare, prepared_edge, prepared_quantile
 
 QUANTILES = (
     ("ttft", 0.50, "ttft_p50_s"),
@@ -40,11 +41,12 @@ def derive(base: EngineStats, window: CounterWindow, gauges: dict[str, float]) -
     return replace(base, **derived_fields(window, gauges))
 
 
-def derived_fields(window: CounterWindow, gauges: dict[str, float]) -> dict[str, float | None]:
+def derived_fields(window: CounterWindow, gauges: dict[str, float]) -> dict[str, Any]:
     """The EngineStats fields :func:`derive` fills: gauges, rates and quantiles over the window."""
     kv = gauges.get("kv_usage")
     edges = window.edges()
     tokens_total = None
+    totals: dict[str, float | None] = {}
     if edges is None:
         rates = {}
     else:
@@ -53,6 +55,7 @@ def derived_fields(window: CounterWindow, gauges: dict[str, float]) -> dict[str,
         rates = {k: (last[k] - first[k]) / span for k in _RATE_KEYS if k in last and k in first} if span > 0 else {}
         if "prompt_tokens" in last or "generation_tokens" in last:
             tokens_total = last.get("prompt_tokens", 0.0) + last.get("generation_tokens", 0.0)
+        totals = {f"{k}_total": last.get(k) for k in _TOTAL_KEYS}
     hits_rate = rates.get("prefix_hits")
     queries_rate = rates.get("prefix_queries")
     if queries_rate:
@@ -73,16 +76,25 @@ def derived_fields(window: CounterWindow, gauges: dict[str, float]) -> dict[str,
         "prefix_cache_hit_pct": prefix_pct,
         "window_s": window.span_s or None,
         "tokens_total": tokens_total,
+        **totals,
     }
     buckets = all_window_buckets(window)  # one pass over the samples, not one per quantile
     prepared: dict[str, Prepared | None] = {}  # each histogram sorted once for its quantiles
+    edges: dict[str, str] = {}
     for hist, q, attr in QUANTILES:
         p = prepared.get(hist, _NONE)
         if p is _NONE:
             b = buckets.get(hist)
             p = prepared[hist] = prepare(b) if b else None
         v = prepared_quantile(q, p) if p is not None else None  # type: ignore[arg-type]
+        if v is not None and not math.isnan(v):
+            edge = prepared_edge(q, p)  # type: ignore[arg-type]
+            if edge:
+                edges[attr] = edge
+                if edge == "<":
+                    v = p[0][0]  # type: ignore[index]  # "< 300ms": the bound, not an interpolation from 0
         fields[attr] = None if v is None or math.isnan(v) else v
+    fields["quantile_edges"] = edges
     return fields
 
 
@@ -90,6 +102,7 @@ _NONE = object()
 
 
 _RATE_KEYS = ("prompt_tokens", "generation_tokens", "requests", "preemptions", "prefix_hits", "prefix_queries")
+_TOTAL_KEYS = ("prompt_tokens", "requests", "prefix_hits", "prefix_queries")  # EngineStats.<key>_total
 
 
 _LE: dict[str, tuple[str, float] | None] = {}  # "hist@le" → (hist, le): the same keys every poll

@@ -83,6 +83,20 @@ def prepared_quantile(q: float, prepared: Prepared) -> float | None:
     return start + (end - start) * (rank / count)
 
 
+def prepared_edge(q: float, prepared: Prepared) -> str:
+    """Where the rank of ``q`` falls: "<" in the first bucket (the value is only known to be under
+    its bound — interpolating from 0 reads 297 ms for "all under 300 ms"), ">" in the +Inf bucket
+    (only known to be over the largest bound), "" inside the histogram."""
+    les, cum = prepared
+    observations = cum[-1]
+    if observations <= 0 or not 0.0 <= q <= 1.0:
+        return ""
+    b = bisect_left(cum, q * observations)
+    if b >= len(cum) - 1:
+        return ">"
+    return "<" if b == 0 and les[0] > 0 else ""
+
+
 def bucket_increase(first: dict[float, float], last: dict[float, float]) -> list[Bucket]:
     """Per-bucket increase between two cumulative snapshots, reset-aware.
 

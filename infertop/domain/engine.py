@@ -51,7 +51,17 @@ class EngineStats:
     # prompt + generated tokens counted since the engine started (the latest scrape): the triage's
     # "no token moved for N s" reads it, where a 60 s rate only fades
     tokens_total: float | None = None
+    # the cumulative counters behind some rates (the latest scrape): the triage takes their rates over
+    # seconds from consecutive ticks, where the 60 s window under-reports a change for its first minute
+    prompt_tokens_total: float | None = None
+    requests_total: float | None = None  # finished requests (request_success_total)
+    prefix_hits_total: float | None = None  # prefix-cache hits (tokens)
+    prefix_queries_total: float | None = None  # prefix-cache lookups (tokens)
+    # percentile field → "<" (its rank is in the first bucket: the value shown is that bucket's bound,
+    # the truth is under it) or ">" (in the +Inf bucket: over the largest bound)
+    quantile_edges: dict[str, str] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)
+
 
     @property
     def running_ratio(self) -> float | None:

@@ -117,7 +117,7 @@ _ENGINE_PCT = frozenset({"kv_cache_pct", "prefix_cache_hit_pct"})
 _ENGINE_NUMBERS = tuple(
     f.name for f in fields(EngineStats)
     if f.name not in ("name", "url", "state", "error", "model", "engine_label", "metrics_version",
-                      "vllm_version", "scraped_at", "max_num_seqs", "extra")
+                      "vllm_version", "scraped_at", "max_num_seqs", "extra", "quantile_edges")
 )
 _ENGINE_TEXT = ("model", "engine_label", "vllm_version")
 

@@ -31,7 +31,7 @@ STALE_AFTER_POLLS = 3  # a value older than this many poll intervals is stale
 _VALUE_FIELDS = tuple(
     f.name for f in fields(EngineStats)
     if f.name not in ("name", "url", "state", "error", "model", "engine_label", "metrics_version", "vllm_version",
-                      "scraped_at", "window_s", "extra", "max_num_seqs")
+                      "scraped_at", "window_s", "extra", "max_num_seqs", "quantile_edges")
 )
 _QUANTILE_FIELDS = {"ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p95_s", "e2e_p95_s", "e2e_p99_s", "queue_p99_s"}
 _RATE_FIELDS = {"prompt_tokens_per_s", "generation_tokens_per_s", "requests_per_s", "preemptions_per_s",

@@ -11,7 +11,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ...domain.engine import EngineStats
-from ...format import DASH, count_human, pct_human, rate_human, ratio_human, seconds_human
+from ...format import DASH, count_human, pct_human, rate_human, percentile_human, ratio_human, seconds_human
 from ...state.history import HistoryStore
 from ...text import plain
 from ..widgets.panels import QuietStatic, Trend
@@ -51,10 +51,10 @@ def describe(s: EngineStats, freshness=None) -> str:
         ("Tokens/s", f"prompt {rate_human(s.prompt_tokens_per_s)}, generation {rate_human(s.generation_tokens_per_s)}"),
         ("Requests/s", rate_human(s.requests_per_s)),
         ("Preemptions/s", rate_human(s.preemptions_per_s)),
-        ("TTFT", f"p50 {seconds_human(s.ttft_p50_s)}   p99 {seconds_human(s.ttft_p99_s)}"),
-        ("Inter-token", f"p50 {seconds_human(s.itl_p50_s)}   p95 {seconds_human(s.itl_p95_s)}"),
-        ("End-to-end", f"p95 {seconds_human(s.e2e_p95_s)}   p99 {seconds_human(s.e2e_p99_s)}"),
-        ("Queue time", f"p99 {seconds_human(s.queue_p99_s)}"),
+        ("TTFT", f"p50 {percentile_human(s, 'ttft_p50_s')}   p99 {percentile_human(s, 'ttft_p99_s')}"),
+        ("Inter-token", f"p50 {percentile_human(s, 'itl_p50_s')}   p95 {percentile_human(s, 'itl_p95_s')}"),
+        ("End-to-end", f"p95 {percentile_human(s, 'e2e_p95_s')}   p99 {percentile_human(s, 'e2e_p99_s')}"),
+        ("Queue time", f"p99 {percentile_human(s, 'queue_p99_s')}"),
         ("Window", f"{s.window_s:.0f} s of history" if s.window_s else "collecting…"),
     ]
     for k, v in sorted(s.extra.items()):

@@ -18,7 +18,8 @@ from rich.text import Text
 from textual.widgets.data_table import ColumnKey, RowKey
 
 from ...domain.engine import DEGRADED, DOWN, UP, EngineStats
-from ...format import age_short, count_human, pct_human, rate_human, ratio_human, seconds_human
+from ...format import (DASH, age_short, count_human, pct_human, percentile_human, rate_human, ratio_human,
+                       seconds_human)
 from ...state.engine_groups import GROUP_BY, engine_groups
 from ...state.fleet import FRESH, FleetState, Freshness
 from ...text import plain
@@ -36,16 +37,16 @@ COLUMNS: tuple[tuple[str, str, Cell, Callable[[EngineStats], float | str | None]
     ("wait", "Wait", lambda s: count_human(s.waiting), lambda s: s.waiting),
     ("runmax", "Run/Max", lambda s: ratio_human(s.running, s.max_num_seqs), lambda s: s.running_ratio),
     ("kv", "KV%", lambda s: pct_human(s.kv_cache_pct), lambda s: s.kv_cache_pct),
-    ("ttft99", "TTFT99", lambda s: seconds_human(s.ttft_p99_s), lambda s: s.ttft_p99_s),
-    ("itl95", "ITL95", lambda s: seconds_human(s.itl_p95_s), lambda s: s.itl_p95_s),
+    ("ttft99", "TTFT99", lambda s: percentile_human(s, "ttft_p99_s"), lambda s: s.ttft_p99_s),
+    ("itl95", "ITL95", lambda s: percentile_human(s, "itl_p95_s"), lambda s: s.itl_p95_s),
     ("gen", "Gen t/s", lambda s: rate_human(s.generation_tokens_per_s), lambda s: s.generation_tokens_per_s),
     ("prompt", "Pr t/s", lambda s: rate_human(s.prompt_tokens_per_s), lambda s: s.prompt_tokens_per_s),
     ("rps", "Req/s", lambda s: rate_human(s.requests_per_s), lambda s: s.requests_per_s),
-    ("e2e99", "E2E99", lambda s: seconds_human(s.e2e_p99_s), lambda s: s.e2e_p99_s),
-    ("queue99", "Queue99", lambda s: seconds_human(s.queue_p99_s), lambda s: s.queue_p99_s),
-    ("ttft50", "TTFT50", lambda s: seconds_human(s.ttft_p50_s), lambda s: s.ttft_p50_s),
-    ("itl50", "ITL50", lambda s: seconds_human(s.itl_p50_s), lambda s: s.itl_p50_s),
-    ("e2e95", "E2E95", lambda s: seconds_human(s.e2e_p95_s), lambda s: s.e2e_p95_s),
+    ("e2e99", "E2E99", lambda s: percentile_human(s, "e2e_p99_s"), lambda s: s.e2e_p99_s),
+    ("queue99", "Queue99", lambda s: percentile_human(s, "queue_p99_s"), lambda s: s.queue_p99_s),
+    ("ttft50", "TTFT50", lambda s: percentile_human(s, "ttft_p50_s"), lambda s: s.ttft_p50_s),
+    ("itl50", "ITL50", lambda s: percentile_human(s, "itl_p50_s"), lambda s: s.itl_p50_s),
+    ("e2e95", "E2E95", lambda s: percentile_human(s, "e2e_p95_s"), lambda s: s.e2e_p95_s),
     ("prefix", "Prefix%", lambda s: pct_human(s.prefix_cache_hit_pct), lambda s: s.prefix_cache_hit_pct),
     ("preempt", "Preempt/s", lambda s: rate_human(s.preemptions_per_s), lambda s: s.preemptions_per_s),
     ("model", "Model", lambda s: plain(s.model or "—", 80), lambda s: s.model),
@@ -88,6 +89,7 @@ def sort_engines(stats: list[EngineStats], key: str, descending: bool, slo=None)
 
 
 _STATE_STYLE = {UP: "green", DOWN: "bold red", DEGRADED: "yellow"}
+WORST_MARK = "↑"  # a group row's latency cell: its worst engine's percentile (help and README say so)
 GROUP_PREFIX = "§group:"  # row keys of group rows (never an engine name: § is not in one)
 Cells = dict[str, tuple[str, str]]  # column → (text, style)
 
@@ -201,7 +203,11 @@ class Group:
                 text = plain(next(iter(models)), 80) if len(models) == 1 else f"{len(models)} models"
                 out[key] = (text, "bold")
             elif key in _GROUP_AGG:
-                out[key] = (_GROUP_AGG[key][2](self.total(key)), "bold")
+                agg, _, fmt = _GROUP_AGG[key]
+                text = fmt(self.total(key))
+                if agg is _max and text != DASH:
+                    text = WORST_MARK + text  # the worst engine's percentile, not the group's (the Overview's is the fleet's)
+                out[key] = (text, "bold")
             else:
                 out[key] = ("", "")
         return out
