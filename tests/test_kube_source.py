@@ -665,3 +665,16 @@ def test_snapshot_json_includes_the_cluster_when_a_context_is_configured(emu, tm
 def test_snapshot_to_dict_is_plain_json():
     snap = ClusterSnapshot(context="c", namespaces=("n",), taken_at=1.0)
     assert json.loads(json.dumps(snap.to_dict()))["workloads"] == []
+
+
+def test_stale_since_dates_the_outage_not_an_older_failure_of_one_resource():
+    """One kind refused since 10:00 (a 404), then the API server stops answering at 11:00 for the
+    five others: "stale since 11:00: connection refused", not 10:00 and the 404."""
+    from infertop.sources.kube_watch import outage
+
+    refused = "cannot reach the API server: connection refused"
+    failing = [(36000.0, "(404) events not found")] + [(39600.0 + i, refused) for i in range(5)]
+    assert outage(failing) == (39600.0, refused)
+    assert outage([(36000.0, "(404) events not found")]) == (36000.0, "(404) events not found")
+    assert outage([(100.0, "a"), (200.0, "b")]) == (200.0, "b")  # as many each: the latest onset
+    assert outage([]) is None

@@ -429,7 +429,7 @@ class ClusterWatcher:
             # nothing at all may be read: that is failing ("unauthorized"), not a fresh, empty cluster
             first = min(self.informers, key=lambda inf: inf.stale_since or 0.0)
             return first.stale_since or self.clock(), f"unauthorized: every read refused ({first.error})"
-        return min(failing, key=lambda f: f[0]) if failing else None
+        return outage(failing)
 
     def start(self) -> "ClusterWatcher":
         for inf in self.informers:
@@ -495,3 +495,17 @@ class ClusterWatcher:
                               now=self.clock())
         self._cached = (version, snap)
         return snap
+
+
+def outage(failing: list[tuple[float, str]]) -> tuple[float, str] | None:
+    """(since, error) of the cluster view from its failing reads' (since, error): the outage, not the
+    oldest failure — one resource refused an hour ago (a 404) must not date an API server that stopped
+    answering a minute ago. The error most reads share, from the first of them to fail; between equals,
+    the latest onset."""
+    if not failing:
+        return None
+    by_error: dict[str, list[float]] = {}
+    for since, error in failing:
+        by_error.setdefault(error, []).append(since)
+    error, onsets = max(by_error.items(), key=lambda kv: (len(kv[1]), min(kv[1])))
+    return min(onsets), error
