@@ -5,8 +5,13 @@ from __future__ import annotations
 from collections import deque
 
 from ...domain.engine import DOWN, UP
+from .baseline import Baselines
+from .context import RuleContext
 from .debounce import Debouncer
+from .peer_rules import join_throttled, slower_than_peers
+from .prompt_rules import long_prompts, prefix_collapse
 from .rules import RULES
+from .signals import ShortWindow
 from .types import CRITICAL, Evidence, Finding, Remedy, Verdict
 
 # kind → (seconds the condition must hold before the verdict, seconds quiet before it clears).
@@ -20,11 +25,16 @@ TIMING = {
     "queue-bound": (5.0, 15.0),
     "gpu-fault": (0.0, 60.0),
     "gpu-throttled": (10.0, 30.0),
+    "prefix-cache-collapse": (5.0, 30.0),
+    "long-prompts": (5.0, 30.0),
+    "slower-than-peers": (15.0, 30.0),
 }
 HUNG_AFTER_S = 15.0  # no token counted this long while requests run: a hung engine (a long prefill is seconds)
 CRASH_WINDOW_S = 600.0
 CRASH_LOOP_DOWNS = 3  # up → down this many times within the window
 _SEVERITY = {CRITICAL: 0}
+# rules that compare with a baseline or with peers, in order: each sees the findings before it
+CONTEXT_RULES = (prefix_collapse, long_prompts, slower_than_peers)
 
 
 class Triage:
@@ -40,6 +50,8 @@ class Triage:
         self._downs: dict[str, deque[float]] = {}
         self._progress: dict[str, tuple[float, float]] = {}  # engine → (tokens_total, when it last moved)
         self.hung_after_s = HUNG_AFTER_S
+        self._short = ShortWindow()
+        self.baselines = Baselines()
 
     def active(self, kind: str, subject: str) -> bool:
         d = self._debounce.get(kind)
@@ -47,9 +59,17 @@ class Triage:
 
     def evaluate(self, state, now: float) -> tuple[Verdict, ...]:
         """The verdicts active at ``now`` (wall clock of the tick) after seeing ``state``."""
-        findings = [f for rule in RULES for f in rule(state, self.active)]
+        fresh_up = [e for e in state.engines if e.fresh and e.stats.state == UP]
+        ctx = RuleContext(self._short.update(fresh_up, now), {e.name: e.stats.model or "?" for e in fresh_up},
+                          self.baselines)
+        findings = ctx.findings
+        findings += [f for rule in RULES for f in rule(state, self.active)]
         findings += self._crash_loops(state, now)
         findings += self._hung(state, now)
+        for rule in CONTEXT_RULES:
+            findings += rule(state, self.active, ctx)
+        findings[:] = join_throttled(findings, state, ctx)
+        self._learn(state, ctx, now)
         looping = {f.subject for f in findings if f.kind == "crash-loop"}
         findings = [f for f in findings if not (f.kind == "engine-down" and f.subject in looping)]
         holding: dict[str, list[tuple[str, str]]] = {kind: [] for kind in self._debounce}
@@ -69,6 +89,16 @@ class Triage:
                     out.append(Verdict(f.kind, f.subject, f.severity, since, f.explanation, f.evidence, f.remedies))
         out.sort(key=lambda v: (_SEVERITY.get(v.severity, 1), v.since, v.kind, v.subject))
         return tuple(out)
+
+    def _learn(self, state, ctx: RuleContext, now: float) -> None:
+        """The baselines learn from the engines nothing is wrong with (nothing found, nothing active)."""
+        engine_of_gpu = {(f"{g.host}:{g.label}" if g.host else g.label): g.engine for g in state.gpus if g.engine}
+        troubled = {f.subject for f in ctx.findings} | {subject for d in self._debounce.values()
+                                                        for (_, subject) in d.active()}
+        troubled |= {engine_of_gpu[s] for s in list(troubled) if s in engine_of_gpu}
+        for name, sig in ctx.signals.items():
+            self.baselines.update(name, sig, now, healthy=name not in troubled)
+        self.baselines.forget_except({e.name for e in state.engines})
 
     def _hung(self, state, now: float) -> list[Finding]:
         """Answers /metrics (and /health), requests running or waiting, and not one token counted for

@@ -1,0 +1,96 @@
+"""Baselines: what is normal for an engine — its own recent healthy past, and its peers now.
+
+Own baseline: per engine and signal, an exponentially weighted mean over the ticks on which the
+engine was healthy (no verdict active on it, no rule finding anything on it), so an incident
+never teaches the baseline that it is normal. Its half-life (:data:`HALF_LIFE_S`) follows a
+diurnal cycle; a baseline stays silent until it has :data:`MIN_HISTORY_S` of healthy ticks —
+before that, nothing is known to have fallen or grown.
+
+Peer baseline: the median of a signal over the other fresh, up engines serving the same model,
+once there are :data:`MIN_PEERS` of them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from .signals import Signals
+
+HALF_LIFE_S = 300.0  # a healthy past of minutes: a diurnal ramp moves it, a 10 s incident does not
+MIN_HISTORY_S = 30.0  # healthy ticks a baseline needs before it speaks
+MAX_STEP_S = 10.0  # a gap between healthy ticks counts at most this much history
+RELEARN_AFTER_S = 1800.0  # unhealthy this long: the engine's new level is its normal, learn it again
+MIN_PEERS = 2  # others serving the same model before "slower than its peers" means anything
+
+SIGNALS = ("prefix_hit_pct", "prompt_tokens_per_req", "ttft_p50_s", "ttft_p99_s", "itl_p50_s")
+
+
+@dataclass(slots=True)
+class _Mean:
+    value: float
+    history_s: float = 0.0
+
+
+@dataclass(slots=True)
+class _Engine:
+    means: dict[str, _Mean]
+    last_healthy: float | None = None
+    unhealthy_since: float | None = None
+
+
+class Baselines:
+    """Each engine's own baseline per signal of :data:`SIGNALS`."""
+
+    def __init__(self, half_life_s: float = HALF_LIFE_S, min_history_s: float = MIN_HISTORY_S,
+                 relearn_after_s: float = RELEARN_AFTER_S) -> None:
+        self.tau_s = half_life_s / math.log(2)
+        self.min_history_s, self.relearn_after_s = min_history_s, relearn_after_s
+        self._engines: dict[str, _Engine] = {}
+
+    def own(self, name: str, signal: str) -> float | None:
+        """The engine's healthy mean of ``signal``; None until it has :data:`MIN_HISTORY_S` of history."""
+        e = self._engines.get(name)
+        m = e.means.get(signal) if e is not None else None
+        return m.value if m is not None and m.history_s >= self.min_history_s else None
+
+    def update(self, name: str, signals: Signals, now: float, healthy: bool) -> None:
+        """Learn from this tick when the engine is healthy; otherwise hold (and relearn after a long spell)."""
+        e = self._engines.setdefault(name, _Engine({}))
+        if not healthy:
+            e.unhealthy_since = e.unhealthy_since if e.unhealthy_since is not None else now
+            if now - e.unhealthy_since >= self.relearn_after_s:
+                e.means.clear()  # a level held for half an hour is the new normal, not an incident
+                e.unhealthy_since = None
+            e.last_healthy = None
+            return
+        e.unhealthy_since = None
+        dt = 0.0 if e.last_healthy is None else min(MAX_STEP_S, max(0.0, now - e.last_healthy))
+        e.last_healthy = now
+        alpha = 1.0 - math.exp(-dt / self.tau_s) if dt > 0 else 0.0
+        for signal in SIGNALS:
+            v = getattr(signals, signal)
+            if v is None or not math.isfinite(v):
+                continue
+            m = e.means.get(signal)
+            if m is None:
+                e.means[signal] = _Mean(v)
+                continue
+            m.value += alpha * (v - m.value)
+            m.history_s += dt
+
+    def forget_except(self, names: set[str]) -> None:
+        for gone in [n for n in self._engines if n not in names]:
+            del self._engines[gone]
+
+
+def peer_median(signals: dict[str, Signals], models: dict[str, str], name: str, signal: str) -> tuple[float | None, int]:
+    """(median of ``signal`` over the other engines serving ``name``'s model, how many), None under
+    :data:`MIN_PEERS`. ``signals``/``models``: the fresh, up engines of this tick."""
+    model = models.get(name)
+    values = [getattr(s, signal) for n, s in signals.items()
+              if n != name and models.get(n) == model and getattr(s, signal) is not None]
+    if len(values) < MIN_PEERS:
+        return None, len(values)
+    return statistics.median(values), len(values)

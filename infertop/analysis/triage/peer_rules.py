@@ -1,0 +1,85 @@
+"""One engine slower than the others serving the same model — unless its GPU is throttled (then
+the gpu-throttled verdict speaks, and carries the engine's ITL against its peers)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...format import seconds_human
+from .context import RuleContext
+from .types import WARNING, Evidence, Finding, Remedy
+
+SLOW_X, SLOW_CLEARS_BELOW_X = 1.5, 1.25  # p50 over the peers' median
+# p50 and the tail beside it: in a 60 s window the tail moves within seconds of a change, the median in 30 s.
+# Under the gap, a bucket's width, not a slow engine.
+MIN_GAP_S = {"itl_p50_s": 0.002, "itl_p95_s": 0.005, "ttft_p50_s": 0.020, "ttft_p99_s": 0.050}
+# a cause of its own on the engine, whose verdict explains the latency better
+EXPLAINED_BY = ("kv-bound", "queue-bound", "hung", "prefix-cache-collapse", "long-prompts")
+_LABEL = {"itl_p50_s": "ITL p50", "itl_p95_s": "ITL p95", "ttft_p50_s": "TTFT p50", "ttft_p99_s": "TTFT p99"}
+
+
+def slower_than_peers(state, active, ctx: RuleContext) -> list[Finding]:
+    throttled = _throttled_engines(state, ctx)
+    out = []
+    for name in ctx.signals:
+        if name in throttled or ctx.found(name, EXPLAINED_BY):
+            continue
+        holding = active("slower-than-peers", name)
+        ev, slow = [], []
+        for signal in MIN_GAP_S:
+            got = compare(ctx, name, signal)
+            if got is None:
+                continue
+            value, median, peers = got
+            if value / median >= (SLOW_CLEARS_BELOW_X if holding else SLOW_X) and value - median >= MIN_GAP_S[signal]:
+                ev.append(Evidence(_LABEL[signal], seconds_human(value),
+                                   f"median {seconds_human(median)} of {peers} peers (×{value / median:.1f})",
+                                   "60 s window"))
+                slow.append(f"{_LABEL[signal]} {seconds_human(value)} against their {seconds_human(median)}")
+        if not ev:
+            continue
+        out.append(Finding(
+            "slower-than-peers", name, WARNING,
+            f"{name} is slower than the other engines serving {ctx.models.get(name) or 'its model'}: "
+            f"{', '.join(slow)}.",
+            tuple(ev),
+            (Remedy("compare it with its peers: its GPU (GPUs pane), its node, its arguments and vLLM version; "
+                    "its detail has the trends", "enter", name),
+             Remedy("restart it if nothing tells it apart (an engine infertop started)", "r", name))))
+    return out
+
+
+def compare(ctx: RuleContext, name: str, signal: str) -> tuple[float, float, int] | None:
+    """(the engine's value, its peers' median, how many peers), when both are known."""
+    value = getattr(ctx.signals[name], signal)
+    median, peers = ctx.peers(name, signal)
+    if value is None or median is None or median <= 0:
+        return None
+    return value, median, peers
+
+
+def join_throttled(findings: list[Finding], state, ctx: RuleContext) -> list[Finding]:
+    """Each gpu-throttled finding with the engine on that GPU and its ITL against its peers."""
+    engine_of = {_gpu_subject(g): g.engine for g in state.gpus if g.engine}
+    out = []
+    for f in findings:
+        name = engine_of.get(f.subject) if f.kind == "gpu-throttled" else None
+        got = compare(ctx, name, "itl_p50_s") if name in ctx.signals else None
+        if got is not None:
+            value, median, peers = got
+            f = replace(f, explanation=f"{f.explanation[:-1]} (its ITL p50 {seconds_human(value)} against "
+                                       f"{seconds_human(median)} on {peers} peers).",
+                        evidence=f.evidence + (Evidence(f"{name} ITL p50", seconds_human(value),
+                                                        f"median {seconds_human(median)} of {peers} peers "
+                                                        f"(×{value / median:.2f})", "60 s window"),))
+        out.append(f)
+    return out
+
+
+def _throttled_engines(state, ctx: RuleContext) -> set[str]:
+    engine_of = {_gpu_subject(g): g.engine for g in state.gpus if g.engine}
+    return {engine_of[f.subject] for f in ctx.findings if f.kind == "gpu-throttled" and f.subject in engine_of}
+
+
+def _gpu_subject(g) -> str:
+    return f"{g.host}:{g.label}" if g.host else g.label  # as rules.gpu_faults names a GPU

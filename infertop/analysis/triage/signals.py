@@ -1,0 +1,81 @@
+"""Per-engine signals over the last seconds, from consecutive ticks' cumulative counters.
+
+The engines' rates are over the 60 s display window, which under-reports a change for its first
+minute (a hit rate that fell from 62 % to 3 % reads 33 % half a minute later). Where an engine
+carries its cumulative counters (``EngineStats.*_total``), the triage takes the hit rate and the
+prompt size per request over :data:`SHORT_WINDOW_S` from them; otherwise it falls back to the
+window's values. Latency quantiles are the window's (their buckets are not kept per tick): a
+rule reads p99 beside p50, which moves within seconds of a step.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+SHORT_WINDOW_S = 10.0
+MIN_SPAN_S = 2.0  # a rate over less than this is one scrape's noise
+MIN_REQUESTS = 2.0  # prompt tokens per request needs this many finished requests in the span
+WINDOW_LABEL = "60 s window"
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """What the prompt/prefix/latency rules and the baselines read of one engine at one tick."""
+
+    prefix_hit_pct: float | None = None
+    prompt_tokens_per_req: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p99_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    hit_window: str = WINDOW_LABEL  # over which span the hit rate was taken
+    prompt_window: str = WINDOW_LABEL  # … and the prompt size per request
+
+
+_Point = tuple[float, float | None, float | None, float | None, float | None]  # t, prompt, requests, hits, queries
+
+
+class ShortWindow:
+    """Remembers each engine's counters for :data:`SHORT_WINDOW_S` and answers its :class:`Signals`."""
+
+    def __init__(self, window_s: float = SHORT_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._points: dict[str, deque[_Point]] = {}
+
+    def update(self, engines, now: float) -> dict[str, Signals]:
+        """``engines``: the fresh, up :class:`EngineState` of this tick; an engine not among them is forgotten."""
+        out = {}
+        for e in engines:
+            s = e.stats
+            p: _Point = (now, s.prompt_tokens_total, s.requests_total, s.prefix_hits_total, s.prefix_queries_total)
+            pts = self._points.setdefault(s.name, deque())
+            if pts and any(_fell(a, b) for a, b in zip(pts[-1][1:], p[1:])):
+                pts.clear()  # a counter went down: the engine restarted, the span starts again
+            pts.append(p)
+            while len(pts) > 2 and now - pts[1][0] >= self.window_s:
+                pts.popleft()
+            out[s.name] = self._signals(s, pts)
+        for gone in [n for n in self._points if n not in out]:
+            del self._points[gone]
+        return out
+
+    def _signals(self, s, pts: deque[_Point]) -> Signals:
+        hit, per_req = s.prefix_cache_hit_pct, None
+        if s.prompt_tokens_per_s is not None and s.requests_per_s:
+            per_req = s.prompt_tokens_per_s / s.requests_per_s
+        hit_window = prompt_window = WINDOW_LABEL
+        first, last = pts[0], pts[-1]
+        span = last[0] - first[0]
+        if span >= MIN_SPAN_S:
+            d_prompt, d_req, d_hits, d_queries = (None if a is None or b is None else b - a
+                                                  for a, b in zip(first[1:], last[1:]))
+            if d_queries and d_hits is not None:
+                hit, hit_window = 100.0 * d_hits / d_queries, f"last {span:.0f} s"
+            if d_prompt is not None and d_req is not None and d_req >= MIN_REQUESTS:
+                per_req, prompt_window = d_prompt / d_req, f"last {span:.0f} s"
+        return Signals(hit, per_req, s.ttft_p50_s, s.ttft_p99_s, s.itl_p50_s, s.itl_p95_s, hit_window, prompt_window)
+
+
+def _fell(before: float | None, now: float | None) -> bool:
+    return before is not None and now is not None and now < before
