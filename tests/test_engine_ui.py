@@ -269,3 +269,50 @@ async def test_an_engine_detail_painted_in_the_turn_it_is_pushed_does_not_crash(
         await pilot.pause()
         app._show_detail(screen)
         assert app.screen is screen and "no longer configured" in str(screen.query_one("#detail-body").render())
+
+
+async def test_an_orphaned_engine_says_orphaned_and_x_cleans_it_up(tmp_path):
+    """The engine's main process dies, its worker lives on holding the GPU: the row says "orphaned"
+    (not only "down"), the alert and the Log say what is left, and x stops it."""
+    import os
+    import signal
+
+    from infertop.control.audit import AuditLog
+    from infertop.control.engines import EngineManager
+
+    s = settings(tmp_path)
+    s.config.profiles["fake"].env = {"FAKE_ENGINE_CHILD": "2"}  # a worker that outlives the server
+    cli = EngineManager(Path(s.state_dir), AuditLog(Path(s.state_dir) / "audit.jsonl"), profiles=s.config.profiles,
+                        module=FAKE)
+    rec = cli.start("fake", s.config.profiles["fake"])
+    try:
+        app = InfertopApp(s, poll=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.managed("fake") is not None, what="adopted")
+            await pilot.press("2")
+            table = app.query_one("#engines-table", EnginesTable)
+
+            async def polled_until(cond, what):
+                deadline = asyncio.get_running_loop().time() + 60
+                while not cond():
+                    await app.poll_now()
+                    await app.workers.wait_for_complete()
+                    await pilot.pause()
+                    assert asyncio.get_running_loop().time() < deadline, (what, list(app.log_lines)[-5:])
+
+            await polled_until(lambda: "fake" in table.rows and cell(table, "fake", 1) == "up", "up")
+            os.kill(rec.pid, signal.SIGKILL)  # the server dies; its "EngineCore" lives on
+            await polled_until(lambda: cell(table, "fake", 1).startswith("orphaned"), "orphaned")
+            assert any("fake: orphaned — main process exited; 1 worker still alive" in line and "x stops" in line
+                       for line in app.log_lines)
+            e = app.state.engine("fake")
+            assert e.freshness.reason.startswith("orphaned: main process exited")
+            assert any(a.target == "fake" and "orphaned" in a.text for a in app.state.alerts)
+            await pilot.press("x")
+            op = await confirm_and_wait(app, pilot)
+            assert op.result == "ok", op.result_text
+            await pilot.press("escape")
+            assert cli.status("fake") is None or not cli.status("fake").alive
+    finally:
+        if (r := cli.status("fake")) is not None and r.alive:
+            cli.stop("fake")

@@ -260,6 +260,9 @@ class FleetJoiner:
             return EngineState(last, fresh, self._missing_reasons(name, last, fresh), gpus, local)
         since = self._down_since.get(name)
         reason = s.error or h.last_error or ("not polled yet" if s.state == UNKNOWN else "no data")
+        if local and local.get("phase") == "orphaned":
+            # not merely refused: its main process is gone and its workers still hold the GPU memory
+            reason = f"orphaned: {local.get('detail') or 'main process exited, workers still alive'}"
         if last is None:
             fresh = Freshness(MISSING, src, None, None, since, reason)
             return EngineState(s, fresh, self._missing_reasons(name, s, fresh), gpus, local)

@@ -18,6 +18,7 @@ from .status import AlertLog
 from .widgets.gpus import flatten
 
 GPU_THROTTLE_LOG_EVERY_S = 60.0
+ORPHAN_RECHECK_S = 5.0  # an orphaned engine's record is read again this often (the word goes once stop cleaned up)
 
 
 class ChangeLogMixin:
@@ -76,6 +77,12 @@ class ChangeLogMixin:
             prev = self._states.get(s.name)
             if prev is None and s.state == UNKNOWN:
                 continue  # not polled yet (the first ticks, a pod's engine that just joined): nothing to tell
+            if prev == s.state and s.name in self.joiner.local:  # type: ignore[attr-defined]
+                # orphaned: read its record again now and then, so the word goes when stop cleaned it up
+                now, checked = time.monotonic(), self.__dict__.setdefault("_orphan_checked_at", {})
+                if now - checked.get(s.name, 0.0) >= ORPHAN_RECHECK_S:
+                    checked[s.name] = now
+                    self.engine_state_changed(s.name)  # type: ignore[attr-defined]
             if prev != s.state:
                 self._states[s.name] = s.state
                 if prev is not None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.markup import escape
+from rich.text import Text
 
 from ..config import ProfileConfig, default_state_dir
 from ..control.audit import AuditLog
@@ -339,6 +340,21 @@ class EngineActions(ActionRunner):
         rec = await asyncio.to_thread(self.managed, name)
         if rec is not None:
             self._watch(rec)
+        self._note_orphan(name, rec)
+
+    def _note_orphan(self, name: str, rec: EngineRecord | None) -> None:
+        """An engine whose main process died while its workers live on (holding GPU memory) is
+        "orphaned" in its row and alert — as ``engine status`` says — not just "connection refused";
+        the Log says once that ``x`` stops what is left."""
+        local = self.joiner.local  # type: ignore[attr-defined]
+        was = (local.get(name) or {}).get("phase")
+        if rec is not None and rec.phase == "orphaned":
+            local[name] = {"phase": "orphaned", "detail": rec.detail, "pids": list(rec.pids)}
+            if was != "orphaned":
+                self.log_event(Text(f"{name}: orphaned — {rec.detail or 'main process exited'}; "  # type: ignore[attr-defined]
+                                    "x stops what is left", style="bold red"))
+        elif was is not None:
+            local.pop(name, None)
 
     def managed(self, name: str | None) -> EngineRecord | None:
         """The live record of an engine infertop started, or None (never raises: any name is shown)."""
