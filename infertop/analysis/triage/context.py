@@ -19,6 +19,7 @@ class RuleContext:
     models: dict[str, str]
     baselines: Baselines
     findings: list[Finding] = field(default_factory=list)
+    memo: dict = field(default_factory=dict)  # the Triage's, kept across ticks (work done once per snapshot)
 
     def own(self, name: str, signal: str) -> float | None:
         return self.baselines.own(name, signal)

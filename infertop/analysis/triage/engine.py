@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 
 from ...domain.engine import DOWN, UP
+from .autoscaler_rules import autoscaler_verdicts
 from .baseline import Baselines
 from .context import RuleContext
 from .debounce import Debouncer
@@ -28,13 +29,18 @@ TIMING = {
     "prefix-cache-collapse": (5.0, 30.0),
     "long-prompts": (5.0, 30.0),
     "slower-than-peers": (15.0, 30.0),
+    # Kubernetes objects change on the controllers' clocks (15 s HPA sync): a verdict waits for two reads
+    "autoscaler-paused": (15.0, 30.0),
+    "autoscaler-blind": (30.0, 30.0),
+    "autoscaler-blocked": (15.0, 30.0),
+    "autoscaler-at-max": (15.0, 30.0),
 }
 HUNG_AFTER_S = 15.0  # no token counted this long while requests run: a hung engine (a long prefill is seconds)
 CRASH_WINDOW_S = 600.0
 CRASH_LOOP_DOWNS = 3  # up → down this many times within the window
 _SEVERITY = {CRITICAL: 0}
 # rules that compare with a baseline or with peers, in order: each sees the findings before it
-CONTEXT_RULES = (prefix_collapse, long_prompts, slower_than_peers)
+CONTEXT_RULES = (prefix_collapse, long_prompts, slower_than_peers, autoscaler_verdicts)
 
 
 class Triage:
@@ -52,6 +58,7 @@ class Triage:
         self.hung_after_s = HUNG_AFTER_S
         self._short = ShortWindow()
         self.baselines = Baselines()
+        self._memo: dict = {}
 
     def active(self, kind: str, subject: str) -> bool:
         d = self._debounce.get(kind)
@@ -61,7 +68,7 @@ class Triage:
         """The verdicts active at ``now`` (wall clock of the tick) after seeing ``state``."""
         fresh_up = [e for e in state.engines if e.fresh and e.stats.state == UP]
         ctx = RuleContext(self._short.update(fresh_up, now), {e.name: e.stats.model or "?" for e in fresh_up},
-                          self.baselines)
+                          self.baselines, memo=self._memo)
         findings = ctx.findings
         findings += [f for rule in RULES for f in rule(state, self.active)]
         findings += self._crash_loops(state, now)
