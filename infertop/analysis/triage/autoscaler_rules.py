@@ -34,7 +34,11 @@ def _explained(ctx: RuleContext, snap, now: float) -> list:
     """explain_workloads of the snapshot, once per snapshot (the cluster is re-read seconds apart)."""
     got = ctx.memo.get("autoscalers")
     if got is None or got[0] is not snap:
-        got = ctx.memo["autoscalers"] = (snap, explain_workloads(snap, now))
+        try:
+            explained = explain_workloads(snap, now)
+        except Exception:  # noqa: BLE001 — objects it cannot explain must not stop every other verdict
+            explained = []
+        got = ctx.memo["autoscalers"] = (snap, explained)
     return got[1]
 
 

@@ -9,6 +9,7 @@ from .autoscaler_rules import autoscaler_verdicts
 from .baseline import Baselines
 from .context import RuleContext
 from .debounce import Debouncer
+from .gateway_rules import priority_inversion
 from .peer_rules import join_throttled, slower_than_peers
 from .prompt_rules import long_prompts, prefix_collapse
 from .rules import RULES
@@ -34,13 +35,14 @@ TIMING = {
     "autoscaler-blind": (30.0, 30.0),
     "autoscaler-blocked": (15.0, 30.0),
     "autoscaler-at-max": (15.0, 30.0),
+    "priority-inversion": (10.0, 30.0),
 }
 HUNG_AFTER_S = 15.0  # no token counted this long while requests run: a hung engine (a long prefill is seconds)
 CRASH_WINDOW_S = 600.0
 CRASH_LOOP_DOWNS = 3  # up → down this many times within the window
 _SEVERITY = {CRITICAL: 0}
 # rules that compare with a baseline or with peers, in order: each sees the findings before it
-CONTEXT_RULES = (prefix_collapse, long_prompts, slower_than_peers, autoscaler_verdicts)
+CONTEXT_RULES = (prefix_collapse, long_prompts, slower_than_peers, autoscaler_verdicts, priority_inversion)
 
 
 class Triage:
