@@ -6,8 +6,9 @@ verdicts active now. Rules (:mod:`.rules`) say what holds at this tick; the debo
 spell, so a value hovering at a threshold never flaps.
 """
 
+from .changes import changes_before
 from .debounce import Debouncer
 from .engine import Triage
 from .types import Evidence, Finding, Remedy, Verdict
 
-__all__ = ["Debouncer", "Evidence", "Finding", "Remedy", "Triage", "Verdict"]
+__all__ = ["Debouncer", "Evidence", "Finding", "Remedy", "Triage", "Verdict", "changes_before"]

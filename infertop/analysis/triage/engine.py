@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 from ...domain.engine import DOWN, UP
 from .autoscaler_rules import autoscaler_verdicts
 from .baseline import Baselines
+from .changes import changes_before
 from .context import RuleContext
 from .debounce import Debouncer
 from .gateway_rules import priority_inversion
@@ -61,13 +63,19 @@ class Triage:
         self._short = ShortWindow()
         self.baselines = Baselines()
         self._memo: dict = {}
+        self._changes: dict[tuple[str, str], tuple[str, ...]] = {}  # verdict → what changed before its onset
 
     def active(self, kind: str, subject: str) -> bool:
         d = self._debounce.get(kind)
         return d is not None and d.is_active((kind, subject))
 
-    def evaluate(self, state, now: float) -> tuple[Verdict, ...]:
-        """The verdicts active at ``now`` (wall clock of the tick) after seeing ``state``."""
+    def evaluate(self, state, now: float, *, changes: Iterable[tuple[float, str]] | None = None) -> tuple[Verdict, ...]:
+        """The verdicts active at ``now`` (wall clock of the tick) after seeing ``state``.
+
+        ``changes``: ``(time, text)`` records — audited actions, rollouts, Kubernetes events — of which
+        each verdict carries those of the minutes before its onset; a verdict keeps what it was last
+        given when a later tick passes none."""
+        records = None if changes is None else list(changes)
         fresh_up = [e for e in state.engines if e.fresh and e.stats.state == UP]
         ctx = RuleContext(self._short.update(fresh_up, now), {e.name: e.stats.model or "?" for e in fresh_up},
                           self.baselines, memo=self._memo)
@@ -92,10 +100,14 @@ class Triage:
             _, cleared = d.update(holding.get(kind, ()), now)
             for key in cleared:
                 self._latest.pop(key, None)
+                self._changes.pop(key, None)
             for key, since in d.active().items():
                 f = self._latest.get(key)
                 if f is not None and not (kind == "engine-down" and key[1] in looping):  # the loop says more
-                    out.append(Verdict(f.kind, f.subject, f.severity, since, f.explanation, f.evidence, f.remedies))
+                    if records is not None:
+                        self._changes[key] = changes_before(since, records, subject=f.subject)
+                    out.append(Verdict(f.kind, f.subject, f.severity, since, f.explanation, f.evidence, f.remedies,
+                                       self._changes.get(key, ())))
         out.sort(key=lambda v: (_SEVERITY.get(v.severity, 1), v.since, v.kind, v.subject))
         return tuple(out)
 

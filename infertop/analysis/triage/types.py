@@ -55,6 +55,9 @@ class Verdict:
     explanation: str
     evidence: tuple[Evidence, ...] = ()
     remedies: tuple[Remedy, ...] = ()
+    # what changed in the minutes before ``since`` (audited actions, rollouts, Kubernetes events):
+    # "max_num_seqs 8 → 16 on engine-2, 40 s before" (:func:`.changes.changes_before`)
+    changes: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
