@@ -234,3 +234,38 @@ def test_engine_stats_carry_the_counters_the_short_window_reads():
     assert (f["prompt_tokens_total"], f["requests_total"], f["prefix_hits_total"], f["prefix_queries_total"]) \
         == (6000.0, 9.0, 770.0, 6000.0)
     EngineStats(name="e0", url="http://127.0.0.1:8000", **{k: v for k, v in f.items() if k.endswith("_total")})
+
+
+def _kv_engine(t, preempt_total, window_preempt_s, kv=97.0):
+    s = EngineStats(name="e0", url="http://127.0.0.1:8000", state=UP, model="llama", max_num_seqs=16, running=16.0,
+                    waiting=8.0, kv_cache_pct=kv, requests_per_s=4.0, e2e_p95_s=3.0, window_s=60.0,
+                    preemptions_per_s=window_preempt_s, preemptions_total=preempt_total, requests_total=4.0 * t)
+    return FleetState(tick=t, taken_at=T0 + t, refresh_s=1.0, window_s=60.0, slo=SLO,
+                      engines=(EngineState(s, Freshness(FRESH, s.url, 0.0, 0.0)),))
+
+
+def test_kv_bound_reads_preemptions_over_the_last_seconds_and_clears_when_they_stop():
+    # 3 preemptions a second from t=0 (the 60 s window still reads 0.7/s at first); from t=30 none,
+    # KV stays at 90 % (over the 85 % clear level) while the window keeps reading 1.5/s for a minute
+    states = [_kv_engine(t, 3.0 * t, 0.7) for t in range(30)]
+    states += [_kv_engine(t, 90.0, 1.5, kv=90.0) for t in range(30, 90)]
+    out = run(states)
+    v = next(v for v in out[12] if v.kind == "kv-bound")
+    (ev,) = [e for e in v.evidence if e.signal == "preemptions"]
+    assert (ev.value, ev.window) == ("3.0/s", "10 s")
+    last = next(t for t in range(30, 90) if not any(v.kind == "kv-bound" for v in out[t]))
+    assert last <= 30 + 10 + 16  # the short span empties of preemptions, then 15 s quiet
+
+
+def test_a_counter_reset_starts_the_short_span_again():
+    from infertop.analysis.triage.signals import ShortWindow
+
+    w = ShortWindow()
+    states = trace(lambda t, n: Load(), names=("e0",), seconds=12)
+    for i, st in enumerate(states):
+        w.update(st.engines, T0 + i)
+    e = states[-1].engines[0]
+    restarted = replace(e, stats=replace(e.stats, prompt_tokens_total=10.0, requests_total=1.0,
+                                         prefix_hits_total=1.0, prefix_queries_total=10.0))
+    (sig,) = w.update([restarted], T0 + 12).values()
+    assert sig.span_s is None and sig.hit_window == "60 s window"  # one point since the restart: the window's

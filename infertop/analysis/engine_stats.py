@@ -102,7 +102,7 @@ _NONE = object()
 
 
 _RATE_KEYS = ("prompt_tokens", "generation_tokens", "requests", "preemptions", "prefix_hits", "prefix_queries")
-_TOTAL_KEYS = ("prompt_tokens", "requests", "prefix_hits", "prefix_queries")  # EngineStats.<key>_total
+_TOTAL_KEYS = ("prompt_tokens", "requests", "prefix_hits", "prefix_queries", "preemptions")  # EngineStats.<key>_total
 
 
 _LE: dict[str, tuple[str, float] | None] = {}  # "hist@le" → (hist, le): the same keys every poll

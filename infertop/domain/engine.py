@@ -57,6 +57,7 @@ class EngineStats:
     requests_total: float | None = None  # finished requests (request_success_total)
     prefix_hits_total: float | None = None  # prefix-cache hits (tokens)
     prefix_queries_total: float | None = None  # prefix-cache lookups (tokens)
+    preemptions_total: float | None = None
     # percentile field → "<" (its rank is in the first bucket: the value shown is that bucket's bound,
     # the truth is under it) or ">" (in the +Inf bucket: over the largest bound)
     quantile_edges: dict[str, str] = field(default_factory=dict)

@@ -12,7 +12,7 @@
 In that order: a paused or blind autoscaler decides nothing worth judging; replicas that cannot be
 scheduled make raising the maximum useless. The explanations are :func:`explain_workloads`' (the
 Autoscaler pane's); the workload's engines come from the scaling advisor's ``state.autoscalers``
-docs, else from the pods' engine URLs.
+docs, else from the pods' engine URLs or names.
 """
 
 from __future__ import annotations
@@ -201,6 +201,13 @@ def _engines_of(state, snap) -> dict[str, list[str]]:
             out[str(doc["workload"])] = [str(n) for n in doc["engines"]]
     if out:
         return out
-    from ...state.advisor import workload_engines  # the same join the advisor makes
-
-    return workload_engines(state, snap)
+    # the join the advisor makes (state.advisor.workload_engines; analysis sits below state):
+    # pod → its engine by URL, else by name → the pod's workload
+    by_url = {(e.stats.url or "").rstrip("/"): e.name for e in state.engines if e.stats.url}
+    names = {e.name for e in state.engines}
+    for pod in snap.pods:
+        engine = by_url.get(pod.engine_url or "") or (pod.name if pod.name in names else None)
+        w = snap.workload_of(pod) if engine is not None and not pod.terminating else None
+        if w is not None and engine not in out.setdefault(w.key, []):
+            out[w.key].append(engine)
+    return out

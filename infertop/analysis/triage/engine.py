@@ -15,7 +15,7 @@ from .gateway_rules import priority_inversion
 from .peer_rules import join_throttled, slower_than_peers
 from .prompt_rules import long_prompts, prefix_collapse
 from .rules import RULES
-from .signals import ShortWindow
+from .signals import ShortWindow, with_short_rates
 from .types import CRITICAL, Evidence, Finding, Remedy, Verdict
 
 # kind → (seconds the condition must hold before the verdict, seconds quiet before it clears).
@@ -80,11 +80,12 @@ class Triage:
         ctx = RuleContext(self._short.update(fresh_up, now), {e.name: e.stats.model or "?" for e in fresh_up},
                           self.baselines, memo=self._memo)
         findings = ctx.findings
-        findings += [f for rule in RULES for f in rule(state, self.active)]
+        short = with_short_rates(state, ctx.signals)  # preempting and arriving now, not over the last minute
+        findings += [f for rule in RULES for f in rule(short, self.active)]
         findings += self._crash_loops(state, now)
         findings += self._hung(state, now)
         for rule in CONTEXT_RULES:
-            findings += rule(state, self.active, ctx)
+            findings += rule(short, self.active, ctx)
         findings[:] = join_throttled(findings, state, ctx)
         self._learn(state, ctx, now)
         looping = {f.subject for f in findings if f.kind == "crash-loop"}

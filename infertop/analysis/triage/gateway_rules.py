@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 
 from ...format import seconds_human
-from ...state.queues import queue_sources
 from .types import WARNING, Evidence, Finding, Remedy
 
 HOLDS_MOST_PCT, HOLDS_CLEARS_BELOW_PCT = 50.0, 40.0  # the lower class's share of dispatches
@@ -16,7 +15,7 @@ OVER_BUDGET_X, CLEARS_BELOW_X = 1.0, 0.8  # the higher class's wait p99 over its
 
 def priority_inversion(state, active, ctx=None) -> list[Finding]:
     out = []
-    for q in queue_sources(state.queues):
+    for q in _queue_sources(state.queues):
         if not q.fresh:
             continue
         for c in q.classes:
@@ -59,3 +58,9 @@ def _remedies(q, c, hog, subject: str) -> tuple[Remedy, ...]:
     new = max(1, math.ceil(2 * (hog.weight if over_hog else c.weight)))
     return (Remedy(f"raise the weight of {c.name} {c.weight:g} → {new} on {q.name} (twice "
                    f"{'that of ' + hog.name if over_hog else 'its own'})", "w", subject, new),)
+
+
+def _queue_sources(queues) -> list:
+    """The gateways and endpoint pickers of a state's ``queues`` slot (state.queues.QueueSource, read
+    by shape: analysis sits below state and imports nothing of it; the slot also holds plain mappings)."""
+    return [q for q in queues if hasattr(q, "classes") and hasattr(q, "fresh")]

@@ -29,11 +29,17 @@ class Signals:
     ttft_p99_s: float | None = None
     itl_p50_s: float | None = None
     itl_p95_s: float | None = None
+    # rates over the short span (None: no counters, or under MIN_SPAN_S of them): what the rules read in
+    # place of the window's requests_per_s / preemptions_per_s
+    requests_per_s: float | None = None
+    preemptions_per_s: float | None = None
+    span_s: float | None = None
     hit_window: str = WINDOW_LABEL  # over which span the hit rate was taken
     prompt_window: str = WINDOW_LABEL  # … and the prompt size per request
 
 
-_Point = tuple[float, float | None, float | None, float | None, float | None]  # t, prompt, requests, hits, queries
+# t, prompt, requests, hits, queries, preemptions
+_Point = tuple[float, float | None, float | None, float | None, float | None, float | None]
 
 
 class ShortWindow:
@@ -48,7 +54,8 @@ class ShortWindow:
         out = {}
         for e in engines:
             s = e.stats
-            p: _Point = (now, s.prompt_tokens_total, s.requests_total, s.prefix_hits_total, s.prefix_queries_total)
+            p: _Point = (now, s.prompt_tokens_total, s.requests_total, s.prefix_hits_total, s.prefix_queries_total,
+                         s.preemptions_total)
             pts = self._points.setdefault(s.name, deque())
             if pts and any(_fell(a, b) for a, b in zip(pts[-1][1:], p[1:])):
                 pts.clear()  # a counter went down: the engine restarted, the span starts again
@@ -67,14 +74,38 @@ class ShortWindow:
         hit_window = prompt_window = WINDOW_LABEL
         first, last = pts[0], pts[-1]
         span = last[0] - first[0]
+        req_s = preempt_s = None
         if span >= MIN_SPAN_S:
-            d_prompt, d_req, d_hits, d_queries = (None if a is None or b is None else b - a
-                                                  for a, b in zip(first[1:], last[1:]))
+            d_prompt, d_req, d_hits, d_queries, d_preempt = (None if a is None or b is None else b - a
+                                                             for a, b in zip(first[1:], last[1:]))
+            req_s = None if d_req is None else d_req / span
+            preempt_s = None if d_preempt is None else d_preempt / span
             if d_queries and d_hits is not None:
                 hit, hit_window = 100.0 * d_hits / d_queries, f"last {span:.0f} s"
             if d_prompt is not None and d_req is not None and d_req >= MIN_REQUESTS:
                 per_req, prompt_window = d_prompt / d_req, f"last {span:.0f} s"
-        return Signals(hit, per_req, s.ttft_p50_s, s.ttft_p99_s, s.itl_p50_s, s.itl_p95_s, hit_window, prompt_window)
+        return Signals(hit, per_req, s.ttft_p50_s, s.ttft_p99_s, s.itl_p50_s, s.itl_p95_s, req_s, preempt_s,
+                       span if span >= MIN_SPAN_S else None, hit_window, prompt_window)
+
+
+def with_short_rates(state, signals: dict[str, Signals]):
+    """``state`` with each engine's request and preemption rates over the short span where its counters
+    give them (and ``window_s`` that span): the rules read the last seconds, not the last minute."""
+    from dataclasses import replace
+
+    engines, changed = [], False
+    for e in state.engines:
+        sig = signals.get(e.name)
+        if sig is None or sig.span_s is None or (sig.requests_per_s is None and sig.preemptions_per_s is None):
+            engines.append(e)
+            continue
+        s = e.stats
+        engines.append(replace(e, stats=replace(
+            s, window_s=sig.span_s,
+            requests_per_s=s.requests_per_s if sig.requests_per_s is None else sig.requests_per_s,
+            preemptions_per_s=s.preemptions_per_s if sig.preemptions_per_s is None else sig.preemptions_per_s)))
+        changed = True
+    return replace(state, engines=tuple(engines)) if changed else state
 
 
 def _fell(before: float | None, now: float | None) -> bool:
