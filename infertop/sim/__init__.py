@@ -27,6 +27,7 @@ from .dcgm import SimGpu, render_dcgm
 from .load import LOAD_MODES, LoadGenerator
 from .metrics import HttpStats, render_metrics
 from .model import DEFAULT_EPOCH_S, EngineConfig, EngineModel, SimRequest
+from .scenarios import SCENARIOS, ScenarioPlayer
 from .server import FAULTS, DcgmServer, FleetServer, SimEngine
 
 __all__ = [
@@ -44,6 +45,8 @@ __all__ = [
     "FAULTS",
     "LOAD_MODES",
     "DEFAULT_MODELS",
+    "SCENARIOS",
+    "ScenarioPlayer",
 ]
 
 DEFAULT_MODELS = ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-7B-Instruct")
@@ -78,7 +81,7 @@ class SimCluster:
         True: a driver thread advances every engine on the wall clock (times
         ``speed``) in ticks of ``tick_s``. False: call :meth:`advance`.
     load:
-        ``"bursty"``, ``"steady"`` or ``"none"``.
+        ``"bursty"``, ``"diurnal"``, ``"steady"`` or ``"none"``.
     hot_engine:
         Index of the engine that gets more (and longer) load; None for none.
     throttle_gpu:
@@ -155,6 +158,8 @@ class SimCluster:
         blocks = _per_engine(num_gpu_blocks, n_engines, "num_gpu_blocks")
         overrides = list(engine_overrides or [])
         self.load = LoadGenerator(n_engines, seed, load, base_rate=base_rate, hot_engine=self.hot_engine)
+        # the replicas of a model share its load balancer, and so its bursts: peers look alike when healthy
+        self.load.phase_groups = [sorted(set(names), key=names.index).index(m) for m in names]
         self.engines: list[SimEngine] = []
         for i in range(n_engines):
             cfg = EngineConfig(model_name=names[i], max_num_seqs=int(seqs[i]), max_model_len=int(lens[i]),
@@ -181,6 +186,9 @@ class SimCluster:
         self.fleet: FleetServer | None = (FleetServer(self.engines, host=host, port=shared_port,
                                                       cache_s=metrics_cache_s, hostname_label=hostname_label)
                                           if shared_port is not None else None)
+        #: The incident being played (:meth:`play`), None for a healthy fleet.
+        self.scenario: ScenarioPlayer | None = None
+        self._scenario_lock = threading.Lock()  # the driver's steps vs a scenario switched from another thread
         self._stop = threading.Event()
         self._driver: threading.Thread | None = None
         self._started = False
@@ -252,10 +260,13 @@ class SimCluster:
 
     def _step_all(self, dt: float) -> None:
         load = self.load
-        for i, e in enumerate(self.engines):
-            with e.lock:
-                load.generate(i, e.core, e.core.now + dt, submit=e.alive)
-                e.advance_locked(dt)
+        with self._scenario_lock:
+            if self.scenario is not None:
+                self.scenario.apply()
+            for i, e in enumerate(self.engines):
+                with e.lock:
+                    load.generate(i, e.core, e.core.now + dt, submit=e.alive and not e.stalled)
+                    e.advance_locked(dt)
         self.ticks += 1
 
     def advance(self, seconds: float, tick: float = 0.05) -> None:
@@ -285,6 +296,21 @@ class SimCluster:
                 traceback.print_exc()
 
     # -------------------------------------------------------------- actions
+
+    def play(self, scenario: str | None, *, engine: int = 1, onset_s: float | None = None,
+             **timing: float) -> ScenarioPlayer | None:
+        """Play an incident (a name in :data:`SCENARIOS`) on ``engine`` from ``onset_s`` (virtual
+        seconds; None: now), ending the one playing; None ends it and plays nothing. ``timing``:
+        ``ramp_s``, ``hold_s``, ``recovery_s`` instead of the scenario's own."""
+        player = (ScenarioPlayer(self, scenario, engine=engine, onset_s=onset_s, seed=self.seed, **timing)
+                  if scenario is not None else None)
+        with self._scenario_lock:
+            if self.scenario is not None:
+                self.scenario.stop()
+            self.scenario = player
+            if player is not None:
+                player.apply()
+        return player
 
     def set_fault(self, engine: int, fault: str | None) -> None:
         self.engines[engine].set_fault(fault)

@@ -31,6 +31,7 @@ kubeconfig (context ``infertop-demo``; ``--kubeconfig F``) and prints, before
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -45,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-port", type=int, default=0, metavar="P",
                    help="engine i listens on P+i, the dcgm exporter on P+N (default: ephemeral ports)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
-    p.add_argument("--load", choices=("steady", "bursty", "none"), default="bursty", help="load pattern")
+    p.add_argument("--load", choices=("steady", "bursty", "diurnal", "none"), default="bursty",
+                   help="load pattern (diurnal: the bursts on a 30-minute day)")
     p.add_argument("--max-num-seqs", type=int, default=64, metavar="N", help="max_num_seqs of every engine")
     p.add_argument("--v0", action="store_true", help="expose legacy (V0) metric names")
     p.add_argument("--exit-with-parent", action="store_true",
@@ -57,6 +59,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall-clock second")
     p.add_argument("--warmup", type=float, default=0.0, metavar="S",
                    help="simulate S seconds of history before serving")
+    p.add_argument("--hot-engine", type=int, default=None, metavar="I",
+                   help="engine I gets more load and stronger bursts, past its capacity (default: none)")
+    p.add_argument("--throttle-gpu", type=int, default=None, metavar="I",
+                   help="GPU I has poor cooling and throttles under load (default: none)")
+    inc = p.add_argument_group("incidents (on the virtual clock; the fleet is healthy without one)")
+    inc.add_argument("--scenario", default=None, metavar="NAME",
+                     help="play an incident on one engine: onset, ramp, hold, recovery (--list-scenarios)")
+    inc.add_argument("--list-scenarios", action="store_true", help="print the scenarios and exit")
+    inc.add_argument("--scenario-engine", type=int, default=1, metavar="I",
+                     help="the engine the scenario acts on (default 1)")
+    inc.add_argument("--onset", type=float, default=60.0, metavar="S",
+                     help="virtual seconds after the start (warm-up excluded) when it begins (default 60)")
+    inc.add_argument("--hold", type=float, default=None, metavar="S",
+                     help="virtual seconds it holds at full strength (default: the scenario's own)")
+    inc.add_argument("--control-stdin", action="store_true",
+                     help="read commands from stdin: 'scenario NAME [ENGINE]' plays one from now, "
+                          "'scenario none' ends it; each is answered on stdout (used by --demo)")
     fleet = p.add_argument_group("many engines (for a Prometheus scraping them)")
     fleet.add_argument("--shared-port", type=int, default=None, metavar="P",
                        help="serve every engine on ONE port by path (/engine/<i>/metrics …; 0: ephemeral) "
@@ -98,6 +117,24 @@ def main(argv: list[str]) -> int:
     # be replaced here by whatever adopted us (the simulator would then outlive it).
     parent = os.getppid()
     args = build_parser().parse_args(argv)
+    from .scenarios import SCENARIOS, scenario_table
+
+    if args.list_scenarios:
+        sys.stdout.write(scenario_table())
+        return 0
+    if args.scenario is not None and args.scenario not in SCENARIOS:
+        print(f"infertop sim: unknown scenario {args.scenario!r}; one of: {', '.join(SCENARIOS)}", file=sys.stderr)
+        return 2
+    for flag, index in (("--scenario-engine", args.scenario_engine if args.scenario else None),
+                        ("--hot-engine", args.hot_engine),
+                        ("--throttle-gpu", args.throttle_gpu)):
+        if index is not None and not 0 <= index < args.engines:
+            print(f"infertop sim: {flag} must be 0..{args.engines - 1}", file=sys.stderr)
+            return 2
+    for flag, value in (("--onset", args.onset), ("--hold", args.hold)):
+        if value is not None and not (math.isfinite(value) and 0 <= value <= 86400):
+            print(f"infertop sim: {flag} must be 0..86400 seconds", file=sys.stderr)
+            return 2
     if args.engines < 1:
         print("infertop sim: --engines must be at least 1", file=sys.stderr)
         return 2
@@ -137,9 +174,13 @@ def main(argv: list[str]) -> int:
         try:
             cluster = SimCluster(args.engines, seed=args.seed, base_port=args.base_port,
                                  max_num_seqs=args.max_num_seqs, metrics_version="v0" if args.v0 else "v1",
-                                 kubernetes_labels=args.kubernetes_labels,
+                                 kubernetes_labels=args.kubernetes_labels, hot_engine=args.hot_engine,
+                                 throttle_gpu=args.throttle_gpu,
                                  load=args.load, speed=args.speed, warmup_s=args.warmup, **extra)
             cluster.start()
+            if args.scenario is not None:
+                cluster.play(args.scenario, engine=args.scenario_engine, onset_s=cluster.now + args.onset,
+                             **({"hold_s": args.hold} if args.hold is not None else {}))
             if args.file_sd:
                 _write_file_sd(args.file_sd, cluster.fleet.file_sd())
         except OSError as e:
@@ -170,8 +211,13 @@ def main(argv: list[str]) -> int:
             if kube is not None:
                 path = kube.write_kubeconfig(args.kubeconfig or _default_kubeconfig())
                 out.write(f"kube {kube.url} kubeconfig={path} context={DEMO_CONTEXT} namespace={kube.namespace}\n")
+            if cluster.scenario is not None:
+                out.write(cluster.scenario.describe() + "\n")
             out.write("ready\n")
             out.flush()
+            if args.control_stdin:
+                threading.Thread(target=_control, args=(cluster, sys.stdin, out, stop), daemon=True,
+                                 name="infertop-sim-control").start()
             while not stop.wait(0.5):
                 if args.exit_with_parent and os.getppid() != parent:
                     break  # re-parented: infertop died without stopping us
@@ -183,6 +229,38 @@ def main(argv: list[str]) -> int:
         for s, h in old.items():
             signal.signal(s, h)
     return 0
+
+
+_out_lock = threading.Lock()
+
+
+def _control(cluster, inp, out, stop: threading.Event) -> None:
+    """``--control-stdin``: one command a line; the end of stdin (the parent went away) stops the simulator."""
+    for line in inp:
+        words = line.split()
+        reply = _command(cluster, words) if words else None
+        if reply:
+            with _out_lock:
+                out.write(reply + "\n")
+                out.flush()
+    stop.set()
+
+
+def _command(cluster, words: list[str]) -> str:
+    from .scenarios import SCENARIOS
+
+    if words[0] != "scenario" or len(words) not in (2, 3):
+        return "error: expected 'scenario NAME [ENGINE]' or 'scenario none'"
+    name = words[1]
+    if name == "none":
+        cluster.play(None)
+        return "scenario none"
+    if name not in SCENARIOS:
+        return f"error: unknown scenario {name[:40]!r}"
+    engine = words[2] if len(words) == 3 else "1"
+    if not engine.isdigit() or int(engine) >= len(cluster.engines):
+        return f"error: engine must be 0..{len(cluster.engines) - 1}"
+    return cluster.play(name, engine=int(engine)).describe()
 
 
 def _default_kubeconfig():

@@ -153,6 +153,9 @@ class SimGpu:
         self.energy_mj = float(rng.randrange(2_000_000_000, 40_000_000_000))
         self._fb_jitter = rng.randrange(0, 64)
         self.throttle = 0  # 0 none, 1 sw thermal, 2 hw thermal
+        #: Degrees the die runs above its normal temperature for the same power (failed fans, a blocked
+        #: inlet): the gpu-throttled scenario raises it until the GPU throttles.
+        self.cooling_loss_c = 0.0
         self.power_capped = False
 
     # ----------------------------------------------------------------- model
@@ -178,6 +181,7 @@ class SimGpu:
             target_t = 50.0 + (self.power_w - self.idle_power_w) * 0.13
         else:
             target_t = 32.0 + (self.power_w - self.idle_power_w) * 0.085
+        target_t += self.cooling_loss_c
         if self.throttle == 1:
             # the clock-down holds the die near the slowdown threshold
             target_t = min(target_t, 87.5)

@@ -9,22 +9,22 @@ Modes:
 
 * ``"steady"``: a constant rate per engine.
 * ``"bursty"``: a cycle (default 120 s) of calm (0.15x), normal (1x) and
-  burst (2.4x, about 18 s) phases, shifted per engine so the fleet never bursts all at
+  burst (2.4x, about 18 s) phases, shifted per engine (or per ``phase_groups``: the engines
+  of one model burst together, as behind one load balancer) so the fleet never bursts all at
   once. Bursts overload an engine for a while: its queue builds, requests
   wait, and on an engine with a tight KV cache requests get preempted.
+* ``"diurnal"``: the bursty cycle on a compressed day (``day_s``, default 30 min): the rate
+  follows a sine from 0.2x (night) to 1x (noon), in steps of a minute, bursts included.
 * ``"none"``: no load.
 
-One *hot* engine gets 1.25x the rate, stronger bursts (2.6x) and twice the
-long-context (RAG) share during them, so the demo has an engine that queues
-and preempts while the others mostly keep up.
+One *hot* engine (opt-in: ``infertop sim`` and ``--demo`` have none) gets 1.25x the rate,
+stronger bursts (3.45x) and twice the long-context (RAG) share during them, so an engine queues
+and preempts while the others keep up.
 
-The default ``base_rate`` (3 requests/s per engine) is sized against what one
-engine of the default configuration serves of this mix (about 9 requests/s at
-``max_num_seqs`` 64): the fleet answers in hundreds of ms and only the hot
-engine's bursts (~10 requests/s, more of it long-context) queue past a 2 s TTFT
-for a while. At 4.5, every burst ran an engine 1.2-1.6x over capacity for ~18 s:
-queues of 100+, priority-5 batch requests starved for 30 s and more, and a 60 s
-window's TTFT p99 stayed at tens of seconds long after the queue had drained.
+The default ``base_rate`` (3 requests/s per engine) is sized against what one engine of the
+default configuration serves of this mix (about 12 requests/s at ``max_num_seqs`` 64): the
+fleet answers in hundreds of ms, a burst (7.2 requests/s) is absorbed, and only the hot engine's
+bursts (~13 requests/s, more of it long-context) queue past a 2 s TTFT for a while.
 
 The request mix: chat (shared system prompts), code completion (shared
 repository context), long-context RAG, and low-priority batch jobs
@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .model import EngineModel, SimRequest
 
 __all__ = ["LoadGenerator", "WorkloadClass", "DEFAULT_MIX", "LOAD_MODES"]
 
-LOAD_MODES = ("steady", "bursty", "none")
+LOAD_MODES = ("steady", "bursty", "diurnal", "none")
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,8 @@ DEFAULT_MIX: tuple[WorkloadClass, ...] = (
 
 # Bursty cycle: (start fraction, rate multiplier) segments of one period.
 _BURSTY = ((0.00, 0.15), (0.30, 1.0), (0.70, 2.4), (0.85, 0.9))
-_HOT_BURSTY = ((0.00, 0.25), (0.30, 1.0), (0.70, 2.6), (0.86, 1.0))
+_HOT_BURSTY = ((0.00, 0.25), (0.30, 1.0), (0.70, 3.45), (0.86, 1.0))
+_DAY_STEP_S = 60.0  # the diurnal curve is constant for a minute at a time (a Poisson rate per segment)
 
 
 class LoadGenerator:
@@ -77,7 +79,7 @@ class LoadGenerator:
 
     def __init__(self, n_engines: int, seed: int = 0, mode: str = "bursty", *, base_rate: float = 3.0,
                  hot_engine: int | None = 0, hot_factor: float = 1.25, period_s: float = 120.0,
-                 mix: tuple[WorkloadClass, ...] = DEFAULT_MIX) -> None:
+                 mix: tuple[WorkloadClass, ...] = DEFAULT_MIX, day_s: float = 1800.0) -> None:
         if mode not in LOAD_MODES:
             raise ValueError(f"load mode must be one of {LOAD_MODES}, not {mode!r}")
         self.n = n_engines
@@ -87,8 +89,16 @@ class LoadGenerator:
         self.hot_engine = hot_engine
         self.hot_factor = hot_factor
         self.period_s = period_s
+        self.day_s = day_s
         self.mix = mix
+        #: Engines with the same group burst together (None: each engine on its own phase). The
+        #: replicas of one model sit behind one load balancer, which spreads a burst over all of them.
+        self.phase_groups: list[int] | None = None
         self.rate_scale = [1.0] * n_engines
+        #: Per engine, None or a function that reshapes each new request (a scenario: longer prompts,
+        #: longer answers, prefixes that no longer repeat); it draws from its own generator, so the
+        #: arrivals (times and the base mix) are the same with or without it.
+        self.shapers: list[Callable[[SimRequest, int], None] | None] = [None] * n_engines
         self._rngs = [random.Random(f"infertop-sim-load:{seed}:{i}") for i in range(n_engines)]
         self._next: list[float | None] = [None] * n_engines
         self.generated = [0] * n_engines
@@ -109,7 +119,8 @@ class LoadGenerator:
     # ------------------------------------------------------------------ rate
 
     def _offset(self, i: int) -> float:
-        return (i * 0.37 * self.period_s) % self.period_s
+        g = self.phase_groups[i] if self.phase_groups is not None else i
+        return (g * 0.37 * self.period_s) % self.period_s
 
     def _segment(self, i: int, t: float) -> tuple[float, float]:
         """(rate, end of the constant-rate segment containing t)."""
@@ -119,6 +130,12 @@ class LoadGenerator:
             return 0.0, math.inf
         if self.mode == "steady":
             return base, math.inf
+        day_end = math.inf
+        if self.mode == "diurnal":
+            step = math.floor(t / _DAY_STEP_S)
+            day_end = (step + 1) * _DAY_STEP_S
+            noon = (step + 0.5) * _DAY_STEP_S / self.day_s  # the curve at the step's middle, in days
+            base *= 0.6 - 0.4 * math.cos(2.0 * math.pi * noon)  # 0.2x at t = 0 (midnight), 1x at noon
         p = self.period_s
         segs = _HOT_BURSTY if i == self.hot_engine else _BURSTY
         u = t + self._offset(i)
@@ -128,7 +145,7 @@ class LoadGenerator:
         while segs[k][0] > frac:
             k -= 1
         end_frac = segs[k + 1][0] if k + 1 < len(segs) else 1.0
-        end = (cycle + end_frac) * p - self._offset(i)
+        end = min((cycle + end_frac) * p - self._offset(i), day_end)
         if end <= t:  # float edge
             end = t + 1e-9
         return base * segs[k][1], end
@@ -157,7 +174,7 @@ class LoadGenerator:
         rng = self._rngs[i]
         mix = self.mix
         weights = [w.weight for w in mix]
-        if i == self.hot_engine and self.mode == "bursty" and self.rate(i, arrival_t) > self.base_rate * 2:
+        if i == self.hot_engine and self.mode != "steady" and self.rate(i, arrival_t) > self.base_rate * 2:
             weights = [w.weight * (2.0 if w.name == "rag" else 1.0) for w in mix]
         cls = rng.choices(mix, weights)[0]
         prompt = int(rng.lognormvariate(math.log(cls.prompt_mean) - cls.prompt_sigma ** 2 / 2, cls.prompt_sigma))
@@ -183,8 +200,11 @@ class LoadGenerator:
             nxt = self._draw_next(i, core.now)
         count = 0
         max_len = core.config.max_model_len
+        shaper = self.shapers[i]
         while nxt <= until_t:
             req = self.make_request(i, nxt)
+            if shaper is not None:
+                shaper(req, max_len)
             if req.prompt_tokens + 1 >= max_len:
                 req.prompt_tokens = max_len // 2
             if req.prompt_tokens + req.max_tokens > max_len:

@@ -349,6 +349,18 @@ class EngineModel(KvCacheMixin):
         self.now = target
         self._admit_arrivals(target)
 
+    def stall(self, dt: float) -> None:
+        """``dt`` seconds of a stuck engine core (a hung collective, a wedged kernel): the clock moves,
+        the step in flight never ends, nothing is scheduled or admitted, so every counter and gauge
+        stays where it was; the GPU sees no busy time."""
+        if dt < 0:
+            raise ValueError("dt must be >= 0")
+        self.now += dt
+        if self._it_active:  # the step in flight is pushed out with the clock: it neither ends nor counts busy
+            self._it_start += dt
+            self._it_gpu_start += dt
+            self._it_end += dt
+
     def _admit_arrivals(self, t: float) -> None:
         pending = self._pending
         while pending and pending[0][0] <= t:

@@ -42,6 +42,7 @@ from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import HttpStats, render_metrics
 from .model import EngineModel, SimRequest
 from .openai_api import _OpenAIHandler, approx_tokens
+from .requests import FINISHED
 
 # HTTP plumbing (http_base), the completions endpoints (openai_api) and the
 # fault bodies (faults) live in sibling modules; their public names are
@@ -164,6 +165,9 @@ class SimEngine:
         self.model_created = int(time.time())
         #: False after :meth:`kill` (process gone) until :meth:`revive`.
         self.alive = True
+        #: True while the engine core is hung (:meth:`hang_core`): it answers HTTP, nothing moves.
+        self.stalled = False
+        self._held: list[SimRequest] = []  # requests handed in while hung: they never reach the core
         #: Served by a :class:`FleetServer` under this URL (no port of its own) when set.
         self.shared_url: str | None = None
         #: A rendered ``/metrics`` is reused for this many seconds (0: rendered on every request):
@@ -242,10 +246,17 @@ class SimEngine:
         (``core.now``), so it is counted as waiting at once and its TTFT is queue + prefill; a time
         ahead of the engine's clock would leave it in neither gauge until the driver's next tick."""
         with self.lock:
+            if self.stalled:  # the API server took it; the stuck core never sees it (no gauge moves)
+                self._held.append(req)
+                return True
             return self.core.submit(req)
 
     def abort(self, req: SimRequest) -> bool:
         with self.lock:
+            if req in self._held:
+                self._held.remove(req)
+                _finish_unseen(req)
+                return True
             return self.core.abort(req)
 
     def advance(self, dt: float) -> None:
@@ -255,7 +266,10 @@ class SimEngine:
 
     def advance_locked(self, dt: float) -> None:
         core = self.core
-        core.step(dt)
+        if self.stalled:
+            core.stall(dt)
+        else:
+            core.step(dt)
         busy, tokens, _ = core.take_activity()
         gpu = self.gpu
         gpu.sleep_level = core.sleep_level
@@ -269,12 +283,38 @@ class SimEngine:
             self.http_stats = HttpStats()
             self.model_created = int(time.time())
 
+    def hang_core(self) -> None:
+        """The engine core hangs: ``/metrics`` and ``/health`` still answer, no token is produced, the
+        running and waiting requests stay as they are, new ones are taken and never scheduled."""
+        with self.lock:
+            self.stalled = True
+
+    def unhang_core(self, restart: bool = True) -> None:
+        """End a hang: by a restart (what an operator does: counters reset, in-flight requests cut),
+        or, ``restart=False``, by the core moving again (the held requests then reach it)."""
+        with self.lock:
+            self.stalled = False
+            held, self._held = self._held, []
+            if restart:
+                self.core.restart()
+                self.http_stats = HttpStats()
+                self.model_created = int(time.time())
+                for req in held:
+                    _finish_unseen(req)
+            else:
+                for req in held:
+                    self.core.submit(req)
+
     def kill(self) -> None:
         """The engine process dies: connections refused, in-flight requests lost, GPU memory freed."""
         with self.lock:
             self.alive = False
+            self.stalled = False
+            held, self._held = self._held, []
             self.core.restart()
             self.gpu.engine_loaded = False
+        for req in held:
+            _finish_unseen(req)
         self.set_fault("down")
 
     def revive(self, **config_changes) -> None:
@@ -319,6 +359,14 @@ class SimEngine:
 
     def __repr__(self) -> str:
         return f"SimEngine({self.index}, {self.model!r}, url={self.url!r}, fault={self._fault!r})"
+
+
+def _finish_unseen(req: SimRequest) -> None:
+    """A request the engine core never saw ends as vLLM's API server ends it: aborted, nothing counted."""
+    req.state = FINISHED
+    req.finished_reason = "abort"
+    if req.on_finish is not None:
+        req.on_finish(req)
 
 
 # ---------------------------------------------------------------------------
