@@ -336,3 +336,14 @@ def test_kubernetes_flags_before_snapshot_reach_it(kube_emulator, tmp_path, caps
     assert doc["cluster"]["freshness"]["status"] == "fresh"
     cluster = doc["cluster"]
     assert cluster["context"] == "lab" and {"gpu-a", "gpu-b"} <= {n["name"] for n in cluster["nodes"]}
+
+
+def test_the_console_starts_without_importing_the_kubernetes_client():
+    """The kubernetes client is ~0.4 s of import — most of a console's start-up before its first
+    frame — and a console without a cluster never needs it: it is imported when a session connects."""
+    import subprocess
+
+    code = ("import sys, infertop.cli, infertop.ui.app, infertop.sources.kube, infertop.control.kube\n"
+            "print(sorted(m for m in sys.modules if m == 'kubernetes' or m.startswith('kubernetes.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout[:400]

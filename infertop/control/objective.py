@@ -19,7 +19,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import kubernetes
 
 from ..sources.kube_perms import can_i
 from ..sources.kube_session import KubeError, KubeSession
@@ -59,7 +58,7 @@ class Objective:
 
 def find_objectives(session: KubeSession, namespace: str) -> tuple[ObjectiveApi | None, str]:
     """(the API, "") when InferenceObjectives are served and patchable in ``namespace``; else (None, why)."""
-    custom = kubernetes.client.CustomObjectsApi(session.api_client)
+    custom = _custom_objects_api(session.api_client)
     served = None
     for group, version in GROUPS:
         try:
@@ -93,7 +92,7 @@ def _objective(doc: dict, namespace: str) -> Objective:
 
 
 def list_objectives(session: KubeSession, api: ObjectiveApi, namespace: str) -> list[Objective]:
-    custom = kubernetes.client.CustomObjectsApi(session.api_client)
+    custom = _custom_objects_api(session.api_client)
     doc = session.raw(custom.list_namespaced_custom_object, api.group, api.version, namespace, PLURAL)
     return sorted((_objective(o, namespace) for o in doc.get("items") or [] if isinstance(o, dict)),
                   key=lambda o: (-(o.priority or 0), o.name))
@@ -111,7 +110,7 @@ class ObjectivePriority:
         if not lo <= priority <= hi:
             raise ActionRefused(f"priority must be an integer from {lo} to {hi}")
         self.session, self.api, self.namespace, self.name, self.priority = session, api, namespace, name, priority
-        self.custom = kubernetes.client.CustomObjectsApi(session.api_client)
+        self.custom = _custom_objects_api(session.api_client)
         self.action = "kube.objective_priority"
         self.target = f"InferenceObjective {namespace}/{name}"
         self.object_key = f"objective:{namespace}/{name}"
@@ -198,3 +197,9 @@ class ObjectivePriority:
         return {"old": {"priority": self.old}, "new": {"priority": self.priority},
                 "summary": f"priority {self.old} → {self.priority}", "server": self.session.server,
                 "context": self.session.context}
+
+
+def _custom_objects_api(api_client: Any) -> Any:
+    from kubernetes.client import CustomObjectsApi  # the client is imported when a cluster is used
+
+    return CustomObjectsApi(api_client)

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import kubernetes
 import urllib3
-from kubernetes.client.rest import ApiException
-from kubernetes.config.config_exception import ConfigException
 
 from ..config import KubeConfig
 
@@ -61,9 +59,37 @@ class KubeError(Exception):
         self.reason = reason
 
 
+# ------------------------------------------------------- the client, imported when a cluster is
+
+def _kubernetes() -> Any:
+    """The kubernetes client, imported on first use: ~0.4 s of import (most of a console's start-up)
+    that a console without a cluster never needs."""
+    import kubernetes
+    import kubernetes.client
+    import kubernetes.config
+
+    return kubernetes
+
+
+def _config_exception() -> type[BaseException]:
+    from kubernetes.config.config_exception import ConfigException
+
+    return ConfigException
+
+
+def _is_api_exception(exc: BaseException) -> bool:
+    rest = sys.modules.get("kubernetes.client.rest")  # not imported yet: nothing can have raised one
+    return rest is not None and isinstance(exc, rest.ApiException)
+
+
+def _is_config_exception(exc: BaseException) -> bool:
+    mod = sys.modules.get("kubernetes.config.config_exception")
+    return mod is not None and isinstance(exc, mod.ConfigException)
+
+
 # ----------------------------------------------------------------- errors
 
-def _status_message(exc: ApiException) -> tuple[str, str, dict]:
+def _status_message(exc: Any) -> tuple[str, str, dict]:
     """(message, reason, details) from a Status body, when there is one."""
     body = getattr(exc, "body", None)
     if isinstance(body, bytes):
@@ -87,8 +113,8 @@ def describe_api_error(exc: BaseException, timeout_s: float | None = None) -> st
     """One short line for any failure of a Kubernetes call."""
     if isinstance(exc, KubeError):
         return str(exc)
-    if isinstance(exc, ApiException):
-        status = exc.status or 0
+    if _is_api_exception(exc):
+        status = exc.status or 0  # type: ignore[attr-defined]
         message, reason, details = _status_message(exc)
         causes = [c.get("message") or c.get("reason") for c in (details.get("causes") or []) if isinstance(c, dict)]
         if status == 401:
@@ -126,7 +152,7 @@ def describe_api_error(exc: BaseException, timeout_s: float | None = None) -> st
         return _one_line(f"cannot reach the API server: {inner}")
     if isinstance(exc, (urllib3.exceptions.ProtocolError, ConnectionError, OSError)):
         return _one_line(f"connection to the API server failed: {exc}")
-    if isinstance(exc, ConfigException):
+    if _is_config_exception(exc):
         return _one_line(f"kubeconfig: {exc}")
     return _one_line(f"{type(exc).__name__}: {exc}")
 
@@ -134,8 +160,9 @@ def describe_api_error(exc: BaseException, timeout_s: float | None = None) -> st
 def as_kube_error(exc: BaseException, timeout_s: float | None = None) -> KubeError:
     if isinstance(exc, KubeError):
         return exc
-    status = exc.status if isinstance(exc, ApiException) else 0
-    reason = _status_message(exc)[1] if isinstance(exc, ApiException) else ""
+    api = _is_api_exception(exc)
+    status = exc.status if api else 0  # type: ignore[attr-defined]
+    reason = _status_message(exc)[1] if api else ""
     return KubeError(describe_api_error(exc, timeout_s), status or 0, reason)
 
 
@@ -192,9 +219,10 @@ def iter_lines_capped(resp: Any, limit: int) -> Iterator[bytes]:
 
 def kube_contexts(kubeconfig: str | None = None) -> tuple[list[str], str | None]:
     """Context names in the kubeconfig and the current one."""
+    kubernetes = _kubernetes()
     try:
         contexts, active = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)
-    except (ConfigException, OSError) as e:
+    except (_config_exception(), OSError) as e:
         raise KubeError(describe_api_error(e)) from None
     return [c["name"] for c in contexts or []], (active or {}).get("name")
 
@@ -214,6 +242,7 @@ class KubeSession:
         self.timeout_s = timeout_s
         self.kubeconfig = kubeconfig
         self.server = str(api_client.configuration.host)
+        kubernetes = _kubernetes()
         self.core = kubernetes.client.CoreV1Api(api_client)
         self.apps = kubernetes.client.AppsV1Api(api_client)
         self.autoscaling = kubernetes.client.AutoscalingV2Api(api_client)
@@ -227,9 +256,10 @@ class KubeSession:
     def connect(cls, kubeconfig: str | None = None, context: str | None = None,
                 namespaces: Iterable[str] = (), *, timeout_s: float = 10.0) -> "KubeSession":
         """Load the kubeconfig (no request is made); raises KubeError."""
+        kubernetes, config_exception = _kubernetes(), _config_exception()
         try:
             contexts, active = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)
-        except (ConfigException, OSError) as e:
+        except (config_exception, OSError) as e:
             where = kubeconfig or kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION
             raise KubeError(f"no usable kubeconfig at {where}: {_one_line(str(e), 160)}") from None
         by_name = {c["name"]: c for c in contexts or []}
@@ -242,7 +272,7 @@ class KubeSession:
             conf = kubernetes.client.Configuration()
             kubernetes.config.load_kube_config(config_file=kubeconfig, context=name, client_configuration=conf,
                                                persist_config=False)
-        except (ConfigException, OSError, ValueError) as e:
+        except (config_exception, OSError, ValueError) as e:
             raise KubeError(describe_api_error(e)) from None
         conf.retries = 0  # no silent triple wait: informers retry themselves, actions show the error
         api_client = kubernetes.client.ApiClient(configuration=conf)
