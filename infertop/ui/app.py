@@ -42,8 +42,7 @@ from .autoscaler_actions import ADVISOR_ACTIONS, AutoscalerActions
 from ..analysis.triage import Triage, Verdict
 from .replay_actions import ReplayActions
 from .commands import InfertopCommands
-from .compositor import ChangedOnlyCompositor
-from .driver import default_driver_class
+from . import fastpaint
 from .screens.help import HelpScreen
 from .themes import load_themes
 from .widgets.autoscaler import AutoscalerPane
@@ -108,7 +107,8 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
 
     def __init__(self, settings: Settings, *, poll: bool = True, gpu_collector: GpuCollector | None = None) -> None:
         self.settings = settings
-        super().__init__(driver_class=default_driver_class())  # only changed cells go to the terminal
+        super().__init__()
+        fastpaint.install(self)  # Textual's internals checked; only changed cells go to the terminal
         cfg = settings.config
         if settings.prometheus:
             from ..sources.prometheus_fleet import PromFleetSource, seed_history
@@ -333,7 +333,7 @@ class PaneScreen(Screen):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._compositor = ChangedOnlyCompositor()  # a tick renders the widgets it changed, not the screen
+        fastpaint.fit_screen(self)  # a tick renders the widgets it changed, not the screen
 
     @property
     def active_bindings(self):

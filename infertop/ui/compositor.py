@@ -21,6 +21,9 @@ does (a cut through one would split it).
 A line that lies in one chop is used as it is rather than through ``Strip.divide``, which caches such a
 line as a list holding the line itself: a reference cycle, so each line painted (~30 a second at 6
 engines, each with seven caches) stayed for the cyclic collector instead of being freed when replaced.
+
+Textual's Compositor is private (``textual._compositor``): :func:`.fastpaint.fit_screen` gives a screen
+this one only when :mod:`.fastpaint` has checked the methods it overrides.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from rich.color import ColorSystem
-from rich.console import Console
+from rich.console import COLOR_SYSTEMS, Console
 from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
 from textual.strip import Strip
@@ -51,7 +54,7 @@ class SpanUpdate(ChopsUpdate):
             return self._render_text(console)
         if model.shadow is not None:
             model.shadow.append(self._render_text(console))
-        color_system = console._color_system or ColorSystem.TRUECOLOR  # as Strip.render reads it
+        color_system = _color_system(console)
         last_y = self.spans[-1][0]
         for y, x, segments in pieces:
             model.write_segments(y, x, segments, color_system)
@@ -60,17 +63,17 @@ class SpanUpdate(ChopsUpdate):
                 model.line_feed()
         return ""
 
-    def _pieces(self) -> list[tuple[int, int, list]] | None:
+    def _pieces(self) -> list[tuple[int, int, Iterable]] | None:
         """(row, column, segments) of what :meth:`_render_text` writes, in its order; None where a
         segment has a link or a control code (those are written as text)."""
-        pieces: list[tuple[int, int, list]] = []
+        pieces: list[tuple[int, int, Iterable]] = []
         chops, chop_ends = self.chops, self.chop_ends
         for y, x1, x2 in self.spans:
             for end, (x, strip) in zip(chop_ends[y], chops[y].items()):
                 if strip is None or x > x2 or end <= x1:
                     continue
                 if x2 > x >= x1 and end <= x2:
-                    pieces.append((y, x, strip._segments))
+                    pieces.append((y, x, strip))  # a Strip iterates its segments
                     continue
                 right = min(end, x2)
                 narrow = _narrow(strip)
@@ -78,10 +81,10 @@ class SpanUpdate(ChopsUpdate):
                 if narrow:
                     pieces.append((y, left, _cells_of(strip, left - x, right - x)))
                 else:
-                    pieces.append((y, left, strip.crop(left - x, right - x)._segments))
+                    pieces.append((y, left, strip.crop(left - x, right - x)))
         for _, _, segments in pieces:
             for _, style, control in segments:
-                if control or (style is not None and style._link):
+                if control or (style is not None and style.link):
                     return None
         return pieces
 
@@ -90,7 +93,7 @@ class SpanUpdate(ChopsUpdate):
         append = sequences.append
         chops, chop_ends = self.chops, self.chop_ends
         last_y = self.spans[-1][0]
-        color_system = console._color_system or ColorSystem.TRUECOLOR  # as Strip.render reads it
+        color_system = _color_system(console)
         for y, x1, x2 in self.spans:
             for end, (x, strip) in zip(chop_ends[y], chops[y].items()):
                 if strip is None or x > x2 or end <= x1:
@@ -110,6 +113,11 @@ class SpanUpdate(ChopsUpdate):
             if y != last_y:
                 append("\n")
         return "".join(sequences)
+
+
+def _color_system(console: Console) -> ColorSystem:
+    """The console's colour system as Strip.render reads it (truecolor where it has none)."""
+    return COLOR_SYSTEMS.get(console.color_system or "truecolor", ColorSystem.TRUECOLOR)
 
 
 def _narrow(strip: Strip) -> bool:

@@ -9,7 +9,8 @@ sequences go out in order; after one that may change the screen (an erase, the
 alternate screen, a scroll) the model is forgotten, and so is it before a frame
 that repaints every row (a resize, another screen): that frame goes out whole.
 
-:func:`driver_class` wraps Textual's LinuxDriver with it (POSIX terminals only).
+:func:`driver_class` wraps Textual's LinuxDriver with it (POSIX terminals only);
+:func:`.fastpaint.install` makes it the app's driver when its checks pass.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ class CellDiff:
         pending = self._pending
         render_ansi = Strip.render_ansi
         for text, style, _ in segments:
-            ansi = None if style is None else (style._ansi if style._ansi is not None else render_ansi(style, color_system))
+            ansi = None if style is None else render_ansi(style, color_system)  # cached by Textual
             if not ansi:  # no SGR: written in the current one, as Strip.render writes it
                 if text:
                     self._text(text, pending)
@@ -274,30 +275,12 @@ def _sgr(style: tuple) -> str:
 
 
 def driver_class(on_frame: Callable[[str, str, int, int], None] | None = None):
-    """Textual's LinuxDriver whose writes go through :class:`CellDiff`, and whose input thread
-    waits for input instead of polling (:mod:`.driver_input`).
+    """Textual's LinuxDriver whose writes go through :class:`CellDiff`.
     ``on_frame(written, sent, cols, rows)`` sees each write (tests replay both)."""
     from textual.drivers.linux_driver import LinuxDriver
 
-    from .driver_input import WakingEvent, run_input_thread, wake_pipe
-
     class CellDiffDriver(LinuxDriver):
         _diff: CellDiff | None = None
-
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            self._wake_r, wake_w = wake_pipe()
-            self.exit_event = WakingEvent(wake_w)  # stopping wakes the input thread at once
-
-        def run_input_thread(self) -> None:
-            run_input_thread(self, self._wake_r)
-
-        def close(self) -> None:
-            super().close()
-            self.exit_event.close()
-            if self._wake_r >= 0:
-                os.close(self._wake_r)
-                self._wake_r = -1
 
         def start_application_mode(self) -> None:
             self._diff = None  # after a suspend the terminal shows something else
@@ -315,7 +298,9 @@ def driver_class(on_frame: Callable[[str, str, int, int], None] | None = None):
             diff = self._diff
             if diff is None or (diff.cols, diff.rows) != (cols, rows):
                 diff = self._diff = CellDiff(cols, rows)
-                _MODELS[self._app.console] = diff  # partial updates write their cells into it
+                app = getattr(self, "_app", None)  # Driver keeps its app there; without it frames go as text
+                if app is not None:
+                    _MODELS[app.console] = diff  # partial updates write their cells into it
                 if on_frame is not None:
                     diff.shadow = []
             written = data
@@ -329,11 +314,3 @@ def driver_class(on_frame: Callable[[str, str, int, int], None] | None = None):
                 super().write(sent)
 
     return CellDiffDriver
-
-
-def default_driver_class():
-    """The cell-diffing driver on a POSIX terminal; None (Textual's own choice) on
-    Windows or when TEXTUAL_DRIVER names another driver (e.g. ``textual serve``)."""
-    if os.name != "posix" or os.environ.get("TEXTUAL_DRIVER"):
-        return None
-    return driver_class()

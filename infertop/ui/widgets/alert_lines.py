@@ -12,7 +12,6 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from .direct_lines import DirectLines
-from .lean_strip import lean_strip
 from .tiles import text_strip
 
 
@@ -88,5 +87,5 @@ class AlertLines(DirectLines, Widget):
         strip = self._strips.get(y)
         if strip is None or strip.cell_length != width:
             text = self._texts[y] if y <= self._rows else Text("")
-            strip = self._strips[y] = lean_strip(text_strip(text, width, self.visual_style, self.app.console), width)
+            strip = self._strips[y] = Strip(text_strip(text, width, self.visual_style, self.app.console), width)
         return strip

@@ -1,4 +1,9 @@
-"""Paint a line-API widget's cached lines without Textual's per-line box styling."""
+"""Paint a line-API widget's cached lines without Textual's per-line box styling.
+
+This reaches into Textual's screen and widget internals (the screen's dirty widgets, its compositor,
+a widget's caches): it does so only where :mod:`..fastpaint` turned ``direct_lines`` on for the app;
+otherwise these widgets refresh and paint through Textual's own path.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from textual.color import Color
 from textual.geometry import Region, Size
 from textual.strip import Strip
 
-from .lean_strip import filtered, lean_strip
+from .. import fastpaint
 
 
 @contextmanager
@@ -23,7 +28,11 @@ def one_frame(screen) -> Iterator[None]:
     the event loop after a tick, and the tick's code then runs again from cold caches. A tick
     paints its widgets inside this block, and the frame is rendered at its end, as the update
     timer's handler would render it. Anything but a plain repaint of the screen on view (a layout
-    or a scroll pending, a dialog on top, a batch update) is left to Textual's path."""
+    or a scroll pending, a dialog on top, a batch update) is left to Textual's path, as is every
+    frame where the fast paint's ``direct_lines`` is off."""
+    if not fastpaint.enabled(screen.app, fastpaint.DIRECT_LINES):
+        yield
+        return
     held = getattr(screen, "_frame_held", False)
     screen._frame_held = True
     try:
@@ -37,7 +46,7 @@ def one_frame(screen) -> Iterator[None]:
 def paint_now(screen) -> None:
     """Render ``screen``'s dirty widgets now (``Screen._on_timer_update``), or prompt Textual to."""
     app = screen.app
-    if (app._batch_count or app.screen is not screen or screen._layout_required or screen._scroll_required
+    if (getattr(app, "_batch_count", 1) or app.screen is not screen or screen._layout_required or screen._scroll_required
             or screen._repaint_required or screen._recompose_required):
         if screen._dirty_widgets:
             screen.check_idle()
@@ -67,6 +76,17 @@ class DirectLines:
     _direct_box: tuple | None = None  # (the styles' keys, what _box read from them)
     _gutter: tuple | None = None  # (the styles' key, their gutter)
     _direct_screen = None  # the screen it was mounted on (see refresh)
+    _direct_on: bool | None = None  # whether the fast paint's direct_lines is on for its app (asked once)
+
+    def _direct(self) -> bool:
+        on = self._direct_on
+        if on is None:
+            try:
+                app = self.app  # type: ignore[attr-defined]
+            except Exception:  # noqa: BLE001 — no app yet: ask again later
+                return False
+            on = self._direct_on = fastpaint.enabled(app, fastpaint.DIRECT_LINES)
+        return on
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -89,7 +109,7 @@ class DirectLines:
         wakes a message pump; a tick repaints a dozen of these widgets (measured: each changing widget
         cost ~1.3 % of the console's CPU at 6 engines). Here the widget is added at once, as the
         Update handler would add it, and the screen is prompted to paint."""
-        if (layout or recompose or not repaint or not self._is_mounted  # type: ignore[attr-defined]
+        if (layout or recompose or not repaint or not self._direct() or not self._is_mounted  # type: ignore[attr-defined]
                 or self._closing or self._parent is None):  # type: ignore[attr-defined]
             return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)  # type: ignore[misc]
         screen = self._direct_screen
@@ -119,7 +139,7 @@ class DirectLines:
         """The content's size from the last layout (``Widget.size`` finds the widget on its screen
         each call: too dear for every line of every frame)."""
         styles = self.styles  # type: ignore[attr-defined]
-        key = getattr(styles, "_cache_key", None)  # Textual bumps it on every style change
+        key = fastpaint.styles_key(styles)  # Textual bumps it on every style change
         got = self._gutter
         if key is None or got is None or got[0] != key:
             got = self._gutter = (key, styles.gutter)  # padding and border: summed on each read
@@ -136,10 +156,8 @@ class DirectLines:
         styles changes (a theme, a class): each read walks the ancestors, and a frame paints a dozen
         of these widgets."""
         nodes = self.ancestors_with_self  # type: ignore[attr-defined]
-        try:
-            key = tuple([node.styles._cache_key for node in nodes])  # Textual bumps it on every style change
-        except AttributeError:  # a Textual without it: read every time
-            key = None
+        keys = [fastpaint.styles_key(node.styles) for node in nodes]  # Textual bumps one on every style change
+        key = None if None in keys else tuple(keys)  # a Textual without them: read every time
         box = self._direct_box
         if key is not None and box is not None and box[0] == key:
             return box[1]
@@ -156,6 +174,8 @@ class DirectLines:
         return got
 
     def render_lines(self, crop: Region) -> list[Strip]:
+        if not self._direct():
+            return super().render_lines(crop)  # type: ignore[misc]
         plain, pad_left, pad_right, base_background, background, inner = self._box()
         if not plain:
             self._direct_rows = None
@@ -185,12 +205,15 @@ class DirectLines:
                     left = [Segment(" " * pad_left, inner)] if pad_left else []
                     right = [Segment(" " * pad_right, inner)] if pad_right else []
                     segments = [*left, *segments, *right]
-                out = filtered(segments, filters, background)
+                out = segments
+                for line_filter in filters:
+                    out = line_filter.apply(out, background)
                 if out is not segments or pad_left or pad_right:
-                    strip = lean_strip(out, width)
+                    strip = Strip(out, width)
             painted[y] = (line, strip)
             strips.append(strip)
         x1, x2 = crop.column_span
         if (x1, x2) != (0, width):
             strips = [strip.crop(x1, x2) for strip in strips]
         return strips
+

@@ -28,7 +28,6 @@ from ...domain.engine import EngineStats
 from ...state.fleet import FleetState, Freshness
 from .direct_lines import DirectLines
 from .engines_table import COLUMNS, HEADERS, PRESSURE, Cells, engine_cell, kept_or_sorted
-from .lean_strip import lean_strip
 
 PAD = 1  # cells either side of a column's text, as DataTable's cell padding
 
@@ -215,7 +214,7 @@ class HotTable(DirectLines, Widget):
             segments.append(Segment(prev_text, prev_style))
         if used < width:
             segments.append(Segment(" " * (width - used), self._style("hot--header" if y == 0 else "", "")))
-        return lean_strip(segments, used + max(0, width - used)).crop(0, width)
+        return Strip(segments, used + max(0, width - used)).crop(0, width)
 
     # -- input ---------------------------------------------------------------------------------
     def on_click(self, event: events.Click) -> None:

@@ -17,6 +17,8 @@ from textual.strip import Strip
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
+from .. import fastpaint
+
 
 def merge_segments(strip: Strip) -> Strip:
     """Join adjacent segments whose visible style is equal (metadata ignored;
@@ -71,8 +73,13 @@ class LeanTable(LeanLines, DataTable):
     update counter: bumping it re-renders every cell on view. ``set_cells``
     instead drops the cached renders of the changed cells (and of their rows'
     lines) before the next paint, so a tick re-renders what changed.
+
+    All of that patches DataTable's private caches and row maps: it is done only where
+    :mod:`..fastpaint` turned ``lean_table`` on for the app. Otherwise the table is a DataTable
+    updated through its public methods (``update_cell``; a rename or reorder rebuilds the rows).
     """
 
+    _lean_on: bool | None = None  # whether the fast paint's lean_table is on for its app (asked once)
     _forget_cells: set | None = None  # (row key, column key) whose cached renders are out of date
     _cell_styles: dict | None = None  # (base style, row, column, component, post) → the styles of a one-line cell
 
@@ -80,7 +87,7 @@ class LeanTable(LeanLines, DataTable):
                      cursor: bool = False, hover: bool = False):  # type: ignore[override]
         """A one-line cell of plain text goes the short way (:meth:`_one_line_cell`, the same
         segments as Rich's); every other cell the way DataTable renders it."""
-        if row_index >= 0 and column_index >= 0:
+        if row_index >= 0 and column_index >= 0 and self._lean():
             row_key = self._row_locations.get_key(row_index)
             column_key = self._column_locations.get_key(column_index)
             key = (row_key, column_key, base_style, cursor, hover, self._show_hover_cursor, self._update_count,
@@ -155,6 +162,32 @@ class LeanTable(LeanLines, DataTable):
             out.append(Segment(" " * pad, blank))
         return [out]
 
+    def _lean(self) -> bool:
+        on = self._lean_on
+        if on is None:
+            try:
+                app = self.app
+            except Exception:  # noqa: BLE001 — no app yet: the public path, ask again later
+                return False
+            on = self._lean_on = fastpaint.enabled(app, fastpaint.LEAN_TABLE)
+        return on
+
+    def _rebuild(self, order: list[str], renamed: dict[str, str]) -> None:
+        """The rows again in ``order`` (keys after ``renamed``), through DataTable's public methods: the
+        fallback of :meth:`rename_row` and :meth:`reorder_rows`."""
+        rows = {}
+        for row in self.ordered_rows:
+            key = str(row.key.value)
+            rows[renamed.get(key, key)] = (self.get_row(row.key), row.height, row.label)
+        scroll = (self.scroll_x, self.scroll_y)
+        self.clear()
+        for key in order:
+            cells, height, label = rows.pop(key)
+            self.add_row(*cells, key=key, height=height, label=label)
+        for key, (cells, height, label) in rows.items():  # rows ``order`` did not name keep their place after
+            self.add_row(*cells, key=key, height=height, label=label)
+        self.call_after_refresh(self.scroll_to, *scroll, animate=False)
+
     def _forget(self) -> None:
         """Drop the cached renders of the cells set since the last paint: one pass per cache."""
         cells = self._forget_cells
@@ -191,6 +224,10 @@ class LeanTable(LeanLines, DataTable):
     def rename_row(self, old: str, new: str) -> None:
         """Give row ``old`` (its place and cells) the key ``new``: a row handed from an
         engine that left to one that arrived, without the relayout of a remove and an add."""
+        if not self._lean():
+            order = [str(row.key.value) for row in self.ordered_rows]
+            self._rebuild([new if key == old else key for key in order], {old: new})
+            return
         old_key, new_key = RowKey(old), RowKey(new)
         self._data[new_key] = self._data.pop(old_key)
         row = self.rows.pop(old_key)
@@ -206,8 +243,21 @@ class LeanTable(LeanLines, DataTable):
         self._update_count += 1
         self.refresh()
 
+    def reorder_rows(self, order: list[str]) -> None:
+        """Move the rows into ``order`` (their keys) in place: no rebuild, so the horizontal scroll stays."""
+        if not self._lean():
+            self._rebuild(order, {})
+            return
+        self._row_locations = type(self._row_locations)({RowKey(name): i for i, name in enumerate(order)})
+        self._update_count += 1  # as DataTable.sort: invalidates the cached row order and renders
+        self.refresh()
+
     def set_cells(self, row: str, values: dict) -> None:
         """Update cells of one row; a value wider than its column relayouts."""
+        if not self._lean():
+            for column, value in values.items():
+                self.update_cell(row, column, value, update_width=True)
+            return
         row_key = RowKey(row)
         data = self._data[row_key]
         cols = []

@@ -19,7 +19,6 @@ from textual.widgets import Static
 
 from ...format import pct_human, rate_human, seconds_human
 from .direct_lines import DirectLines
-from .lean_strip import lean_strip
 from .tiles import text_strip
 
 
@@ -180,7 +179,7 @@ class CachedLine(DirectLines):
         if y:
             return Strip.blank(width, self.rich_style)  # type: ignore[attr-defined]
         if self._strip is None or self._strip.cell_length != width:
-            self._strip = lean_strip(text_strip(self._line, width, self.visual_style, self.app.console),  # type: ignore[attr-defined]
+            self._strip = Strip(text_strip(self._line, width, self.visual_style, self.app.console),  # type: ignore[attr-defined]
                                      width)
         return self._strip
 
@@ -291,7 +290,7 @@ class Trend(DirectLines, Widget):
         if strip is None or strip.cell_length != width:
             if self._title_style is None:
                 self._title_style = self.get_visual_style("trend--title")
-            strip = self._title_strip = lean_strip(
+            strip = self._title_strip = Strip(
                 text_strip(Text(self._label_shown), width, self._title_style, self.app.console), width)
         return strip
 
@@ -378,7 +377,7 @@ class Trend(DirectLines, Widget):
         for row in rows:
             strip = made.get(row) or last.get(row)
             if strip is None:
-                strip = lean_strip([Segment(row[:axis], axis_style), Segment(row[axis:], bar_style)], size.width)
+                strip = Strip([Segment(row[:axis], axis_style), Segment(row[axis:], bar_style)], size.width)
             made[row] = strip
             strips.append(strip)
         self._row_strips = made

@@ -16,15 +16,14 @@ from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual._context import active_app
 from textual.content import Content
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.style import Style as VisualStyle
 from textual.widget import Widget
 
+from .. import fastpaint
 from .direct_lines import DirectLines
-from .lean_strip import lean_strip
 
 
 def text_strip(text: Text, width: int, base: VisualStyle, console: Console, lead: int = 0) -> list[Segment]:
@@ -75,17 +74,12 @@ def _layout_key(text: Text, plain: str, width: int, base: VisualStyle, console: 
                 style = VisualStyle.parse(style)
             except Exception:
                 return None
-        ansi = _ansi_theme() if text._spans else None
+        ansi = fastpaint.active_ansi_theme() if text.spans else None
     else:
-        ansi = _ansi_theme()  # ANSI colours of Rich styles map through the app's terminal theme
-    return (len(plain), style, tuple(text._spans), width, lead, base, console, ansi)
-
-
-def _ansi_theme() -> object:
-    try:
-        return active_app.get().ansi_theme
-    except LookupError:
+        ansi = fastpaint.active_ansi_theme()  # ANSI colours of Rich styles map through the app's terminal theme
+    if ansi is fastpaint.UNKNOWN:  # the app's terminal theme cannot be told: no layout is safe to reuse
         return None
+    return (len(plain), style, tuple(text.spans), width, lead, base, console, ansi)
 
 
 def _layout_of(out: list[Segment], plain: str, room: int, lead: int) -> tuple | object:
@@ -269,4 +263,4 @@ class TileGrid(DirectLines, Widget):
             segments += got[1]
         if offsets[len(keys)] < width:
             segments.append(Segment(" " * (width - offsets[len(keys)]), Style(bgcolor=base.rich_style.bgcolor)))
-        return lean_strip(segments, width)
+        return Strip(segments, width)
