@@ -14,6 +14,7 @@ import asyncio
 import signal
 import sys
 import time
+from dataclasses import replace
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -91,6 +92,9 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
     joiner.queue_collectors = queues.collectors
     queue_task = asyncio.create_task(queues.run())
     started = time.monotonic()
+    from .analysis.triage import Triage
+
+    triage = Triage()  # the verdicts as the TUI would have raised them, recorded with each tick
     try:
         while not stop.is_set():
             try:
@@ -98,6 +102,7 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
             except TimeoutError:
                 pass
             state = joiner.build()
+            state = replace(state, verdicts=triage.evaluate(state, state.taken_at))
             log.add(state.taken_at, state)
             if on_tick is not None:
                 on_tick(state)

@@ -37,6 +37,9 @@ flags, e.g. ``--fake-start-delay 3``):
                                 Like vLLM 0.32, once SIGTERM arrives new
                                 requests get HTTP 500 while the accepted ones
                                 finish (count in ``vllm:num_requests_running``).
+``FAKE_ENGINE_KV=F``            vllm:kv_cache_usage_perc is F (0..1) instead of
+                                running / max_num_seqs (a full batch with KV
+                                headroom: out of capacity, not KV-bound).
 ``FAKE_ENGINE_CHILD=1``         start a child process in the same process
                                 group (like vLLM's EngineCore) that lives
                                 until the server exits or is killed;
@@ -68,6 +71,7 @@ FAKE_OPTIONS = {
     "snapshot": ("FAKE_ENGINE_SNAPSHOT", str, ""),
     "token_s": ("FAKE_ENGINE_TOKEN_S", float, 0.02),
     "aborted_on_term": ("FAKE_ENGINE_ABORTED_ON_TERM", int, 0),
+    "kv": ("FAKE_ENGINE_KV", float, -1.0),
 }
 
 
@@ -117,6 +121,11 @@ class State:
         seqs = max(1, self.args.max_num_seqs)
         return running + min(real, seqs), waiting + max(0, real - seqs)
 
+    def kv_fraction(self, running: int) -> float:
+        if self.args.kv >= 0:
+            return min(1.0, self.args.kv)
+        return min(1.0, running / max(1, self.args.max_num_seqs))
+
     def metrics(self) -> str:
         running, waiting = self.in_flight_now()
         self.generation_tokens += 7 * running
@@ -130,7 +139,7 @@ class State:
             f"vllm:num_requests_waiting{{{lab}}} {float(waiting)}",
             "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
             "# TYPE vllm:kv_cache_usage_perc gauge",
-            f"vllm:kv_cache_usage_perc{{{lab}}} {min(1.0, running / max(1, self.args.max_num_seqs)):.3f}",
+            f"vllm:kv_cache_usage_perc{{{lab}}} {self.kv_fraction(running):.3f}",
             "# HELP vllm:request_success_total Count of successfully processed requests.",
             "# TYPE vllm:request_success_total counter",
             f'vllm:request_success_total{{{lab},finished_reason="abort"}} '

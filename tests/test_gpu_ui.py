@@ -227,9 +227,9 @@ async def test_app_reads_dcgm_exporter(sim):
         await pilot.press("4")
         await pilot.pause()
         rows = gpu_rows(app)
-        assert list(rows) == ["gpu0", "gpu1", "gpu2"]
+        assert list(rows) == ["gpu0", "gpu1", "◆ gpu2"]  # XID 79 is a gpu-fault verdict at once: its row is marked
         assert rows["gpu1"]["status"].startswith("throttled (")
-        assert rows["gpu2"]["status"] == "error (XID 79)" and rows["gpu2"]["errors"].endswith("XID 79")
+        assert rows["◆ gpu2"]["status"] == "error (XID 79)" and rows["◆ gpu2"]["errors"].endswith("XID 79")
         assert "✓ GPU dcgm" in text_of(app, "#statusbar")
         assert tile(app, "gpus") == "1/1/1"
 

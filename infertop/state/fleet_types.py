@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.alerts import Alert
+from ..analysis.triage.types import Verdict
 from ..domain.engine import EngineStats
 from ..domain.gpu import GpuStats, classify
 from ..domain.kube import ClusterSnapshot
@@ -132,6 +133,7 @@ class FleetState:
     queues: tuple[Any, ...] = ()  # state.queues.QueueSource: gateways and endpoint pickers (Queue pane)
     autoscalers: tuple[dict, ...] = ()  # room for the Autoscaler pane
     mode: str = "live"  # live, demo, replay
+    verdicts: tuple[Verdict, ...] = ()  # triage's verdicts at this tick, worst first (recorded, replayed)
 
     # -- lookups ----------------------------------------------------------
     def engine(self, name: str | None) -> EngineState | None:
@@ -167,7 +169,7 @@ class FleetState:
             "alerts": to_doc(self.alerts), "sources": to_doc(self.sources),
             "gpus": [_gpu_doc(g) for g in self.gpus], "gpus_configured": self.gpus_configured,
             "queues": to_doc(self.queues), "autoscalers": to_doc(self.autoscalers),
-            "all_fresh": self.all_fresh,
+            "all_fresh": self.all_fresh, "verdicts": to_doc(self.verdicts),
         }
         if self.cluster is not None:
             c = self.cluster
@@ -202,6 +204,7 @@ class FleetState:
             gpus_configured=bool(doc.get("gpus_configured")), cluster=cluster,
             queues=_queues_from_doc(doc.get("queues") or ()), autoscalers=tuple(doc.get("autoscalers") or ()),
             mode=str(doc.get("mode") or "replay"),
+            verdicts=from_doc(tuple[Verdict, ...], doc.get("verdicts") or []),
         )
 
 

@@ -54,7 +54,9 @@ ACTIONS: tuple[Action, ...] = (
     Action("previous_pane", "shift+tab", "Previous pane", "Panes", show_in_footer=False, priority=True),
     Action("filter", "slash", "Filter engines by name or model", "View", footer_label="Filter", panes=("engines",)),
     Action("clear_filter", "escape", "Clear the filter / close", "View", show_in_footer=False),
-    # Before engine_detail: both are Enter; gpu_detail only acts on the GPUs pane.
+    # Before engine_detail: all are Enter; triage_open acts only on the Triage pane, gpu_detail on the GPUs pane.
+    Action("triage_open", "enter", "Triage pane: open the selected verdict's evidence (trends around its onset), "
+           "or the selected remedy's action, pre-filled", "View", footer_label="Open", panes=("triage",)),
     Action("gpu_detail", "enter", "Open the selected GPU's detail", "View", footer_label="Detail", panes=("gpus",)),
     Action("engine_detail", "enter", "Open the selected engine's detail", "View", footer_label="Detail",
            panes=("engines",)),
@@ -128,6 +130,9 @@ ACTIONS: tuple[Action, ...] = (
     Action("replay_speed(True)", "plus", "Replay: faster", "Replay", footer_label="Faster", show_in_footer=False),
     Action("replay_speed(False)", "minus", "Replay: slower", "Replay", show_in_footer=False),
     Action("replay_seek", "g", "Replay: seek to a time", "Replay", footer_label="Seek"),
+    Action("show_pane('triage')", "8", "Show the Triage pane: verdicts worst first, their evidence and remedies "
+           "(a remedy's key — m, S, r, N — opens its action pre-filled; ◆ marks the engines and GPUs a verdict is "
+           "about in their panes)", "Panes", footer_label="Triage", show_in_footer=False),
     Action("command_palette", "ctrl+p", "Open the command palette", "General", footer_label="Palette",
            show_in_footer=False),
     Action("help", "question_mark", "Show every key binding", "General", footer_label="Help"),

@@ -17,7 +17,7 @@ from textual.app import App, ComposeResult
 from textual.binding import ActiveBinding, Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, TabbedContent, TabPane
+from textual.widgets import Footer, Input, OptionList, TabbedContent, TabPane
 
 from ..config import Config, default_state_dir
 from ..domain.engine import FleetSnapshot
@@ -40,6 +40,7 @@ from .kube_actions import KUBE_ACTIONS, KubeActions
 from .queue_actions import QUEUE_ACTIONS, QueueActions
 from .autoscaler_actions import ADVISOR_ACTIONS, AutoscalerActions
 from ..analysis.triage import Triage, Verdict
+from .remedy_actions import RemedyActions
 from .replay_actions import ReplayActions
 from .commands import InfertopCommands
 from . import fastpaint
@@ -54,6 +55,7 @@ from .widgets.log_view import LogView
 from .widgets.overview import Overview
 from .widgets.panels import LineStatic, QuietStatic, Trend
 from .widgets.queue import QueuePane
+from .widgets.triage import TriagePane
 
 __all__ = ["PANES", "InfertopApp", "PaneScreen", "Settings"]  # PANES is app_navigation's, importable here
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
@@ -85,7 +87,7 @@ class Settings:
     no_auto: bool = False  # --no-auto: the scaling advisor never applies by itself
 
 
-class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
+class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, RemedyActions,
                   ReplayActions, QueueActions, EngineActions, KubeActions, AutoscalerActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
@@ -99,6 +101,7 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
     TabbedContent { height: 1fr; }
     TabPane { padding: 0; }
     #engine-trends { height: 3; }
+    PaneScreen.narrow Tab { padding: 0 0 0 1; }
     #filter { display: none; height: 3; }
     #filter.visible { display: block; }
     """
@@ -138,7 +141,7 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
         self._gpu_logged_at: dict[str, float] = {}
         self._states: dict[str, str] = {}
         self._membership = FleetMembership()  # engines that joined or left (a rescale), for the Log pane
-        self.triage = Triage()  # the verdicts of each tick (Log lines now; their pane next)
+        self.triage = Triage()  # the verdicts of each tick (the state's, the Log's and the Triage pane's)
         self.verdicts: tuple[Verdict, ...] = ()
         self.player = settings.replay
         if self.player is not None:
@@ -176,6 +179,8 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
                 yield QueuePane(id="queue-pane")
             with TabPane("7 Autoscaler", id="autoscaler"):
                 yield AutoscalerPane(id="autoscaler-pane")
+            with TabPane("8 Triage", id="triage"):
+                yield TriagePane(id="triage-pane")
         yield QuietStatic(id="statusbar")
         # Compact, without ^P (in help): at 80 columns the pane's keys and "q Quit" must all fit.
         yield Footer(show_command_palette=False, compact=True)
@@ -264,6 +269,8 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
             return self.queue_action_state(action)
         if action in ADVISOR_ACTIONS:
             return self.advisor_action_state(action)
+        if action == "triage_open":  # Enter means "open the verdict / remedy" only on the Triage pane
+            return self.screen is self.main and self.current_pane == "triage"
         if action == "gpu_detail":  # Enter means "GPU detail" only on the GPUs pane
             tabs = self.screen.query("#panes")
             return bool(tabs) and tabs.first(TabbedContent).active == "gpus"
@@ -277,6 +284,8 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
         """Read-only comes first: a key that would change something says so, whatever else is missing."""
         if self.settings.read_only and action in MUTATING:
             return "read-only mode: nothing can be changed"
+        if self.player is not None and action in MUTATING:
+            return "replay: nothing can be changed"
         return super().action_denied_reason(action)
 
     # ----- the panes' messages ------------------------------------------
@@ -306,6 +315,28 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin,
     def _hot_row_clicked(self, event: HotTable.EngineClicked) -> None:
         self.action_engine_detail(event.name)
 
+    @on(OptionList.OptionSelected, "#triage-list")
+    def _triage_selected(self) -> None:
+        self.action_triage_open()  # Enter (or a click) on a verdict or a remedy line
+
+    # On the Triage pane a remedy's key opens the selected verdict's remedy (pre-filled); elsewhere it is the
+    # key of its own pane. Both go through the same pipeline (remedy_actions.py).
+    def action_engine_set_seqs(self) -> None:
+        if not self.remedy_key("m"):
+            super().action_engine_set_seqs()
+
+    def action_engine_restart(self) -> None:
+        if not self.remedy_key("r"):
+            super().action_engine_restart()
+
+    def action_kube_scale(self) -> None:
+        if not self.remedy_key("S"):
+            super().action_kube_scale()
+
+    def action_kube_drain_node(self) -> None:
+        if not self.remedy_key("N"):
+            super().action_kube_drain_node()
+
     @on(GpusPane.DetailRequested)
     def _gpu_detail_requested(self, event: GpusPane.DetailRequested) -> None:
         self._open_gpu_detail(event.gpu_id)
@@ -334,6 +365,11 @@ class PaneScreen(Screen):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         fastpaint.fit_screen(self)  # a tick renders the widgets it changed, not the screen
+
+    def on_resize(self, event) -> None:
+        # The eight tabs take 82 columns with a cell on each side of a label: below that, one cell apart,
+        # so that all of them stay on view at 80 columns.
+        self.set_class(event.size.width < 82, "narrow")
 
     @property
     def active_bindings(self):

@@ -41,9 +41,10 @@ class ChangeLogMixin:
         self._note_verdicts(state)
 
     def _note_verdicts(self, state: FleetState) -> None:
-        """A verdict raised: its explanation and first remedy; cleared: one line (each once)."""
+        """A verdict raised: its explanation and first remedy; cleared: one line (each once). The verdicts are the
+        state's (show_state evaluates them live; a replay shows those recorded)."""
         before = {v.key: v for v in self.verdicts}  # type: ignore[attr-defined]
-        self.verdicts = self.triage.evaluate(state, state.taken_at)  # type: ignore[attr-defined]
+        self.verdicts = state.verdicts  # type: ignore[attr-defined]  # evaluated live, or as recorded
         now = {v.key for v in self.verdicts}
         for v in self.verdicts:
             if v.key not in before:

@@ -17,18 +17,22 @@ from .widgets.cluster import ClusterPane
 from .widgets.engines_table import HEADERS, PRESSURE, SORTABLE, EnginesTable
 from .widgets.gpus import GpusPane, GpusTable
 from .widgets.queue import QueuePane
+from .widgets.triage import TriagePane
 
-PANES = ("overview", "engines", "log", "gpus", "cluster", "queues", "autoscaler")
+PANES = ("overview", "engines", "log", "gpus", "cluster", "queues", "autoscaler", "triage")
 
 
 class NavigationMixin:
     """The pane on view and what the Engines pane shows of the fleet; no state of its own."""
 
     def selected_engine_name(self) -> str | None:
-        """The engine an engine action acts on: the open detail's, or the Engines pane's
-        selection while that pane is on view (never a row the operator cannot see)."""
+        """The engine an engine action acts on: the open detail's, the Engines pane's selection while
+        that pane is on view, or the selected verdict's engine on the Triage pane (never a row the
+        operator cannot see)."""
         if isinstance(self.screen, EngineDetailScreen):
             return self.screen.engine_name
+        if self.screen is self.main and self.current_pane == "triage":
+            return self.triage_engine()
         if self.screen is not self.main or self.current_pane != "engines":
             return None
         return self.main.query_one("#engines-table", EnginesTable).selected_engine
@@ -55,6 +59,8 @@ class NavigationMixin:
             self.main.query_one("#log-view", RichLog).focus()  # arrows scroll the log
         elif pane == "autoscaler":
             self.main.query_one(AutoscalerPane).table.focus()
+        elif pane == "triage":
+            self.main.query_one(TriagePane).options.focus()  # ↑ ↓ move between verdicts and remedies
         else:
             # Nothing of another pane may keep the focus: TabbedContent would switch back to it.
             self.main.set_focus(None)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from ..state.fleet import FleetState
 from ..state.fleet_history import record_state
 from .screens.engine_detail import EngineDetailScreen
 from .screens.gpu_detail import GpuDetailScreen
+from .screens.verdict_detail import VerdictDetailScreen
 from .status import status_line
 from .widgets.cluster import ClusterPane
 from .widgets.direct_lines import one_frame
@@ -25,6 +27,7 @@ from .widgets.gpus import GpusPane, flatten, gpu_status_parts, record_history, s
 from .widgets.overview import Overview
 from .widgets.panels import LineStatic, QuietStatic, Trend
 from .widgets.queue import QueuePane
+from .widgets.triage import affected
 
 GPU_KINDS = ("nvml", "dcgm", "prometheus", "gpu")
 
@@ -61,6 +64,9 @@ class PaintMixin:
     def show_state(self, state: FleetState) -> None:
         """Record ``state`` in the sparkline history and paint every pane from it.
         Every number on screen then comes from this one tick."""
+        if self.player is None:
+            # triage's verdicts become part of the tick: the recorder keeps them, replay shows them as recorded
+            state = dataclasses.replace(state, verdicts=self.triage.evaluate(state, state.taken_at))
         previous, self.state = self.state, state
         if self.player is None:
             self.state_log.add(state.taken_at, state)
@@ -94,10 +100,14 @@ class PaintMixin:
             self._render_gpus(state)
         if pane == "autoscaler":
             self.render_autoscaler(state)
+        elif pane == "triage":
+            self.show_triage(state)
         if self.player is not None:
             self._render_recorded_cluster(state)
         if isinstance(self.screen, EngineDetailScreen):
             self._show_detail(self.screen)
+        elif isinstance(self.screen, VerdictDetailScreen):
+            self.screen.show(state, self.history)
 
     def _render_recorded_cluster(self, state: FleetState) -> None:
         """In replay the Cluster pane shows the recorded cluster read."""
@@ -138,7 +148,7 @@ class PaintMixin:
         rows = list(state.gpus)
         health = [_health(src, state.taken_at) for src in state.sources if src.kind in GPU_KINDS]
         pane = self.main.query_one(GpusPane)
-        pane.show(rows, health, trends=True)
+        pane.show(rows, health, trends=True, marks=affected(state)[1])
         if isinstance(self.screen, GpuDetailScreen):
             r = pane.gpu(self.screen.gpu_id)
             self.screen.show(r.gpu if r is not None else None)

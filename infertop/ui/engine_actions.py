@@ -416,14 +416,22 @@ class EngineActions(ActionRunner):
                                            config=self.settings.config))  # type: ignore[attr-defined]
 
     def action_engine_restart(self) -> None:
-        rec = self.managed(self.selected_engine_name())  # type: ignore[attr-defined]
+        self.engine_restart_of(self.selected_engine_name())  # type: ignore[attr-defined]
+
+    def engine_restart_of(self, name: str | None) -> None:
+        """Restart engine ``name`` (the selected one, or a triage remedy's) through the one pipeline."""
+        rec = self.managed(name)
         if rec is not None and self.engine_manager is not None:
             self._engine_flow(EngineAction(self.engine_manager, "restart", rec.name, profile=self._profile_of(rec),
                                            stats=lambda r: self._latest_stats(r.name),
                                            config=self.settings.config))  # type: ignore[attr-defined]
 
     def action_engine_set_seqs(self) -> None:
-        rec = self.managed(self.selected_engine_name())  # type: ignore[attr-defined]
+        self.engine_set_seqs_of(self.selected_engine_name())  # type: ignore[attr-defined]
+
+    def engine_set_seqs_of(self, name: str | None, value: int | None = None) -> None:
+        """The max_num_seqs dialog of engine ``name``, ``value`` filled in (a triage remedy's proposal)."""
+        rec = self.managed(name)
         if rec is None:
             return
         busy = next((r for r in self.action_board.runs() if r.kind.object_key == f"engine:{rec.name}"), None)
@@ -438,7 +446,7 @@ class EngineActions(ActionRunner):
                                                changes=changes, stats=lambda r: self._latest_stats(r.name),
                                                config=self.settings.config))  # type: ignore[attr-defined]
 
-        self.push_screen(ArgsDialog(rec.name, "max_num_seqs", rec.max_num_seqs), chosen)  # type: ignore[attr-defined]
+        self.push_screen(ArgsDialog(rec.name, "max_num_seqs", rec.max_num_seqs, value=value), chosen)  # type: ignore[attr-defined]
 
     def _latest_stats(self, name: str) -> EngineStats | None:
         """The collector's view when it is current; None makes the manager scrape

@@ -12,6 +12,7 @@ and asks again, a 403 disables the action for that kind and namespace.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from textual.widgets import TabbedContent
@@ -181,8 +182,12 @@ class KubeActions(KubeConnection):
         if w is not None and not self._kube_busy(w.kind, w.namespace, w.name):
             self._start(self._scale_flow(w))
 
-    async def _scale_flow(self, w: WorkloadView) -> None:
-        values = await self.push_screen_wait(scale_dialog(w.ref, w.desired))  # type: ignore[attr-defined]
+    async def _scale_flow(self, w: WorkloadView, replicas: int | None = None) -> None:
+        """The scale dialog (``replicas`` filled in: a triage remedy's proposal), then the pipeline."""
+        dialog = scale_dialog(w.ref, w.desired)
+        if replicas is not None:
+            dialog.fields[0] = dataclasses.replace(dialog.fields[0], value=str(replicas))
+        values = await self.push_screen_wait(dialog)  # type: ignore[attr-defined]
         if values:
             self._kube_flow("scale", w.kind, w.namespace, w.name, replicas=values["replicas"])
 

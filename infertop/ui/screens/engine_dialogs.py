@@ -53,14 +53,15 @@ class ArgsDialog(ModalScreen[dict | None]):
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
     DEFAULT_CSS = DIALOG_CSS.format(name="ArgsDialog")
 
-    def __init__(self, engine: str, key: str, old: int | None) -> None:
+    def __init__(self, engine: str, key: str, old: int | None, value: int | None = None) -> None:
         super().__init__()
         self.engine, self.key, self.old = engine, key, old
+        self.value = value  # filled in (a triage remedy's proposal); else the current value
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(f"Change {self.key} of {self.engine}", classes="title")
-            yield Input(value=str(self.old or ""), placeholder="a positive integer", id="value", type="integer")
+            yield Input(value=str(self.value or self.old or ""), placeholder="a positive integer", id="value", type="integer")
             yield Static(id="preview")
             yield Static("[dim]Stock vLLM cannot change it live: infertop drains the engine (SIGTERM, vLLM "
                          "finishes in-flight requests), restarts it with the new value, waits for /health and "

@@ -24,6 +24,7 @@ from ...state.engine_groups import GROUP_BY, engine_groups
 from ...state.fleet import FRESH, FleetState, Freshness
 from ...text import plain
 from .lean import LeanTable
+from .triage import affected, mark_text
 
 Cell = Callable[[EngineStats], str]
 
@@ -250,6 +251,7 @@ class EnginesTable(LeanTable):
         self.group_by: str | None = None
         self._groups_of: dict[str, dict[str, str]] = {}
         self._groups_state: object = None
+        self._marks: dict[str, str] = {}  # engine → severity of a triage verdict about it (its name is marked)
 
     def on_mount(self) -> None:
         for key, _, _, _ in self.cols:
@@ -303,7 +305,11 @@ class EnginesTable(LeanTable):
         return engine_cell(key, fmt, s, self._fresh.get(s.name), self.slo)
 
     def _engine_cells(self, s: EngineStats) -> Cells:
-        return {key: self._cell(key, fmt, s) for key, _, fmt, _ in self.cols}
+        cells = {key: self._cell(key, fmt, s) for key, _, fmt, _ in self.cols}
+        severity = self._marks.get(s.name)
+        if severity is not None and "name" in cells:
+            cells["name"] = mark_text(cells["name"][0], severity)
+        return cells
 
     def matches(self, s: EngineStats) -> bool:
         f = self.filter_text.lower()
@@ -315,6 +321,7 @@ class EnginesTable(LeanTable):
     def update_state(self, state: FleetState) -> None:
         """Rows of the state's engines; values that are not fresh are dimmed, with their age."""
         self._fresh = {e.name: e.freshness for e in state.engines}
+        self._marks = affected(state)[0]
         if self.group_by is not None and self._groups_state is not state:
             self._groups_of, self._groups_state = engine_groups(state), state
         self.update_rows(list(state.engine_stats))
@@ -393,7 +400,7 @@ class EnginesTable(LeanTable):
     def _src(self, item: EngineStats | Group) -> tuple:
         if isinstance(item, Group):
             return ()
-        return (item, self._fresh_key(item.name))
+        return (item, self._fresh_key(item.name), self._marks.get(item.name))
 
     def _reorder(self, order: list[str]) -> None:
         """Move rows into ``order`` in place: no rebuild, so the horizontal scroll stays."""
@@ -402,7 +409,7 @@ class EnginesTable(LeanTable):
     def _update_cells(self, key: str, item: EngineStats | Group) -> None:
         src = self._src(item)
         prev = self._shown_src.get(key)
-        if src and prev and prev[0] is src[0] and prev[1] == src[1] == FRESH:
+        if src and prev and prev[0] is src[0] and prev[1] == src[1] == FRESH and prev[2] == src[2]:
             return  # the very same values as drawn (the engine was not polled since): nothing to compare
         self._shown_src[key] = src
         shown = self._shown[key]

@@ -29,6 +29,7 @@ from ...sources.nvml import NO_BINDING, NO_DRIVER
 from ...state.history import HistoryStore
 from .lean import LeanTable
 from .panels import QuietStatic, Trend
+from .triage import gpu_subject, mark_text
 
 GiB = 1024**3
 
@@ -311,14 +312,16 @@ class GpusTable(LeanTable):
             return None
         return self._order[self.cursor_row]
 
-    def update_rows(self, flat: list[GpuRow], multi_host: bool = False) -> None:
+    def update_rows(self, flat: list[GpuRow], multi_host: bool = False, marks: dict[str, str] | None = None) -> None:
+        """``marks``: GPU (as triage names it) → the severity of a verdict about it (its row is marked)."""
+        marks = marks or {}
         order = [r.gid for r in flat]
         if order != self._order:
             selected = self.selected_gpu
             self.clear()
             self._shown.clear()
             for r in flat:
-                cells = row_cells(r, multi_host)
+                cells = _marked(row_cells(r, multi_host), r, marks)
                 self.add_row(*(render_cell(cells[k]) for k, _ in COLUMNS), key=r.gid)
                 self._shown[r.gid] = cells
             self._order = order
@@ -328,7 +331,7 @@ class GpusTable(LeanTable):
         for r in flat:
             shown = self._shown[r.gid]
             changed: dict[str, Cell] = {}
-            cells = row_cells(r, multi_host)
+            cells = _marked(row_cells(r, multi_host), r, marks)
             for key, _ in COLUMNS:
                 new = cells[key]
                 old = shown.get(key)
@@ -338,6 +341,16 @@ class GpusTable(LeanTable):
                 changed[key] = new
             if changed:
                 self.set_cells(r.gid, {k: render_cell(c) for k, c in changed.items()})
+
+
+def _marked(cells: dict[str, Cell], r: GpuRow, marks: dict[str, str]) -> dict[str, Cell]:
+    """The GPU cell with the triage mark when a verdict is about this GPU."""
+    if marks and r.depth == 0:
+        severity = marks.get(gpu_subject(r.gpu))
+        if severity is not None:
+            text, style = mark_text(cells["gpu"].text, severity)
+            cells["gpu"] = Cell(text, style)
+    return cells
 
 
 # -- sources ------------------------------------------------------------------------
@@ -572,8 +585,10 @@ class GpusPane(Vertical):
     def gpu(self, gid: str) -> GpuRow | None:
         return self.by_id.get(gid)
 
-    def show(self, rows: list[GpuStats], health: list[SourceHealth], *, trends: bool = False) -> None:
-        """Bring the pane in line with the latest GPU rows and source health."""
+    def show(self, rows: list[GpuStats], health: list[SourceHealth], *, trends: bool = False,
+             marks: dict[str, str] | None = None) -> None:
+        """Bring the pane in line with the latest GPU rows and source health (``marks``: the GPUs triage
+        verdicts are about, marked ◆)."""
         self.rows = list(rows)
         self.flat = flatten(rows)
         self.by_id = {r.gid: r for r in self.flat}
@@ -584,7 +599,7 @@ class GpusPane(Vertical):
             box.show(Text.from_markup(notice))
         self.set_class(not self.flat, "empty")
         multi_host = len({g.host for g in rows}) > 1
-        self.table.update_rows(self.flat, multi_host)
+        self.table.update_rows(self.flat, multi_host, marks)
         if trends or self.selected_gpu != self._trend_gpu:
             self.show_trends()
 

@@ -21,6 +21,7 @@ from .alert_lines import AlertLines
 from .hot_table import HotTable
 from .panels import QuietStatic, Trend
 from .tiles import TileGrid
+from .triage import worst_line
 
 ALERT_LINES = 12  # composed; as many are shown as the height allows
 HOT_ROWS_MAX = 15
@@ -69,6 +70,8 @@ class Overview(Vertical):
     Overview.wide #overview-trends > .wide { display: block; }
     Overview #hot-title { padding: 0 1; }
     Overview #hot { height: auto; max-height: 17; }
+    Overview #verdict-line { height: 1; padding: 0 1; display: none; text-wrap: nowrap; text-overflow: ellipsis; }
+    Overview #verdict-line.visible { display: block; }
     """
 
     def __init__(self, slo, **kwargs) -> None:
@@ -80,11 +83,14 @@ class Overview(Vertical):
         self._alerts: list[Alert] = []
         self._alerts_shown: tuple | None = None  # (alerts, lines, width) last laid out
         self._shown: tuple[FleetState, HistoryStore] | None = None  # the tick on screen
+        self._verdict_shown = False  # the first line shows the worst triage verdict
         # kept: no query per tick
         self.tiles = TileGrid(TILES, QUEUE_TILES, id="tiles")
         self.alert_lines = AlertLines(ALERT_LINES, rows=self.alert_rows, id="alerts")
+        self.verdict_line = QuietStatic(id="verdict-line")
 
     def compose(self) -> ComposeResult:
+        yield self.verdict_line
         yield self.tiles
         with Horizontal(id="overview-trends"):
             yield Trend("Gen tokens/s", id="t-gen")
@@ -118,7 +124,7 @@ class Overview(Vertical):
         tile_lines = 2 * -(-shown // cols)
         trend = 3 if height < 34 else (5 if height < 48 else 7)
         self.query_one("#overview-trends").styles.height = trend
-        left = height - tile_lines - trend - 3  # hot title, hot header, alerts title
+        left = height - tile_lines - trend - 3 - self._verdict_shown  # hot title, hot header, alerts title
         engines = max(1, self._engines)
         alerts = max(2, min(ALERT_LINES, left // 3))
         hot = max(1, min(HOT_ROWS_MAX, engines, left - alerts))
@@ -135,6 +141,7 @@ class Overview(Vertical):
         if len(state.engines) != self._engines:
             self._engines = len(state.engines)
             self._fit()
+        self._show_verdict(state)
         with self.tiles.batch():
             self._show_tiles(state)
             self._show_queues(state)
@@ -152,6 +159,17 @@ class Overview(Vertical):
             self._show_wide_trends()
         self.query_one("#hot", HotTable).update_state(state)
         self.show_alerts(list(state.alerts))
+
+    def _show_verdict(self, state: FleetState) -> None:
+        """The first line: the worst verdict (kind, subject, since) while there is one; no line otherwise."""
+        verdicts = state.verdicts
+        line = self.verdict_line
+        if verdicts:
+            line.show(worst_line(verdicts, state.taken_at))
+        if bool(verdicts) != self._verdict_shown:
+            self._verdict_shown = bool(verdicts)
+            line.set_class(self._verdict_shown, "visible")
+            self._fit()
 
     def _show_tiles(self, state: FleetState) -> None:
         slo, f = state.slo, state.fleet
