@@ -269,3 +269,19 @@ def test_a_counter_reset_starts_the_short_span_again():
                                          prefix_hits_total=1.0, prefix_queries_total=10.0))
     (sig,) = w.update([restarted], T0 + 12).values()
     assert sig.span_s is None and sig.hit_window == "60 s window"  # one point since the restart: the window's
+
+
+def test_peer_medians_leave_the_engine_itself_out():
+    import random
+    import statistics
+
+    from infertop.analysis.triage.baseline import peer_medians
+
+    rng = random.Random(7)
+    signals = {f"e{i}": Signals(itl_p50_s=rng.choice([0.03, 0.031, 0.05, None, 0.03])) for i in range(40)}
+    models = {n: ("a" if i % 3 else "b") for i, n in enumerate(signals)}
+    got = peer_medians(signals, models, "itl_p50_s")
+    for n in signals:
+        others = [s.itl_p50_s for m, s in signals.items() if m != n and models[m] == models[n]
+                  and s.itl_p50_s is not None]
+        assert got[n] == (statistics.median(others), len(others)), n

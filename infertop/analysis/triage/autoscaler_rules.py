@@ -50,7 +50,7 @@ def autoscaler_verdicts(state, active, ctx: RuleContext) -> list[Finding]:
     out = []
     for w in _explained(ctx, snap, state.taken_at):
         subject = f"{w.namespace}/{w.kind}/{w.name}"
-        engines = engines_of.get(w.key, [])
+        engines = set(engines_of.get(w.key, ()))
         lines = list(w.autoscalers)
         paused = _first(lines, PAUSED)
         blind = _first(lines, METRIC_UNAVAILABLE)
@@ -143,13 +143,13 @@ def _at_max(subject, a: AutoscalerExplanation, queue, state, engines, chain) -> 
                    f"while its queue builds.", tuple(ev), tuple(remedies))
 
 
-def _queue(state, engines: list[str], ctx: RuleContext, lines, holding: bool) -> Evidence | None:
+def _queue(state, engines: set[str], ctx: RuleContext, lines, holding: bool) -> Evidence | None:
     """Evidence that the workload's queue builds, or None: its engines' waiting requests (or a
     queue-bound verdict on one), else — no engine known — its autoscaler's metric over target."""
     if engines:
         mine = [e for e in state.engines if e.name in engines and e.fresh]
         waiting = sum(e.stats.waiting or 0.0 for e in mine)
-        bound = [n for n in engines if ctx.found(n, ("queue-bound", "kv-bound"))]
+        bound = sorted({f.subject for f in ctx.findings if f.kind in ("queue-bound", "kv-bound")} & engines)
         if waiting >= (QUEUE_CLEARS_BELOW if holding else QUEUE_BUILDS_AT) or bound:
             return Evidence("waiting", f"{waiting:.0f} on {len(mine)} engines",
                             f"≥ {QUEUE_BUILDS_AT:.0f}" + (f" ({', '.join(bound)} out of capacity)" if bound else ""))
@@ -161,7 +161,7 @@ def _queue(state, engines: list[str], ctx: RuleContext, lines, holding: bool) ->
     return None
 
 
-def _need(state, engines: list[str], a: AutoscalerExplanation) -> int | None:
+def _need(state, engines: set[str], a: AutoscalerExplanation) -> int | None:
     """Replicas that hold the workload's arrival rate: rate × E2E p95 × (1 + headroom) / max_num_seqs."""
     stats = [e.stats for e in state.engines if e.name in engines and e.fresh]
     arrival = sum(s.requests_per_s or 0.0 for s in stats)

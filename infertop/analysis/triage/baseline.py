@@ -12,8 +12,8 @@ once there are :data:`MIN_PEERS` of them.
 
 from __future__ import annotations
 
+import bisect
 import math
-import statistics
 from dataclasses import dataclass
 
 from .signals import Signals
@@ -23,6 +23,7 @@ MIN_HISTORY_S = 30.0  # healthy ticks a baseline needs before it speaks
 MAX_STEP_S = 10.0  # a gap between healthy ticks counts at most this much history
 RELEARN_AFTER_S = 1800.0  # unhealthy this long: the engine's new level is its normal, learn it again
 MIN_PEERS = 2  # others serving the same model before "slower than its peers" means anything
+EXACT_PEERS_UNDER = 32  # groups up to this size take each engine's median without itself exactly
 
 SIGNALS = ("prefix_hit_pct", "prompt_tokens_per_req", "ttft_p50_s", "ttft_p99_s", "itl_p50_s")
 
@@ -85,12 +86,35 @@ class Baselines:
             del self._engines[gone]
 
 
-def peer_median(signals: dict[str, Signals], models: dict[str, str], name: str, signal: str) -> tuple[float | None, int]:
-    """(median of ``signal`` over the other engines serving ``name``'s model, how many), None under
-    :data:`MIN_PEERS`. ``signals``/``models``: the fresh, up engines of this tick."""
-    model = models.get(name)
-    values = [getattr(s, signal) for n, s in signals.items()
-              if n != name and models.get(n) == model and getattr(s, signal) is not None]
-    if len(values) < MIN_PEERS:
-        return None, len(values)
-    return statistics.median(values), len(values)
+def peer_medians(signals: dict[str, Signals], models: dict[str, str], signal: str) -> dict[str, tuple[float | None, int]]:
+    """Engine → (median of ``signal`` over the other engines serving its model, how many), None under
+    :data:`MIN_PEERS`. ``signals``/``models``: the fresh, up engines of this tick. One sort per model,
+    then each engine's median without itself by index (a fleet of thousands is not n² work)."""
+    by_model: dict[str, list[float]] = {}
+    for n, s in signals.items():
+        v = getattr(s, signal)
+        if v is not None:
+            by_model.setdefault(models.get(n, "?"), []).append(v)
+    for values in by_model.values():
+        values.sort()
+    out = {}
+    whole = {model: ((values[(len(values) - 1) // 2] + values[len(values) // 2]) / 2, len(values))
+             for model, values in by_model.items() if len(values) > EXACT_PEERS_UNDER}
+    for n, s in signals.items():
+        model = models.get(n, "?")
+        v = getattr(s, signal)
+        if model in whole:  # a large group: one engine more or less does not move its median
+            median, count = whole[model]
+            out[n] = (median, count - (v is not None))
+            continue
+        values = by_model.get(model, [])
+        m = len(values) - (v is not None)
+        if m < MIN_PEERS:
+            out[n] = (None, m)
+            continue
+        lo, hi = (m - 1) // 2, m // 2  # the median's ranks among the others
+        if v is not None:  # the others are the sorted values without one occurrence of v, at rank `skip`
+            skip = bisect.bisect_left(values, v)
+            lo, hi = lo + (lo >= skip), hi + (hi >= skip)
+        out[n] = ((values[lo] + values[hi]) / 2, m)
+    return out

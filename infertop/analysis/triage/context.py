@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .baseline import Baselines, peer_median
+from .baseline import Baselines, peer_medians
 from .signals import Signals
 from .types import Finding
 
@@ -20,15 +20,32 @@ class RuleContext:
     baselines: Baselines
     findings: list[Finding] = field(default_factory=list)
     memo: dict = field(default_factory=dict)  # the Triage's, kept across ticks (work done once per snapshot)
+    _peers: dict = field(default_factory=dict, repr=False)  # signal → this tick's peer medians
+    _found: tuple = field(default=(-1, {}), repr=False)  # (findings indexed, subject → kinds)
 
     def own(self, name: str, signal: str) -> float | None:
         return self.baselines.own(name, signal)
 
     def peers(self, name: str, signal: str) -> tuple[float | None, int]:
-        return peer_median(self.signals, self.models, name, signal)
+        """(the median of ``signal`` over the others serving ``name``'s model, how many); computed once a tick."""
+        return self.peer_table(signal).get(name, (None, 0))
+
+    def peer_table(self, signal: str) -> dict[str, tuple[float | None, int]]:
+        """Every engine's (peer median, peers) of ``signal`` this tick."""
+        medians = self._peers.get(signal)
+        if medians is None:
+            medians = self._peers[signal] = peer_medians(self.signals, self.models, signal)
+        return medians
 
     def found(self, subject: str, kinds: tuple[str, ...]) -> bool:
-        return any(f.subject == subject and f.kind in kinds for f in self.findings)
+        """Whether a rule before found one of ``kinds`` on ``subject`` (indexed: findings only grow)."""
+        n, index = self._found
+        if n != len(self.findings):
+            index = {}
+            for f in self.findings:
+                index.setdefault(f.subject, set()).add(f.kind)
+            self._found = (len(self.findings), index)
+        return not index.get(subject, set()).isdisjoint(kinds)
 
 
 ContextRule = Callable[..., list[Finding]]  # (state, active, ctx) -> findings

@@ -19,30 +19,29 @@ _LABEL = {"itl_p50_s": "ITL p50", "itl_p95_s": "ITL p95", "ttft_p50_s": "TTFT p5
 
 
 def slower_than_peers(state, active, ctx: RuleContext) -> list[Finding]:
+    slow: dict[str, list[tuple[str, float, float, int]]] = {}  # engine → (signal, value, median, peers)
+    for signal, gap in MIN_GAP_S.items():
+        for name, (median, peers) in ctx.peer_table(signal).items():
+            value = getattr(ctx.signals[name], signal)
+            # the clear level first: a fleet of thousands does the rest only for the few over it
+            if median is None or value is None or median <= 0 or value < SLOW_CLEARS_BELOW_X * median \
+                    or value - median < gap:
+                continue
+            if value >= SLOW_X * median or active("slower-than-peers", name):
+                slow.setdefault(name, []).append((signal, value, median, peers))
+    if not slow:
+        return []
     throttled = _throttled_engines(state, ctx)
     out = []
-    for name in ctx.signals:
+    for name, over in slow.items():
         if name in throttled or ctx.found(name, EXPLAINED_BY):
             continue
-        holding = active("slower-than-peers", name)
-        ev, slow = [], []
-        for signal in MIN_GAP_S:
-            got = compare(ctx, name, signal)
-            if got is None:
-                continue
-            value, median, peers = got
-            if value / median >= (SLOW_CLEARS_BELOW_X if holding else SLOW_X) and value - median >= MIN_GAP_S[signal]:
-                ev.append(Evidence(_LABEL[signal], seconds_human(value),
-                                   f"median {seconds_human(median)} of {peers} peers (×{value / median:.1f})",
-                                   "60 s window"))
-                slow.append(f"{_LABEL[signal]} {seconds_human(value)} against their {seconds_human(median)}")
-        if not ev:
-            continue
+        ev = tuple(Evidence(_LABEL[sig], seconds_human(v), f"median {seconds_human(m)} of {n} peers (×{v / m:.1f})",
+                            "60 s window") for sig, v, m, n in over)
+        words = ", ".join(f"{_LABEL[sig]} {seconds_human(v)} against their {seconds_human(m)}" for sig, v, m, _ in over)
         out.append(Finding(
             "slower-than-peers", name, WARNING,
-            f"{name} is slower than the other engines serving {ctx.models.get(name) or 'its model'}: "
-            f"{', '.join(slow)}.",
-            tuple(ev),
+            f"{name} is slower than the other engines serving {ctx.models.get(name) or 'its model'}: {words}.", ev,
             (Remedy("compare it with its peers: its GPU (GPUs pane), its node, its arguments and vLLM version; "
                     "its detail has the trends", "enter", name),
              Remedy("restart it if nothing tells it apart (an engine infertop started)", "r", name))))

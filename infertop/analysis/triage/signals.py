@@ -17,6 +17,7 @@ SHORT_WINDOW_S = 10.0
 MIN_SPAN_S = 2.0  # a rate over less than this is one scrape's noise
 MIN_REQUESTS = 2.0  # prompt tokens per request needs this many finished requests in the span
 WINDOW_LABEL = "60 s window"
+NEAR_FULL_KV_PCT, NEAR_FULL_SLOTS = 80.0, 0.85  # under the KV and capacity rules' clear levels (85 %, 90 %)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +57,10 @@ class ShortWindow:
             s = e.stats
             p: _Point = (now, s.prompt_tokens_total, s.requests_total, s.prefix_hits_total, s.prefix_queries_total,
                          s.preemptions_total)
-            pts = self._points.setdefault(s.name, deque())
-            if pts and any(_fell(a, b) for a, b in zip(pts[-1][1:], p[1:])):
+            pts = self._points.get(s.name)
+            if pts is None:
+                pts = self._points[s.name] = deque()
+            elif pts and _fell(pts[-1], p):
                 pts.clear()  # a counter went down: the engine restarted, the span starts again
             pts.append(p)
             while len(pts) > 2 and now - pts[1][0] >= self.window_s:
@@ -76,8 +79,9 @@ class ShortWindow:
         span = last[0] - first[0]
         req_s = preempt_s = None
         if span >= MIN_SPAN_S:
-            d_prompt, d_req, d_hits, d_queries, d_preempt = (None if a is None or b is None else b - a
-                                                             for a, b in zip(first[1:], last[1:]))
+            d_prompt, d_req, d_hits, d_queries, d_preempt = (
+                _diff(first[1], last[1]), _diff(first[2], last[2]), _diff(first[3], last[3]),
+                _diff(first[4], last[4]), _diff(first[5], last[5]))
             req_s = None if d_req is None else d_req / span
             preempt_s = None if d_preempt is None else d_preempt / span
             if d_queries and d_hits is not None:
@@ -93,10 +97,18 @@ def with_short_rates(state, signals: dict[str, Signals]):
     give them (and ``window_s`` that span): the rules read the last seconds, not the last minute."""
     from dataclasses import replace
 
+    # only the rates a rule will read: those of the models with an engine near full (KV, slots) — the
+    # KV and capacity rules and Little's law over its peers; a healthy fleet of thousands copies nothing
+    near_full = {e.stats.model for e in state.engines if e.name in signals and (
+        (e.stats.kv_cache_pct or 0.0) >= NEAR_FULL_KV_PCT
+        or (e.stats.max_num_seqs and (e.stats.running or 0.0) >= NEAR_FULL_SLOTS * e.stats.max_num_seqs))}
+    if not near_full:
+        return state
     engines, changed = [], False
     for e in state.engines:
         sig = signals.get(e.name)
-        if sig is None or sig.span_s is None or (sig.requests_per_s is None and sig.preemptions_per_s is None):
+        if sig is None or e.stats.model not in near_full or sig.span_s is None or (
+                sig.requests_per_s is None and sig.preemptions_per_s is None):
             engines.append(e)
             continue
         s = e.stats
@@ -108,5 +120,13 @@ def with_short_rates(state, signals: dict[str, Signals]):
     return replace(state, engines=tuple(engines)) if changed else state
 
 
-def _fell(before: float | None, now: float | None) -> bool:
-    return before is not None and now is not None and now < before
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else b - a
+
+
+def _fell(before: _Point, now: _Point) -> bool:
+    for i in range(1, 6):
+        a, b = before[i], now[i]
+        if a is not None and b is not None and b < a:
+            return True
+    return False
