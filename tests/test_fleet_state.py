@@ -82,7 +82,7 @@ def test_missing_before_the_first_poll_is_none_with_a_reason_never_zero():
     assert [e.freshness.status for e in st.engines] == [MISSING, MISSING]
     assert st.fleet.engines_up == 0 and st.fleet.running is None and st.fleet.requests_per_s is None
     assert st.fleet.missing["running"] == "no engine is up"
-    assert st.engines[0].missing["running"] == "not polled yet"
+    assert st.engines[0].missing["running"] == "connecting"  # not down: it has not answered yet
     doc = json.loads(json.dumps(st.to_doc(), allow_nan=False))
     assert doc["fleet"]["requests_per_s"] is None and doc["fleet"]["missing"]["requests_per_s"]
 
@@ -402,3 +402,30 @@ def test_headless_recorder_log_does_not_pack():
     log.add(st.taken_at, st)
     log.close()
     assert not isinstance(log.window(60)[0][1], Packed)
+
+
+def test_an_engine_that_has_not_answered_yet_is_connecting_not_down_until_the_grace_ends():
+    """Start-up on a loaded host: the first polls time out. Until the first answer — for
+    CONNECTING_FOR_S — the engine is "connecting": no alert, not down, the status line says so.
+    Refused (nothing listens) is down at once; past the grace a silent engine is down too."""
+    from infertop.state.fleet_join import CONNECTING_FOR_S
+    from infertop.ui.status import status_line
+
+    j, (a, b), clock = _joiner()
+    for c, error in ((a, "timeout after 5 s"), (b, "connection refused")):
+        c.health = replace(c.health, last_error=error, last_error_at=clock.mono, consecutive_failures=1)
+        c.stats = [EngineStats(name=c.endpoint.name, url=c.endpoint.url, state=DOWN, error=error)]
+    st = j.build()
+    ea, eb = st.engine("e0"), st.engine("e1")
+    assert ea.stats.state == UNKNOWN and ea.freshness.reason == "connecting: no answer yet (timeout after 5 s)"
+    assert eb.stats.state == DOWN and eb.freshness.reason == "connection refused"  # refused: down at once
+    assert [al.target for al in st.alerts if al.severity == "critical"] == ["e1"]
+    assert [s.connecting for s in st.sources if s.kind == "vllm"] == [True, False]
+    line = status_line(st).plain
+    assert "… 1/2 engines connecting" in line and "e1 down: connection refused" in line and "e0" not in line
+
+    clock.advance(CONNECTING_FOR_S)
+    st = j.build()
+    assert st.engine("e0").stats.state == DOWN and st.engine("e0").freshness.reason == "timeout after 5 s"
+    assert {al.target for al in st.alerts if al.severity == "critical"} == {"e0", "e1"}
+    assert "connecting" not in status_line(st).plain

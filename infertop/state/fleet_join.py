@@ -27,6 +27,10 @@ from .fleet_types import (FRESH, MISSING, STALE, ClusterState, EngineState, Flee
 
 QUIET_NVML = (NO_DRIVER, NO_BINDING)
 STALE_AFTER_POLLS = 3  # a value older than this many poll intervals is stale
+# A source that has never answered is "connecting" — not down — this long after it is first watched,
+# unless it refuses (nothing listens: down at once): a first answer can take seconds on a loaded host.
+CONNECTING_FOR_S = 20.0
+_REFUSALS = ("refused", "unreachable", "no route", "unknown host", "name or service", "invalid", "http ")
 
 _VALUE_FIELDS = tuple(
     f.name for f in fields(EngineStats)
@@ -90,6 +94,7 @@ class FleetJoiner:
         self._last_good_at: dict[str, float] = {}  # monotonic time of each engine's last good sample
         self._down_since: dict[str, float] = {}
         self._source_down_since: dict[str, float] = {}
+        self._first_seen: dict[str, float] = {}  # source key → wall clock it was first built (for "connecting")
         self._observed: dict[int, tuple[Any, Any]] = {}  # id(collector) → (stats, health) last observed
         # engine name → (stats, status, reason, missing): an engine not polled since the last tick keeps its
         # reasons (the dict is shared by the states of those ticks, read-only as the states are)
@@ -207,6 +212,7 @@ class FleetJoiner:
             return None if t is None else now - max(0.0, mono - t)
 
         key = f"{h.kind}:{h.name}"
+        connecting = self._connecting(h, now)
         if h.ok:
             self._source_down_since.pop(key, None)
             since = None
@@ -216,7 +222,16 @@ class FleetJoiner:
         absent = (h.kind == "nvml" and h.last_error in QUIET_NVML) or (h.kind == "gpu" and not h.ok)
         return SourceState(absent=absent, warning=h.last_error if h.ok else None, name=h.name, kind=h.kind, ok=h.ok, error=None if h.ok else (h.last_error or "no data yet"),
                            since=since, last_ok_at=wall(h.last_ok_at), age_s=age, latency_s=h.latency_s,
-                           stale=bool(h.ok and age is not None and age > self.stale_after_s))
+                           stale=bool(h.ok and age is not None and age > self.stale_after_s),
+                           connecting=connecting)
+
+    def _connecting(self, h: SourceHealth, now: float) -> bool:
+        """Never answered, not refused, and watched for less than :data:`CONNECTING_FOR_S`."""
+        first = self._first_seen.setdefault(f"{h.kind}:{h.name}", now)
+        if h.ok or h.last_ok_at is not None or now - first >= CONNECTING_FOR_S:
+            return False
+        error = (h.last_error or "").lower()
+        return not any(word in error for word in _REFUSALS)
 
     def observe(self, collectors: Sequence[Any] | None = None) -> None:
         """Remember each engine's last good values (call after every poll, so a
@@ -260,6 +275,12 @@ class FleetJoiner:
             return EngineState(last, fresh, self._missing_reasons(name, last, fresh), gpus, local)
         since = self._down_since.get(name)
         reason = s.error or h.last_error or ("not polled yet" if s.state == UNKNOWN else "no data")
+        if last is None and self._connecting(h, now):
+            # no answer yet at start-up: "connecting", not down (no alert, no "new → down" line)
+            fresh = Freshness(MISSING, src, None, None, None,
+                              "connecting" + (f": no answer yet ({reason})" if h.last_error else ""))
+            shown = replace(s, state=UNKNOWN, error=None)
+            return EngineState(shown, fresh, self._missing_reasons(name, shown, fresh), gpus, local)
         if local and local.get("phase") == "orphaned":
             # not merely refused: its main process is gone and its workers still hold the GPU memory
             reason = f"orphaned: {local.get('detail') or 'main process exited, workers still alive'}"
@@ -356,6 +377,8 @@ class FleetJoiner:
             if e.fresh or e.name in kept:
                 continue
             f = e.freshness
+            if f.status == MISSING and (f.reason or "").startswith(("connecting", "not polled yet")):
+                continue  # start-up: it has not answered yet, nothing is known to be wrong
             since = time.strftime("%H:%M:%S", time.localtime(f.since)) if f.since else None
             word = e.stats.state if e.stats.state in (DOWN, DEGRADED) else "no data"
             text = f"{word} since {since}: {f.reason}" if since else f"{word}: {f.reason}"

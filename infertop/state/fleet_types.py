@@ -96,6 +96,7 @@ class SourceState:
     stale: bool = False  # ok, but no good read for more than STALE_AFTER_POLLS intervals
     absent: bool = False  # not available on this host by design (no NVIDIA driver): not a failure
     warning: str | None = None  # answers, but part of it fails ("gpu2: NVML: GPU is lost", "/health failing")
+    connecting: bool = False  # never answered yet, and not refused: start-up (or a slow first answer), not an outage
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,16 +47,21 @@ def status_line(state: FleetState, gpu_parts: list[str] | None = None) -> Text:
         out.append("✗ metrics stale", style="bold yellow")
         out.append(f": Prometheus unreachable since {_clock(f.since)} ({plain(f.error or 'no data', 60)})")
     engines = [s for s in state.sources if s.kind == "vllm" and s.name not in stale]
-    down = [s for s in engines if not s.ok]
+    connecting = [s for s in engines if not s.ok and s.connecting]  # start-up: no answer yet, not an outage
+    down = [s for s in engines if not s.ok and not s.connecting]
+    if connecting:
+        out.append(f"… {len(connecting)}/{len(engines)} engines connecting", style="yellow")
     if not engines and feeds:
         pass  # the line above says it
     elif not engines:
         out.append("no engines configured", style="yellow")
         out.append(" — add one with --engine URL or in the config file")
+    elif not down and len(connecting) == len(engines):
+        pass  # all connecting: the line above says it
     elif not down:
         sep()
         out.append("✓", style="green")
-        out.append(f" {len(engines)}/{len(engines)} engines ok")
+        out.append(f" {len(engines) - len(connecting)}/{len(engines)} engines ok")
     elif len(down) > MAX_NAMED or len(down) == len(engines):
         reasons = Counter(plain(s.error or "no data", 60) for s in down)
         reason = reasons.most_common(1)[0][0] if len(reasons) == 1 else f"{len(reasons)} kinds of failure"

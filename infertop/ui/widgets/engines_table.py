@@ -127,7 +127,9 @@ def engine_cell(key: str, fmt: Cell, s: EngineStats, f: Freshness | None, slo) -
     values over their SLO target bold red, a non-empty queue yellow."""
     stale = f is not None and f.status != FRESH
     if key == "state":
-        word = "orphaned" if stale and (f.reason or "").startswith("orphaned") else s.state  # x cleans it up
+        reason = (f.reason or "") if stale else ""
+        # orphaned: x cleans it up; connecting: no answer yet at start-up (not down)
+        word = next((w for w in ("orphaned", "connecting") if reason.startswith(w)), s.state)
         text = f"{word} {age_short(f.age_s)}" if stale and f.age_s is not None else word
         return text, _STATE_STYLE.get(s.state, "dim")  # stale values: how old they are
     text = fmt(s)
