@@ -40,6 +40,9 @@ flags, e.g. ``--fake-start-delay 3``):
 ``FAKE_ENGINE_KV=F``            vllm:kv_cache_usage_perc is F (0..1) instead of
                                 running / max_num_seqs (a full batch with KV
                                 headroom: out of capacity, not KV-bound).
+``FAKE_ENGINE_STUCK=1``         the configured running/waiting requests never finish
+                                during a drain: the drain runs out with them in
+                                flight (vLLM then aborts them as it exits).
 ``FAKE_ENGINE_CHILD=1``         start a child process in the same process
                                 group (like vLLM's EngineCore) that lives
                                 until the server exits or is killed;
@@ -72,6 +75,7 @@ FAKE_OPTIONS = {
     "token_s": ("FAKE_ENGINE_TOKEN_S", float, 0.02),
     "aborted_on_term": ("FAKE_ENGINE_ABORTED_ON_TERM", int, 0),
     "kv": ("FAKE_ENGINE_KV", float, -1.0),
+    "stuck": ("FAKE_ENGINE_STUCK", int, 0),
 }
 
 
@@ -115,7 +119,7 @@ class State:
         with self.lock:
             real = self.serving
             running, waiting = self.running, self.waiting
-            if self.draining_since is not None and self.args.drain_s > 0:
+            if self.draining_since is not None and self.args.drain_s > 0 and not self.args.stuck:
                 left = max(0.0, 1 - (time.monotonic() - self.draining_since) / self.args.drain_s)
                 running, waiting = round(running * left), round(waiting * left)
         seqs = max(1, self.args.max_num_seqs)

@@ -953,3 +953,28 @@ def test_shebang_interpreter_is_recognised_as_the_engine(env):
         res = again.stop("e")
         assert group_members(rec.pgid) == []
         assert python == shell or not res.sigkill
+
+
+def test_requests_still_in_flight_when_the_drain_runs_out_are_reported_cut(env):
+    """vLLM drains for its shutdown_timeout, then aborts what still runs and exits — before its abort
+    counter can be read again. A stop that ran out with 4 requests in flight says "4 request(s) cut",
+    in the result and the audit, not "0 aborted"."""
+    mgr = env.manager()
+    prof = env.profile(running=4, drain_s=2, stuck=1)
+    prof.shutdown_timeout = 2
+    mgr.start("e", prof)
+    res = mgr.stop("e", grace_s=30)
+    assert not res.sigkill and res.in_flight_after == 4
+    assert res.failed == 4 and "4 request(s) cut: still in flight when the drain ran out (shutdown_timeout 2 s)" \
+        in res.reason, res.reason
+    outcome = [json.loads(line) for line in env.audit_path.read_text().splitlines()][-1]
+    assert outcome["action"] == "engine.stop" and outcome["failed"] == 4
+
+
+def test_a_drain_that_empties_in_time_cuts_nothing(env):
+    mgr = env.manager()
+    prof = env.profile(running=4, drain_s=2)  # the requests finish during the drain
+    prof.shutdown_timeout = 5
+    mgr.start("e", prof)
+    res = mgr.stop("e", grace_s=30)
+    assert not res.failed and "cut" not in res.reason, res.reason

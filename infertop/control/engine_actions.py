@@ -184,7 +184,7 @@ class _ActionsMixin(_LifecycleMixin):
             raise audit.fs_error(e) from None
         cut = stopped.failed  # vLLM's abort counter across the stop: requests cut, not finished
         if cut:
-            emit("done", f"{cut} request(s) cut by the restart (vLLM finished them with reason abort)",
+            emit("done", f"{cut} request(s) cut by the restart (aborted, or in flight when its drain ran out)",
                  pid=rec.pid, force=True)
         audit.ok(old=old, new=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s), requests_cut=cut)
         self._history(name, "restart", "ok", args=rec.args, old=old, pid=rec.pid, startup_s=_r(rec.startup_s))

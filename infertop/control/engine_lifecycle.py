@@ -458,6 +458,14 @@ class _LifecycleMixin(_StoreMixin):
         failed = None
         if watcher is not None and aborted0 is not None and watcher.aborted is not None:
             failed = max(0, int(round(watcher.aborted - aborted0)))
+        # vLLM aborts what is still running when its shutdown_timeout runs out and exits before the abort
+        # counter can be read again (a stop under 16 streams cut 7 and read "0 aborted"): what was in
+        # flight at the last scrape of a drain that ran out is cut, whatever the counter says.
+        drain_s = (st.get("args") or {}).get("shutdown_timeout")
+        ran_out = sigkill or (isinstance(drain_s, (int, float)) and seconds >= float(drain_s) - 1.0)
+        cut_in_flight = after_n if ran_out and after_n else 0
+        if cut_in_flight > (failed or 0):
+            failed = cut_in_flight
         if sigkill:
             reason = kill_why
         else:
@@ -468,7 +476,11 @@ class _LifecycleMixin(_StoreMixin):
                 reason += f", {after_n} at the last scrape"
             if watcher is not None and watcher.max_seen:
                 reason += f" (drained up to {watcher.max_seen} in flight)"
-        if failed is not None:
+        if cut_in_flight and failed == cut_in_flight:
+            reason += (f"; {failed} request(s) cut: still in flight when the drain ran out"
+                       + (f" (shutdown_timeout {drain_s:g} s)" if isinstance(drain_s, (int, float)) and not sigkill
+                          else ""))
+        elif failed is not None:
             reason += f"; {failed} request(s) aborted by the engine"
         self._drop_state(name)
         emit("stopped", reason, pid=pid, force=True)
