@@ -217,3 +217,272 @@ async def test_enter_on_a_verdict_opens_its_signals_trends_around_the_onset_and_
         assert "(8 s)" in str(screen.query_one("#verdict-body").render())
         await pilot.press("escape")
         await until(pilot, lambda: app.screen is app.main and app.current_pane == "triage", what="back")
+
+
+def notes(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+async def confirm_and_wait(app, pilot) -> ConfirmScreen:
+    """The one confirmation screen of the pipeline: its check, y, the end."""
+    screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok is not None
+                         and app.screen, what="the check")
+    assert screen.dry_run_ok, screen.dry_run_text
+    await pilot.press("y")
+    await until(pilot, lambda: screen.state == "done", what=f"done: {screen.progress_text}")
+    return screen
+
+
+async def test_a_remedy_key_opens_its_action_prefilled_through_the_one_pipeline(tmp_path, monkeypatch):
+    """A local engine out of capacity (4 of 4 running, 3 waiting, KV 40 %): on the Triage pane m opens the
+    max_num_seqs dialog of that engine with the remedy's 8 filled in; Enter, y: drained, restarted,
+    verified and audited as m on the Engines pane does."""
+    from infertop.control.audit import AuditLog
+    from infertop.control.engines import EngineManager
+
+    for var, value in (("FAKE_ENGINE_RUNNING", "4"), ("FAKE_ENGINE_WAITING", "3"), ("FAKE_ENGINE_KV", "0.4")):
+        monkeypatch.setenv(var, value)  # the engine process's load (it inherits the environment)
+    cfg = Config(gpu=GpuConfig(nvml=False))
+    cfg.profiles["fake"] = ProfileConfig(model="fake-model", served_model_name="fake", port=free_port(),
+                                         max_num_seqs=4, python=sys.executable, start_timeout_s=30.0,
+                                         stop_grace_s=5.0)
+    state_dir = tmp_path / "state"
+    cli = EngineManager(state_dir, AuditLog(state_dir / "audit.jsonl"), profiles=cfg.profiles, module=FAKE)
+    cli.start("fake", cfg.profiles["fake"])
+    clock = Clock()
+    app = InfertopApp(Settings(config=cfg, endpoints=[], state_dir=str(state_dir), engine_module=FAKE,
+                               wall_clock=clock), poll=False)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.managed("fake") is not None, what="adopted")
+            for _ in range(30):
+                await ticks(app, clock, 1)
+                if any(v.kind == "queue-bound" for v in app.state.verdicts):
+                    break
+            (v,) = [v for v in app.state.verdicts if v.kind == "queue-bound"]
+            assert [str(r) for r in v.remedies if r.key == "m"] == ["m: raise max_num_seqs 4 → 8 (KV cache 40%)"]
+            await pilot.press("8")
+            await until(pilot, lambda: pane_lines(app), what="the Triage pane")
+            await pilot.press("m")
+            dialog = await until(pilot, lambda: isinstance(app.screen, ArgsDialog) and app.screen, what="the dialog")
+            assert (dialog.engine, dialog.old) == ("fake", 4)
+            assert dialog.query_one("#value").value == "8"  # the remedy's value, filled in
+            await pilot.press("enter")
+            op = await confirm_and_wait(app, pilot)
+            assert op.change == "max_num_seqs 4 → 8"
+            assert op.result == "ok" and "verified in the running process (max_num_seqs=8)" in op.result_text
+            await pilot.press("escape")
+    finally:
+        cli.stop("fake")
+    audit = [json.loads(line) for line in (state_dir / "audit.jsonl").read_text().splitlines()]
+    sets = [e for e in audit if e.get("action") == "engine.set" and "result" in e]
+    assert [(e["target"], e["old"], e["new"], e["result"]) for e in sets] == [
+        ("fake", {"max_num_seqs": 4}, {"max_num_seqs": 8}, "ok")]
+
+
+async def test_an_engine_remedy_on_an_engine_infertop_did_not_start_says_so_and_opens_nothing(scripted):
+    clock = Clock()
+    app = app_for(troubled_fleet(scripted)[:1], clock)  # alpha: out of capacity, not started by infertop
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.workers.wait_for_complete()
+        await ticks(app, clock, 7)
+        await pilot.press("8")
+        await until(pilot, lambda: pane_lines(app), what="the Triage pane")
+        highlight(app, lambda text: "raise max_num_seqs" in text)
+        await pilot.press("enter")
+        await until(pilot, lambda: any("alpha was not started by infertop" in n for n in notes(app)), what="why")
+        await pilot.press("m")
+        await pilot.pause()
+        assert app.screen is app.main
+
+
+@pytest.mark.parametrize("how", ["read-only", "replay"])
+async def test_read_only_and_replay_show_remedies_as_text_and_no_key_opens_anything(scripted, tmp_path, how):
+    clock = Clock()
+    if how == "read-only":
+        app = app_for(troubled_fleet(scripted), clock, read_only=True)
+    else:
+        path = tmp_path / "flight.infertop"
+        live = app_for(troubled_fleet(scripted), clock, record_path=str(path), state_dir=str(tmp_path / "s"))
+        async with live.run_test(size=(120, 40)):
+            await ticks(live, clock, 8)
+        app = replay_app(path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        if how == "read-only":
+            await ticks(app, clock, 8)
+        else:
+            app.player.pause()
+            app.player.seek(clock.t - 1.0)
+            app._replay_jump()
+        await pilot.press("8")
+        await until(pilot, lambda: any("raise max_num_seqs" in line for line in pane_lines(app)), what="remedies")
+        lines = pane_lines(app)
+        remedies = [line for line in lines if "max_num_seqs 8 → 16" in line or "add replicas" in line]
+        assert remedies and all(line.startswith("        ·  ") for line in remedies), remedies  # no key
+        title = str(app.query_one("#triage-title").render())
+        assert f"remedies as text only ({how})" in title, title
+        for key in ("m", "S", "r"):
+            await pilot.press(key)
+            await pilot.pause()
+            assert app.screen is app.main, key
+        highlight(app, lambda text: "raise max_num_seqs" in text)
+        await pilot.press("enter")
+        await until(pilot, lambda: any(f"{how}: remedies are shown as text only" in n for n in notes(app)),
+                    what="text only")
+        assert app.screen is app.main
+        highlight(app, lambda text: "queue-bound  alpha" in text)
+        await pilot.press("enter")  # the evidence is a view: it opens
+        await until(pilot, lambda: isinstance(app.screen, VerdictDetailScreen), what="the evidence")
+
+
+def replay_app(path) -> InfertopApp:
+    player = Player(Replay(str(path)), clock=Clock(1000.0))
+    return InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False)), endpoints=[], read_only=True,
+                                mode="replay", replay=player, replay_path=str(path)), poll=False)
+
+
+async def test_replay_shows_the_verdicts_recorded_live_at_the_same_times(scripted, tmp_path):
+    path = tmp_path / "flight.infertop"
+    clock = Clock()
+    app = app_for(troubled_fleet(scripted), clock, record_path=str(path), state_dir=str(tmp_path / "state"))
+    live: dict[float, tuple] = {}
+    async with app.run_test(size=(120, 40)):
+        for _ in range(12):
+            await ticks(app, clock, 1)
+            live[app.state.taken_at] = app.state.verdicts
+    assert {v.kind for v in live[max(live)]} == {"engine-down", "queue-bound", "kv-bound"}
+    assert live[min(live)] == ()  # nothing held long enough at the first tick
+    replay = replay_app(path)
+    async with replay.run_test(size=(120, 40)) as pilot:
+        replay.player.pause()
+        for at, verdicts in live.items():
+            replay.player.seek(at)
+            replay._replay_jump()
+            assert replay.state.taken_at == at and replay.state.verdicts == verdicts, at
+        await pilot.press("8")
+        await until(pilot, lambda: any("kv-bound  beta" in line for line in pane_lines(replay)), what="the pane")
+        assert any("verdict kv-bound beta: beta is KV-cache bound" in line for line in replay.log_lines)
+
+
+async def test_replay_shows_what_was_recorded_and_evaluates_nothing_again(tmp_path):
+    """A recording of an engine down for 10 s with no verdict recorded shows no verdict (evaluated again, it
+    would be engine-down); a verdict in the recording is shown although the state alone would not raise it."""
+    recorded = Verdict("kv-bound", "alpha", "warning", T0 + 5, "alpha is KV-cache bound (as recorded).",
+                       (Evidence("KV cache", "97%", "≥ 95 %"),), (Remedy("lower max_num_seqs 16 → 12", "m", "alpha", 12),))
+    path = tmp_path / "flight.infertop"
+    with Recorder(str(path)) as rec:
+        for i in range(10):
+            down = EngineStats(name="beta", url="http://127.0.0.1:9", state=DOWN, error="connection refused")
+            up = EngineStats(name="alpha", url="http://127.0.0.1:8", state=UP, running=2.0, waiting=0.0,
+                             max_num_seqs=16, kv_cache_pct=20.0)
+            st = FleetState(tick=i, taken_at=T0 + i, refresh_s=1.0, window_s=60.0, slo=Config().slo,
+                            engines=(EngineState(up, Freshness(FRESH, up.url, T0 + i, 0.0)),
+                                     EngineState(down, Freshness(STALE, down.url, T0, i, T0, "connection refused"))),
+                            verdicts=(recorded,) if i >= 5 else ())
+            rec.append(st.taken_at, st.to_doc())
+    app = replay_app(path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.player.pause()
+        app.player.seek(T0 + 4)
+        app._replay_jump()
+        await pilot.press("8")
+        await until(pilot, lambda: pane_lines(app) == ["no verdict — the fleet looks healthy"], what="healthy")
+        app.player.seek(T0 + 9)
+        app._replay_jump()
+        await until(pilot, lambda: any("alpha is KV-cache bound (as recorded)." in line for line in pane_lines(app)),
+                    what="the recorded verdict")
+        assert app.state.verdicts == (recorded,)
+        assert "since 4 s" in pane_lines(app)[0]  # on the recording's clock, not today's
+
+
+class FlappingEngine:
+    """tests/fake_engine.py as a process on one loopback port: killed (down, connection refused) and started
+    again (up) as a crashing engine is."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.port = name, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def up(self) -> None:
+        env = dict(os.environ, FAKE_ENGINE_RUNNING="2", FAKE_ENGINE_WAITING="1")
+        self.proc = subprocess.Popen([sys.executable, FAKE, "--port", str(self.port), "--max-num-seqs", "4"],
+                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def down(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGKILL)  # a crash: no drain, the port refuses at once
+            self.proc.wait()
+            self.proc = None
+
+
+async def test_every_pane_and_detail_screen_while_engines_crash_and_come_back():
+    """Issue 24 saw NoMatches('#trend-running') on EngineDetailScreen end the console: a tick painted a detail
+    screen in the turn it was pushed. Here ticks land right after every push and pop, while engines die and
+    return, on every pane and every detail screen: the console keeps running and raises nothing."""
+    engines = [FlappingEngine("e1"), FlappingEngine("e2")]
+    for e in engines:
+        e.up()
+    clock = Clock()
+    app = InfertopApp(Settings(config=Config(), endpoints=[EngineEndpoint(e.name, e.url, max_num_seqs=4, timeout_s=5)
+                                                           for e in engines], wall_clock=clock), poll=False,
+                      gpu_collector=GpuCollector(GpuConfig(nvml=True), nvml_module=FakeNvml([h100(0), l4(1)])))
+
+    def up(name: str) -> bool:
+        e = app.state.engine(name) if app.state is not None else None
+        return e is not None and e.stats.state == UP
+
+    async def tick() -> None:
+        await app.poll_now()
+        await app.poll_gpus_now()
+        clock.t += 1.0
+
+    async def until_state(pilot, name: str, want_up: bool) -> None:
+        for _ in range(200):
+            await tick()
+            if up(name) == want_up:
+                return
+            await asyncio.sleep(0.05)  # a process starting: its port opens in its own time
+        raise AssertionError(f"{name} never {'up' if want_up else 'down'}")
+
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            for e in engines:
+                await until_state(pilot, e.name, True)
+            for round_ in range(3):
+                victim = engines[round_ % 2]
+                victim.down()
+                for pane in "12345678":
+                    await pilot.press(pane)
+                    await tick()  # the pane painted while an engine is going down
+                # every detail screen, each with ticks right after it is pushed and popped
+                for pane, screen_type in (("2", EngineDetailScreen), ("4", GpuDetailScreen),
+                                          ("8", VerdictDetailScreen)):
+                    await pilot.press(pane)
+                    await tick()
+                    if pane == "8":
+                        await until(pilot, lambda: app.state.verdicts, what="a verdict")  # engine-down after 3 s
+                        await tick()
+                    await pilot.press("enter")
+                    await tick()
+                    await until(pilot, lambda: isinstance(app.screen, screen_type), what=screen_type.__name__)
+                    await tick()
+                    await pilot.press("escape")
+                    await tick()
+                    assert app.screen is app.main
+                await pilot.press("question_mark")
+                await tick()
+                assert isinstance(app.screen, HelpScreen)
+                await pilot.press("escape")
+                await until_state(pilot, victim.name, False)
+                victim.up()
+                await pilot.press("2", "enter")  # an engine's detail open while it comes back
+                await until_state(pilot, victim.name, True)
+                await pilot.press("escape")
+                await tick()
+                assert app.is_running
+            assert app.is_running and app.screen is app.main
+        assert app.return_code in (None, 0)
+    finally:
+        for e in engines:
+            e.down()
