@@ -316,3 +316,30 @@ async def test_an_orphaned_engine_says_orphaned_and_x_cleans_it_up(tmp_path):
     finally:
         if (r := cli.status("fake")) is not None and r.alive:
             cli.stop("fake")
+
+
+def test_the_review_says_when_requests_outlast_the_drain(tmp_path):
+    """Requests here take 35 s (E2E p99) and vLLM drains for 1 s: the stop/restart review says
+    they will be cut and what to set — and says nothing when they fit."""
+    from infertop.control.audit import AuditLog
+    from infertop.control.engines import EngineManager
+    from infertop.domain.engine import EngineStats
+    from infertop.ui.engine_actions import EngineAction
+
+    s = settings(tmp_path)
+    mgr = EngineManager(Path(s.state_dir), AuditLog(Path(s.state_dir) / "audit.jsonl"), profiles=s.config.profiles,
+                        module=FAKE)
+    mgr.start("fake", s.config.profiles["fake"])
+    try:
+        def review(e2e_s: float):
+            stats = EngineStats(name="fake", url="http://127.0.0.1:1", state="up", e2e_p99_s=e2e_s)
+            act = EngineAction(mgr, "restart", "fake", profile=s.config.profiles["fake"], stats=lambda r: stats)
+            return [n for n in act.plan().notes if "E2E p99" in n]
+
+        [note] = review(35.0)
+        drain = mgr.status("fake").args["shutdown_timeout"]
+        assert note.startswith(f"! requests here take up to 35.0s (E2E p99) and vLLM drains for {drain:g} s")
+        assert "shutdown_timeout ≥ 36 s and stop_grace_s ≥ 46 s" in note
+        assert review(0.5) == []
+    finally:
+        mgr.stop("fake")

@@ -141,6 +141,24 @@ class EngineAction:
                  "(config `gateway:` lists it) and they wait in the gateway's queue instead"]
         return notes + [f"! {w}" for w in self.gateway_warnings]
 
+    def _drain_size_notes(self, rec: EngineRecord, grace: float) -> list[str]:
+        """The drain sized against the work in flight: vLLM drains for its shutdown_timeout, then aborts
+        what still runs. Requests that take longer (E2E p99 over the window) than that are cut."""
+        if self.gateway is not None:
+            return []  # drained at the gateway first: what is in flight there is waited for
+        try:
+            stats = self.stats(rec)
+        except Exception:  # noqa: BLE001 — the sizing is advice: no stats, no note
+            stats = None
+        e2e = getattr(stats, "e2e_p99_s", None)
+        drain_s = rec.args.get("shutdown_timeout")
+        drain_s = float(drain_s) if isinstance(drain_s, (int, float)) else max(1.0, grace - 10.0)
+        if e2e is None or e2e <= drain_s:
+            return []
+        return [f"! requests here take up to {seconds_human(e2e)} (E2E p99) and vLLM drains for "
+                f"{drain_s:g} s: those still running then are cut — drain it at a gateway first, or set the "
+                f"profile's shutdown_timeout ≥ {int(e2e) + 1} s and stop_grace_s ≥ {int(e2e) + 11} s"]
+
     def audit_details(self) -> dict[str, Any]:
         return {}
 
@@ -169,7 +187,7 @@ class EngineAction:
             notes.append(f"! {self.name} was {owner}: acting on it here affects whoever uses it")
         grace = self.profile.stop_grace_s if self.profile is not None else 30.0
         self._find_gateway(rec)
-        drain = self._drain_notes(grace)
+        drain = self._drain_notes(grace) + self._drain_size_notes(rec, grace)
         if self.verb == "stop":
             return Review(f"Stop engine {self.name}{by}", f"stop {self.name}", "", tuple(drain + notes))
         if self.verb == "restart":
