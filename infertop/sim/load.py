@@ -95,6 +95,7 @@ class LoadGenerator:
         #: replicas of one model sit behind one load balancer, which spreads a burst over all of them.
         self.phase_groups: list[int] | None = None
         self.rate_scale = [1.0] * n_engines
+        self.rate_add = [0.0] * n_engines  # requests/s on top of the pattern (a scenario's extra traffic)
         #: Per engine, None or a function that reshapes each new request (a scenario: longer prompts,
         #: longer answers, prefixes that no longer repeat); it draws from its own generator, so the
         #: arrivals (times and the base mix) are the same with or without it.
@@ -122,8 +123,18 @@ class LoadGenerator:
         g = self.phase_groups[i] if self.phase_groups is not None else i
         return (g * 0.37 * self.period_s) % self.period_s
 
+    def set_rate_add(self, engine: int, rate: float) -> None:
+        """Add a steady stream of ``rate`` requests/s to one engine's pattern."""
+        self.rate_add[engine] = max(0.0, float(rate))
+        self._next[engine] = None
+
     def _segment(self, i: int, t: float) -> tuple[float, float]:
         """(rate, end of the constant-rate segment containing t)."""
+        rate, end = self._pattern(i, t)
+        add = self.rate_add[i]
+        return (rate + add, end) if add > 0 and self.mode != "none" else (rate, end)
+
+    def _pattern(self, i: int, t: float) -> tuple[float, float]:
         scale = self.rate_scale[i]
         base = self.base_rate * scale * (self.hot_factor if i == self.hot_engine else 1.0)
         if self.mode == "none" or base <= 0:

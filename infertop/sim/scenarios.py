@@ -8,7 +8,7 @@ the start of recovery. Everything it changes is what the real fault changes, so 
 ``/metrics`` and the dcgm exporter report it truthfully:
 
 =================  ==========================================================================
-queue-bound        the subject's arrivals rise to 4x (over its capacity): slots full, a queue
+queue-bound        12 requests/s more arrive at the subject (its capacity again): slots full, a queue
 kv-bound           its answers grow 8x longer (max_tokens up to what fits): the KV cache fills,
                    sequences are preempted and recomputed
 prefix-collapse    97 % of its requests stop sharing their prefix (a system prompt that now
@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["SCENARIOS", "Scenario", "ScenarioPlayer", "Timeline", "scenario_table"]
 
-QUEUE_RATE_X = 4.0  # queue-bound: arrivals over capacity
+QUEUE_EXTRA_RPS = 12.0  # queue-bound: a steady stream on top of the pattern, about one engine's capacity
 KV_ANSWER_X = 8.0  # kv-bound: answers this much longer
 PREFIX_MISS_SHARE = 0.97  # prefix-collapse: requests whose prefix is now unique
 LONG_PROMPT_X = 20.0  # long-prompts: prompt tokens per request
@@ -64,7 +64,7 @@ class Scenario:
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("queue-bound", "queue-bound", f"arrivals rise to {QUEUE_RATE_X:g}x (over capacity): slots full, a queue",
+    Scenario("queue-bound", "queue-bound", f"{QUEUE_EXTRA_RPS:g} requests/s more (over capacity): slots full, a queue",
              ramp_s=20.0, recovery_s=20.0),
     Scenario("kv-bound", "kv-bound", f"answers {KV_ANSWER_X:g}x longer: the KV cache fills, sequences are preempted",
              ramp_s=20.0),
@@ -151,7 +151,6 @@ class ScenarioPlayer:
         self._unique = 0
         self._x = 0.0  # the intensity last applied
         self._on = False  # an all-or-nothing fault: applied now
-        self._rate_x = 1.0
 
     @property
     def name(self) -> str:
@@ -188,7 +187,7 @@ class ScenarioPlayer:
         c, i = self.cluster, self.engine
         kind = self.name
         if kind == "queue-bound":
-            c.load.set_rate_scale(i, 1.0 + (QUEUE_RATE_X - 1.0) * x)
+            c.load.set_rate_add(i, QUEUE_EXTRA_RPS * x)
         elif kind == "gpu-throttled":
             c.engines[i].gpu.cooling_loss_c = COOLING_LOSS_C * x
         elif kind in ("kv-bound", "prefix-collapse", "long-prompts"):
