@@ -978,3 +978,30 @@ def test_a_drain_that_empties_in_time_cuts_nothing(env):
     mgr.start("e", prof)
     res = mgr.stop("e", grace_s=30)
     assert not res.failed and "cut" not in res.reason, res.reason
+
+
+def test_a_restart_whose_outcome_cannot_be_audited_exits_1_and_says_so(env):
+    """The disk fills up mid-restart (the audit log now answers ENOSPC): the engine is restarted — that
+    is not undone — but the command no longer prints success and exits 0: it says the log lacks it."""
+    cfg = _config(env, e=(free_port(), {"running": 1, "drain_s": 1}))
+    base = ["--config", str(cfg), "--state-dir", str(env.state_dir), "--module", FAKE]
+    cli = [sys.executable, "-m", "infertop", "engine"]
+    pyenv = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    assert subprocess.run([*cli, "start", *base, "e"], env=pyenv, capture_output=True).returncode == 0
+    try:
+        restart = subprocess.Popen([*cli, "restart", *base, "e"], env=pyenv, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        for line in restart.stdout:  # the intent is written before the signal
+            if "SIGTERM sent" in line:
+                break
+        env.audit_path.unlink()
+        env.audit_path.symlink_to("/dev/full")  # every write now fails with ENOSPC
+        out, err = restart.communicate(timeout=120)
+        assert restart.returncode == 1, (out, err)
+        assert err.startswith("error: outcome engine.restart e ok not recorded: audit log ") and \
+            "No space left on device — what was done is above, but the audit log does not have its outcome" in err
+        assert len(err.strip().splitlines()) == 1 and "e: restarted, pid" in out
+        assert EngineManager(env.state_dir, AuditLog(env.tmp / "other.jsonl"), module=FAKE).status("e").alive
+    finally:
+        env.audit_path.unlink(missing_ok=True)
+        subprocess.run([*cli, "stop", *base, "e", "--unaudited"], env=pyenv, capture_output=True)

@@ -64,6 +64,9 @@ class AuditLog:
     def __init__(self, path: str | os.PathLike | None = None, user: str | None = None) -> None:
         self.path = Path(path) if path else default_audit_path()
         self.user = user or current_user()
+        # outcomes that could not be written after the action ran ("engine.restart ok: [Errno 28] …"):
+        # the action is not undone, but whoever ran it must hear that the log lacks it
+        self.unwritten: list[str] = []
 
     def record(
         self,

@@ -50,8 +50,8 @@ class _Audit:
                 if self.intended:
                     details["unaudited"] = True
                 self.mgr.audit.record(self.action, self.target, result, **details)
-        except OSError:
-            pass  # the action is done; its result is still returned (and logged by the caller)
+        except OSError as e:  # the action is done; its result is still returned, and the caller told
+            self.mgr.audit.unwritten.append(f"outcome {self.action} {self.target} {result} not recorded: {e}")
 
     def ok(self, **details: Any) -> None:
         self._outcome("ok", **details)

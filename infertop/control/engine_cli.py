@@ -234,8 +234,22 @@ def main(argv: list[str]) -> int:
 
 
 def _run(args: argparse.Namespace, cfg) -> int:
+    """The action, then the audit's word: an outcome that could not be written (the disk filled up
+    during a restart) turns a success into exit 1 with one line saying what the log lacks."""
+    audit_holder: list[AuditLog] = []
+    rc = _act(args, cfg, audit_holder)
+    unwritten = audit_holder[0].unwritten if audit_holder else []
+    if unwritten and not getattr(args, "unaudited", False):  # --unaudited: acting without a record was asked for
+        print(f"error: {'; '.join(unwritten[:3])} — what was done is above, but the audit log does not "
+              "have its outcome", file=sys.stderr)
+        return EXIT_FAILED if rc == EXIT_OK else rc
+    return rc
+
+
+def _act(args: argparse.Namespace, cfg, audit_holder: list) -> int:
     state_dir = getattr(args, "state_dir", None)
     audit = AuditLog(cfg.audit_log or ((state_dir and f"{state_dir}/audit.jsonl") or default_audit_path()))
+    audit_holder.append(audit)
     unaudited = bool(getattr(args, "unaudited", False))
     mgr = EngineManager(state_dir, audit, module=getattr(args, "module", DEFAULT_MODULE),
                         profiles=cfg.profiles)
