@@ -368,7 +368,8 @@ async def test_replay_shows_what_was_recorded_and_evaluates_nothing_again(tmp_pa
     """A recording of an engine down for 10 s with no verdict recorded shows no verdict (evaluated again, it
     would be engine-down); a verdict in the recording is shown although the state alone would not raise it."""
     recorded = Verdict("kv-bound", "alpha", "warning", T0 + 5, "alpha is KV-cache bound (as recorded).",
-                       (Evidence("KV cache", "97%", "≥ 95 %"),), (Remedy("lower max_num_seqs 16 → 12", "m", "alpha", 12),))
+                       (Evidence("KV cache", "97%", "≥ 95 %"),), (Remedy("lower max_num_seqs 16 → 12", "m", "alpha", 12),),
+                       changes=("max_num_seqs 8 → 16 on alpha, 40 s before",))
     path = tmp_path / "flight.infertop"
     with Recorder(str(path)) as rec:
         for i in range(10):
@@ -393,6 +394,7 @@ async def test_replay_shows_what_was_recorded_and_evaluates_nothing_again(tmp_pa
                     what="the recorded verdict")
         assert app.state.verdicts == (recorded,)
         assert "since 4 s" in pane_lines(app)[0]  # on the recording's clock, not today's
+        assert "  changed before: max_num_seqs 8 → 16 on alpha, 40 s before" in pane_lines(app)
 
 
 class FlappingEngine:
@@ -486,3 +488,75 @@ async def test_every_pane_and_detail_screen_while_engines_crash_and_come_back():
     finally:
         for e in engines:
             e.down()
+
+
+def serving_doc(calls: list[int]) -> str:
+    """Out of capacity with traffic: 8 of 8 running, 5 waiting, KV 40 %, 4 requests finishing per scrape in
+    about 3 s each (vLLM's E2E histogram), so Little's law has an arrival rate and a residence time."""
+    calls.append(1)
+    n = len(calls)
+    doc = v1_doc(engines={"0": {"running": 8, "waiting": 5, "kv": 0.4, "success": 4 * n, "gen": 50 * n}},
+                 model="llama")
+    lab = 'engine="0",model_name="llama"'
+    rows = ["# HELP vllm:e2e_request_latency_seconds doc", "# TYPE vllm:e2e_request_latency_seconds histogram"]
+    for le in ("1.0", "2.5", "5.0", "10.0", "+Inf"):
+        rows.append(f'vllm:e2e_request_latency_seconds_bucket{{{lab},le="{le}"}} {0.0 if float(le) < 2.5 else 4.0 * n}')
+    rows += [f"vllm:e2e_request_latency_seconds_count{{{lab}}} {4.0 * n}",
+             f"vllm:e2e_request_latency_seconds_sum{{{lab}}} {12.0 * n}"]
+    return doc + "\n".join(rows) + "\n"
+
+
+async def test_s_opens_the_scale_dialog_of_the_workload_running_the_engine_with_littles_law_replicas(
+        kube_emulator, scripted, tmp_path):
+    from infertop.config import KubeConfig
+    from infertop.ui.screens.kube_dialogs import FormDialog
+
+    emu = kube_emulator("triage-token", reconcile_interval=0.2)
+    emu.add_deployment("default", "vllm", replicas=1, args=["--max-num-seqs", "8"])
+    emu.wait_until(lambda: len(emu.list("pods", "default", "app=vllm")) == 1)
+    pod = emu.list("pods", "default", "app=vllm")[0]["metadata"]["name"]
+    calls: list[int] = []
+    srv = scripted().serve_engine(lambda: serving_doc(calls), model="llama")
+    cfg = Config(gpu=GpuConfig(nvml=False), audit_log=str(tmp_path / "audit.jsonl"),
+                 kube=KubeConfig(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc")), refresh_s=0.3))
+    clock = Clock()
+    endpoints = [EngineEndpoint(pod, srv.url, max_num_seqs=8, timeout_s=30),  # an engine named after its pod
+                 EngineEndpoint("elsewhere", queue_bound_url(scripted), max_num_seqs=8, timeout_s=30)]
+    app = InfertopApp(Settings(config=cfg, endpoints=endpoints, state_dir=str(tmp_path / "state"), wall_clock=clock),
+                      poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.kube_session is not None and app.kube_snapshot is not None, what="connect")
+        await ticks(app, clock, 12)
+        by_subject = {v.subject: v for v in app.state.verdicts if v.kind == "queue-bound"}
+        (scale,) = [r for r in by_subject[pod].remedies if r.key == "S"]
+        await pilot.press("8")
+        await until(pilot, lambda: pane_lines(app), what="the Triage pane")
+        highlight(app, lambda text: f"queue-bound  {pod}" in text)
+        await pilot.press("S")
+        form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen, what="the scale dialog")
+        assert form.title_text == "Scale deployment default/vllm"
+        assert form.query_one("#field-replicas").value == str(scale.value) and scale.value >= 2
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is app.main, what="cancelled")
+        # an engine no pod serves: said, nothing opens
+        highlight(app, lambda text: "queue-bound  elsewhere" in text)
+        await pilot.press("S")
+        await until(pilot, lambda: any("elsewhere maps to no workload" in n for n in notes(app)), what="why")
+        assert app.screen is app.main
+        # the remedy's line: Enter opens it too, and y scales through the pipeline
+        pane = app.query_one(TriagePane)
+        pane.options.highlighted = next(i for i, row in enumerate(pane._rows) if row is not None
+                                        and row.key == ("queue-bound", pod) and row.remedy is not None
+                                        and by_subject[pod].remedies[row.remedy].key == "S")
+        assert pane.selected()[1] == scale
+        await pilot.press("enter")
+        form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen, what="the dialog again")
+        await pilot.press("enter")
+        screen = await confirm_and_wait(app, pilot)
+        assert screen.change == f"replicas 1 → {scale.value}" and screen.result == "ok", screen.result_text
+    scaled = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [e["result"] for e in scaled if e.get("action") == "kube.scale" and "result" in e] == ["ok"]
+
+
+def queue_bound_url(scripted) -> str:
+    return scripted().serve_engine(queue_bound_doc(), model="other").url

@@ -58,6 +58,11 @@ def describe(v: Verdict, now_s: float, active: bool) -> Text:
             t.append("\n  ")
             t.append(plain(e.signal, 80), style="bold")
             t.append(f"  {plain(e.value, 80)}  against {plain(e.against, 160)}  ({plain(e.window, 40)})")
+    changes = getattr(v, "changes", ()) or ()  # audited actions, rollouts, events before the onset
+    if changes:
+        t.append("\n\nWhat changed before it", style="bold")
+        for c in changes:
+            t.append("\n  · " + plain(str(c), 400))
     if v.remedies:
         t.append("\n\nRemedies", style="bold")
         for r in v.remedies:

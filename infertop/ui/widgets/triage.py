@@ -120,6 +120,9 @@ def verdict_prompt(v: Verdict, now_s: float) -> Text:
         t.append(f" {plain(e.value, 80)}")
         t.append(f"  against {plain(e.against, 120)}", style="dim")
         t.append(f"  ({plain(e.window, 40)})", style="dim")
+    for c in getattr(v, "changes", ()) or ():  # what changed in the minutes before the onset
+        t.append("\n  changed before: ", style="dim")
+        t.append(plain(str(c), 300))
     return t
 
 
