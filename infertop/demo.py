@@ -11,6 +11,9 @@ Kubernetes API (``infertop sim --kube-port``) whose Deployment's pods are the
 engines; its kubeconfig (context ``infertop-demo``) is written in that
 directory too, one per demo run (named by the run's PID, removed when the
 demo stops): two demos on one host never read each other's cluster or token.
+
+The simulator reads commands on its stdin (``--control-stdin``): :meth:`Demo.inject` switches
+it to an incident scenario from now (the palette's "Inject incident: NAME").
 """
 
 from __future__ import annotations
@@ -52,6 +55,14 @@ class DemoError(RuntimeError):
     pass
 
 
+_running: list[Demo] = []  # the demo this process started (one at most): the palette injects into it
+
+
+def running_demo() -> Demo | None:
+    """The demo this process started and has not stopped, if any."""
+    return _running[-1] if _running else None
+
+
 @dataclass
 class Demo:
     proc: subprocess.Popen
@@ -63,13 +74,49 @@ class Demo:
     kube_context: str | None = None
     kube_namespace: str | None = None
     gateway: object | None = None  # infertop.gateway.demo.DemoGateway: the gateway and its load
+    lines: queue.Queue[str] = field(default_factory=queue.Queue)  # the simulator's stdout, line by line
+    _control: threading.Lock = field(default_factory=threading.Lock)
+
+    def inject(self, scenario: str | None, engine: int = 1, timeout_s: float = 10.0) -> str:
+        """Switch the running simulator to ``scenario`` from now (None: end the one playing); returns its
+        answer ("scenario kv-bound engine=1 onset=… recovery=…"). Raises DemoError when it refuses or
+        does not answer."""
+        if self.proc.stdin is None or self.proc.poll() is not None:
+            raise DemoError("the simulator is not running")
+        with self._control:  # one command and its answer at a time
+            try:
+                self.proc.stdin.write(f"scenario {scenario} {engine}\n" if scenario else "scenario none\n")
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError) as e:
+                raise DemoError(f"the simulator does not listen: {e}") from None
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise DemoError(f"the simulator did not answer within {timeout_s:.0f} s") from None
+                if not line:
+                    raise DemoError("the simulator exited")
+                if line.startswith("scenario ") or line.startswith("error: "):
+                    break
+        line = line.strip()
+        if line.startswith("error: "):
+            raise DemoError(line.removeprefix("error: "))
+        return line
 
     def stop(self) -> None:
         """Stop the simulator and everything it started, and remove this run's kubeconfig."""
+        if self in _running:
+            _running.remove(self)
         if self.kubeconfig:
             Path(self.kubeconfig).unlink(missing_ok=True)
         if self.gateway is not None:
             self.gateway.stop()
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()  # the simulator stops at the end of its commands
+            except OSError:
+                pass
         if self.proc.poll() is not None:
             return
         try:
@@ -87,13 +134,14 @@ def start_demo(n_engines: int = 6, seed: int = 7, load: str = "bursty", timeout_
     """Start ``infertop sim`` (with a simulated Kubernetes cluster unless ``kube=False``) and return
     its engines once they all listen."""
     cmd = [sys.executable, "-m", "infertop", "sim", "--engines", str(n_engines), "--seed", str(seed),
-           "--load", load, "--warmup", "30", "--kubernetes-labels", "--exit-with-parent"]
+           "--load", load, "--warmup", "30", "--kubernetes-labels", "--exit-with-parent", "--control-stdin"]
     if kube:
         cmd += ["--kube-port", "0", "--kubeconfig", str(demo_kubeconfig_path())]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    # stdin: the palette's "Inject incident" commands (and its end stops the simulator with us)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.PIPE,
                             text=True, start_new_session=True)
     demo = Demo(proc)
-    lines: queue.Queue[str] = queue.Queue()
+    lines = demo.lines
 
     def pump() -> None:  # a thread, because buffered pipes and select() do not mix
         for line in proc.stdout:
@@ -118,6 +166,7 @@ def start_demo(n_engines: int = 6, seed: int = 7, load: str = "bursty", timeout_
                     demo.gateway = start_demo_gateway([e.url for e in demo.endpoints])
                 except RuntimeError as e:
                     raise DemoError(str(e)) from None
+                _running.append(demo)
                 return demo
             if parts[:1] == ["engine"] and len(parts) >= 3:
                 opts = dict(p.split("=", 1) for p in parts[3:] if "=" in p)
