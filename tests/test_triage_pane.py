@@ -155,6 +155,12 @@ async def test_no_verdict_says_the_fleet_looks_healthy_and_the_overview_has_no_v
         await pilot.press("8")
         await until(pilot, lambda: pane_lines(app), what="the Triage pane")
         assert pane_lines(app) == ["no verdict — the fleet looks healthy"]
+        await pilot.press("question_mark")  # the help says what the pane is and what ◆ means
+        help_screen = await until(pilot, lambda: isinstance(app.screen, HelpScreen) and app.screen, what="help")
+        table = help_screen.query_one("#help-keys")
+        await until(pilot, lambda: table.row_count > 0, what="the keys")
+        rows = {str(table.get_row(k)[0]): str(table.get_row(k)[1]) for k in table.rows}
+        assert "Triage pane" in rows["8"] and "◆ marks the engines and GPUs a verdict is about" in rows["8"]
 
 
 async def test_a_throttled_gpu_is_marked_in_the_gpus_pane_and_its_evidence_has_its_trends():
@@ -560,3 +566,36 @@ async def test_s_opens_the_scale_dialog_of_the_workload_running_the_engine_with_
 
 def queue_bound_url(scripted) -> str:
     return scripted().serve_engine(queue_bound_doc(), model="other").url
+
+
+def test_a_recorded_verdict_of_the_wrong_shape_is_a_damaged_recording_not_a_crash(tmp_path):
+    """A recording is a file someone may hand over: a verdict whose since is text would end the pane that ages
+    it. It is a damaged tick (one line, as any tick of the wrong shape), and at most 1000 verdicts are built."""
+    from infertop.flight_cli import open_replay
+
+    good = FleetState(tick=0, taken_at=T0, refresh_s=1.0, window_s=60.0, slo=Config().slo,
+                      verdicts=(Verdict("kv-bound", "alpha", "warning", T0, "full"),) * 1500).to_doc()
+    assert len(FleetState.from_doc(json.loads(json.dumps(good))).verdicts) == 1000
+    bad = json.loads(json.dumps(good))
+    bad["verdicts"] = [dict(bad["verdicts"][0], since="yesterday")]
+    path = tmp_path / "bad.infertop"
+    with Recorder(str(path)) as rec:
+        rec.append(T0, bad)
+    with pytest.raises(ValueError, match="damaged recording"):
+        open_replay(str(path))
+
+
+async def test_a_replayed_tick_with_a_thousand_verdicts_logs_twenty_lines_and_a_count(tmp_path):
+    many = tuple(Verdict("engine-down", f"e{i}", "critical", T0, f"e{i} does not answer.") for i in range(1000))
+    path = tmp_path / "many.infertop"
+    with Recorder(str(path)) as rec:
+        rec.append(T0, FleetState(tick=0, taken_at=T0, refresh_s=1.0, window_s=60.0, slo=Config().slo,
+                                  verdicts=many).to_doc())
+    app = replay_app(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.state is not None and len(app.state.verdicts) == 1000, what="the tick")
+        told = [line for line in app.log_lines if " verdict engine-down " in line]
+        assert len(told) == 20 and any("… and 980 more verdicts raised or cleared at this tick" in line
+                                       for line in app.log_lines)
+        await pilot.press("8")
+        await until(pilot, lambda: pane_lines(app)[-1] == "… 900 more verdicts", what="the pane's 100 and a count")

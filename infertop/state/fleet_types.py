@@ -19,6 +19,7 @@ from ..domain.kube import ClusterSnapshot
 from .codec import from_doc, to_doc
 
 DOC_VERSION = 1
+MAX_VERDICTS = 1000  # a recorded tick's verdicts shown at most (a file is hostile; triage raises a handful)
 FRESH, STALE, MISSING = "fresh", "stale", "missing"
 
 
@@ -205,8 +206,26 @@ class FleetState:
             gpus_configured=bool(doc.get("gpus_configured")), cluster=cluster,
             queues=_queues_from_doc(doc.get("queues") or ()), autoscalers=tuple(doc.get("autoscalers") or ()),
             mode=str(doc.get("mode") or "replay"),
-            verdicts=from_doc(tuple[Verdict, ...], doc.get("verdicts") or []),
+            verdicts=_verdicts_from_doc(doc.get("verdicts") or []),
         )
+
+
+def _verdicts_from_doc(docs: Any) -> tuple[Verdict, ...]:
+    """A tick's verdicts, checked leaf by leaf: a recording is a file someone may hand over, and a ``since``
+    that is no number would end the pane that ages it. A malformed one is a damaged tick (TypeError, as any
+    other part of the document of the wrong shape)."""
+    if not isinstance(docs, list):
+        raise TypeError("verdicts: expected a list")
+    out = tuple(from_doc(Verdict, d) for d in docs[:MAX_VERDICTS])
+    for v in out:
+        texts = [v.kind, v.subject, v.severity, v.explanation, *v.changes]
+        texts += [t for e in v.evidence for t in (e.signal, e.value, e.against, e.window)]
+        texts += [t for r in v.remedies for t in (r.text, r.key, r.target)]
+        if not all(isinstance(t, str) for t in texts) or not isinstance(v.since, float):
+            raise TypeError("verdicts: a verdict of the wrong shape")
+        if any(r.value is not None and (isinstance(r.value, bool) or not isinstance(r.value, int)) for r in v.remedies):
+            raise TypeError("verdicts: a remedy value that is not a whole number")
+    return out
 
 
 def _queues_from_doc(docs: Any) -> tuple[Any, ...]:

@@ -14,15 +14,34 @@ from textual.widgets import RichLog
 from ..domain.engine import UNKNOWN
 from ..domain.gpu import classify
 from ..state.fleet import FleetState
+from ..state.membership import FleetMembership
 from .status import AlertLog
 from .widgets.gpus import flatten
 
 GPU_THROTTLE_LOG_EVERY_S = 60.0
+VERDICT_LINES_PER_TICK = 20  # raised (and cleared) verdicts told one line each per tick, the rest counted
 ORPHAN_RECHECK_S = 5.0  # an orphaned engine's record is read again this often (the word goes once stop cleaned up)
 
 
 class ChangeLogMixin:
     """Engines joining, leaving and changing state, SLO alerts, GPU faults: one Log line each."""
+
+    def note_replayed(self, states, *, fresh: bool = False) -> None:
+        """Replay: the Log lines of recorded ticks not painted (several came due at once, or the ones
+        before a seek), each stamped with its tick's time. ``fresh``: the Log restarts (a seek)."""
+        if fresh:
+            self.main.query_one("#log-view", RichLog).clear()
+            self.log_lines.clear()
+            self._states, self._gpu_states, self._gpu_logged_at = {}, {}, {}
+            self._membership, self._alert_log, self.verdicts = FleetMembership(), None, ()
+        previous = None
+        try:
+            for st in states:
+                self._log_at = st.taken_at
+                self._note_changes(previous, st)
+                previous = st
+        finally:
+            self._log_at = None
 
     def _note_changes(self, previous: FleetState | None, state: FleetState) -> None:
         """Log engines joining or leaving (a rescale), engine state changes, SLO alerts firing and
@@ -46,14 +65,17 @@ class ChangeLogMixin:
         before = {v.key: v for v in self.verdicts}  # type: ignore[attr-defined]
         self.verdicts = state.verdicts  # type: ignore[attr-defined]  # evaluated live, or as recorded
         now = {v.key for v in self.verdicts}
-        for v in self.verdicts:
-            if v.key not in before:
-                remedy = f" → {v.remedies[0]}" if v.remedies else ""
-                self.log_event(Text(f"verdict {v.kind} {v.subject}: {v.explanation}{remedy}",
-                                    style="bold red" if v.severity == "critical" else "yellow"))
-        for key, v in before.items():
-            if key not in now:
-                self.log_event(Text(f"cleared verdict {v.kind} {v.subject}", style="green"))
+        raised = [v for v in self.verdicts if v.key not in before]
+        for v in raised[:VERDICT_LINES_PER_TICK]:
+            remedy = f" → {v.remedies[0]}" if v.remedies else ""
+            self.log_event(Text(f"verdict {v.kind} {v.subject}: {v.explanation}{remedy}",
+                                style="bold red" if v.severity == "critical" else "yellow"))
+        cleared = [v for key, v in before.items() if key not in now]
+        for v in cleared[:VERDICT_LINES_PER_TICK]:
+            self.log_event(Text(f"cleared verdict {v.kind} {v.subject}", style="green"))
+        more = max(0, len(raised) - VERDICT_LINES_PER_TICK) + max(0, len(cleared) - VERDICT_LINES_PER_TICK)
+        if more:  # a replayed file may hold any number: the Log says how many, the Triage pane lists them
+            self.log_event(Text(f"… and {more} more verdicts raised or cleared at this tick (8: Triage)", style="dim"))
 
     def _note_gpu_changes(self, flat) -> None:
         """Log a GPU that fails, throttles or reports an error (and when it recovers)."""
@@ -97,7 +119,7 @@ class ChangeLogMixin:
         comes from outside (names, labels, errors) must be passed as a ``Text``."""
         # in a replay, the time of the recorded tick (not today's clock)
         player, state = getattr(self, "player", None), getattr(self, "state", None)
-        at = state.taken_at if player is not None and state is not None else None
+        at = getattr(self, "_log_at", None) or (state.taken_at if player is not None and state is not None else None)
         line = Text(time.strftime("%H:%M:%S", time.localtime(at)) + " ", style="dim")
         line.append(text if isinstance(text, Text) else Text.from_markup(text))
         self.log_lines.append(line.plain)
