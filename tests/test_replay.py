@@ -298,8 +298,35 @@ async def test_replayed_log_lines_carry_the_recorded_time_not_todays(tmp_path):
         await pilot.pause()
         down = [line for line in app.log_lines if "beta" in line and "→ down" in line]
         assert down, list(app.log_lines)
-        stamp = _time.strftime("%H:%M:%S", _time.localtime(app.state.taken_at))
+        stamp = _time.strftime("%H:%M:%S", _time.localtime(states[20].taken_at))  # when it went down
         assert down[-1].startswith(stamp), (down, stamp)
+
+
+async def test_after_a_seek_the_log_holds_what_happened_before_the_new_position(tmp_path):
+    """A seek past an engine going down shows that Log line at the time it happened (the jump skipped
+    the tick); a seek back before it takes it away again: the Log is the one of the new position."""
+    import time as _time
+
+    states = recorded_states()
+    path = tmp_path / "flight.infertop"
+    record(path, states)
+    app = replay_app(path, Clock())
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.player.pause()
+        app.player.seek(states[28].taken_at)
+        app._replay_jump()
+        await pilot.pause()
+        down = [line for line in app.log_lines if "beta up → down" in line]
+        assert len(down) == 1, list(app.log_lines)
+        assert down[0].startswith(_time.strftime("%H:%M:%S", _time.localtime(states[20].taken_at)))
+        app.player.seek(states[10].taken_at)
+        app._replay_jump()
+        await pilot.pause()
+        assert not [line for line in app.log_lines if "→ down" in line], list(app.log_lines)
+        app.player.seek(states[25].taken_at)
+        app._replay_jump()
+        await pilot.pause()
+        assert len([line for line in app.log_lines if "beta up → down" in line]) == 1
 
 
 async def test_the_end_of_a_recording_is_said_once_in_the_log_and_the_header(tmp_path):

@@ -214,7 +214,7 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
         self._render_top()
         if self.player is not None:
             self.set_interval(0.25, self.replay_tick)
-            self.call_after_refresh(self.replay_tick)
+            self.call_after_refresh(self.replay_open)  # --at: the Log of the minutes before it too
         elif self.poll:  # tests drive ticks themselves (poll_now), so their screens are deterministic
             self.set_interval(self.settings.config.refresh_s, self.tick)
         if self.player is None:

@@ -19,6 +19,9 @@ from ..state.fleet_history import record_state
 from ..state.replay import MAX_REPLAY_ITEMS
 
 
+LOG_HISTORY_S = 600.0  # after a seek the Log shows the changes of this much recording before the new position
+
+
 class ReplayActions:
     """Needs ``player``, ``history``, ``settings``, ``state_log``, ``log_lines``, ``show_state``,
     ``_render_top``, ``notify``, ``log_event``, ``push_screen``, ``run_worker``."""
@@ -36,6 +39,7 @@ class ReplayActions:
         self._note_truncated(ticks)
         for st in states[:-1]:
             record_state(self.history, st)  # sparklines keep every tick
+        self.note_replayed(states[:-1])  # and the Log every change (×8: a down and up between two frames)
         if states:
             self.show_state(states[-1])
         else:
@@ -64,8 +68,17 @@ class ReplayActions:
         self.log_event(Text(self.replay_error, style="red"))
         self.notify(self.replay_error, severity="error", timeout=10)
 
-    def _replay_jump(self) -> None:
-        """After a seek or a step: rebuild the sparklines from the ticks before the new position."""
+    def replay_open(self) -> None:
+        """The first frame of a replay (``--at`` may start it anywhere): with the Log of the minutes
+        before it, after the start-up notes."""
+        if self.state is None:
+            self._replay_jump(fresh=False)
+        else:  # a seek came first
+            self.replay_tick()
+
+    def _replay_jump(self, fresh: bool = True) -> None:
+        """After a seek or a step (and at the start, ``fresh=False``: the Log keeps the start-up notes):
+        rebuild the sparklines and the Log from the ticks before the new position."""
         p = self.player
         pos = p.position()
         if pos is None:
@@ -74,8 +87,12 @@ class ReplayActions:
         if clear is not None:
             clear()
         span = 120 * self.settings.config.refresh_s
-        for _, doc in list(p.replay.iter(pos - span, pos))[:-1]:
-            record_state(self.history, FleetState.from_doc(doc))
+        before = [FleetState.from_doc(doc) for _, doc in list(p.replay.iter(pos - LOG_HISTORY_S, pos))[:-1]]
+        for st in before:
+            if st.taken_at >= pos - span:
+                record_state(self.history, st)
+        # the Log as it stood at the new position: the changes of the minutes before it, with their times
+        self.note_replayed(before, fresh=fresh)
         self.replay_tick()
 
     def action_replay_toggle(self) -> None:
