@@ -252,13 +252,13 @@ def _default() -> Pieces:
 def install(app: Any, internals: Internals | None = None, environ: Mapping[str, str] | None = None) -> Pieces:
     """Check the internals, turn on the pieces that pass for ``app`` (its driver class among them) and log
     which are on. Call after ``App.__init__``, before the app runs."""
-    pieces = check(internals or real_internals(), os.environ if environ is None else environ)
+    internals = internals or real_internals()
+    pieces = check(internals, os.environ if environ is None else environ)
     _BY_APP[app] = pieces
     if DRIVER in pieces:
         from .driver import driver_class
 
-        stock = (internals or real_internals()).linux_driver
-        if getattr(app, "driver_class", None) is stock:  # not another choice (TEXTUAL_DRIVER, Windows)
+        if getattr(app, "driver_class", None) is internals.linux_driver:  # not another choice (TEXTUAL_DRIVER, Windows)
             app.driver_class = driver_class()
     log.info(pieces.summary())
     return pieces
