@@ -55,6 +55,7 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
     """Poll like the TUI, append one fleet state per tick; returns (ticks seen, ticks written to the file,
     why the last write failed or None). ``on_tick(state)`` sees each state once it is appended. A failed
     write is said once on stderr and retried with the next block ("recording again" once it works)."""
+    from .analysis.alerts import AlertHold
     from .gpu_snapshot import _collector
     from .sources.vllm import FleetCollector
     from .state.fleet import FleetJoiner
@@ -68,6 +69,7 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
         collector = FleetCollector(endpoints, interval_s=cfg.refresh_s, window_s=cfg.window_s)
     joiner = FleetJoiner(collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s, mode=mode,
                          engine_pods=engine_pods)
+    joiner.alert_hold = AlertHold()  # the alerts as the console shows them
     collector.on_update = lambda _snap: joiner.observe()
     gpu = _collector(cfg, list(dcgm_urls or []))
     log = StateLog(path, refresh_s=cfg.refresh_s, keep_s=0, retention_s=retention_s)

@@ -21,6 +21,7 @@ from infertop.sim import SimCluster
 from infertop.sources.dcgm import DcgmSource
 from infertop.sources.vllm import EngineEndpoint, FleetCollector
 from infertop.state.fleet import FleetJoiner, FleetState
+from infertop.analysis.alerts import AlertHold
 from infertop.ui.status import AlertLog
 
 
@@ -52,6 +53,7 @@ class VirtualFleet:
         pods = {e.gpu.pod: f"vllm-{e.index}" for e in sim.engines if e.gpu.pod}
         self.joiner = FleetJoiner(self.collector, slo=slo or SloConfig(), refresh_s=refresh_s, window_s=60.0,
                                   mode="demo", engine_pods=pods, wall=wall, mono=mono)
+        self.joiner.alert_hold = AlertHold()  # the alert list as the console holds it
         self.dcgm = DcgmSource([sim.dcgm_url], clock=mono) if sim.dcgm_url else None
         self.triage = Triage()
         self.alert_log = AlertLog()

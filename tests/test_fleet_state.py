@@ -264,11 +264,14 @@ async def test_every_visible_copy_of_a_metric_is_equal(sim_cluster):
            for i, e in enumerate(sim_cluster.engines)]
     # targets the bursty simulation breaches (the defaults are met by a healthy fleet): alerts to compare
     slo = SloConfig(itl_p95_s=0.040, e2e_p99_s=5.0)
-    app = InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False), slo=slo), endpoints=eps), poll=False)
+    wall = [1_800_000_000.0]  # the ticks' clock moves with the simulation: warnings are shown once held 5 s
+    app = InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False), slo=slo), endpoints=eps,
+                               wall_clock=lambda: wall[0]), poll=False)
     async with app.run_test(size=(160, 50)) as pilot:
         checked_alerts = 0
         for _ in range(4):
             sim_cluster.advance(7)
+            wall[0] += 7
             await app.poll_now()
             f = app.state.fleet
             await until(pilot, lambda: tile(app, "running") == count_human(f.running),

@@ -152,18 +152,26 @@ async def test_the_console_logs_a_verdict_once_with_its_remedy_and_its_clear(scr
         assert [v.kind for v in app.verdicts] == ["engine-down"]
 
 
-def test_alert_log_lines_wait_for_an_alert_to_hold_and_to_be_gone():
-    from infertop.analysis.alerts import WARNING, Alert
+def test_alert_list_and_log_lines_wait_for_an_alert_to_hold_and_to_be_gone():
+    """ITL hovering at the threshold: the Overview's list (AlertHold, as the console's joiner applies
+    it) shows the warning once it has held 5 s and keeps it, unblinking, until gone 10 s; a down
+    engine shows at once; the Log follows the list: one alert line, one cleared line."""
+    from infertop.analysis.alerts import CRITICAL, WARNING, Alert, AlertHold
     from infertop.ui.status import AlertLog
 
-    log = AlertLog()
-    lines = []
+    hold, log = AlertHold(), AlertLog()
+    lines, shown = [], []
     for t in range(60):
         flapping = t < 30 and t % 2 == 0  # ITL 41 ms / 40 ms / 41 ms …, then well under for good
-        alerts = (Alert(WARNING, "e0", "ITL p95 41ms > 40ms"),) if flapping else ()
+        raw = [Alert(WARNING, "e0", "ITL p95 41ms > 40ms")] if flapping else []
+        raw += [Alert(CRITICAL, "e1", "down: connection refused")] if t == 50 else []
+        alerts = tuple(hold.apply(raw, 2000.0 + t))
+        shown.append({a.target for a in alerts})
         st = FleetState(tick=t, taken_at=2000.0 + t, refresh_s=1.0, window_s=60.0, slo=SLO, alerts=alerts)
         lines += [(t, line.plain) for line in log.changes(st)]
     assert lines == [(6, "alert e0: ITL p95 41ms > 40ms"), (38, "cleared e0: ITL p95 (was ITL p95 41ms > 40ms)")]
+    assert all(s == set() for s in shown[:6]) and all(s == {"e0"} for s in shown[6:38])  # no blinking
+    assert shown[50] == {"e1"} and shown[51] == set()  # critical: at once, and gone at once
 
 
 def test_snapshot_table_and_json_carry_the_verdicts():

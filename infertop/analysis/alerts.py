@@ -43,3 +43,41 @@ def engine_alerts(stats: Iterable[EngineStats], slo) -> list[Alert]:
             out.append(Alert(WARNING, s.name, f"saturated: {s.running:.0f}/{s.max_num_seqs} running, {s.waiting:.0f} waiting"))
     out.sort(key=lambda a: (a.severity != CRITICAL, a.target))
     return out
+
+
+def alert_kind(a: Alert) -> str:
+    """What an alert is about, without its values: "ITL p95", "KV cache", "preempting", "saturated:"."""
+    words = a.text.split(" ")
+    return " ".join(words[:2]) if a.text.startswith(("TTFT", "ITL", "E2E", "queue", "KV")) else words[0]
+
+
+ALERT_FOR_S = 5.0  # a warning is shown once it has held this long…
+ALERT_CLEAR_S = 10.0  # …and kept (with its last values) until it has been gone this long
+
+
+class AlertHold:
+    """The alert list with a minimum duration and a clear delay for warnings (critical ones — down,
+    unreachable — show at once and go at once): an ITL hovering at 41 ms against 40 ms no longer
+    blinks in and out of the Overview tick by tick. A warning in its clear delay keeps its last text."""
+
+    def __init__(self, for_s: float = ALERT_FOR_S, clear_for_s: float = ALERT_CLEAR_S) -> None:
+        from .triage.debounce import Debouncer  # (triage is a sibling: no cycle at import time)
+
+        self._debounce = Debouncer(for_s, clear_for_s)
+        self._last: dict[tuple[str, str], Alert] = {}
+
+    def apply(self, alerts: Iterable[Alert], now: float) -> list[Alert]:
+        out, holding = [], {}
+        for a in alerts:
+            if a.severity == CRITICAL:
+                out.append(a)
+            else:
+                holding[(a.target, alert_kind(a))] = a
+        self._last.update(holding)
+        self._debounce.update(holding, now)
+        active = self._debounce.active()
+        for key in [k for k in self._last if k not in active and k not in holding]:
+            del self._last[key]
+        out += [self._last[k] for k in active if k in self._last]
+        out.sort(key=lambda a: (a.severity != CRITICAL, a.target))
+        return out

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields, replace
 from typing import Any
 
-from ..analysis.alerts import CRITICAL, WARNING, Alert, engine_alerts
+from ..analysis.alerts import CRITICAL, WARNING, Alert, AlertHold, engine_alerts
 from ..analysis.fleet import fleet_quantile, fleet_quantiles
 from ..domain.engine import DEGRADED, DOWN, UNKNOWN, UP, EngineStats
 from ..domain.gpu import GpuStats
@@ -95,6 +95,9 @@ class FleetJoiner:
         self._down_since: dict[str, float] = {}
         self._source_down_since: dict[str, float] = {}
         self._first_seen: dict[str, float] = {}  # source key → wall clock it was first built (for "connecting")
+        # warnings with a minimum duration and a clear delay (the console, the recorder); None: each
+        # state's own alerts as they are (a one-shot snapshot has no "held for 5 s")
+        self.alert_hold: AlertHold | None = None
         self._observed: dict[int, tuple[Any, Any]] = {}  # id(collector) → (stats, health) last observed
         # engine name → (stats, status, reason, missing): an engine not polled since the last tick keeps its
         # reasons (the dict is shared by the states of those ticks, read-only as the states are)
@@ -195,6 +198,8 @@ class FleetJoiner:
             sources.extend(self._source(c.health, now, mono) for c in self.queue_collectors)
         fleet = self._fleet(engines, windows)
         alerts = self._alerts(engines, feeds_down)
+        if self.alert_hold is not None:
+            alerts = self.alert_hold.apply(alerts, now)
         state = FleetState(
             tick=self.tick, taken_at=now, refresh_s=self.refresh_s, window_s=self.window_s,
             slo=Slo(self.slo.ttft_p99_s, self.slo.itl_p95_s, self.slo.e2e_p99_s, self.slo.queue_p99_s,
