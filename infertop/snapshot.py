@@ -20,6 +20,8 @@ from .sources.vllm import EngineEndpoint, FleetCollector
 from .state.fleet import FRESH, FleetJoiner, FleetState
 
 EXIT_OK, EXIT_DEGRADED = 0, 1
+EXIT_CRITICAL = 4  # a critical triage verdict on what answers (a hung engine, a lost GPU): the output names it
+_SOURCE_VERDICTS = frozenset({"engine-down", "metrics-stale"})  # a source down or stale: exit 1 says that
 
 
 def apply_demo_defaults(cfg: Config, notes: list[str] | None = None) -> None:
@@ -186,6 +188,10 @@ async def collect_snapshot(endpoints: list[EngineEndpoint], cfg: Config, window_
 
 
 def exit_code(state: FleetState) -> int:
+    """0 all fresh and nothing critical; 4 a critical verdict beyond a source being down (a hung
+    engine answers /metrics, a GPU with XID 79 may still report); else 1 when a source is down or stale."""
+    if any(v.severity == "critical" and v.kind not in _SOURCE_VERDICTS for v in verdicts_of(state)):
+        return EXIT_CRITICAL
     return EXIT_OK if state.all_fresh else EXIT_DEGRADED
 
 

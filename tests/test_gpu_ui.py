@@ -244,8 +244,9 @@ def _snapshot(args: list[str], tmp_path) -> subprocess.CompletedProcess:
 def test_snapshot_cli_with_dcgm(sim, tmp_path):
     engines = [a for e in sim.engines for a in ("--engine", e.url)]
     p = _snapshot(["--json", "--window", "0", "--dcgm", sim.dcgm_url, *engines], tmp_path)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 4, p.stderr  # XID 79 on gpu2: a critical verdict (gpu-fault) on what still answers
     doc = json.loads(p.stdout)
+    assert [v["kind"] for v in doc["verdicts"] if v["severity"] == "critical"] == ["gpu-fault"]
     gpus = doc["gpus"]
     assert [g["label"] for g in gpus] == ["gpu0", "gpu1", "gpu2"]
     assert {g["host"] for g in gpus} == {"sim-node-0"} and all(g["source"] == "dcgm" for g in gpus)
@@ -260,7 +261,7 @@ def test_snapshot_cli_with_dcgm(sim, tmp_path):
     # the plain table has a GPU section; an unreachable exporter is named with its error
     p = _snapshot(["--window", "0", "--dcgm", sim.dcgm_url, "--dcgm", "http://127.0.0.1:9/metrics", *engines],
                   tmp_path)
-    assert p.returncode == 1, p.stderr  # a source is down: exit 1
+    assert p.returncode == 4, p.stderr  # a source is down (1), and the critical GPU fault outranks it
     lines = p.stdout.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("gpu "))
     assert lines[head + 1].startswith("gpu0") and lines[head + 2].startswith("gpu1")

@@ -209,3 +209,12 @@ def test_a_hung_engine_answers_but_counts_no_token_while_requests_wait():
     states = [fleet(tick(1450.0 + 10 * i)) for i in range(1, 8)]  # it moves again
     t = Triage()
     assert run(t, [fleet(tick(1450.0))] * 20 + states)[-1] == ()
+
+
+def test_snapshot_exits_4_for_a_critical_verdict_on_what_answers_and_1_for_a_source_down():
+    from infertop.snapshot import exit_code
+
+    lost = GpuStats(source="dcgm", index=0, host="n1", engine="e0", last_xid=79)
+    assert exit_code(fleet(engine("e0"), gpus=(lost,))) == 4  # a fatal XID: the engine answers, the GPU is gone
+    assert exit_code(fleet(engine("e0"), engine("e1", state=DOWN, fresh=False))) == 1  # down: exit 1 says it
+    assert exit_code(fleet(engine("e0"), engine("e1"))) == 0

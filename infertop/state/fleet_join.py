@@ -28,9 +28,10 @@ from .fleet_types import (FRESH, MISSING, STALE, ClusterState, EngineState, Flee
 QUIET_NVML = (NO_DRIVER, NO_BINDING)
 STALE_AFTER_POLLS = 3  # a value older than this many poll intervals is stale
 # A source that has never answered is "connecting" — not down — this long after it is first watched,
-# unless it refuses (nothing listens: down at once): a first answer can take seconds on a loaded host.
+# while its polls only time out (a first answer can take seconds on a loaded host); anything else it
+# says (refused: nothing listens; stale in Prometheus; an HTTP error) is what it is at once.
 CONNECTING_FOR_S = 20.0
-_REFUSALS = ("refused", "unreachable", "no route", "unknown host", "name or service", "invalid", "http ")
+_STILL_CONNECTING = ("timeout", "timed out")
 
 _VALUE_FIELDS = tuple(
     f.name for f in fields(EngineStats)
@@ -236,7 +237,7 @@ class FleetJoiner:
         if h.ok or h.last_ok_at is not None or now - first >= CONNECTING_FOR_S:
             return False
         error = (h.last_error or "").lower()
-        return not any(word in error for word in _REFUSALS)
+        return not error or any(word in error for word in _STILL_CONNECTING)
 
     def observe(self, collectors: Sequence[Any] | None = None) -> None:
         """Remember each engine's last good values (call after every poll, so a
