@@ -218,3 +218,33 @@ def test_snapshot_exits_4_for_a_critical_verdict_on_what_answers_and_1_for_a_sou
     assert exit_code(fleet(engine("e0"), gpus=(lost,))) == 4  # a fatal XID: the engine answers, the GPU is gone
     assert exit_code(fleet(engine("e0"), engine("e1", state=DOWN, fresh=False))) == 1  # down: exit 1 says it
     assert exit_code(fleet(engine("e0"), engine("e1"))) == 0
+
+
+def test_a_verdict_says_what_changed_before_its_onset():
+    """max_num_seqs 8 → 16 on e0 (by whoever: the fleet state shows it), a Warning event on its pod,
+    then e0 runs out of capacity: the queue-bound verdict lists both, with how long before its onset."""
+    from infertop.domain.kube import ClusterSnapshot, EventView
+    from infertop.state.changes import ChangeRecords
+    from infertop.state.fleet_types import ClusterState
+
+    from dataclasses import replace
+
+    def at(t, st):
+        return replace(st, taken_at=t)
+
+    rec, triage = ChangeRecords(), Triage()
+    ev = EventView(namespace="llm", type="Warning", reason="BackOff", message="Back-off pulling image",
+                   kind="Pod", name="e0-pod", last_seen_ts=1005.0)
+    cluster = ClusterState(ClusterSnapshot("emu", ("llm",), 1010.0, events=(ev,)))
+    states = [at(1000.0, fleet(engine(max_num_seqs=8))), at(1010.0, replace(fleet(engine(max_num_seqs=16)),
+                                                                           cluster=cluster))]
+    busy = dict(max_num_seqs=16, running=16.0, waiting=6.0, kv_cache_pct=40.0)
+    states += [at(1040.0 + i, fleet(engine(**busy))) for i in range(8)]
+    verdicts = ()
+    for st in states:
+        rec.note_state(st)
+        verdicts = triage.evaluate(st, st.taken_at, changes=rec.records(st.taken_at))
+    [v] = [v for v in verdicts if v.kind == "queue-bound"]
+    assert v.changes == ("Warning BackOff Pod/e0-pod: Back-off pulling image, 35 s before",
+                         "max_num_seqs 8 → 16 on e0, 30 s before")
+    assert rec.records(1010.0 + 900.0 + 1) == []  # older than the 15 minutes kept

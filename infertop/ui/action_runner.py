@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -208,6 +209,9 @@ class ActionRunner:
                 if outcome.status == 403 and on_forbidden is not None:
                     on_forbidden()
                 run.outcome, run.state = outcome, DONE
+                if outcome.ok and getattr(self, "change_records", None) is not None:
+                    self.change_records.add(time.time(), f"{review.summary} ({kind.action} {kind.target}, "  # type: ignore[attr-defined]
+                                                         "from this console)")
                 style = "green" if outcome.ok else ("yellow" if outcome.result == "aborted" else "red")
                 self.log_event(f"[{style}]{escape(review.title)}: {outcome.result}[/{style}] — "  # type: ignore[attr-defined]
                                f"{escape(outcome.message)}")

@@ -40,6 +40,7 @@ from .kube_actions import KUBE_ACTIONS, KubeActions
 from .queue_actions import QUEUE_ACTIONS, QueueActions
 from .autoscaler_actions import ADVISOR_ACTIONS, AutoscalerActions
 from ..analysis.alerts import AlertHold
+from ..state.changes import ChangeRecords
 from ..analysis.triage import Triage, Verdict
 from .remedy_actions import RemedyActions
 from .replay_actions import ReplayActions
@@ -129,6 +130,7 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
         self.poll = poll
         self.joiner = FleetJoiner(self.collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s,
                                   mode=settings.mode, engine_pods=settings.engine_pods, wall=settings.wall_clock)
+        self.change_records = ChangeRecords()  # actions run here, Kubernetes events, rescales: for the verdicts
         self.joiner.alert_hold = AlertHold()  # warnings held 5 s before shown, kept 10 s after: no blinking at a threshold
         self.state: FleetState | None = None  # the state on screen
         self.advisor_setup()

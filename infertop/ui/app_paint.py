@@ -66,7 +66,9 @@ class PaintMixin:
         Every number on screen then comes from this one tick."""
         if self.player is None:
             # triage's verdicts become part of the tick: the recorder keeps them, replay shows them as recorded
-            state = dataclasses.replace(state, verdicts=self.triage.evaluate(state, state.taken_at))
+            self.change_records.note_state(state)  # what moved: the "what changed" lines of a verdict's onset
+            verdicts = self.triage.evaluate(state, state.taken_at, changes=self.change_records.records(state.taken_at))
+            state = dataclasses.replace(state, verdicts=verdicts)
         previous, self.state = self.state, state
         if self.player is None:
             self.state_log.add(state.taken_at, state)
