@@ -344,3 +344,47 @@ async def test_the_end_of_a_recording_is_said_once_in_the_log_and_the_header(tmp
         assert [line for line in app.log_lines if "end of recording" in line] != []
         assert len([line for line in app.log_lines if "end of recording" in line]) == 1
         assert "end of recording" in text_of(app, "#topbar")
+
+
+async def test_a_critical_verdict_saves_an_incident_bundle_by_itself_once(tmp_path, scripted):
+    """An engine that served for a while hangs (answers, counts no token while requests run): the hung
+    verdict saves an incident bundle by itself (mode 0600, named incident-auto-…, said in the Log); a
+    second critical verdict soon after saves none (one per 10 minutes)."""
+    made = {"one": 0, "two": 0}
+    hung: set[str] = set()
+
+    def serving(name: str, running: int):
+        def doc() -> str:  # tokens counted while it serves; frozen once it hangs
+            made[name] += 0 if name in hung else 100
+            return v1_doc(engines={"0": {"running": running, "gen": made[name]}})
+        return doc
+
+    srv = scripted().serve_engine(serving("one", 2))
+    other = scripted().serve_engine(serving("two", 1))
+    wall = [1_800_000_000.0]
+    state_dir = tmp_path / "state"
+    app = InfertopApp(Settings(config=Config(), endpoints=[EngineEndpoint("one", srv.url, timeout_s=5),
+                                                           EngineEndpoint("two", other.url, timeout_s=5)],
+                               state_dir=str(state_dir), wall_clock=lambda: wall[0]), poll=False)
+
+    async def ticks(n: int) -> None:
+        for _ in range(n):
+            wall[0] += 1.0
+            await app.poll_now()
+        await app.workers.wait_for_complete()
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ticks(35)
+        assert not list(state_dir.glob("incident-*"))
+        hung.add("one")
+        await ticks(20)
+        await pilot.pause()
+        bundles = list(state_dir.glob("incident-auto-*.infertop"))
+        assert len(bundles) == 1, ([v.kind for v in app.verdicts], list(app.log_lines)[-6:])
+        [bundle] = bundles
+        assert (bundle.stat().st_mode & 0o777) == 0o600
+        assert any("incident bundle saved (verdict hung one)" in line for line in app.log_lines)
+        hung.add("two")
+        await ticks(20)
+        assert [v.kind for v in app.verdicts if v.subject == "two"] == ["hung"]
+        assert len(list(state_dir.glob("incident-*"))) == 1  # the next one waits 10 minutes

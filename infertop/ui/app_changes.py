@@ -20,11 +20,28 @@ from .widgets.gpus import flatten
 
 GPU_THROTTLE_LOG_EVERY_S = 60.0
 VERDICT_LINES_PER_TICK = 20  # raised (and cleared) verdicts told one line each per tick, the rest counted
+AUTO_BUNDLE_MIN_TICKS = 30  # a critical verdict saves a bundle by itself once this much was recorded
 ORPHAN_RECHECK_S = 5.0  # an orphaned engine's record is read again this often (the word goes once stop cleaned up)
 
 
 class ChangeLogMixin:
     """Engines joining, leaving and changing state, SLO alerts, GPU faults: one Log line each."""
+
+    def _auto_bundle(self, v, now: float) -> None:
+        """A critical verdict saves an incident bundle by itself: the minutes before it are what the
+        post-mortem needs, and the on-call engineer has other things to press. At most one in
+        AUTO_BUNDLE_EVERY_S (replay_actions), one at a time, the oldest beyond a few removed."""
+        from .replay_actions import AUTO_BUNDLE_EVERY_S
+
+        from ..state.recording import BUNDLE_S
+
+        last = self.__dict__.get("_auto_bundle_at")
+        if last is not None and now - last < AUTO_BUNDLE_EVERY_S:
+            return
+        if len(self.state_log.window(BUNDLE_S)) < AUTO_BUNDLE_MIN_TICKS:  # type: ignore[attr-defined]
+            return  # just started (an engine that never answered): no minutes before it to keep
+        if self.save_bundle(because=f"verdict {v.kind} {v.subject}"):  # type: ignore[attr-defined]
+            self._auto_bundle_at = now
 
     def note_replayed(self, states, *, fresh: bool = False) -> None:
         """Replay: the Log lines of recorded ticks not painted (several came due at once, or the ones
@@ -66,6 +83,9 @@ class ChangeLogMixin:
         self.verdicts = state.verdicts  # type: ignore[attr-defined]  # evaluated live, or as recorded
         now = {v.key for v in self.verdicts}
         raised = [v for v in self.verdicts if v.key not in before]
+        critical = [v for v in raised if v.severity == "critical"]
+        if critical and getattr(self, "player", None) is None:
+            self._auto_bundle(critical[0], state.taken_at)
         for v in raised[:VERDICT_LINES_PER_TICK]:
             remedy = f" → {v.remedies[0]}" if v.remedies else ""
             self.log_event(Text(f"verdict {v.kind} {v.subject}: {v.explanation}{remedy}",

@@ -19,6 +19,8 @@ from ..state.fleet_history import record_state
 from ..state.replay import MAX_REPLAY_ITEMS
 
 
+MAX_AUTO_BUNDLES = 10  # bundles saved by critical verdicts kept in the state directory (the oldest go)
+AUTO_BUNDLE_EVERY_S = 600.0  # at most one saved by itself in this long
 LOG_HISTORY_S = 600.0  # after a seek the Log shows the changes of this much recording before the new position
 
 
@@ -129,21 +131,35 @@ class ReplayActions:
 
     def action_save_bundle(self) -> None:
         """Write the last minutes of state, the Log pane, the audit lines and the redacted config to one file."""
+        self.save_bundle()
+
+    def save_bundle(self, because: str | None = None) -> bool:
+        """Save an incident bundle (``because``: a critical verdict saved it by itself — named
+        ``incident-auto-…``, the oldest beyond :data:`MAX_AUTO_BUNDLES` removed). One at a time;
+        False when nothing was started."""
         from ..config import default_state_dir
         from ..state.recording import BUNDLE_S
 
+        if getattr(self, "_bundle_running", False):
+            if because is None:
+                self.notify("an incident bundle is being saved already", severity="warning")
+            return False
         states = self.state_log.window(BUNDLE_S)
         if not states:
-            self.notify("nothing to save yet: no tick recorded", severity="warning")
-            return
+            if because is None:
+                self.notify("nothing to save yet: no tick recorded", severity="warning")
+            return False
         s = self.settings
         state_dir = Path(s.state_dir or default_state_dir())
-        path = state_dir / f"incident-{time.strftime('%Y%m%d-%H%M%S')}.infertop"
+        prefix = "incident-auto-" if because else "incident-"
+        path = state_dir / f"{prefix}{time.strftime('%Y%m%d-%H%M%S')}.infertop"
         audit_path = s.config.audit_log or (state_dir / "audit.jsonl")
         config_path = s.config.source
         log_lines = list(self.log_lines)
         start = states[0][0]
-        self.notify(f"saving an incident bundle ({len(states)} ticks)…", timeout=2)
+        self.notify(f"saving an incident bundle ({len(states)} ticks)…"
+                    + (f" — {because}" if because else ""), timeout=2, markup=False)
+        self._bundle_running = True
 
         def work() -> str:
             from ..control.audit import AuditLog
@@ -155,15 +171,22 @@ class ReplayActions:
             except OSError:
                 config_text = ""
             state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            return save_bundle(str(path), states, log_lines, audit, config_text)
+            saved = save_bundle(str(path), states, log_lines, audit, config_text)
+            if because:  # bounded: a flapping fleet cannot fill the disk with bundles
+                for old in sorted(state_dir.glob("incident-auto-*.infertop"))[:-MAX_AUTO_BUNDLES]:
+                    old.unlink(missing_ok=True)
+            return saved
 
         def finished(result: object) -> None:
+            self._bundle_running = False
             if isinstance(result, BaseException):
                 self.notify(f"incident bundle not saved: {result}", severity="error")
                 self.log_event(Text(f"incident bundle not saved: {result}"))
             else:
                 self.notify(f"incident bundle saved: {result} (infertop replay FILE)", timeout=8)
-                self.log_event(Text(f"incident bundle saved: {result} — {len(states)} ticks; infertop replay {result}"))
+                why = f" ({because})" if because else ""
+                self.log_event(Text(f"incident bundle saved{why}: {result} — {len(states)} ticks; "
+                                    f"infertop replay {result}"))
 
         async def run() -> None:
             try:
@@ -173,3 +196,4 @@ class ReplayActions:
             finished(result)
 
         self.run_worker(run(), group="bundle", exit_on_error=False)
+        return True
