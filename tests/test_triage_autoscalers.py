@@ -150,3 +150,11 @@ def test_blocked_names_the_pending_pod_and_the_cluster_autoscaler():
 def test_paused_says_the_chain():
     (v,) = run([PAUSED_CHAIN] * 20)[-1]
     assert "variant autoscaler vllm-va wants 7, KEDA vllm paused at 2" in v.explanation
+
+
+def test_pending_gpu_pods_while_the_engines_keep_up_are_no_verdict():
+    """The HPA asks more pods than there are GPUs, but nothing waits: the Autoscaler pane shows the
+    Pending pods; triage stays quiet (the healthy demo sat on a permanent critical verdict)."""
+    quiet = replace(BLOCKED, engines=engines(waiting=0.5))
+    assert not [v for v in run([quiet] * 30)[-1] if v.kind == "autoscaler-blocked"]
+    assert [v.kind for v in run([BLOCKED] * 20)[-1] if v.kind == "autoscaler-blocked"] == ["autoscaler-blocked"]
