@@ -14,6 +14,7 @@ from .debounce import Debouncer
 from .gateway_rules import priority_inversion
 from .peer_rules import join_throttled, slower_than_peers
 from .prompt_rules import long_prompts, prefix_collapse
+from .pod_rules import pod_crash_loops
 from .rules import RULES
 from .signals import ShortWindow, with_short_rates
 from .types import CRITICAL, Evidence, Finding, Remedy, Verdict
@@ -83,6 +84,7 @@ class Triage:
         short = with_short_rates(state, ctx.signals)  # preempting and arriving now, not over the last minute
         findings += [f for rule in RULES for f in rule(short, self.active)]
         findings += self._crash_loops(state, now)
+        findings += pod_crash_loops(state, self.active)  # after: the pod's evidence (OOMKilled) wins the key
         findings += self._hung(state, now)
         for rule in CONTEXT_RULES:
             findings += rule(short, self.active, ctx)
