@@ -9,6 +9,9 @@ from collections import deque
 KEEP_S = 900.0  # the triage looks 5 minutes before an onset; a verdict may hold a while before that
 MAX_RECORDS = 2000  # an event storm cannot grow it without limit
 MAX_SEEN = 4096
+# Normal events that are a decision worth a line (an autoscaler's); the rest of a rollout's routine
+# (SuccessfulCreate, ScalingReplicaSet, Scheduled, Pulled…) is said by the rescale line itself
+NORMAL_REASONS = frozenset({"SuccessfulRescale", "ScaledObjectPaused", "Killing", "Evicted", "Preempted"})
 
 
 class ChangeRecords:
@@ -54,6 +57,8 @@ class ChangeRecords:
             if before is not None and before != want:
                 self.add(now, f"{w.kind} {w.namespace}/{w.name} scaled {before} → {want}")
         for ev in snap.events:
+            if ev.type != "Warning" and ev.reason not in NORMAL_REASONS:
+                continue  # a rollout's routine steps: the rescale line above says the change itself
             key = (ev.namespace, ev.kind, ev.name, ev.reason, ev.last_seen_ts, ev.count)
             if key in self._seen_events:
                 continue
