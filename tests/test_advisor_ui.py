@@ -149,6 +149,16 @@ async def test_recommendation_shown_and_applied_with_confirmation(emu, sim, tmp_
         assert app.advisor.outcomes[W].startswith("ok: ")
 
 
+async def confirm(pilot, app) -> None:
+    """The one confirmation screen: its check, y, the end; then back to the pane."""
+    screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok
+                         is not None and app.screen, message="the review")
+    assert screen.dry_run_ok, screen.dry_run_text
+    await pilot.press("y")
+    await until(pilot, lambda: screen.state == "done", message="applied")
+    await pilot.press("escape")
+
+
 async def test_mode_auto_applies_kill_switch_stops_it_and_targets_change(emu, sim, tmp_path):
     emu.set_pod_endpoint("vllm-*", "127.0.0.1", sim.engines[0].port)
     emu.add_deployment(NS, "vllm", replicas=1)
@@ -166,6 +176,7 @@ async def test_mode_auto_applies_kill_switch_stops_it_and_targets_change(emu, si
         assert [oid for oid, _ in dialog.options] == ["off", "recommend", "auto"]
         dialog.query_one("#choices").highlighted = 2
         await pilot.press("enter")
+        await confirm(pilot, app)  # auto is a standing grant: reviewed and confirmed like any action
         await until(pilot, lambda: app.advisor.mode == "auto", message="mode auto")
         burst(sim)
         await tick(pilot, app, clock, 1.0)
@@ -174,13 +185,16 @@ async def test_mode_auto_applies_kill_switch_stops_it_and_targets_change(emu, si
         assert row(pane, W)[1] == "1→4" and row(pane, W)[6].endswith("(auto paused: kill switch)")
         assert emu.get("deployments", "vllm", NS)["spec"]["replicas"] == 1
         await pilot.press("X")
-        assert not app.advisor.paused
+        await confirm(pilot, app)  # off lets auto apply again: reviewed; on (above) acts at once
+        await until(pilot, lambda: not app.advisor.paused, message="kill switch off")
         await tick(pilot, app, clock, 1.0)
         await until(pilot, lambda: emu.get("deployments", "vllm", NS)["spec"]["replicas"] == 4, message="auto")
         await until(pilot, lambda: W in app.advisor.outcomes, message="apply outcome")
         outcomes = [e for e in audit(tmp_path) if e.get("phase") == "outcome"]
-        assert [e["result"] for e in outcomes] == ["ok"]
-        assert outcomes[0]["summary"].startswith("replicas 1 → 4 (advisor auto: 1 → 4: queue depth 16.0 > 5")
+        assert [(e["action"], e["result"]) for e in outcomes] == [
+            ("advisor.kill_switch", "ok"), ("advisor.mode", "ok"), ("advisor.kill_switch", "ok"), ("kube.scale", "ok")]
+        assert [e["summary"] for e in outcomes[:3]] == ["kill switch on", "mode recommend → auto", "kill switch off"]
+        assert outcomes[3]["summary"].startswith("replicas 1 → 4 (advisor auto: 1 → 4: queue depth 16.0 > 5")
         assert any("advisor auto: deployment default/vllm 1 → 4: ok" in line for line in app.log_lines)
 
         await pilot.press("T")
@@ -204,6 +218,8 @@ async def test_mode_auto_applies_kill_switch_stops_it_and_targets_change(emu, si
         await until(pilot, lambda: app.advisor.policy.policy.target_queue_depth == 8.0, message="targets")
         p = app.advisor.policy.policy
         assert (p.target_p99_s, p.min_replicas, p.max_replicas) == (1.5, 2, 6)
+        targets = [e for e in audit(tmp_path) if e.get("phase") == "outcome" and e["action"] == "advisor.targets"]
+        assert [e["result"] for e in targets] == ["ok"] and "queue depth target 5 → 8" in targets[0]["summary"]
         assert row(pane, W)[3] == "1-10"  # shown from the next tick
         await tick(pilot, app, clock, 1.0)
         assert row(pane, W)[3] == "2-6"

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from typing import Any
 
 from rich.markup import escape
 from rich.text import Text
 
 from ..analysis.scaling import AUTO, MODES, OFF, RECOMMEND, check_targets
-from ..control.pipeline import ActionBusy
+from ..control.advisor_actions import AdvisorKillSwitch, AdvisorModeChange, AdvisorTargetsChange
+from ..control.pipeline import ActionBusy, run_audited
 from ..state.advisor import Advisor, Apply
 from ..state.advisor_apply import AdvisorScale, audit_not_applied, run_unconfirmed
 from .screens.kube_dialogs import ChoiceDialog, FormDialog, FormField, ReviewDialog
@@ -194,26 +196,29 @@ class AutoscalerActions:
         choice = await self.push_screen_wait(ChoiceDialog("Advisor mode", options, current=adv.mode, hint=hint))  # type: ignore[attr-defined]
         if not choice or choice == adv.mode:
             return
-        why = adv.set_mode(choice)
-        if why:
-            self.notify(why, severity="warning")  # type: ignore[attr-defined]
-            return
-        self.log_event(f"advisor mode → [bold]{choice}[/bold]")  # type: ignore[attr-defined]
-        self.render_snapshot()  # type: ignore[attr-defined]
+        # through the one pipeline: auto is a standing grant to scale unconfirmed — reviewed, y, audited
+        self.start_action(AdvisorModeChange(adv, choice),  # type: ignore[attr-defined]
+                          on_done=lambda _o: self.render_snapshot(), preflight_name="check")  # type: ignore[attr-defined]
 
     def action_advisor_kill(self) -> None:
         """The global kill switch of auto mode."""
         adv = self.advisor
         if adv is None:
             return
-        adv.paused = not adv.paused
-        if adv.paused:
-            self.log_event("[bold red]advisor kill switch ON[/bold red]: auto decisions are only recommended")  # type: ignore[attr-defined]
-            self.notify("Advisor kill switch ON: nothing is applied automatically (X again resumes)",  # type: ignore[attr-defined]
-                        severity="warning", timeout=6)
+        kind = AdvisorKillSwitch(adv, not adv.paused)
+        if not kind.on:  # resuming lets auto apply again: reviewed like any action
+            self.start_action(kind, on_done=lambda _o: self.render_snapshot())  # type: ignore[attr-defined]
+            return
+        # the brake acts at once, never held up by a review; audited all the same
+        outcome = run_audited(self.audit_log(), kind.action, kind.target, kind.audit_details(),  # type: ignore[attr-defined]
+                              lambda: kind.execute(lambda _p: None, threading.Event()))
+        if not outcome.ok:  # the audit log cannot be written: the switch still acts (it only stops things)
+            adv.paused = True
+            self.log_event(Text(f"advisor kill switch ON (not audited: {outcome.message})", style="bold red"))  # type: ignore[attr-defined]
         else:
-            self.log_event("advisor kill switch off" + (": auto applies again" if adv.mode == AUTO else ""))  # type: ignore[attr-defined]
-            self.notify("Advisor kill switch off", timeout=3)  # type: ignore[attr-defined]
+            self.log_event("[bold red]advisor kill switch ON[/bold red]: auto decisions are only recommended")  # type: ignore[attr-defined]
+        self.notify("Advisor kill switch ON: nothing is applied automatically (X again resumes)",  # type: ignore[attr-defined]
+                    severity="warning", timeout=6)
         self.render_snapshot()  # type: ignore[attr-defined]
 
     def action_advisor_targets(self) -> None:
@@ -262,8 +267,14 @@ class AutoscalerActions:
         if not await self.push_screen_wait(ReviewDialog("Apply these advisor targets?", changes)):  # type: ignore[attr-defined]
             self.notify("Advisor targets: discarded, nothing changed", timeout=3)  # type: ignore[attr-defined]
             return
-        adv.set_targets(queue_depth=q, p99_s=ms / 1000 if ms else None, min_replicas=values["min"],
-                        max_replicas=values["max"])
+        kind = AdvisorTargetsChange(adv, changes, queue_depth=q, p99_s=ms / 1000 if ms else None,
+                                    min_replicas=values["min"], max_replicas=values["max"])
+        # reviewed above (y): audited as it applies, through the pipeline's audit
+        outcome = run_audited(self.audit_log(), kind.action, kind.target, kind.audit_details(),  # type: ignore[attr-defined]
+                              lambda: kind.execute(lambda _p: None, threading.Event()))
+        if not outcome.ok:
+            self.notify(f"Advisor targets: {outcome.message}", severity="error", markup=False)  # type: ignore[attr-defined]
+            return
         self.log_event(f"advisor targets → queue depth {q:g}, p99 {ms:g} ms; bounds without an HPA "  # type: ignore[attr-defined]
                        f"{values['min']}-{values['max']}")
         self.render_snapshot()  # type: ignore[attr-defined]
