@@ -380,3 +380,42 @@ async def test_tui_change_drains_at_the_gateway_and_says_so(env, tmp_path):
             app.engine_manager.stop("e")
     finally:
         gw.stop()
+
+
+async def test_the_next_start_offers_to_undrain_an_engine_left_drained(env, tmp_path):
+    """infertop ended mid-restart with the engine drained at its gateway: the next start opens the undrain
+    (reviewed, y, audited) — before, it only said so in the Log and requests waited until undrained by hand."""
+    from pilot_wait import until
+
+    from infertop.control.audit import AuditLog
+    from infertop.control.gateway_drain import STEP_DRAIN_WHY, GatewayDrain, gateway_refs
+    from infertop.ui.app import InfertopApp, Settings
+    from infertop.ui.screens.confirm import ConfirmScreen
+
+    profile = fake_profile(env)
+    gw = Gateway(tmp_path, [{"name": "e", "url": "e", "cap": 16}], {"e": profile})
+    try:
+        cfg = load_config(gw.config)
+        [ref] = gateway_refs(cfg)
+        GatewayDrain(ref, "e").drain()
+        target = f"engine e at {ref.label}"
+        log = AuditLog(env.audit_path)
+        op = log.intent("gateway.drain", target, engine="e", why=STEP_DRAIN_WHY)
+        log.outcome(op, "gateway.drain", target, "ok")
+        lines = log.path.read_text().splitlines()  # as an infertop that is gone wrote them
+        log.path.write_text("".join(line.replace(f'"pid": {os.getpid()}', '"pid": 999999999') + "\n" for line in lines))
+        assert gw.engine("e")["draining"] is True
+        app = InfertopApp(Settings(config=cfg, endpoints=[], state_dir=str(env.state_dir), engine_module=FAKE),
+                          poll=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok
+                                 and app.screen, what="the undrain offered")
+            assert screen.change == f"undrain e at {ref.label}"
+            await pilot.press("y")
+            await until(pilot, lambda: screen.state == "done", what=screen.progress_text)
+            assert screen.result == "ok", screen.result_text
+        assert gw.engine("e")["draining"] is False
+        outcome = [e for e in AuditLog(env.audit_path).entries() if e.get("phase") == "outcome"][-1]
+        assert (outcome["action"], outcome["result"], outcome["target"]) == ("gateway.undrain", "ok", target)
+    finally:
+        gw.stop()

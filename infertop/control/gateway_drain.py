@@ -218,3 +218,55 @@ def drains_left(entries: Iterable[dict]) -> list[dict]:
         elif e.get("phase") == "outcome" and action == "gateway.undrain":
             left.pop(target, None)
     return list(left.values())
+
+
+class UndrainLeft:
+    """Undrain an engine an earlier infertop drained at its gateway and never undid (it ended mid-action):
+    offered at the next start, reviewed, confirmed and audited like the drain was."""
+
+    action = "gateway.undrain"
+    abortable = False
+    timeout_s: float | None = 30.0
+    audits_itself = False
+
+    def __init__(self, target: str, engine: str, config: Any, since: str = "?") -> None:
+        self.target, self.engine, self.config, self.since = target, engine, config, since
+        self.object_key = f"gateway-undrain:{target}"
+        self._gw: GatewayDrain | None = None
+
+    def plan(self):
+        from .pipeline import ActionRefused, Review
+
+        ref = next((r for r in gateway_refs(self.config) if self.target.endswith(f" at {r.label}")), None)
+        if ref is None:
+            raise ActionRefused(f"{self.target}: that gateway is not in the config (undrain it there by hand)")
+        self._gw = GatewayDrain(ref, self.engine)
+        return Review(f"Undrain {self.engine} at {ref.label}?", f"undrain {self.engine} at {ref.label}", "",
+                      (f"an engine action drained it ({self.since}) and ended before undraining it: requests for "
+                       "it wait at the gateway or go to its other engines",
+                       "undrain: the gateway sends it requests again"))
+
+    def preflight(self):
+        from .pipeline import Preflight
+
+        assert self._gw is not None
+        try:
+            st = self._gw.state()
+        except GatewayError as e:
+            return Preflight(False, str(e))
+        if not st.get("draining"):
+            return Preflight(False, f"{self.engine} is not drained at {self._gw.label} (any more): nothing to do")
+        return Preflight(True, f"{self.engine} is drained at {self._gw.label} ({st.get('in_flight', '?')} in flight)")
+
+    def execute(self, progress, abort):
+        from .pipeline import Outcome
+
+        assert self._gw is not None
+        try:
+            self._gw.undrain()
+        except GatewayError as e:
+            return Outcome("failed", str(e))
+        return Outcome("ok", f"{self.engine} undrained at {self._gw.label}")
+
+    def audit_details(self) -> dict[str, Any]:
+        return {"engine": self.engine, "why": "left drained by an earlier infertop", "summary": f"undrain {self.engine}"}

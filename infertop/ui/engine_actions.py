@@ -22,7 +22,7 @@ from rich.text import Text
 from ..config import ProfileConfig, default_state_dir
 from ..control.audit import AuditLog
 from ..control.engines import EngineError, EngineManager, EngineRecord, SetResult, StopResult
-from ..control.gateway_drain import GatewayDrain, drains_left, find_gateway
+from ..control.gateway_drain import GatewayDrain, UndrainLeft, drains_left, find_gateway, gateway_refs
 from ..control.pipeline import ActionRefused, Outcome, Preflight, Progress, ProgressFn, Review
 from ..domain.engine import EngineStats
 from ..format import count_human, seconds_human
@@ -311,6 +311,15 @@ class EngineActions(ActionRunner):
                 f"({escape(str(e.get('time', '?')))}, infertop pid {e.get('pid', '?')}) and ended before undraining "
                 f"it: requests for it wait there. Undrain it with d on the Queue pane, or POST "
                 f"/admin/engines/{escape(engine)}/undrain")
+        s = self.settings  # type: ignore[attr-defined]
+        offer = [e for e in entries if any(str(e.get("target")).endswith(f" at {r.label}")
+                                           for r in gateway_refs(s.config))]  # a gateway the config reaches
+        if offer and not s.read_only and getattr(self, "player", None) is None:
+            # offer the undrain of the first (one confirmation at a time; the Log names the others)
+            e = offer[0]
+            target = str(e.get("target"))
+            self.start_action(UndrainLeft(target, target.split(" at ")[0].removeprefix("engine "),  # type: ignore[attr-defined]
+                                          s.config, str(e.get("time", "?"))), preflight_name="check")
 
     def init_engines(self) -> list[EngineRecord]:
         """Create the manager (blocking: re-adopts engines an earlier infertop
