@@ -27,6 +27,7 @@ __all__ = [
     "TOO_LARGE",
     "KubeError",
     "KubeSession",
+    "LogFollow",
     "as_kube_error",
     "describe_api_error",
     "iter_lines_capped",
@@ -47,6 +48,7 @@ CUSTOM_KINDS = {
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_WATCH_LINE_BYTES = 16 * 1024 * 1024
 _READ_BYTES = 64 * 1024
+FOLLOW_READ_TIMEOUT_S = 24 * 3600.0  # a followed log waits this long for a line (the client wants a number)
 TOO_LARGE = "TooLarge"  # KubeError.reason of an answer refused for its size
 
 
@@ -332,6 +334,113 @@ class KubeSession:
             "events": (self.core.list_namespaced_event, True, False),
             "nodes": (self.core.list_node, False, False),
         }[kind]
+
+
+    # ----- one object, its events, its container's log (the Cluster pane's describe / YAML / logs)
+    def read_fn(self, kind: str) -> tuple[Callable[..., Any], bool]:
+        """The read (get) function of a kind (``Pod``, ``Deployment``…) and whether it is namespaced."""
+        fns = {
+            "Pod": (self.core.read_namespaced_pod, True), "Node": (self.core.read_node, False),
+            "Service": (self.core.read_namespaced_service, True),
+            "ConfigMap": (self.core.read_namespaced_config_map, True),
+            "Deployment": (self.apps.read_namespaced_deployment, True),
+            "StatefulSet": (self.apps.read_namespaced_stateful_set, True),
+            "ReplicaSet": (self.apps.read_namespaced_replica_set, True),
+            "HorizontalPodAutoscaler": (self.autoscaling.read_namespaced_horizontal_pod_autoscaler, True),
+            "PodDisruptionBudget": (self.policy.read_namespaced_pod_disruption_budget, True),
+        }
+        if kind not in fns:
+            raise KubeError(f"{kind}: not a kind infertop reads")
+        return fns[kind]
+
+    def read_object(self, kind: str, namespace: str | None, name: str) -> dict:
+        """One object as the API returns it (JSON); raises KubeError."""
+        fn, namespaced = self.read_fn(kind)
+        return self.raw(fn, name, namespace) if namespaced else self.raw(fn, name)
+
+    def events_of(self, kind: str, namespace: str | None, name: str, limit: int = 200) -> list[dict]:
+        """The events whose involvedObject is this object, newest last (a field selector: the server filters).
+        A node's events are in the session's namespaces (and default), where the kubelet records them."""
+        where = [namespace] if namespace else list(dict.fromkeys([*self.namespaces, "default"]))
+        sel = f"involvedObject.kind={kind},involvedObject.name={name}"
+        out: list[dict] = []
+        for ns in where:
+            body = self.raw(self.core.list_namespaced_event, ns, field_selector=sel, limit=limit)
+            out.extend(body.get("items") or [])
+        return out
+
+    def pod_log(self, namespace: str, name: str, *, container: str | None = None, previous: bool = False,
+                tail_lines: int | None = None, timestamps: bool = False, limit_bytes: int | None = None) -> str:
+        """A container's log (``previous``: the instance before the last restart); at most ``max_body_bytes``."""
+        kw: dict[str, Any] = {"previous": previous, "timestamps": timestamps}
+        if container:
+            kw["container"] = container
+        if tail_lines is not None:
+            kw["tail_lines"] = tail_lines
+        if limit_bytes is not None:
+            kw["limit_bytes"] = limit_bytes
+        t = self.timeout_s
+        self.count()
+        try:
+            resp = self.core.read_namespaced_pod_log(name, namespace, _preload_content=False, _request_timeout=t, **kw)
+            try:
+                data = read_capped(resp, self.max_body_bytes)
+            finally:
+                resp.release_conn()
+        except Exception as e:  # noqa: BLE001
+            raise as_kube_error(e, t) from None
+        return data.decode("utf-8", "replace")
+
+    def follow_pod_log(self, namespace: str, name: str, *, container: str | None = None,
+                       tail_lines: int | None = None, timestamps: bool = False) -> "LogFollow":
+        """``follow=true``: the lines so far (``tail_lines``), then each new one; iterate, :meth:`LogFollow.close`."""
+        kw: dict[str, Any] = {"follow": True, "timestamps": timestamps}
+        if container:
+            kw["container"] = container
+        if tail_lines is not None:
+            kw["tail_lines"] = tail_lines
+        self.count()
+        try:  # a long read timeout: a quiet container writes nothing for hours; close() cuts the stream
+            resp = self.core.read_namespaced_pod_log(name, namespace, _preload_content=False,
+                                                     _request_timeout=(self.timeout_s, FOLLOW_READ_TIMEOUT_S), **kw)
+        except Exception as e:  # noqa: BLE001
+            raise as_kube_error(e, self.timeout_s) from None
+        return LogFollow(resp, self.max_watch_line_bytes)
+
+
+class LogFollow:
+    """A followed container log: iterate for its lines (text, without the newline); ``close`` ends it
+    from any thread. A line longer than ``max_line_bytes`` ends it with a KubeError."""
+
+    def __init__(self, resp: Any, max_line_bytes: int) -> None:
+        self.resp = resp
+        self.max_line_bytes = max_line_bytes
+        self.closed = False
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            for line in iter_lines_capped(self.resp, self.max_line_bytes):
+                yield line.decode("utf-8", "replace").rstrip("\r")
+        except KubeError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            if not self.closed:
+                raise as_kube_error(e) from None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        conn = getattr(self.resp, "connection", None)
+        sock = getattr(conn, "sock", None) if conn else None
+        try:
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        _abandon(self.resp)
 
 
 CONNECT_DEADLINE_S = 30.0  # loading the kubeconfig runs its exec credential plugin, which has no timeout

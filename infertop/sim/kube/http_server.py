@@ -130,9 +130,9 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     # chunked streaming for watches
-    def start_stream(self) -> None:
+    def start_stream(self, content_type: str = "application/json") -> None:
         self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()

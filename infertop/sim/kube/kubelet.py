@@ -123,7 +123,7 @@ class Kubelet(ControllerBase):
                 pending = True
                 cs["state"] = {"waiting": {"reason": "ContainerCreating"}}
             elif args_failure:
-                reason, exit_code = args_failure
+                reason, exit_code, ended = args_failure
                 run_for = now - started - self.emu.start_delay
                 restarts = 1 + int(run_for // self.emu.crash_period)
                 backoff = min(10 * 2 ** (restarts - 1), 300)
@@ -133,7 +133,7 @@ class Kubelet(ControllerBase):
                     "reason": reason,
                     "message": f"back-off {backoff}s restarting failed container={cname} pod={name}_{ns}({uid})",
                 }}
-                cs["lastState"] = {"terminated": {"exitCode": exit_code, "reason": "Error",
+                cs["lastState"] = {"terminated": {"exitCode": exit_code, "reason": ended,
                                                   "startedAt": last_start, "finishedAt": last_start,
                                                   "containerID": container_id}}
                 if prev.get("restartCount", 0) != restarts:
@@ -142,6 +142,10 @@ class Kubelet(ControllerBase):
                                        f'Container image "{image}" already present on machine', fpath))
                         events.append(("Normal", "Created", f"Created container: {cname}", fpath))
                         events.append(("Normal", "Started", f"Started container {cname}", fpath))
+                    argv = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+                    for k in range(prev.get("restartCount", 0), restarts):  # each crashed instance's log
+                        at = started + self.emu.start_delay + k * self.emu.crash_period
+                        self.emu._rotate_crashed(ns, name, cname, argv, ended, exit_code, at)
                     for _ in range(max(1, restarts - prev.get("restartCount", 0))):  # one per restart
                         events.append(("Warning", "BackOff",
                                        f"Back-off restarting failed container {cname} in pod {name}_{ns}({uid})",

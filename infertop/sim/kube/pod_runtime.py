@@ -1,6 +1,6 @@
 """What the emulated kubelets make of a pod beyond the spec: failure modes (an image
 that never pulls, args that crash), the endpoint a pod answers on, readiness overrides,
-and container logs. :class:`PodRuntime` is a base of the emulator."""
+and container logs (``logs.py``). :class:`PodRuntime` is a base of the emulator."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from typing import Callable
 
 from . import errors as E
 from . import resources as R
+from .logs import PodLogs
 from .store import clone
 
 WAIT = "wait"  # an endpoint allocator's "nothing free for this pod yet"
 
 
-class PodRuntime:
+class PodRuntime(PodLogs):
     """Pod failure modes, endpoints, readiness and logs, as methods of the emulator."""
 
     def fail_image(self, pattern: str, reason: str = "ImagePullBackOff") -> None:
@@ -24,12 +25,13 @@ class PodRuntime:
         self._poke()
 
     def fail_args(self, match: str | Callable[[list[str]], bool], reason: str = "CrashLoopBackOff",
-                  exit_code: int = 1) -> None:
+                  exit_code: int = 1, termination_reason: str = "Error") -> None:
         """Containers whose command+args contain ``match`` (a substring of the
         joined command line, or a predicate over the list) crash-loop:
         waiting ``reason``, restartCount growing every ``crash_period`` s,
-        lastState.terminated with ``exit_code``."""
-        self._args_failures.append((match, reason, exit_code))
+        lastState.terminated with ``exit_code`` and ``termination_reason`` (``"OOMKilled"``, 137); each
+        crashed instance's log ends in a line naming how it ended (``previous=true`` reads it)."""
+        self._args_failures.append((match, reason, exit_code, termination_reason))
         self._poke()
 
     def clear_failures(self) -> None:
@@ -43,11 +45,11 @@ class PodRuntime:
                 return reason
         return None
 
-    def _args_failure(self, container: dict) -> tuple[str, int] | None:
+    def _args_failure(self, container: dict) -> tuple[str, int, str] | None:
         argv = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
-        for match, reason, code in self._args_failures:
+        for match, reason, code, ended in self._args_failures:
             if (callable(match) and match(argv)) or (isinstance(match, str) and match in " ".join(argv)):
-                return reason, code
+                return reason, code, ended
         return None
 
     def set_pod_endpoint(self, pattern: str, ip: str = "127.0.0.1", port: int | None = None,
@@ -116,42 +118,3 @@ class PodRuntime:
         else:
             self._ready_overrides[(namespace, pod_name)] = ready
         self._poke()
-
-    # ------------------------------------------------------------ logs
-    def set_pod_log(self, pod_name: str, text: str, namespace: str = "default",
-                    container: str | None = None) -> None:
-        """What ``GET pods/<name>/log`` answers (replaces earlier text); the
-        container defaults to the pod's first."""
-        self._logs[(namespace, pod_name, container or "")] = text.splitlines(keepends=True)
-
-    def append_pod_log(self, pod_name: str, text: str, namespace: str = "default",
-                       container: str | None = None) -> None:
-        self._logs.setdefault((namespace, pod_name, container or ""), []).extend(text.splitlines(keepends=True))
-
-    def _read_log(self, namespace: str, name: str, query: dict) -> str:
-        pod = self.api.get_current(R.BY_KIND["Pod"], namespace, name)
-        names = [c["name"] for c in pod["spec"].get("containers") or []]
-        container = query.get("container")
-        if not container:
-            if len(names) > 1:
-                raise E.bad_request(f"a container name must be specified for pod {name}, choose one of: "
-                                    f"[{' '.join(names)}]")
-            container = names[0]
-        elif container not in names:
-            raise E.bad_request(f"container {container} is not valid for pod {name}")
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            waiting = (cs.get("state") or {}).get("waiting") or {}
-            if cs.get("name") == container and waiting and waiting.get("reason") != "CrashLoopBackOff":
-                detail = ("trying and failing to pull image" if "Image" in (waiting.get("reason") or "")
-                          else waiting.get("reason"))
-                raise E.bad_request(f'container "{container}" in pod "{name}" is waiting to start: {detail}')
-        if not pod["spec"].get("nodeName"):
-            raise E.bad_request(f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating')
-        lines = self._logs.get((namespace, name, container))
-        if lines is None and container == names[0]:
-            lines = self._logs.get((namespace, name, ""), [])
-        lines = list(lines or [])
-        tail = query.get("tailLines")
-        if tail:
-            lines = lines[-int(tail):] if int(tail) > 0 else []
-        return "".join(lines)

@@ -210,9 +210,16 @@ def api_versions(server_address: str) -> dict:
     }
 
 
+def withheld_key(rt: ResourceType) -> tuple[str, str]:
+    """The mark in ``installed`` of a built-in type the server does not serve (``uninstall``)."""
+    return ("!" + rt.group, rt.plural)
+
+
 def served(rt: ResourceType, installed: frozenset | set | None = None) -> bool:
-    """Built-in types always; an optional (custom) type only once installed."""
-    return not rt.optional or (installed is not None and rt.key in installed)
+    """Built-in types unless withheld; an optional (custom) type only once installed."""
+    if not rt.optional:
+        return installed is None or withheld_key(rt) not in installed
+    return installed is not None and rt.key in installed
 
 
 def _versions(group: str, installed) -> list[str]:

@@ -147,6 +147,9 @@ class Dispatch:
             if sub == "eviction":
                 raise E.method_not_allowed()
             if sub == "log":
+                if bool_param(self.query.get("follow")):
+                    self.emu._follow_log(self.handler, namespace, name, self.query)
+                    return None
                 return 200, PlainText(self.emu._read_log(namespace, name, self.query))
             label_pred, field_pred = self._selectors(rt)
             if watch:

@@ -37,7 +37,7 @@ from .controllers import Controllers
 from .hpa import HpaController
 from .http_server import EmulatorHTTPServer, Request
 from .pod_runtime import PodRuntime
-from .resources import ResourceType, resource_type
+from .resources import ResourceType, resource_type, withheld_key
 from .selectors import parse_label_selector
 from .seed_autoscalers import AutoscalerSeeding
 from .seed_objects import ObjectSeeding
@@ -111,7 +111,8 @@ class KubeEmulator(AccessControl, ObjectSeeding, AutoscalerSeeding, PodRuntime):
         self._ready_overrides: dict[tuple[str, str], bool] = {}
         self._hpa_pinned: dict[tuple[str, str], set] = {}
         self.hpa_controller: HpaController | None = None  # set_hpa_metrics() turns it on
-        self._logs: dict[tuple[str, str, str], list[str]] = {}  # (ns, pod, container) -> lines
+        self._logs: dict = {}  # (ns, pod, container) -> logs.ContainerLog
+        self._logs_changed = threading.Condition()
         self._server: EmulatorHTTPServer | None = None
         self._threads: list[threading.Thread] = []
         self._stopping = False
@@ -129,13 +130,25 @@ class KubeEmulator(AccessControl, ObjectSeeding, AutoscalerSeeding, PodRuntime):
         for kind in kinds:
             rt = resource_type(kind)
             if not rt.optional:
-                raise ValueError(f"{kind} is built in, not an installable custom resource")
+                if withheld_key(rt) not in keys:
+                    raise ValueError(f"{kind} is built in, not an installable custom resource")
+                keys.discard(withheld_key(rt))  # served again
+                continue
             keys.add(rt.key)
         self.installed = frozenset(keys)
 
     def uninstall(self, *kinds: str) -> None:
-        """Stop serving custom resources (their objects stay in the store, unreachable)."""
-        self.installed = frozenset(self.installed - {resource_type(k).key for k in kinds})
+        """Stop serving custom resources (their objects stay in the store, unreachable) — or built-in ones,
+        as a server without that API (an old one without autoscaling/v2): discovery leaves them out and
+        their paths answer 404, until :meth:`install` serves them again."""
+        keys = set(self.installed)
+        for kind in kinds:
+            rt = resource_type(kind)
+            if rt.optional:
+                keys.discard(rt.key)
+            else:
+                keys.add(withheld_key(rt))
+        self.installed = frozenset(keys)
 
     # ---------------------------------------------------------- lifecycle
     def start(self) -> "KubeEmulator":
@@ -158,6 +171,8 @@ class KubeEmulator(AccessControl, ObjectSeeding, AutoscalerSeeding, PodRuntime):
 
     def stop(self) -> None:
         self._stopping = True
+        with self._logs_changed:  # log followers end now
+            self._logs_changed.notify_all()
         self.store.close()
         if self._server is not None:
             self._server.shutdown()
