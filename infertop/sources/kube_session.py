@@ -369,6 +369,20 @@ class KubeSession:
             out.extend(body.get("items") or [])
         return out
 
+    def pods_on_node(self, node: str) -> tuple[list[dict], str | None]:
+        """The pods bound to ``node``: across namespaces when that may be listed, else in the session's
+        (and a note saying so)."""
+        sel = f"spec.nodeName={node}"
+        try:
+            return self.raw(self.core.list_pod_for_all_namespaces, field_selector=sel).get("items") or [], None
+        except KubeError as e:
+            if e.status != 403:
+                raise
+        out: list[dict] = []
+        for ns in self.namespaces:
+            out.extend(self.raw(self.core.list_namespaced_pod, ns, field_selector=sel).get("items") or [])
+        return out, f"pods of namespaces other than {', '.join(self.namespaces)} may not be listed: not counted"
+
     def pod_log(self, namespace: str, name: str, *, container: str | None = None, previous: bool = False,
                 tail_lines: int | None = None, timestamps: bool = False, limit_bytes: int | None = None) -> str:
         """A container's log (``previous``: the instance before the last restart); at most ``max_body_bytes``."""

@@ -77,6 +77,17 @@ ACTIONS: tuple[Action, ...] = (
            "Local engines", footer_label="Max seqs", mutating=True, panes=("engines",)),
     Action("show_pane('cluster')", "5", "Show the Cluster pane (Kubernetes)", "Panes", footer_label="Cluster",
            show_in_footer=False),
+    # Before the Queue pane's d and the Autoscaler pane's p: these act on the Cluster pane only (k9s's keys).
+    Action("kube_describe", "d", "Cluster pane: describe the selected object (conditions, container states, "
+           "resources and QoS, owner chain, events)", "Kubernetes", footer_label="Describe", panes=("cluster",)),
+    Action("kube_yaml", "y", "Cluster pane: the selected object's YAML (read-only, managedFields folded)",
+           "Kubernetes", footer_label="YAML", panes=("cluster",)),
+    Action("kube_logs", "l", "Cluster pane: the selected pod's container log, followed (w wrap, t timestamps, "
+           "/ filter)", "Kubernetes", footer_label="Logs", panes=("cluster",)),
+    Action("kube_logs_previous", "p", "Cluster pane: the previous container's log (before the last restart)",
+           "Kubernetes", footer_label="Prev logs", panes=("cluster",)),
+    Action("kube_events", "e", "Cluster pane: the selected object's events", "Kubernetes", footer_label="Events",
+           panes=("cluster",)),
     Action("show_pane('queues')", "6", "Show the Queue pane (gateways, endpoint pickers)", "Panes",
            footer_label="Queue", show_in_footer=False),
     Action("queue_switch", "f", "Queue pane: move between the classes and the engines table", "Queues",

@@ -21,10 +21,11 @@ from ..control.gateway_drain import find_gateway
 from ..control.kube import KubeAction
 from ..domain.kube import HpaView, NodeView, PodView, WorkloadView
 from ..sources.kube import KubeError, kube_contexts, namespaces_list
-from .kube_connection import KUBE_MUTATING, KubeConnection
+from .kube_connection import KUBE_MUTATING
+from .kube_reads import READ_ACTIONS, KubeReads
 from .screens.kube_dialogs import ChoiceDialog, args_dialog, configmap_dialog, hpa_dialog, scale_dialog, text_dialog
 
-KUBE_ACTIONS = set(KUBE_MUTATING) | {"kube_context", "kube_namespace", "cluster_view"}
+KUBE_ACTIONS = set(KUBE_MUTATING) | {"kube_context", "kube_namespace", "cluster_view"} | READ_ACTIONS
 KEY_HINTS = (  # (action, key, word) for the Cluster pane's key line
     ("kube_scale", "S", "scale"), ("kube_hpa", "H", "hpa"), ("kube_args", "A", "args"),
     ("kube_restart", "R", "restart"), ("kube_drain_pod", "D", "drain"), ("kube_delete_pod", "^D", "delete"),
@@ -38,7 +39,7 @@ KUBE_TARGET = {"kube_scale": "workload", "kube_args": "workload", "kube_restart"
                "kube_delete_pod": "pod", "kube_drain_pod": "pod", "kube_cordon": "node", "kube_drain_node": "node"}
 
 
-class KubeActions(KubeConnection):
+class KubeActions(KubeReads):
     """Mixin for InfertopApp: what the operator can do in the cluster, and the keys for it."""
 
     def _kube_keys(self) -> None:
@@ -72,8 +73,8 @@ class KubeActions(KubeConnection):
 
     def kube_denied_reason(self, action: str) -> str | None:
         """Why a Kubernetes key cannot act now (shown when it is pressed)."""
-        if action not in KUBE_ACTIONS:
-            return None
+        if action not in KUBE_ACTIONS or action in READ_ACTIONS:
+            return None  # d/y/e/l/p elsewhere are other panes' keys: nothing to say here
         if action in ("cluster_view", "kube_context"):
             return None
         if self.kube_session is None:
@@ -96,6 +97,8 @@ class KubeActions(KubeConnection):
         only ``deployments/scale``: S is hidden on a Deployment, offered on a StatefulSet)."""
         if action in ("cluster_view", "kube_context"):
             return True
+        if action in READ_ACTIONS:
+            return self.kube_read_state(action)
         return None if self.kube_denied_reason(action) else True
 
     def _kube_denied(self, action: str, namespace: str | None, kind: str | None) -> None:

@@ -1,0 +1,133 @@
+"""Kubernetes in the app, the reading half: one object's describe (d), YAML (y), events (e) and its
+container's logs (l; p: the previous container), each on a screen of its own, on the keys a k9s
+user knows — on the Cluster pane only (elsewhere ``d`` and ``p`` are the Queue and Autoscaler
+panes' keys). Nothing here writes to the cluster.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..domain.kube import EventView, HpaView, NodeView, PodView, WorkloadView
+from ..sources.kube_describe import describe, event_lines, to_yaml
+from ..sources.kube_session import KubeError, KubeSession
+from .kube_connection import KubeConnection
+from .screens.kube_logs import KubeLogScreen
+from .screens.kube_object import KubeTextScreen
+
+READ_ACTIONS = {"kube_describe", "kube_yaml", "kube_logs", "kube_logs_previous", "kube_events"}
+
+
+def object_ref(obj: Any) -> tuple[str, str | None, str] | None:
+    """(kind, namespace, name) of a Cluster pane row (an event: the object it is about)."""
+    if isinstance(obj, WorkloadView):
+        return obj.kind, obj.namespace, obj.name
+    if isinstance(obj, PodView):
+        return "Pod", obj.namespace, obj.name
+    if isinstance(obj, NodeView):
+        return "Node", None, obj.name
+    if isinstance(obj, HpaView):
+        return "HorizontalPodAutoscaler", obj.namespace, obj.name
+    if isinstance(obj, EventView):
+        return obj.kind, (obj.namespace if obj.kind != "Node" else None), obj.name
+    ref = getattr(obj, "ref_tuple", None)  # the rollout's objects (ReplicaSets, Services, …)
+    return ref if isinstance(ref, tuple) else None
+
+
+def describe_lines(session: KubeSession, kind: str, namespace: str | None, name: str) -> list[str]:
+    """Blocking: the object, its events and (a node) its pods, described."""
+    obj = session.read_object(kind, namespace, name)
+    notes: list[str] = []
+    try:
+        events: list[dict] | None = session.events_of(kind, namespace, name)
+    except KubeError as e:
+        events = None
+        notes.append(f"Events: {'forbidden (list events)' if e.status == 403 else e}")
+    pods: list[dict] = []
+    if kind == "Node":
+        pods, note = session.pods_on_node(name)
+        if note:
+            notes.append(note)
+    return describe(kind, obj, events, pods=pods) + notes
+
+
+def event_text(session: KubeSession, kind: str, namespace: str | None, name: str) -> list[str]:
+    events = session.events_of(kind, namespace, name)
+    return [f"{len(events)} event(s) of {kind} {name}, the newest last", *event_lines(events, time.time(), 500)]
+
+
+class KubeReads(KubeConnection):
+    """Mixin for InfertopApp: d / y / e / l / p on the Cluster pane's selected object."""
+
+    def kube_read_state(self, action: str) -> bool:
+        """Offered on the Cluster pane of the main screen; elsewhere the key is another pane's."""
+        return self.screen is self._main_screen() and self._cluster_active()  # type: ignore[attr-defined]
+
+    def _read_target(self, what: str) -> tuple[KubeSession, Any] | None:
+        session = self.kube_session
+        if session is None:
+            self.notify("Kubernetes is not connected", severity="warning", timeout=4)  # type: ignore[attr-defined]
+            return None
+        _view, obj = self._pane().selected()
+        if obj is None:
+            self.notify(f"Select an object in the Cluster pane to {what} it.", timeout=4)  # type: ignore[attr-defined]
+            return None
+        return session, obj
+
+    def _open_text(self, what: str, title: str, load) -> None:
+        got = self._read_target(what)
+        if got is None:
+            return
+        session, obj = got
+        ref = object_ref(obj)
+        if ref is None:
+            self.notify(f"nothing to {what} here", timeout=3)  # type: ignore[attr-defined]
+            return
+        kind, ns, name = ref
+        where = f"{ns}/{name}" if ns else name
+        self.push_screen(KubeTextScreen(f"{title} · {kind} {where}", lambda: load(session, kind, ns, name),  # type: ignore[attr-defined]
+                                        headings=title != "YAML"))
+
+    def action_kube_describe(self) -> None:
+        self._open_text("describe", "Describe", describe_lines)
+
+    def action_kube_yaml(self) -> None:
+        self._open_text("show the YAML of", "YAML",
+                        lambda s, kind, ns, name: to_yaml(s.read_object(kind, ns, name)).splitlines())
+
+    def action_kube_events(self) -> None:
+        self._open_text("list the events of", "Events", event_text)
+
+    def _log_pod(self, obj: Any) -> PodView | None:
+        """The pod whose log ``l``/``p`` opens: the selected pod, a workload's first (not ready first)."""
+        if isinstance(obj, PodView):
+            return obj
+        snap = self.kube_snapshot
+        if snap is None:
+            return None
+        if isinstance(obj, HpaView):
+            obj = snap.workload_for_hpa(obj)
+        if isinstance(obj, EventView) and obj.kind == "Pod":
+            return next((p for p in snap.pods if p.namespace == obj.namespace and p.name == obj.name), None)
+        if isinstance(obj, WorkloadView):
+            pods = sorted(snap.pods_of(obj), key=lambda p: (p.ready, -p.restarts, p.name))
+            return pods[0] if pods else None
+        return None
+
+    def _open_log(self, previous: bool) -> None:
+        got = self._read_target("read the logs of")
+        if got is None:
+            return
+        session, obj = got
+        pod = self._log_pod(obj)
+        if pod is None:
+            self.notify("Logs are a pod's: select a pod (or a workload that has one).", timeout=4)  # type: ignore[attr-defined]
+            return
+        self.push_screen(KubeLogScreen(session, pod.namespace, pod.name, pod.container, previous=previous))  # type: ignore[attr-defined]
+
+    def action_kube_logs(self) -> None:
+        self._open_log(previous=False)
+
+    def action_kube_logs_previous(self) -> None:
+        self._open_log(previous=True)
