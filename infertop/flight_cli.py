@@ -56,6 +56,7 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
     why the last write failed or None). ``on_tick(state)`` sees each state once it is appended. A failed
     write is said once on stderr and retried with the next block ("recording again" once it works)."""
     from .analysis.alerts import AlertHold
+    from .state.fleet_join import CONNECTING_FOR_S
     from .gpu_snapshot import _collector
     from .sources.vllm import FleetCollector
     from .state.fleet import FleetJoiner
@@ -70,6 +71,7 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
     joiner = FleetJoiner(collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s, mode=mode,
                          engine_pods=engine_pods)
     joiner.alert_hold = AlertHold()  # the alerts as the console shows them
+    joiner.connecting_for_s = CONNECTING_FOR_S  # and its start-up: "connecting", not down
     collector.on_update = lambda _snap: joiner.observe()
     gpu = _collector(cfg, list(dcgm_urls or []))
     log = StateLog(path, refresh_s=cfg.refresh_s, keep_s=0, retention_s=retention_s)

@@ -82,7 +82,7 @@ def test_missing_before_the_first_poll_is_none_with_a_reason_never_zero():
     assert [e.freshness.status for e in st.engines] == [MISSING, MISSING]
     assert st.fleet.engines_up == 0 and st.fleet.running is None and st.fleet.requests_per_s is None
     assert st.fleet.missing["running"] == "no engine is up"
-    assert st.engines[0].missing["running"] == "connecting"  # not down: it has not answered yet
+    assert st.engines[0].missing["running"] == "not polled yet"
     doc = json.loads(json.dumps(st.to_doc(), allow_nan=False))
     assert doc["fleet"]["requests_per_s"] is None and doc["fleet"]["missing"]["requests_per_s"]
 
@@ -417,6 +417,7 @@ def test_an_engine_that_has_not_answered_yet_is_connecting_not_down_until_the_gr
     from infertop.ui.status import status_line
 
     j, (a, b), clock = _joiner()
+    j.connecting_for_s = CONNECTING_FOR_S  # as the console sets it (a one-shot snapshot does not)
     for c, error in ((a, "timeout after 5 s"), (b, "connection refused")):
         c.health = replace(c.health, last_error=error, last_error_at=clock.mono, consecutive_failures=1)
         c.stats = [EngineStats(name=c.endpoint.name, url=c.endpoint.url, state=DOWN, error=error)]

@@ -64,6 +64,7 @@ H100_VALUES = {
 @pytest.fixture
 def sim():
     with SimCluster(n_engines=3, seed=7, realtime=False, load="steady", kubernetes_labels=True) as c:
+        c.gpus[1].cooling_loss_c = 20.0  # the poorly cooled GPU reaches its thermal slowdown (see test_gpu_ui)
         c.advance(90)
         yield c
 

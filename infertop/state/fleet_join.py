@@ -96,6 +96,9 @@ class FleetJoiner:
         self._down_since: dict[str, float] = {}
         self._source_down_since: dict[str, float] = {}
         self._first_seen: dict[str, float] = {}  # source key → wall clock it was first built (for "connecting")
+        # a console watches on: a source that has not answered yet is "connecting" this long; a one-shot
+        # snapshot (0) waited its window and says what it saw
+        self.connecting_for_s = 0.0
         # warnings with a minimum duration and a clear delay (the console, the recorder); None: each
         # state's own alerts as they are (a one-shot snapshot has no "held for 5 s")
         self.alert_hold: AlertHold | None = None
@@ -234,7 +237,7 @@ class FleetJoiner:
     def _connecting(self, h: SourceHealth, now: float) -> bool:
         """Never answered, not refused, and watched for less than :data:`CONNECTING_FOR_S`."""
         first = self._first_seen.setdefault(f"{h.kind}:{h.name}", now)
-        if h.ok or h.last_ok_at is not None or now - first >= CONNECTING_FOR_S:
+        if h.ok or h.last_ok_at is not None or now - first >= self.connecting_for_s:
             return False
         error = (h.last_error or "").lower()
         return not error or any(word in error for word in _STILL_CONNECTING)

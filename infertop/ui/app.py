@@ -41,6 +41,7 @@ from .queue_actions import QUEUE_ACTIONS, QueueActions
 from .autoscaler_actions import ADVISOR_ACTIONS, AutoscalerActions
 from ..analysis.alerts import AlertHold
 from ..state.changes import ChangeRecords
+from ..state.fleet_join import CONNECTING_FOR_S
 from ..analysis.triage import Triage, Verdict
 from .remedy_actions import RemedyActions
 from .replay_actions import ReplayActions
@@ -131,6 +132,7 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
         self.joiner = FleetJoiner(self.collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s,
                                   mode=settings.mode, engine_pods=settings.engine_pods, wall=settings.wall_clock)
         self.change_records = ChangeRecords()  # actions run here, Kubernetes events, rescales: for the verdicts
+        self.joiner.connecting_for_s = CONNECTING_FOR_S  # start-up: no answer yet is "connecting", not down
         self.joiner.alert_hold = AlertHold()  # warnings held 5 s before shown, kept 10 s after: no blinking at a threshold
         self.state: FleetState | None = None  # the state on screen
         self.advisor_setup()
