@@ -261,7 +261,7 @@ async def test_a_remedy_key_opens_its_action_prefilled_through_the_one_pipeline(
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             await until(pilot, lambda: app.managed("fake") is not None, what="adopted")
-            for _ in range(30):
+            for _ in range(90):  # ticks of the fake clock until the verdict holds (a loaded host: slow first polls)
                 await ticks(app, clock, 1)
                 if any(v.kind == "queue-bound" for v in app.state.verdicts):
                     break
