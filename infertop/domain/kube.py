@@ -207,6 +207,12 @@ class NodeView:
     conditions: tuple[KubeCondition, ...] = ()
     taints: tuple[str, ...] = ()
     resource_version: str = ""
+    cpu_capacity: float | None = None  # cores
+    cpu_allocatable: float | None = None
+    cpu_requested: float = 0.0  # by the live pods infertop sees on this node
+    memory_capacity_bytes: float | None = None
+    memory_allocatable_bytes: float | None = None
+    memory_requested_bytes: float = 0.0
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -309,6 +315,9 @@ class ClusterSnapshot:
     scaled_objects: tuple[ScaledObjectView, ...] = ()  # KEDA, when its resource type exists
     variant_autoscalers: tuple[VariantAutoscalerView, ...] = ()  # llm-d WVA, when its resource type exists
     errors: tuple[str, ...] = ()  # "nodes: forbidden …" — what could not be read
+    # resource kind ("pods", "nodes", "hpas"…) → why it is not shown at all: "forbidden (list pods)",
+    # "not served (horizontalpodautoscalers.autoscaling/v2)" — an empty view is then no empty cluster
+    absent: dict[str, str] = field(default_factory=dict)
     synced: bool = True  # False until every resource was read once
     stale_since: float | None = None  # reads failing since (epoch s): the objects are the last ones read
     stale_error: str | None = None  # why, one line
@@ -382,6 +391,7 @@ class ClusterSnapshot:
             "scaled_objects": [asdict(o) for o in self.scaled_objects],
             "variant_autoscalers": [asdict(o) for o in self.variant_autoscalers],
             "errors": list(self.errors),
+            "absent": dict(self.absent),
             "stale_since": self.stale_since,
             "stale_error": self.stale_error,
         }

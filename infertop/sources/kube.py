@@ -65,7 +65,7 @@ from .kube_view import (
     selector_text,
     workload_view,
 )
-from .kube_watch import ClusterWatcher, Informer, rv_too_large
+from .kube_watch import ClusterWatcher, Informer, absent_kinds, rv_too_large
 
 __all__ = [
     "CUSTOM_KINDS",
@@ -127,6 +127,7 @@ def read_cluster(session: KubeSession, cfg: KubeConfig | None = None) -> Cluster
     What the user may not read becomes ``errors``; an API server that does not answer raises KubeError."""
     cfg = cfg or KubeConfig()
     raw = RawCluster()
+    reads: list[tuple[str, int]] = []  # (kind, refusal status or 0): which kinds are absent, and why
     for ns in session.namespaces:
         for kind in NAMESPACED_KINDS:
             try:
@@ -136,12 +137,17 @@ def read_cluster(session: KubeSession, cfg: KubeConfig | None = None) -> Cluster
                     raise  # no answer at all: the next lists would only wait as long again
                 if kind != "events" or e.status not in (403,):
                     raw.errors.append(f"{kind} in {ns}: {e}")
+                reads.append((kind, e.status if e.status in (403, 404) else 0))
                 continue
+            reads.append((kind, 0))
             raw.items[kind].extend(objs)
     try:
         raw.items["nodes"], _ = list_all(session, "nodes", None)
+        reads.append(("nodes", 0))
     except KubeError as e:
         raw.errors.append(f"nodes: {e}")
+        reads.append(("nodes", e.status if e.status in (403, 404) else 0))
+    raw.absent = absent_kinds(reads)
     read_custom_kinds(session, raw, cfg)
     _refused_everything(raw)
     return build_snapshot(raw, context=session.context, namespaces=session.namespaces, user=session.user,

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from ..analysis.autoscaler_common import parse_quantity
-from .kube_view import GPU, parse_time, pod_owner, selector_text
+from .kube_view import GPU, parse_time, pod_is_live, pod_owner, pod_requests, selector_text
 
 __all__ = ["describe", "node_requests", "pod_requests", "qos_class", "to_yaml", "event_lines",
            "cpu_text", "memory_text"]
@@ -38,6 +38,8 @@ def _age(ts: Any, now: float) -> str:
 def cpu_text(cores: float | None) -> str:
     if cores is None:
         return "—"
+    if cores == 0:
+        return "0"
     return f"{cores:g}" if cores >= 1 and float(cores).is_integer() else f"{cores * 1000:.0f}m"
 
 
@@ -65,21 +67,6 @@ def _resources(c: dict) -> tuple[dict, dict]:
     return requests, limits
 
 
-def pod_requests(pod: dict) -> dict[str, float]:
-    """What a pod requests (its containers summed; an init container's larger request counts), per resource."""
-    spec = pod.get("spec") or {}
-    total: dict[str, float] = {}
-    for c in spec.get("containers") or []:
-        for k, v in _resources(c)[0].items():
-            if v is not None:
-                total[k] = total.get(k, 0.0) + v
-    for c in spec.get("initContainers") or []:
-        for k, v in _resources(c)[0].items():
-            if v is not None and v > total.get(k, 0.0):
-                total[k] = v
-    return total
-
-
 def qos_class(pod: dict) -> str:
     """status.qosClass, or the rule behind it: Guaranteed (every container's cpu and memory limited at its
     request), BestEffort (nothing requested or limited), else Burstable."""
@@ -96,9 +83,7 @@ def qos_class(pod: dict) -> str:
     return "Burstable"
 
 
-def _live(pod: dict) -> bool:
-    phase = (pod.get("status") or {}).get("phase")
-    return phase not in ("Succeeded", "Failed") and not (pod.get("metadata") or {}).get("deletionTimestamp")
+_live = pod_is_live
 
 
 def node_requests(node_name: str, pods: list[dict]) -> dict[str, float]:

@@ -25,6 +25,7 @@ from ..domain.kube import (
     PodView,
     WorkloadView,
 )
+from ..analysis.autoscaler_common import parse_quantity
 from .kube_autoscalers import behavior_view, scaled_object_view, variant_view
 from .kube_clean import clean_view
 from .kube_session import CUSTOM_KINDS, NAMESPACED_KINDS, _one_line
@@ -32,6 +33,9 @@ from .kube_session import CUSTOM_KINDS, NAMESPACED_KINDS, _one_line
 __all__ = [
     "GPU",
     "RESTARTED_AT",
+    "absent_text",
+    "pod_is_live",
+    "pod_requests",
     "RawCluster",
     "build_snapshot",
     "event_view",
@@ -105,6 +109,50 @@ def pick_container(containers: list[dict], wanted: str = "") -> dict | None:
         if "vllm" in str(c.get("name", "")).lower() or "vllm" in str(c.get("image", "")).lower():
             return c
     return containers[0]
+
+
+def _requests_of(c: dict) -> dict[str, float]:
+    res = c.get("resources") or {}
+    out = {k: v for k, v in ((k, parse_quantity(v)) for k, v in (res.get("requests") or {}).items()) if v is not None}
+    for k, v in (res.get("limits") or {}).items():  # a limit without a request requests as much (API default)
+        q = parse_quantity(v)
+        if q is not None:
+            out.setdefault(k, q)
+    return out
+
+
+def pod_requests(pod: dict) -> dict[str, float]:
+    """What a pod requests, per resource (cpu in cores, memory in bytes): its containers summed, or its
+    largest init container's request when that is larger (as the scheduler counts)."""
+    spec = pod.get("spec") or {}
+    total: dict[str, float] = {}
+    for c in spec.get("containers") or []:
+        for k, v in _requests_of(c).items():
+            total[k] = total.get(k, 0.0) + v
+    for c in spec.get("initContainers") or []:
+        for k, v in _requests_of(c).items():
+            if v > total.get(k, 0.0):
+                total[k] = v
+    return total
+
+
+def pod_is_live(pod: dict) -> bool:
+    """Holds its node's resources: not finished, not being deleted."""
+    phase = (pod.get("status") or {}).get("phase")
+    return phase not in ("Succeeded", "Failed") and not (pod.get("metadata") or {}).get("deletionTimestamp")
+
+
+# informer kind → the API resource named in "forbidden (list …)" / "not served (…)"
+RESOURCE_NAMES = {"deployments": "deployments.apps/v1", "statefulsets": "statefulsets.apps/v1", "pods": "pods/v1",
+                  "hpas": "horizontalpodautoscalers.autoscaling/v2", "events": "events/v1", "nodes": "nodes/v1"}
+
+
+def absent_text(kind: str, status: int) -> str:
+    """Why a kind is not shown: 403 → "forbidden (list pods)", 404 → "not served (…)"."""
+    resource = RESOURCE_NAMES.get(kind, kind)
+    if status == 403:
+        return f"forbidden (list {resource.split('.')[0].split('/')[0]})"
+    return f"not served by this API server ({resource})"
 
 
 def _first_port(container: dict | None) -> int | None:
@@ -320,7 +368,7 @@ def hpa_view(obj: dict) -> HpaView:
     )
 
 
-def node_view(obj: dict, gpu_requested: int = 0) -> NodeView:
+def node_view(obj: dict, gpu_requested: int = 0, requested: dict[str, float] | None = None) -> NodeView:
     meta, spec, st = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     conds = _conditions(st.get("conditions"))
     ready_c = next((c for c in conds if c.type == "Ready"), None)
@@ -337,6 +385,12 @@ def node_view(obj: dict, gpu_requested: int = 0) -> NodeView:
         conditions=conds,
         taints=taints,
         resource_version=str(meta.get("resourceVersion") or ""),
+        cpu_capacity=parse_quantity((st.get("capacity") or {}).get("cpu")),
+        cpu_allocatable=parse_quantity((st.get("allocatable") or {}).get("cpu")),
+        cpu_requested=(requested or {}).get("cpu", 0.0),
+        memory_capacity_bytes=parse_quantity((st.get("capacity") or {}).get("memory")),
+        memory_allocatable_bytes=parse_quantity((st.get("allocatable") or {}).get("memory")),
+        memory_requested_bytes=(requested or {}).get("memory", 0.0),
     )
 
 
@@ -368,6 +422,7 @@ class RawCluster:
     synced: bool = True
     stale_since: float | None = None  # reads failing since then: these are the last objects read
     stale_error: str | None = None
+    absent: dict[str, str] = field(default_factory=dict)  # kind → "forbidden (list pods)" / "not served (…)"
 
 
 def _name_of(o: Any) -> str:
@@ -425,7 +480,18 @@ def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], 
                 gpu_by_node[p.node] = gpu_by_node.get(p.node, 0) + p.gpus
     nodes = []
     node_gpus = {id(o): gpu_by_node.get(_name_of(o), 0) for o in items.get("nodes", [])}
-    for n in _views("nodes", lambda o: node_view(o, node_gpus.get(id(o), 0)), items, bad):
+    requested: dict[str, dict[str, float]] = {}  # node → what its live pods request (cpu, memory)
+    for o in items.get("pods") or ():
+        try:
+            node = (o.get("spec") or {}).get("nodeName")
+            if node and pod_is_live(o):
+                mine = requested.setdefault(node, {})
+                for k, v in pod_requests(o).items():
+                    mine[k] = mine.get(k, 0.0) + v
+        except (AttributeError, TypeError, ValueError):
+            pass  # a malformed pod: counted as such by its view
+    for n in _views("nodes", lambda o: node_view(o, node_gpus.get(id(o), 0), requested.get(_name_of(o))), items,
+                    bad):
         if n.gpu_capacity or n.name in pod_nodes:
             nodes.append(n)
     nodes.sort(key=lambda n: n.name)
@@ -458,6 +524,7 @@ def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], 
         scaled_objects=tuple(scaled),
         variant_autoscalers=tuple(variants),
         errors=(*raw.errors, *_malformed_errors(bad)),
+        absent=dict(raw.absent),
         synced=raw.synced,
         stale_since=raw.stale_since,
         stale_error=raw.stale_error,

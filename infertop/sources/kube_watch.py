@@ -35,7 +35,7 @@ from .kube_session import (
     iter_lines_capped,
     list_all,
 )
-from .kube_view import RawCluster, build_snapshot
+from .kube_view import RawCluster, absent_text, build_snapshot
 
 __all__ = [
     "ClusterWatcher",
@@ -483,6 +483,8 @@ class ClusterWatcher:
                     inf.kind in CUSTOM_KINDS and inf.status == 404):  # a type removed since discovery: absent
                 raw.errors.append(f"{inf.where}: {inf.error}")
         raw.errors.extend(self.discovery_errors)
+        raw.absent = absent_kinds([(inf.kind, inf.status if inf.not_allowed else 0) for inf in self.informers
+                                   if inf.kind not in CUSTOM_KINDS])
         raw.wva_desired = dict(self.wva_desired)
         if self.wva_error:
             raw.errors.append(self.wva_error)
@@ -495,6 +497,16 @@ class ClusterWatcher:
                               now=self.clock())
         self._cached = (version, snap)
         return snap
+
+
+def absent_kinds(reads: list[tuple[str, int]]) -> dict[str, str]:
+    """kind → why it is not shown, for the kinds refused (403) or not served (404) in every namespace read;
+    ``reads``: (kind, the refusal's status, 0 when it was read)."""
+    by_kind: dict[str, set[int]] = {}
+    for kind, status in reads:
+        by_kind.setdefault(kind, set()).add(status)
+    return {kind: absent_text(kind, statuses.pop()) for kind, statuses in by_kind.items()
+            if len(statuses) == 1 and next(iter(statuses)) in (403, 404)}
 
 
 def outage(failing: list[tuple[float, str]]) -> tuple[float, str] | None:

@@ -355,7 +355,10 @@ class KubeConnection(ActionRunner):
         header.append(f"{len(snap.workloads)} workloads, {len(snap.pods)} pods")
         if not_ready:
             header.append(f" ({not_ready} not ready)", style="yellow")
-        header.append(f", {len(snap.nodes)} nodes/{gpus} GPUs")
+        if "nodes" in snap.absent:  # not "0 nodes/0 GPUs": none could be read
+            header.append(f", nodes {snap.absent['nodes']}", style="yellow")
+        else:
+            header.append(f", {len(snap.nodes)} nodes/{gpus} GPUs")
         stale = self._kube_stale()
         if stale is not None:
             header.append(" · stale", style="bold red")

@@ -20,6 +20,7 @@ from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable
 
 from ...analysis.autoscalers import explain_workloads
+from ...sources.kube_describe import cpu_text, memory_text
 from ...text import plain
 from ...domain.kube import ClusterSnapshot, EventView, HpaView, NodeView, PodView, WorkloadView
 from ...format import DASH, count_human, age_short
@@ -37,14 +38,18 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
              ("run", "Run"), ("wait", "Wait"), ("node", "Node"), ("age", "Age"), ("last", "Last exit"),
              ("engine", "Engine")),
     "nodes": (("name", "Node"), ("gpu", "GPU req/alloc"), ("state", "State"), ("problems", "Conditions"),
-              ("product", "GPU product")),
+              ("cpu", "CPU req/alloc"), ("mem", "Mem req/alloc"), ("product", "GPU product")),
     "hpas": (("name", "HPA"), ("target", "Target"), ("bounds", "Min-max"), ("replicas", "Cur→des"),
              ("metrics", "Metrics (current/target)"), ("flags", "ASL"), ("why", "Why / last scale")),
     "events": (("type", "Type"), ("age", "Age"), ("object", "Object"), ("reason", "Reason"), ("count", "#"),
                ("message", "Message")),
 }
 
-
+# the resource kinds (informers) behind each view: a view whose kinds are all absent says why, not an empty table
+VIEW_KINDS: dict[str, tuple[str, ...]] = {
+    "workloads": ("deployments", "statefulsets"), "pods": ("pods",), "nodes": ("nodes",), "hpas": ("hpas",),
+    "events": ("events",),
+}
 
 
 def clip(text: str, n: int) -> str:
@@ -111,6 +116,9 @@ class ClusterPane(Vertical):
     ClusterPane { height: 1fr; }
     ClusterPane #cluster-header { height: auto; max-height: 4; padding: 0 1; }
     ClusterPane #cluster-tabs { height: 1; padding: 0 1; }
+    ClusterPane #cluster-absent { height: auto; padding: 0 1; color: $warning; display: none; }
+    ClusterPane.-absent-note #cluster-absent { display: block; }
+    ClusterPane.-absent-all ContentSwitcher { display: none; }
     ClusterPane ContentSwitcher { height: 1fr; }
     ClusterPane #cluster-detail { height: 4; padding: 0 1; border-top: solid $panel; color: $text-muted; }
     ClusterPane #cluster-keys { height: 1; padding: 0 1; color: $text-muted; }
@@ -130,6 +138,7 @@ class ClusterPane(Vertical):
     def compose(self) -> ComposeResult:
         yield QuietStatic(id="cluster-header")
         yield QuietStatic(id="cluster-tabs")
+        yield QuietStatic(id="cluster-absent")
         with ContentSwitcher(initial="k-workloads", id="cluster-switcher"):
             for view, _ in VIEWS:
                 yield KubeTable(COLUMNS[view], id=f"k-{view}")
@@ -148,8 +157,29 @@ class ClusterPane(Vertical):
         self.view = view
         self.query_one(ContentSwitcher).current = f"k-{view}"
         self._render_tabs()
+        self._render_absent()
         self.table().focus()
         self._render_detail()
+
+    def absent_of(self, view: str | None = None) -> list[tuple[str, str]]:
+        """(kind, why) of the kinds behind ``view`` that are not shown at all (forbidden, not served)."""
+        snap = self.snapshot
+        absent = snap.absent if snap is not None else {}
+        return [(k, absent[k]) for k in VIEW_KINDS[view or self.view] if k in absent]
+
+    def _render_absent(self) -> None:
+        missing = self.absent_of()
+        every = bool(missing) and len(missing) == len(VIEW_KINDS[self.view])
+        self.set_class(bool(missing), "-absent-note")
+        self.set_class(every, "-absent-all")
+        text = Text()
+        for i, (kind, why) in enumerate(missing):
+            if i:
+                text.append("\n")
+            text.append(f"{kind}: {why}", style="bold yellow")
+            if every and i == len(missing) - 1:
+                text.append(" — not shown: this is no empty list", style="dim")
+        self.query_one("#cluster-absent", QuietStatic).show(text)
 
     def cycle(self, step: int = 1) -> str:
         names = [v for v, _ in VIEWS]
@@ -171,6 +201,8 @@ class ClusterPane(Vertical):
                 t.append("  ")
             n = counts.get(view)
             label = f"{title} {n}" if n is not None else title
+            if snap is not None and all(k in snap.absent for k in VIEW_KINDS[view]):
+                label = f"{title} ✗"  # forbidden or not served: no count to give
             warnings = len(snap.warnings) if snap is not None and view == "events" else 0
             t.append(f" {label}", style="reverse bold" if view == self.view else "")
             if warnings:
@@ -209,6 +241,7 @@ class ClusterPane(Vertical):
         events = list(snap.events)[:200]
         self.table("events").update_rows([(f"{i}", self._event_cells(e, now)) for i, e in enumerate(events)])
         self._render_tabs()
+        self._render_absent()
         self._render_detail()
 
     def _label(self, ns: str, name: str, multi: bool) -> str:
@@ -284,6 +317,8 @@ class ClusterPane(Vertical):
             gpu,
             Text(state, style="green" if n.ready and not n.cordoned else ("yellow" if n.ready else "bold red")),
             Text(clip(problems, 60), style="" if problems == "ok" else "bold red"),
+            f"{cpu_text(n.cpu_requested)}/{cpu_text(n.cpu_allocatable)}",
+            f"{memory_text(n.memory_requested_bytes)}/{memory_text(n.memory_allocatable_bytes)}",
             n.gpu_product or DASH,
         ]
 
@@ -377,6 +412,10 @@ class ClusterPane(Vertical):
             lines.append(Text(f"node {obj.name}: GPUs {obj.gpu_requested} requested by these pods / "
                               f"{count_human(obj.gpu_allocatable)} allocatable; "
                               f"{'cordoned' if obj.cordoned else 'schedulable'}; taints: {', '.join(obj.taints) or 'none'}"))
+            lines.append(Text(f"requested by pods / allocatable / capacity: CPU {cpu_text(obj.cpu_requested)} / "
+                              f"{cpu_text(obj.cpu_allocatable)} / {cpu_text(obj.cpu_capacity)}, memory "
+                              f"{memory_text(obj.memory_requested_bytes)} / {memory_text(obj.memory_allocatable_bytes)}"
+                              f" / {memory_text(obj.memory_capacity_bytes)}", style="dim"))
             for c in obj.conditions:
                 if f"{c.type}={c.status}" in " ".join(obj.problems):
                     lines.append(Text(f"{c.type}={c.status} {c.reason}: {c.message}", style="bold red"))

@@ -1,0 +1,109 @@
+"""Honest absence (issue 28 item 4), against the emulator over HTTP: a kind the user may not list says
+"forbidden (list pods)", a kind the server lacks "not served", never an empty table; nodes show
+capacity/allocatable CPU, memory and GPU with what the pods request."""
+
+from __future__ import annotations
+
+import pytest
+
+from infertop.config import Config, KubeConfig
+from infertop.sim.kube.resources import RESOURCE_TYPES
+from infertop.sources.kube import ClusterWatcher, KubeSession, read_cluster
+from infertop.ui.app import InfertopApp, Settings
+from infertop.ui.widgets.cluster import ClusterPane
+from pilot_wait import until
+
+TOKEN = "kube-absence-token"
+NS = "default"
+HPA_NOT_SERVED = "not served by this API server (horizontalpodautoscalers.autoscaling/v2)"
+
+
+@pytest.fixture
+def emu(kube_emulator):
+    return kube_emulator(TOKEN, reconcile_interval=0.2)
+
+
+def refuse(emu, *plurals: str) -> None:
+    """Everything allowed except listing/watching ``plurals`` (get still allowed)."""
+    others = [rt.plural for rt in RESOURCE_TYPES if rt.plural not in plurals]
+    emu.set_rules([("*", "*", others, "*"), ("*", "*", others), ("get", "*", list(plurals))])
+
+
+def seed(emu) -> None:
+    emu.add_deployment(NS, "vllm", replicas=1, resources={"requests": {"cpu": "2", "memory": "16Gi"}})
+    emu.wait_until(lambda: any(p["spec"].get("nodeName") for p in emu.list("pods", NS)), message="scheduled")
+
+
+def test_forbidden_and_not_served_kinds_are_named_by_the_watcher_and_the_one_shot_read(emu, tmp_path):
+    seed(emu)
+    refuse(emu, "pods")
+    emu.uninstall("horizontalpodautoscalers")
+    session = KubeSession.connect(str(emu.write_kubeconfig(tmp_path / "kc")))
+    watcher = ClusterWatcher(session, KubeConfig()).start()
+    try:
+        assert watcher.wait_synced(10)
+        snap = watcher.snapshot()
+        assert snap.absent == {"pods": "forbidden (list pods)", "hpas": HPA_NOT_SERVED}
+        assert not snap.stale  # refused, not failing
+        assert [w.name for w in snap.workloads] == ["vllm"]
+    finally:
+        watcher.stop()
+    assert read_cluster(session, KubeConfig()).absent == {"pods": "forbidden (list pods)", "hpas": HPA_NOT_SERVED}
+    emu.allow_all()
+    emu.install("horizontalpodautoscalers")
+    assert read_cluster(session, KubeConfig()).absent == {}
+    session.close()
+
+
+def make_app(tmp_path, kubeconfig) -> InfertopApp:
+    cfg = Config(audit_log=str(tmp_path / "audit.jsonl"),
+                 kube=KubeConfig(kubeconfig=str(kubeconfig), stuck_after_s=0.0, refresh_s=0.3))
+    return InfertopApp(Settings(config=cfg, endpoints=[], state_dir=str(tmp_path / "state")), poll=False)
+
+
+def text(widget) -> str:
+    r = widget.render()
+    return str(getattr(r, "plain", r))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_the_pane_says_forbidden_and_not_served_instead_of_an_empty_table(emu, tmp_path, size):
+    seed(emu)
+    refuse(emu, "pods", "nodes")
+    emu.uninstall("horizontalpodautoscalers")
+    app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.kube_snapshot is not None and app.kube_snapshot.workloads, what="connect")
+        await pilot.press("5")
+        pane = app.query_one(ClusterPane)
+        await until(pilot, lambda: pane.snapshot is not None, what="painted")
+        header = text(pane.query_one("#cluster-header"))
+        assert "nodes forbidden (list nodes)" in header and "0 nodes/0 GPUs" not in header
+        assert "Pods ✗" in text(pane.query_one("#cluster-tabs")) and "HPAs ✗" in text(pane.query_one("#cluster-tabs"))
+        for view, why in (("pods", "pods: forbidden (list pods)"), ("nodes", "nodes: forbidden (list nodes)"),
+                          ("hpas", f"hpas: {HPA_NOT_SERVED}")):
+            pane.set_view(view)
+            await pilot.pause()
+            absent = pane.query_one("#cluster-absent")
+            assert absent.display and text(absent).startswith(why), view
+            assert not pane.query_one("#cluster-switcher").display  # no empty table under it
+        pane.set_view("workloads")
+        await pilot.pause()
+        assert not pane.query_one("#cluster-absent").display and pane.query_one("#cluster-switcher").display
+
+
+async def test_nodes_show_cpu_and_memory_requested_against_allocatable(emu, tmp_path):
+    seed(emu)
+    node = next(p["spec"]["nodeName"] for p in emu.list("pods", NS))
+    app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.kube_snapshot is not None and app.kube_snapshot.nodes, what="connect")
+        await pilot.press("5")
+        pane = app.query_one(ClusterPane)
+        pane.set_view("nodes")
+        await until(pilot, lambda: node in pane.table("nodes")._order, what="the node")
+        t = pane.table("nodes")
+        row = [str(getattr(c, "plain", c)) for c in t.get_row(node)]
+        assert row[1] == "1/8" and row[4] == "2/64" and row[5] == "16Gi/512Gi"
+        other = next(k for k in t._order if k != node)
+        assert [str(getattr(c, "plain", c)) for c in t.get_row(other)][4:6] == ["0/64", "0/512Gi"]
