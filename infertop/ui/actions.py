@@ -52,6 +52,11 @@ ACTIONS: tuple[Action, ...] = (
     # Priority: a focused table or input would otherwise take Tab to move the focus.
     Action("next_pane", "tab", "Next pane", "Panes", show_in_footer=False, priority=True),
     Action("previous_pane", "shift+tab", "Previous pane", "Panes", show_in_footer=False, priority=True),
+    # Before the Engines pane's / and s: these act on the Cluster pane only.
+    Action("cluster_filter", "slash", "Cluster pane: filter the view (regex; !regex: not matching; -l key=value: "
+           "label selector)", "Cluster", footer_label="Filter", show_in_footer=False, panes=("cluster",)),
+    Action("cluster_sort", "s", "Cluster pane: sort the view on the next column (ascending, descending, then "
+           "unsorted)", "Cluster", footer_label="Sort", show_in_footer=False, panes=("cluster",)),
     Action("filter", "slash", "Filter engines by name or model", "View", footer_label="Filter", panes=("engines",)),
     Action("clear_filter", "escape", "Clear the filter / close", "View", show_in_footer=False),
     # Before engine_detail: all are Enter; triage_open acts only on the Triage pane, gpu_detail on the GPUs pane.
@@ -79,15 +84,15 @@ ACTIONS: tuple[Action, ...] = (
            show_in_footer=False),
     # Before the Queue pane's d and the Autoscaler pane's p: these act on the Cluster pane only (k9s's keys).
     Action("kube_describe", "d", "Cluster pane: describe the selected object (conditions, container states, "
-           "resources and QoS, owner chain, events)", "Kubernetes", footer_label="Describe", panes=("cluster",)),
+           "resources and QoS, owner chain, events)", "Cluster", footer_label="Describe", panes=("cluster",)),
     Action("kube_yaml", "y", "Cluster pane: the selected object's YAML (read-only, managedFields folded)",
-           "Kubernetes", footer_label="YAML", panes=("cluster",)),
+           "Cluster", footer_label="YAML", show_in_footer=False, panes=("cluster",)),
     Action("kube_logs", "l", "Cluster pane: the selected pod's container log, followed (w wrap, t timestamps, "
-           "/ filter)", "Kubernetes", footer_label="Logs", panes=("cluster",)),
+           "/ filter)", "Cluster", footer_label="Logs", panes=("cluster",)),
     Action("kube_logs_previous", "p", "Cluster pane: the previous container's log (before the last restart)",
-           "Kubernetes", footer_label="Prev logs", panes=("cluster",)),
-    Action("kube_events", "e", "Cluster pane: the selected object's events", "Kubernetes", footer_label="Events",
-           panes=("cluster",)),
+           "Cluster", footer_label="Prev logs", show_in_footer=False, panes=("cluster",)),
+    Action("kube_events", "e", "Cluster pane: the selected object's events", "Cluster", footer_label="Events",
+           show_in_footer=False, panes=("cluster",)),
     Action("show_pane('queues')", "6", "Show the Queue pane (gateways, endpoint pickers)", "Panes",
            footer_label="Queue", show_in_footer=False),
     Action("queue_switch", "f", "Queue pane: move between the classes and the engines table", "Queues",

@@ -16,7 +16,8 @@ from .kube_connection import KubeConnection
 from .screens.kube_logs import KubeLogScreen
 from .screens.kube_object import KubeTextScreen
 
-READ_ACTIONS = {"kube_describe", "kube_yaml", "kube_logs", "kube_logs_previous", "kube_events"}
+READ_ACTIONS = {"kube_describe", "kube_yaml", "kube_logs", "kube_logs_previous", "kube_events", "cluster_filter",
+                "cluster_sort"}
 
 
 def object_ref(obj: Any) -> tuple[str, str | None, str] | None:
@@ -131,3 +132,9 @@ class KubeReads(KubeConnection):
 
     def action_kube_logs_previous(self) -> None:
         self._open_log(previous=True)
+
+    def action_cluster_filter(self) -> None:
+        self._pane().open_filter()
+
+    def action_cluster_sort(self) -> None:
+        self.notify(f"sorted by {self._pane().cycle_sort()}", timeout=2)  # type: ignore[attr-defined]

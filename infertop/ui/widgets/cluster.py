@@ -15,15 +15,18 @@ from collections.abc import Callable
 
 from rich.text import Text
 from textual import on
+from textual.actions import SkipAction
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical
-from textual.widgets import ContentSwitcher, DataTable
+from textual.widgets import ContentSwitcher, DataTable, Input
 
 from ...analysis.autoscalers import explain_workloads
 from ...sources.kube_describe import cpu_text, memory_text
 from ...text import plain
 from ...domain.kube import ClusterSnapshot, EventView, HpaView, NodeView, PodView, WorkloadView
 from ...format import DASH, count_human, age_short
+from .cluster_filter import RowFilter, keeps, parse_filter, sort_key
 from .lean import LeanLines
 from .panels import QuietStatic
 
@@ -120,13 +123,23 @@ class ClusterPane(Vertical):
     ClusterPane.-absent-note #cluster-absent { display: block; }
     ClusterPane.-absent-all ContentSwitcher { display: none; }
     ClusterPane ContentSwitcher { height: 1fr; }
-    ClusterPane #cluster-detail { height: 4; padding: 0 1; border-top: solid $panel; color: $text-muted; }
+    ClusterPane #cluster-detail { height: auto; max-height: 45%; padding: 0 1; border-top: solid $panel;
+        color: $text-muted; }
+    ClusterPane #cluster-filter { display: none; height: 1; border: none; padding: 0 1; }
+    ClusterPane.-filtering #cluster-filter { display: block; }
     ClusterPane #cluster-keys { height: 1; padding: 0 1; color: $text-muted; }
     ClusterPane.-stale KubeTable { opacity: 55%; }
     """
 
+    BINDINGS = [Binding("escape", "back", "Back", show=False)]
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.filters: dict[str, RowFilter] = {}  # view → its / filter
+        self.sort_by: dict[str, tuple[int, bool]] = {}  # view → (column, descending)
+        # Enter on a workload or a node: the pods view narrowed to it; Esc goes back to ``drill[0]``
+        self.drill: tuple[str, str, Callable[[PodView], bool]] | None = None
+        self._shown_args: tuple | None = None
         self.snapshot: ClusterSnapshot | None = None
         self.loads: dict = {}
         self.engine_names: dict[str, str] = {}
@@ -139,6 +152,7 @@ class ClusterPane(Vertical):
         yield QuietStatic(id="cluster-header")
         yield QuietStatic(id="cluster-tabs")
         yield QuietStatic(id="cluster-absent")
+        yield Input(placeholder="filter: regex, !regex (not matching), -l key=value", id="cluster-filter")
         with ContentSwitcher(initial="k-workloads", id="cluster-switcher"):
             for view, _ in VIEWS:
                 yield KubeTable(COLUMNS[view], id=f"k-{view}")
@@ -170,9 +184,15 @@ class ClusterPane(Vertical):
     def _render_absent(self) -> None:
         missing = self.absent_of()
         every = bool(missing) and len(missing) == len(VIEW_KINDS[self.view])
-        self.set_class(bool(missing), "-absent-note")
+        drill = self.drill[1] if self.drill is not None and self.view == "pods" else None
+        self.set_class(bool(missing) or drill is not None, "-absent-note")
         self.set_class(every, "-absent-all")
         text = Text()
+        if drill is not None:  # the drill-down's breadcrumb (Esc: back)
+            text.append(drill, style="bold cyan")
+            text.append("  (Esc: back)", style="dim")
+            if missing:
+                text.append("\n")
         for i, (kind, why) in enumerate(missing):
             if i:
                 text.append("\n")
@@ -182,6 +202,9 @@ class ClusterPane(Vertical):
         self.query_one("#cluster-absent", QuietStatic).show(text)
 
     def cycle(self, step: int = 1) -> str:
+        if self.drill is not None:  # another view: the drill-down is over
+            self.drill = None
+            self.refilter()
         names = [v for v, _ in VIEWS]
         self.set_view(names[(names.index(self.view) + step) % len(names)])
         return self.view
@@ -208,6 +231,15 @@ class ClusterPane(Vertical):
             if warnings:
                 t.append(f" ⚠{warnings}", style="bold yellow" + (" reverse" if view == self.view else ""))
             t.append(" ", style="reverse bold" if view == self.view else "")
+        extra = []
+        f = self.filters.get(self.view)
+        if f is not None and f.active:
+            extra.append(f"/{f.text}")
+        order = self.sort_by.get(self.view)
+        if order is not None and order[0] < len(COLUMNS[self.view]):
+            extra.append(f"sort {COLUMNS[self.view][order[0]][1]} {'▼' if order[1] else '▲'}")
+        if extra:
+            t.append("  " + "  ".join(extra), style="bold cyan")
         t.append("   v: next view", style="dim")
         self.query_one("#cluster-tabs", QuietStatic).show(t)
 
@@ -228,21 +260,134 @@ class ClusterPane(Vertical):
         if stale != self.stale:
             self.stale = stale
             self.set_class(stale, "-stale")
+        self._shown_args = (header,)
         self.query_one("#cluster-header", QuietStatic).show(header)
         multi = len(snap.namespaces) > 1
         now = self.clock()
-        self.table("workloads").update_rows([(w.key, self._workload_cells(snap, w, multi)) for w in snap.workloads])
-        self.table("pods").update_rows([(p.key, self._pod_cells(p, multi, now)) for p in snap.pods])
-        self.table("nodes").update_rows([(n.name, self._node_cells(n)) for n in snap.nodes])
+        self._update("workloads", [(w.key, w, self._workload_cells(snap, w, multi)) for w in snap.workloads])
+        pods = [p for p in snap.pods if self.drill is None or self.drill[2](p)]
+        self._update("pods", [(p.key, p, self._pod_cells(p, multi, now)) for p in pods])
+        self._update("nodes", [(n.name, n, self._node_cells(n)) for n in snap.nodes])
         self._explained = explain_workloads(snap, now)  # HPA / KEDA / llm-d: current → desired and why not
         by_hpa = {f"{a.namespace}/{a.name}": a for w in self._explained for a in w.autoscalers
                   if a.kind == "HorizontalPodAutoscaler"}
-        self.table("hpas").update_rows([(h.key, self._hpa_cells(h, multi, by_hpa.get(h.key))) for h in snap.hpas])
+        self._update("hpas", [(h.key, h, self._hpa_cells(h, multi, by_hpa.get(h.key))) for h in snap.hpas])
         events = list(snap.events)[:200]
-        self.table("events").update_rows([(f"{i}", self._event_cells(e, now)) for i, e in enumerate(events)])
+        self._update("events", [(f"{i}", e, self._event_cells(e, now)) for i, e in enumerate(events)])
         self._render_tabs()
         self._render_absent()
         self._render_detail()
+
+    def _update(self, view: str, rows: list[tuple[str, object, list]]) -> None:
+        """The view's rows through its filter and sort, then into its table."""
+        f = self.filters.get(view)
+        text = [(k, o, c, [str(getattr(x, "plain", x)) for x in c]) for k, o, c in rows]
+        if f is not None and f.active:
+            text = [r for r in text if keeps(f, r[1], r[3])]
+        order = self.sort_by.get(view)
+        if order is not None:
+            col, desc = order
+            text.sort(key=lambda r: sort_key(r[3][col]) if col < len(r[3]) else (2, 0.0, ""), reverse=desc)
+        self.table(view).update_rows([(k, c) for k, _o, c, _t in text])
+
+    def refilter(self) -> None:
+        """Repaint with the filters, sort and drill-down as they are now."""
+        if self.snapshot is not None and self._shown_args is not None:
+            self.show(self.snapshot, self._shown_args[0], self.loads, self.engine_names, stale=self.stale)
+
+    # ----- filter, sort, drill-down
+    def open_filter(self) -> None:
+        box = self.query_one("#cluster-filter", Input)
+        box.value = self.filters.get(self.view, RowFilter()).text
+        self.add_class("-filtering")
+        box.focus()
+
+    @on(Input.Changed, "#cluster-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.set_filter(event.value)
+
+    @on(Input.Submitted, "#cluster-filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        event.stop()
+        if not event.value.strip():
+            self.remove_class("-filtering")
+        self.table().focus()
+
+    def set_filter(self, text: str, view: str | None = None) -> None:
+        f = parse_filter(text)
+        self.filters[view or self.view] = f
+        self.refilter()
+        self._render_tabs()
+
+    def cycle_sort(self) -> str:
+        """``s``: the next column ascending, then descending, …, then the view's own order."""
+        cols = COLUMNS[self.view]
+        cur = self.sort_by.get(self.view)
+        if cur is None:
+            nxt: tuple[int, bool] | None = (0, False)
+        elif not cur[1]:
+            nxt = (cur[0], True)
+        elif cur[0] + 1 < len(cols):
+            nxt = (cur[0] + 1, False)
+        else:
+            nxt = None
+        if nxt is None:
+            self.sort_by.pop(self.view, None)
+        else:
+            self.sort_by[self.view] = nxt
+        self.refilter()
+        self._render_tabs()
+        return "the view's own order" if nxt is None else f"{cols[nxt[0]][1]} {'▼' if nxt[1] else '▲'}"
+
+    def drill_down(self) -> bool:
+        """Enter: a workload → its pods; a node → its pods (and GPU allocation in the line above)."""
+        view, obj = self.selected()
+        snap = self.snapshot
+        if snap is None or obj is None:
+            return False
+        if isinstance(obj, WorkloadView):
+            w = obj
+            label = (f"{w.kind} {w.namespace}/{w.name} › pods — rollout {w.rollout}, {w.ready}/{w.desired} ready, "
+                     f"selector {w.selector or DASH}")
+            self.drill = (view, label, lambda p: p.namespace == w.namespace and p.owner_kind == w.kind
+                          and p.owner_name == w.name)
+        elif isinstance(obj, NodeView):
+            n = obj
+            label = (f"node {n.name} › pods — GPUs {n.gpu_requested}/{count_human(n.gpu_allocatable)} requested, "
+                     f"CPU {cpu_text(n.cpu_requested)}/{cpu_text(n.cpu_allocatable)}, memory "
+                     f"{memory_text(n.memory_requested_bytes)}/{memory_text(n.memory_allocatable_bytes)}")
+            self.drill = (view, label, lambda p: p.node == n.name)
+        else:
+            return False
+        self.set_view("pods")
+        self.refilter()
+        return True
+
+    def action_back(self) -> None:
+        """Esc: close the filter box, else leave the drill-down, else clear this view's filter; else the app's."""
+        if self.has_class("-filtering") and self.query_one("#cluster-filter", Input).has_focus:
+            self.remove_class("-filtering")
+            self.set_filter("")
+            self.table().focus()
+            return
+        if self.drill is not None:
+            back = self.drill[0]
+            self.drill = None
+            self.set_view(back)
+            self.refilter()
+            return
+        if self.filters.get(self.view, RowFilter()).active:
+            self.remove_class("-filtering")
+            self.set_filter("")
+            return
+        raise SkipAction()
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        if isinstance(event.data_table, KubeTable):
+            event.stop()
+            self.drill_down()
 
     def _label(self, ns: str, name: str, multi: bool) -> str:
         return f"{ns}/{name}" if multi else name
@@ -442,5 +587,5 @@ class ClusterPane(Vertical):
             lines.append(Text(f"{obj.type} {obj.reason} on {obj.kind}/{obj.name} ×{obj.count} "
                               f"(from {obj.component or '?'})"))
             lines.append(Text(obj.message))
-        out = Text("\n").join(lines[:4])
+        out = Text("\n").join(lines[:12])  # the room it needs (the box is at most 45% of the pane)
         self.query_one("#cluster-detail", QuietStatic).show(out)
