@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from infertop.analysis.triage import Triage
-from infertop.analysis.triage.baseline import MIN_HISTORY_S, Baselines
+from infertop.analysis.triage.baseline import HALF_LIFE_S, MIN_HISTORY_S, Baselines
 from infertop.analysis.triage.engine import TIMING
 from infertop.analysis.triage.signals import Signals
 from infertop.domain.engine import UP, EngineStats
@@ -143,7 +143,8 @@ def test_prefix_collapse_evidence_is_the_hit_rate_against_its_baseline_over_the_
     (v,) = out[-1]
     ev = {e.signal: e for e in v.evidence}
     assert ev["prefix-cache hit rate"].value == "3%" and ev["prefix-cache hit rate"].against == "baseline 62%"
-    assert ev["prefix-cache hit rate"].window == "last 10 s"  # not the 60 s window, which still reads ~40 %
+    # not the 60 s window, which still reads ~40 %; with the requests behind it
+    assert ev["prefix-cache hit rate"].window == "last 10 s, 40 requests"
     assert "flat" in ev["prompt tokens / request"].against and "TTFT" in " ".join(ev)
     assert "same size" in v.explanation and v.remedies[-1].key == "enter" and v.remedies[-1].target == "e1"
     assert "system prompt" in v.remedies[0].text
@@ -182,28 +183,71 @@ def test_one_peer_is_not_enough_to_be_slower_than_the_peers():
     assert all(v == () for v in out)
 
 
-def test_baselines_speak_after_30_s_of_healthy_ticks_and_hold_while_unhealthy():
+def _hit(pct: float, requests: float = 40.0) -> Signals:
+    """A hit rate over the last 10 s with ``requests`` finished requests (and their lookups) behind it."""
+    return Signals(prefix_hit_pct=pct, sample_requests=requests, sample_query_tokens=1000.0 * requests,
+                   sample_span_s=10.0)
+
+
+def test_baselines_speak_after_a_minute_of_healthy_ticks_and_hold_while_unhealthy():
     b = Baselines()
-    sig = Signals(prefix_hit_pct=60.0)
+    sig = _hit(60.0)
     for t in range(int(MIN_HISTORY_S)):
         b.update("e0", sig, float(t), healthy=True)
-        assert b.own("e0", "prefix_hit_pct") is None  # under 30 s of history: silent
+        assert b.own("e0", "prefix_hit_pct") is None  # under a minute of history: silent
     b.update("e0", sig, MIN_HISTORY_S, healthy=True)
     assert b.own("e0", "prefix_hit_pct") == pytest.approx(60.0)
-    for t in range(31, 200):
-        b.update("e0", Signals(prefix_hit_pct=3.0), float(t), healthy=False)  # an incident teaches it nothing
+    for t in range(61, 200):
+        b.update("e0", _hit(3.0), float(t), healthy=False)  # an incident teaches it nothing
     assert b.own("e0", "prefix_hit_pct") == pytest.approx(60.0)
-    for t in range(200, 500):
-        b.update("e0", Signals(prefix_hit_pct=40.0), float(t), healthy=True)
-    assert b.own("e0", "prefix_hit_pct") == pytest.approx(50.0, abs=1.0)  # half-life 300 s: halfway to a new level
+
+
+def test_a_baseline_moves_halfway_to_a_new_level_in_its_half_life():
+    b = Baselines()
+    for t in range(1800):
+        b.update("e0", _hit(60.0), float(t), healthy=True)
+    for t in range(1800, 1800 + int(HALF_LIFE_S)):
+        b.update("e0", _hit(40.0), float(t), healthy=True)
+    assert b.own("e0", "prefix_hit_pct") == pytest.approx(50.0, abs=1.0)
+
+
+def test_a_baseline_is_the_mean_of_what_it_learnt_not_its_first_tick():
+    """A warm-up's first reading (85 prompt tokens a request of a handful of requests) is one tick among
+    many, not the baseline for minutes: the mean is weighted by time from its start."""
+    b = Baselines()
+    first = Signals(prompt_tokens_per_req=85.0, sample_requests=20.0, sample_span_s=10.0)
+    b.update("e0", first, 0.0, healthy=True)
+    b.update("e0", first, 1.0, healthy=True)
+    for t in range(2, 120):
+        b.update("e0", Signals(prompt_tokens_per_req=1475.0, sample_requests=30.0, sample_span_s=10.0), float(t),
+                 healthy=True)
+    assert b.own("e0", "prompt_tokens_per_req") == pytest.approx(1475.0, rel=0.02)
+
+
+def test_a_baseline_learns_only_from_ticks_with_enough_requests():
+    """A night's trickle (3 requests in the span, none of them sharing a prefix) teaches it nothing; and
+    a baseline needs 200 requests behind it before it speaks, however long it has watched."""
+    b = Baselines()
+    for t in range(600):
+        b.update("e0", _hit(0.0, requests=3.0), float(t), healthy=True)
+    assert b.own("e0", "prefix_hit_pct") is None
+    for t in range(600, 700):  # 100 s of 1 request a second: 100 requests
+        b.update("e0", Signals(prefix_hit_pct=40.0, sample_requests=20.0, sample_query_tokens=2e4,
+                               sample_span_s=20.0), float(t), healthy=True)
+    assert b.own("e0", "prefix_hit_pct") is None
+    for t in range(700, 800):
+        b.update("e0", Signals(prefix_hit_pct=40.0, sample_requests=20.0, sample_query_tokens=2e4,
+                               sample_span_s=20.0), float(t), healthy=True)
+    assert b.own("e0", "prefix_hit_pct") == pytest.approx(40.0)
 
 
 def test_a_level_held_for_half_an_hour_is_learnt_again():
     b = Baselines(relearn_after_s=600.0)
-    for t in range(60):
-        b.update("e0", Signals(prefix_hit_pct=60.0), float(t), healthy=True)
-    for t in range(60, 700):
-        b.update("e0", Signals(prefix_hit_pct=3.0), float(t), healthy=False)
+    for t in range(120):
+        b.update("e0", _hit(60.0), float(t), healthy=True)
+    assert b.own("e0", "prefix_hit_pct") == pytest.approx(60.0)
+    for t in range(120, 760):
+        b.update("e0", _hit(3.0), float(t), healthy=False)
     assert b.own("e0", "prefix_hit_pct") is None  # forgotten: it learns the new level from scratch
 
 
@@ -278,7 +322,8 @@ def test_peer_medians_leave_the_engine_itself_out():
     from infertop.analysis.triage.baseline import peer_medians
 
     rng = random.Random(7)
-    signals = {f"e{i}": Signals(itl_p50_s=rng.choice([0.03, 0.031, 0.05, None, 0.03])) for i in range(40)}
+    signals = {f"e{i}": Signals(itl_p50_s=rng.choice([0.03, 0.031, 0.05, None, 0.03]), window_requests=100.0)
+               for i in range(40)}
     models = {n: ("a" if i % 3 else "b") for i, n in enumerate(signals)}
     got = peer_medians(signals, models, "itl_p50_s")
     for n in signals:

@@ -20,6 +20,8 @@ class RuleContext:
     baselines: Baselines
     findings: list[Finding] = field(default_factory=list)
     memo: dict = field(default_factory=dict)  # the Triage's, kept across ticks (work done once per snapshot)
+    now: float = 0.0
+    cleared_at: dict = field(default_factory=dict)  # (kind, subject) → when its verdict last cleared (the Triage's)
     _peers: dict = field(default_factory=dict, repr=False)  # signal → this tick's peer medians
     _found: tuple = field(default=(-1, {}), repr=False)  # (findings indexed, subject → kinds)
 
@@ -36,6 +38,10 @@ class RuleContext:
         if medians is None:
             medians = self._peers[signal] = peer_medians(self.signals, self.models, signal)
         return medians
+
+    def cleared_within(self, subject: str, kinds: tuple[str, ...], seconds: float) -> bool:
+        """Whether a verdict of one of ``kinds`` on ``subject`` cleared in the last ``seconds``."""
+        return any(self.now - self.cleared_at.get((k, subject), float("-inf")) <= seconds for k in kinds)
 
     def found(self, subject: str, kinds: tuple[str, ...]) -> bool:
         """Whether a rule before found one of ``kinds`` on ``subject`` (indexed: findings only grow)."""

@@ -44,6 +44,7 @@ HUNG_AFTER_S = 15.0  # no token counted this long while requests run: a hung eng
 CRASH_WINDOW_S = 600.0
 CRASH_LOOP_DOWNS = 3  # up → down this many times within the window
 _SEVERITY = {CRITICAL: 0}
+CLEARED_MEMORY_S = 120.0  # how long a cleared verdict is remembered for the rules (RuleContext.cleared_within)
 # rules that compare with a baseline or with peers, in order: each sees the findings before it
 CONTEXT_RULES = (prefix_collapse, long_prompts, slower_than_peers, autoscaler_verdicts, priority_inversion)
 
@@ -65,6 +66,7 @@ class Triage:
         self.baselines = Baselines()
         self._memo: dict = {}
         self._changes: dict[tuple[str, str], tuple[str, ...]] = {}  # verdict → what changed before its onset
+        self._cleared_at: dict[tuple[str, str], float] = {}  # verdict → when it last cleared (CLEARED_MEMORY_S)
 
     def active(self, kind: str, subject: str) -> bool:
         d = self._debounce.get(kind)
@@ -79,7 +81,7 @@ class Triage:
         records = None if changes is None else list(changes)
         fresh_up = [e for e in state.engines if e.fresh and e.stats.state == UP]
         ctx = RuleContext(self._short.update(fresh_up, now), {e.name: e.stats.model or "?" for e in fresh_up},
-                          self.baselines, memo=self._memo)
+                          self.baselines, memo=self._memo, now=now, cleared_at=self._cleared_at)
         findings = ctx.findings
         short = with_short_rates(state, ctx.signals)  # preempting and arriving now, not over the last minute
         findings += [f for rule in RULES for f in rule(short, self.active)]
@@ -104,6 +106,7 @@ class Triage:
             for key in cleared:
                 self._latest.pop(key, None)
                 self._changes.pop(key, None)
+                self._cleared_at[key] = now
             for key, since in d.active().items():
                 f = self._latest.get(key)
                 if f is not None and not (kind == "engine-down" and key[1] in looping):  # the loop says more
@@ -111,6 +114,8 @@ class Triage:
                         self._changes[key] = changes_before(since, records, subject=f.subject)
                     out.append(Verdict(f.kind, f.subject, f.severity, since, f.explanation, f.evidence, f.remedies,
                                        self._changes.get(key, ())))
+        for key in [k for k, t in self._cleared_at.items() if now - t > CLEARED_MEMORY_S]:
+            del self._cleared_at[key]
         out.sort(key=lambda v: (_SEVERITY.get(v.severity, 1), v.since, v.kind, v.subject))
         return tuple(out)
 

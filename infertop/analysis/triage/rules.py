@@ -103,12 +103,14 @@ def _capacity_remedies(s, engines, model: str) -> tuple[Remedy, ...]:
 
 
 def engine_down(state, active: Active) -> list[Finding]:
-    """An engine that does not answer. Not when the monitoring path is what broke (metrics-stale)."""
+    """An engine that does not answer. Not when the monitoring path is what broke (metrics-stale), nor
+    when its GPU reports a fatal XID: the engine died with its GPU, and the gpu-fault verdict says both."""
     broken = {f.subject for f in metrics_stale(state, active)}
+    lost = {g.engine for g in state.gpus if g.engine and _fatal_xid(g)}
     out = []
     for e in state.engines:
         s = e.stats
-        if s.state != DOWN or e.fresh:
+        if s.state != DOWN or e.fresh or s.name in lost:
             continue
         if any(e.freshness.source and e.freshness.source.startswith(b) for b in broken):
             continue
@@ -137,15 +139,23 @@ def metrics_stale(state, active: Active) -> list[Finding]:
 def gpu_faults(state, active: Active) -> list[Finding]:
     """A GPU with a fatal XID (lost, fallen off the bus), or held down by thermal/power limits while
     it works — joined to the engine on it. A throttled GPU is never a capacity problem."""
+    engines = {e.name: e for e in state.engines}
     out = []
     for g in state.gpus:
         where = f"{g.host}:{g.label}" if g.host else g.label
         on = f", engine {g.engine} on it" if g.engine else ""
         node = f"the node {g.host}" if g.host else "its node"
-        if g.last_xid and g.last_xid not in APP_XIDS:
+        if _fatal_xid(g):
+            ev = [Evidence("last XID", str(g.last_xid), "0 (app faults excepted)")]
+            remedies = [Remedy(f"cordon and drain {node}; the engine moves to a healthy GPU", "N", g.host or "")]
+            e = engines.get(g.engine) if g.engine else None
+            if e is not None and e.stats.state == DOWN and not e.fresh:  # engine-down yields to this verdict
+                why = e.freshness.reason or e.stats.error or "no answer"
+                on = f", and engine {g.engine} on it is down with it ({why})"
+                ev.append(Evidence(f"engine {g.engine}", "down", "up", "now"))
+                remedies.append(Remedy("its pod and events (Cluster pane)", "5", g.engine))
             out.append(Finding("gpu-fault", where, CRITICAL, f"GPU {where} reports XID {g.last_xid}{on}.",
-                               (Evidence("last XID", str(g.last_xid), "0 (app faults excepted)"),),
-                               (Remedy(f"cordon and drain {node}; the engine moves to a healthy GPU", "N", g.host or ""),)))
+                               tuple(ev), tuple(remedies)))
             continue
         busy = g.util_pct is None or g.util_pct >= GPU_BUSY_FROM_PCT
         if g.slowdowns and busy:
@@ -159,6 +169,10 @@ def gpu_faults(state, active: Active) -> list[Finding]:
                                "than its peers; more replicas will not help it.", tuple(ev),
                                (Remedy(f"cordon and drain {node} (cooling, power)", "N", g.host or ""),)))
     return out
+
+
+def _fatal_xid(g) -> bool:
+    return bool(g.last_xid) and g.last_xid not in APP_XIDS
 
 
 def _fresh_up(state):
