@@ -111,6 +111,20 @@ def test_gpu_faults_are_joined_to_their_engine(gpu, kind):
     assert str(v.remedies[0]).startswith("N: cordon and drain the node n1")
 
 
+def test_an_engine_that_died_with_its_gpu_is_the_gpu_fault_verdict_alone():
+    """XID 79 and the engine on that GPU refused: one verdict, the GPU's, which says the engine is down;
+    once the GPU reports no fault and the engine is still down, engine-down speaks."""
+    lost = GpuStats(source="dcgm", index=3, host="n1", engine="e0", last_xid=79)
+    reset = GpuStats(source="dcgm", index=3, host="n1", engine="e0", last_xid=0)
+    down = engine(state=DOWN, fresh=False)
+    out = run(Triage(), [fleet(down, gpus=[lost])] * 20 + [fleet(down, gpus=[reset])] * 5)
+    assert all(kinds(v) == {("gpu-fault", "n1:gpu3")} for v in out[:20])
+    v = out[19][0]
+    assert "engine e0 on it is down with it (connection refused)" in v.explanation
+    assert any(e.signal == "engine e0" and e.value == "down" for e in v.evidence)
+    assert ("engine-down", "e0") in kinds(out[-1])
+
+
 def test_an_idle_gpu_with_its_clocks_held_down_is_not_throttled_and_app_xids_are_not_faults():
     idle = GpuStats(source="dcgm", index=0, host="n1", util_pct=0.0, throttle_reasons=("SwPowerCap",))
     app_fault = GpuStats(source="dcgm", index=1, host="n1", util_pct=50.0, last_xid=13)

@@ -267,6 +267,66 @@ def test_a_healthy_fleet_under_diurnal_load_with_bursts_and_close_peers_has_no_v
     assert [(t, kinds(v)) for t, v in enumerate(out) if v] == []
 
 
+def test_slower_than_peers_needs_a_gap_that_matters_not_a_ratio_of_small_numbers():
+    """TTFT p50 52 ms against its peers' 32 ms (×1.6) and ITL p95 26 ms against 10 ms (×2.6) — one
+    engine batching its burst — is no slower engine; TTFT p50 +300 ms is."""
+    quick = Load(ttft_s=0.032, ttft_tail_s=0.24, itl_s=0.010, itl_tail_s=0.010)
+    bursting = Load(ttft_s=0.052, ttft_tail_s=0.40, itl_s=0.010, itl_tail_s=0.026)
+    out = run(trace(lambda t, name: bursting if name == "e2" and t >= ONSET else quick, seconds=200))
+    assert all(v == () for v in out)
+    slow = Load(ttft_s=0.35, ttft_tail_s=0.9, itl_s=0.010, itl_tail_s=0.010)
+    out = run(trace(lambda t, name: slow if name == "e2" and t >= ONSET else quick, seconds=200))
+    assert ("slower-than-peers", "e2") in kinds(out[-1])
+
+
+def test_a_night_trickle_is_no_prefix_collapse_and_no_long_prompts():
+    """A few requests a minute: one without a shared prefix reads 0 % hits, one RAG prompt reads ×4 —
+    too few requests to tell, and the baseline learnt by day is not compared with them."""
+    def night(t, name):
+        if t < 120:
+            return Load()
+        k = (t // 7) % 3  # a trickle of 0.2 requests/s, by turns cache-less, long, ordinary
+        return Load(req_s=0.2, hit_pct=(0.0, 5.0, 62.0)[k], prompt=(1000.0, 4500.0, 1000.0)[k], ttft_s=0.9,
+                    ttft_tail_s=1.5)
+    out = run(trace(night, seconds=400))
+    assert all(v == () for v in out)
+
+
+def test_a_trickle_reads_over_a_longer_span_and_says_so():
+    from infertop.analysis.triage.signals import ShortWindow
+
+    w = ShortWindow()
+    states = trace(lambda t, n: Load(req_s=0.5), names=("e0",), seconds=70)
+    for i, st in enumerate(states):
+        (sig,) = w.update(st.engines, T0 + i).values()
+    assert sig.hit_window == "last 40 s, 20 requests" and sig.enough("prefix_hit_pct")
+    assert sig.prefix_hit_pct == pytest.approx(62.0)
+
+
+def test_a_verdict_whose_requests_thin_out_clears():
+    """A real flood raises long-prompts; then requests thin to a trickle with prompts still long: too few
+    to support it, and it clears after its quiet time (it held on with any two requests before)."""
+    def flood_then_trickle(t, name):
+        if name != "e1" or t < ONSET:
+            return Load()
+        return FLOOD if t < ONSET + 30 else replace(FLOOD, req_s=0.1)
+    out = run(trace(flood_then_trickle, seconds=300))
+    assert ("long-prompts", "e1") in kinds(out[ONSET + 20])
+    cleared = next((t for t in range(ONSET + 20, 300) if ("long-prompts", "e1") not in kinds(out[t])), None)
+    assert cleared is not None and cleared - (ONSET + 30) <= 60 + TIMING["long-prompts"][1]
+    assert out[-1] == ()
+
+
+def test_a_throttled_gpu_under_an_engine_with_too_few_requests_says_so():
+    trickle = Load(req_s=0.1, itl_s=0.060, itl_tail_s=0.075)
+    out = run(trace(lambda t, name: trickle if name == "e2" else Load(), seconds=140,
+                    gpus=lambda t: (THROTTLED,) if t >= ONSET else ()))
+    (v,) = out[-1]
+    (ev,) = [e for e in v.evidence if e.signal == "e2 ITL p50"]
+    assert ev.value.startswith("too few requests: 6 requests, 20 needed")
+    assert "its ITL p50" not in v.explanation
+
+
 def test_engine_stats_carry_the_counters_the_short_window_reads():
     from infertop.analysis.engine_stats import derived_fields
     from infertop.state.window import CounterWindow
