@@ -25,7 +25,8 @@ _RUNS: dict[str, ScenarioRun] = {}
 #         verdicts that must not be raised on the subject while it is active)
 CASES = {
     "queue-bound": (60.0, 120.0, 45.0, 90.0, {"kv-bound", "hung", "engine-down", "gpu-throttled"}),
-    "kv-bound": (60.0, 300.0, 150.0, 240.0, {"queue-bound", "hung", "engine-down"}),
+    # a full KV cache evicts the shared prefixes: the hit rate falls, and kv-bound says why
+    "kv-bound": (60.0, 300.0, 150.0, 240.0, {"queue-bound", "hung", "engine-down", "prefix-cache-collapse"}),
     "hung": (60.0, 60.0, 25.0, 15.0, {"engine-down", "crash-loop", "queue-bound", "kv-bound"}),
     "engine-down": (60.0, 60.0, 10.0, 20.0, {"hung", "crash-loop", "gpu-fault"}),
     "crash-loop": (60.0, 800.0, 75.0, 740.0, {"hung", "gpu-fault", "engine-down"}),

@@ -35,6 +35,8 @@ class Load:
     ttft_tail_s: float = 0.50  # the p99 of the requests of this second
     itl_s: float = 0.030
     itl_tail_s: float = 0.036  # p95
+    kv_pct: float = 35.0
+    preempt_s: float = 0.0  # preemptions a second
 
 
 class _Engine:
@@ -42,7 +44,7 @@ class _Engine:
 
     def __init__(self, name: str, model: str) -> None:
         self.name, self.model = name, model
-        self.totals = dict(prompt=0.0, requests=0.0, hits=0.0, queries=0.0, gen=0.0)
+        self.totals = dict(prompt=0.0, requests=0.0, hits=0.0, queries=0.0, gen=0.0, preempt=0.0)
         self.window: deque[Load] = deque(maxlen=60)
 
     def tick(self, load: Load) -> EngineState:
@@ -52,13 +54,15 @@ class _Engine:
         t["queries"] += load.prompt * load.req_s
         t["hits"] += load.prompt * load.req_s * load.hit_pct / 100.0
         t["gen"] += 200 * load.req_s
+        t["preempt"] += load.preempt_s
         self.window.append(load)
         w = list(self.window)
         reqs = sum(x.req_s for x in w)
         queries = sum(x.prompt * x.req_s for x in w)
         stats = EngineStats(
             name=self.name, url=f"http://127.0.0.1:8{self.name[-1]}00", state=UP, model=self.model, max_num_seqs=16,
-            running=6.0, waiting=0.0, kv_cache_pct=35.0, preemptions_per_s=0.0, window_s=float(len(w)),
+            running=6.0, waiting=0.0, kv_cache_pct=load.kv_pct, preemptions_per_s=load.preempt_s,
+            window_s=float(len(w)), preemptions_total=t["preempt"],
             requests_per_s=reqs / len(w), prompt_tokens_per_s=queries / len(w),
             prefix_cache_hit_pct=100.0 * sum(x.prompt * x.req_s * x.hit_pct / 100 for x in w) / queries,
             ttft_p50_s=_quantile(w, "ttft_s", 0.5), ttft_p99_s=_quantile(w, "ttft_tail_s", 0.99),
@@ -277,6 +281,12 @@ def test_slower_than_peers_needs_a_gap_that_matters_not_a_ratio_of_small_numbers
     slow = Load(ttft_s=0.35, ttft_tail_s=0.9, itl_s=0.010, itl_tail_s=0.010)
     out = run(trace(lambda t, name: slow if name == "e2" and t >= ONSET else quick, seconds=200))
     assert ("slower-than-peers", "e2") in kinds(out[-1])
+
+
+def test_a_full_kv_cache_that_evicts_the_prefixes_is_kv_bound_not_a_prefix_collapse():
+    evicting = Load(hit_pct=2.0, kv_pct=99.0, preempt_s=2.0, ttft_s=0.8, ttft_tail_s=2.0, itl_s=0.040)
+    out = run(trace(incident("e1", evicting), seconds=RECOVER))
+    assert set().union(*map(kinds, out[ONSET:])) == {("kv-bound", "e1")}
 
 
 def test_a_night_trickle_is_no_prefix_collapse_and_no_long_prompts():

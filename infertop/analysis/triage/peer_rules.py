@@ -41,7 +41,7 @@ def slower_than_peers(state, active, ctx: RuleContext) -> list[Finding]:
                 slow.setdefault(name, []).append((signal, value, median, peers))
     if not slow:
         return []
-    throttled = _throttled_engines(state, ctx)
+    throttled = _throttled_engines(state, ctx, active)
     out = []
     for name, over in slow.items():
         if name in throttled or ctx.found(name, EXPLAINED_BY) or any(active(k, name) for k in EXPLAINED_BY) \
@@ -89,9 +89,11 @@ def join_throttled(findings: list[Finding], state, ctx: RuleContext) -> list[Fin
     return out
 
 
-def _throttled_engines(state, ctx: RuleContext) -> set[str]:
+def _throttled_engines(state, ctx: RuleContext, active) -> set[str]:
+    """The engines on a GPU found throttled this tick or under a gpu-throttled verdict (held between reads)."""
     engine_of = {_gpu_subject(g): g.engine for g in state.gpus if g.engine}
-    return {engine_of[f.subject] for f in ctx.findings if f.kind == "gpu-throttled" and f.subject in engine_of}
+    return {engine_of[f.subject] for f in ctx.findings if f.kind == "gpu-throttled" and f.subject in engine_of} | {
+        name for gpu, name in engine_of.items() if active("gpu-throttled", gpu)}
 
 
 def _gpu_subject(g) -> str:

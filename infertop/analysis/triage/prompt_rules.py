@@ -20,6 +20,9 @@ COLLAPSE_CLEARS_AT = 0.6  # … and back over 60 % of it to clear
 # is a handful of tokens a request, nothing a TTFT would show. 5 points to clear.
 COLLAPSE_MIN_DROP_PTS, COLLAPSE_CLEARS_DROP_PTS = 10.0, 5.0
 MIN_BASELINE_HIT_PCT = 15.0  # an engine that barely hit its cache cannot collapse (the simulator's mix: ~22 %)
+# a KV cache full and preempting, or a flood of long prompts, evicts the shared prefixes (and a flood's
+# backlog misses them for minutes): the hit rate falls with prompts the same size, and that verdict says why
+EVICTED_BY = ("kv-bound", "long-prompts")
 PROMPT_FLAT = (0.67, 1.5)  # prompt tokens per request within this factor of its baseline: "flat"
 LONG_PROMPT_X, LONG_PROMPT_CLEARS_BELOW_X = 3.0, 2.0  # prompts ×3 over their baseline; cleared under ×2
 # … and at least this many tokens longer: a template a few hundred tokens longer is not a flood (a chat
@@ -47,8 +50,8 @@ def prefix_collapse(state, active, ctx: RuleContext) -> list[Finding]:
         base_prompt = ctx.own(name, "prompt_tokens_per_req")
         if base_hit is None or base_hit < MIN_BASELINE_HIT_PCT or base_prompt is None:
             continue
-        if active("long-prompts", name):
-            continue  # a flood of long prompts evicts the shared prefixes; its backlog misses them: its verdict
+        if any(active(k, name) or ctx.found(name, (k,)) for k in EVICTED_BY):
+            continue  # the shared prefixes were evicted: that verdict names the cause
         hit, prompt = sig.reliable("prefix_hit_pct"), sig.reliable("prompt_tokens_per_req")
         if hit is None or prompt is None:
             continue  # too few requests to tell: no support (a held verdict clears)
