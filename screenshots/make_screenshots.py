@@ -35,14 +35,26 @@ SHOTS_BIG = [
 SHOTS_SMALL = [("overview-80x24", ["1"], []), ("engines-80x24", ["2"], []), ("gpus-80x24", ["4"], []),
                ("cluster-80x24", ["5"], []), ("queue-80x24", ["6"], []), ("autoscaler-80x24", ["7"], [])]
 SHOTS_WIDE = [("overview-200x60", ["1"], [])]
+# after an incident is injected into the demo: the Triage pane and a verdict's evidence
+SHOTS_INCIDENT = [("triage", ["8"], []), ("verdict-detail", ["8", "enter"], ["escape"]), ("overview-incident", ["1"], [])]
+INCIDENT = "queue-bound"
 
 
-async def shoot(cfg, fleet, notes, size, shots, seconds: float) -> None:
+async def shoot(cfg, fleet, notes, size, shots, seconds: float, incident: str | None = None) -> None:
     settings = Settings(config=cfg, endpoints=fleet.endpoints, mode="demo", notes=notes, dcgm_urls=fleet.dcgm_urls,
                         engine_pods=fleet.engine_pods, state_dir=fleet.state_dir)
     app = InfertopApp(settings)
     async with app.run_test(size=size) as pilot:
         await pilot.pause(seconds)
+        if incident is not None:
+            from infertop.demo import running_demo
+
+            running_demo().inject(incident)  # as the palette's "Inject incident" does
+            for _ in range(120):  # until triage names it (its onset holds a few seconds)
+                await pilot.pause(0.5)
+                if any(v.kind == incident for v in app.verdicts):
+                    break
+            await pilot.pause(3)
         for name, before, after in shots:
             try:
                 for key in before:
@@ -57,6 +69,14 @@ async def shoot(cfg, fleet, notes, size, shots, seconds: float) -> None:
                 await pilot.press(key)
 
 
+def running_demo_stop_incident() -> None:
+    from infertop.demo import running_demo
+
+    demo = running_demo()
+    if demo is not None:
+        demo.inject(None)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=25.0, help="seconds of data before the first shot")
@@ -67,6 +87,8 @@ def main() -> int:
         asyncio.run(shoot(cfg, fleet, notes, (120, 40), SHOTS_BIG, args.seconds))
         asyncio.run(shoot(cfg, fleet, notes, (80, 24), SHOTS_SMALL, min(args.seconds, 10)))
         asyncio.run(shoot(cfg, fleet, notes, (200, 60), SHOTS_WIDE, min(args.seconds, 10)))
+        asyncio.run(shoot(cfg, fleet, notes, (120, 40), SHOTS_INCIDENT, min(args.seconds, 10), incident=INCIDENT))
+        running_demo_stop_incident()
     return 0
 
 
