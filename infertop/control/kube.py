@@ -192,6 +192,17 @@ class KubeControl(KubeFollower):
             out += self._list(self.session.core.list_namespaced_pod, ns, field_selector=f"spec.nodeName={node}")
         return out
 
+    def pdbs_of(self, pods: list[dict]) -> tuple[list[dict] | None, str]:
+        """The PodDisruptionBudgets of the namespaces of ``pods``; (None, why) when one cannot be listed."""
+        out: list[dict] = []
+        for ns in sorted({_meta(p).get("namespace") for p in pods if _meta(p).get("namespace")}):
+            try:
+                out += self._list(self.session.policy.list_namespaced_pod_disruption_budget, ns)
+            except KubeError as e:
+                why = f"forbidden: list poddisruptionbudgets in {ns}" if e.status == 403 else str(e)
+                return None, why
+        return out, ""
+
     def replica_owners(self, kind: str, namespace: str | None, name: str) -> list[str]:
         """The HPAs and KEDA ScaledObjects that own this workload's replica count (a list that cannot be
         read counts as none: the scale itself is still checked by the dry run)."""
@@ -245,7 +256,8 @@ class KubeControl(KubeFollower):
         if action in ("cordon", "uncordon"):
             return plan_cordon(self.read("Node", None, name), action == "cordon")
         if action == "drain_node":
-            return plan_drain_node(self.read("Node", None, name), self.pods_on_node(name))
+            pods = self.pods_on_node(name)
+            return plan_drain_node(self.read("Node", None, name), pods, *self.pdbs_of(pods))
         if action == "configmap":
             return plan_configmap(self.read("ConfigMap", namespace, name), params["key"], params["value"])
         raise PlanError(f"unknown action {action!r}")
@@ -341,6 +353,9 @@ class KubeControl(KubeFollower):
                         elif e.status != 404:
                             raise
                 msg = "the server accepts the cordon and the evictions (dry run)"
+                if plan.params.get("pdb_refusals"):  # each passes alone; counted together they do not
+                    msg = ("the server accepts the cordon and each eviction alone (dry run); together they break "
+                           "a PodDisruptionBudget: the drain will wait and retry")
                 if blocked:
                     msg = (f"dry run: {len(blocked)} eviction(s) blocked by a PodDisruptionBudget for now; "
                            "the drain will wait and retry")

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from ..sources.kube import RESTARTED_AT, pick_container, pod_view
+from .kube_pdb import check_pdbs
 from .pipeline import ActionRefused, Outcome, Preflight, Progress, ProgressFn
 
 __all__ = [
@@ -561,15 +562,26 @@ def drainable_pods(pods: list[dict]) -> tuple[list[dict], list[str]]:
     return keep, skipped
 
 
-def plan_drain_node(node: dict, pods: list[dict]) -> Plan:
+def plan_drain_node(node: dict, pods: list[dict], pdbs: list[dict] | None = None, pdbs_unread: str = "") -> Plan:
+    """``pdbs``: the PodDisruptionBudgets of the namespaces of the pods (None: not read; ``pdbs_unread``
+    says why, which the review repeats). Every eviction is counted against them together: evictions that break a budget between
+    them are flagged here, before the drain is confirmed (each alone passes a dry run)."""
     meta = _meta(node)
     cordoned = bool((node.get("spec") or {}).get("unschedulable"))
     evict, skipped = drainable_pods(pods)
+    budget = check_pdbs(evict, pdbs or [])
+    pdb_notes = list(budget.refusals)
+    if pdbs is None and pdbs_unread and evict:
+        pdb_notes.append(f"the PodDisruptionBudgets could not be read ({pdbs_unread}): an eviction "
+                         "they refuse shows only when the drain sends it")
     after = copy.deepcopy(node)
     after.setdefault("spec", {})["unschedulable"] = True
     names = [f"{_meta(p).get('namespace')}/{_meta(p).get('name')}" for p in evict]
     steps = [] if cordoned else [f"cordon node {meta['name']}"]
     steps += [f"evict {n} (Eviction API: honours PodDisruptionBudgets, retries on 429)" for n in names]
+    if pdbs is not None and evict and not budget.refusals:
+        steps.append("every eviction fits its PodDisruptionBudget" + (f" ({'; '.join(budget.fits)})" if budget.fits
+                                                                       else " (none selects these pods)"))
     steps.append("wait until the evicted pods are gone")
     diff = object_diff(node, after, f"node/{meta['name']}") if not cordoned else ""
     diff += ("\n" if diff else "") + "\n".join(f"-pod {n}" for n in names)
@@ -580,9 +592,9 @@ def plan_drain_node(node: dict, pods: list[dict]) -> Plan:
                 guard=_guard(node, ("spec", "unschedulable")), resource_version=rv,
                 old={"unschedulable": cordoned, "pods": names},
                 new={"unschedulable": True, "pods": []}, steps=tuple(steps),
-                warnings=tuple(f"skipped {s}" for s in skipped),
+                warnings=tuple(pdb_notes) + tuple(f"skipped {s}" for s in skipped),
                 params={"pods": [(_meta(p).get("namespace"), _meta(p).get("name"), _meta(p).get("uid"))
-                                 for p in evict]})
+                                 for p in evict], "pdb_refusals": list(budget.refusals)})
 
 
 def plan_configmap(cm: dict, key: str, value: str) -> Plan:

@@ -46,6 +46,7 @@ __all__ = [
     "pod_owner",
     "pod_view",
     "rollout_status",
+    "selector_matches",
     "selector_text",
     "workload_view",
 ]
@@ -95,6 +96,29 @@ def _quantity_int(v: Any) -> int | None:
 def selector_text(selector: Any) -> str:
     labels = (selector or {}).get("matchLabels") or {}
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def selector_matches(selector: Any, labels: dict | None) -> bool:
+    """Whether a LabelSelector (matchLabels and matchExpressions) selects ``labels``; an empty or absent
+    selector selects nothing here (a workload or PDB without one owns no pod we could name)."""
+    sel = selector or {}
+    want, exprs = sel.get("matchLabels") or {}, sel.get("matchExpressions") or []
+    if not want and not exprs:
+        return False
+    have = labels or {}
+    if any(have.get(k) != v for k, v in want.items()):
+        return False
+    for e in exprs:
+        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
+        if op == "In" and have.get(key) not in values:
+            return False
+        if op == "NotIn" and key in have and have[key] in values:
+            return False
+        if op == "Exists" and key not in have:
+            return False
+        if op == "DoesNotExist" and key in have:
+            return False
+    return True
 
 
 def pick_container(containers: list[dict], wanted: str = "") -> dict | None:
