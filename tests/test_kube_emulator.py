@@ -93,7 +93,8 @@ def test_discovery_and_version(emu, api):
     assert versions.versions == ["v1"]
     assert versions.server_address_by_client_cidrs[0].server_address == emu.address
     groups = {g.name: g.preferred_version.version for g in client.ApisApi(api).get_api_versions().groups}
-    assert groups == {"apps": "v1", "autoscaling": "v2", "policy": "v1", "authorization.k8s.io": "v1"}
+    assert groups == {"apps": "v1", "autoscaling": "v2", "discovery.k8s.io": "v1", "policy": "v1",
+                      "authorization.k8s.io": "v1"}
     core = {r.name: r for r in client.CoreV1Api(api).get_api_resources().resources}
     assert core["pods"].namespaced and "watch" in core["pods"].verbs and core["pods"].short_names == ["po"]
     assert core["pods/eviction"].kind == "Eviction" and core["pods/eviction"].group == "policy"

@@ -53,6 +53,9 @@ async def test_drill_down_and_back_filter_and_sort_in_each_view(emu, tmp_path, s
     emu.add_deployment(NS, "vllm", replicas=2)
     emu.add_deployment(NS, "other", replicas=1, labels={"app": "other", "tier": "web"}, gpu_per_pod=0)
     emu.add_hpa(NS, "vllm", "vllm", min_replicas=1, max_replicas=4, desired_replicas=2)
+    emu.add_service(NS, "vllm", {"app": "vllm"})  # the rollout objects' views (RS, Svc, PDBs, CM) have rows too
+    emu.add_pdb(NS, "vllm", {"app": "vllm"}, min_available=1)
+    emu.add_configmap(NS, "engine-args", {"MODEL": "m"})
     emu.wait_until(lambda: sum(1 for p in emu.list("pods", NS) if p["spec"].get("nodeName")) == 3, message="bound")
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
     async with app.run_test(size=size) as pilot:

@@ -132,8 +132,8 @@ def test_read_cluster_shows_workloads_pods_nodes_hpas_events(emu, tmp_path):
     session.close()
 
 
-def test_one_refresh_is_six_lists_whatever_the_number_of_pods(emu, tmp_path):
-    """5 lists per namespace + 1 for nodes (+ 2 discovery calls for the absent autoscaler types):
+def test_one_refresh_is_eleven_lists_whatever_the_number_of_pods(emu, tmp_path):
+    """10 lists per namespace (the rollout objects since issue 28 item 3) + 1 for nodes (+ 2 discovery calls for the absent autoscaler types):
     no per-pod call, for 2 pods as for 50."""
     session = connect(emu, tmp_path)
     emu.add_deployment(NS, "vllm", replicas=2, gpu_per_pod=0)
@@ -146,12 +146,15 @@ def test_one_refresh_is_six_lists_whatever_the_number_of_pods(emu, tmp_path):
     emu.clear_requests()
     snap = read_cluster(session)
     assert len(snap.pods) == 50 and snap.workloads[0].ready == 50
-    assert emu.count_requests() == small == 8
+    assert emu.count_requests() == small == 13
     assert emu.count_requests("GET", f"/api/v1/namespaces/{NS}/pods") == 1
     assert {r.path for r in emu.requests} == {
         f"/apis/apps/v1/namespaces/{NS}/deployments", f"/apis/apps/v1/namespaces/{NS}/statefulsets",
         f"/api/v1/namespaces/{NS}/pods", f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers",
-        f"/api/v1/namespaces/{NS}/events", "/api/v1/nodes", "/apis/keda.sh/v1alpha1", "/apis/llmd.ai/v1alpha1"}
+        f"/api/v1/namespaces/{NS}/events", "/api/v1/nodes", "/apis/keda.sh/v1alpha1", "/apis/llmd.ai/v1alpha1",
+        f"/apis/apps/v1/namespaces/{NS}/replicasets", f"/api/v1/namespaces/{NS}/services",
+        f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices",
+        f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets", f"/api/v1/namespaces/{NS}/configmaps"}
     session.close()
 
 
@@ -165,9 +168,9 @@ def test_watcher_refresh_costs_no_api_call(live_emu, tmp_path):
         assert watcher.wait_synced(10)
         live_emu.wait_until(lambda: watcher.snapshot().workloads and watcher.snapshot().workloads[0].ready == 50)
         assert all(inf.lists == 1 for inf in watcher.informers)
-        live_emu.wait_until(lambda: live_emu.count_requests(predicate=lambda r: r.query.get("watch") == "true") == 6)
+        live_emu.wait_until(lambda: live_emu.count_requests(predicate=lambda r: r.query.get("watch") == "true") == 11)
         # one list each, and one discovery GET per (absent) autoscaler API group
-        assert live_emu.count_requests(predicate=lambda r: r.query.get("watch") != "true") == 6 + 2
+        assert live_emu.count_requests(predicate=lambda r: r.query.get("watch") != "true") == 11 + 2
         before = live_emu.count_requests()
         calls = session.calls
         snaps = [watcher.snapshot() for _ in range(20)]
@@ -236,7 +239,7 @@ def test_watcher_goes_stale_when_the_api_server_dies_and_recovers_by_itself_afte
     try:
         assert watcher.wait_synced(10)
         emu.wait_until(lambda: len(watcher.snapshot().pods) == 3)
-        assert not watcher.snapshot().stale and watcher.reconnects == 0 and watcher.lists == 6
+        assert not watcher.snapshot().stale and watcher.reconnects == 0 and watcher.lists == 11
         emu.stop()
         # (the first failure may be a connection cut during the shutdown; the retries then say why)
         snap = emu.wait_until(lambda: (s := watcher.snapshot()).stale_error == "cannot reach the API server: "
@@ -279,8 +282,8 @@ def test_a_requested_relist_reads_every_resource_again(live_emu, tmp_path):
         assert watcher.wait_synced(10)
         live_emu.clear_requests()
         assert watcher.wait_relisted(watcher.request_relist(), 10)
-        assert [inf.lists for inf in watcher.informers] == [2] * 6
-        assert live_emu.count_requests(predicate=lambda r: r.query.get("watch") != "true") == 6
+        assert [inf.lists for inf in watcher.informers] == [2] * 11
+        assert live_emu.count_requests(predicate=lambda r: r.query.get("watch") != "true") == 11
         assert not watcher.snapshot().stale and watcher.reconnects == 0  # a relist is not a reconnect
         live_emu.patch("deployments", "vllm", {"spec": {"replicas": 2}}, NS)
         live_emu.wait_until(lambda: len(watcher.snapshot().pods) == 2)  # and the watches go on
@@ -386,7 +389,7 @@ def test_a_list_body_is_capped_while_reading(tmp_path, mode, expected):
         assert str(ei.value) == expected
         assert server.sent < 32 << 20  # it stopped reading: the server could only fill the socket buffers
         snap = read_cluster(session)  # a refused answer is that resource's error, not the whole read's
-        assert snap.errors[0] == f"deployments in {NS}: {expected}" and len(snap.errors) == 7  # + discovery
+        assert snap.errors[0] == f"deployments in {NS}: {expected}" and len(snap.errors) == 12  # + discovery
         # each connection was dropped, not handed to the next request half-read
         session.max_body_bytes = 64 << 20
         server.mode = "ok"
@@ -646,7 +649,7 @@ def test_snapshot_json_includes_the_cluster_when_a_context_is_configured(emu, tm
     doc = asyncio.run(collect_snapshot([], cfg, 0.0))
     cluster = json.loads(json.dumps(doc["cluster"], default=str))
     assert cluster["context"] == "lab" and cluster["namespaces"] == [NS, "kube-system"]
-    assert cluster["api_calls"] == 13  # 5 per namespace + nodes + 2 discovery calls (no KEDA, no llm-d)
+    assert cluster["api_calls"] == 23  # 10 per namespace + nodes + 2 discovery calls (no KEDA, no llm-d)
     vllm = next(w for w in cluster["workloads"] if w["name"] == "vllm")
     assert (vllm["desired"], vllm["ready"], vllm["rollout"]) == (2, 2, "complete")
     (hpa,) = cluster["hpas"]

@@ -299,6 +299,84 @@ class VariantAutoscalerView(_AutoscalerObject):
 
 
 @dataclass(frozen=True)
+class ReplicaSetView:
+    """A ReplicaSet: one revision of a Deployment's pod template."""
+
+    namespace: str
+    name: str
+    owner_name: str | None = None  # the Deployment (ownerReferences)
+    revision: str = ""  # deployment.kubernetes.io/revision
+    desired: int = 0
+    current: int = 0
+    ready: int = 0
+    created_ts: float | None = None
+    image: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class EndpointView:
+    """One endpoint of a Service (from its EndpointSlices): a pod receives traffic while ready."""
+
+    pod: str | None
+    ip: str
+    ready: bool
+    terminating: bool = False
+
+
+@dataclass(frozen=True)
+class ServiceView:
+    namespace: str
+    name: str
+    type: str = "ClusterIP"
+    cluster_ip: str = ""
+    ports: str = ""  # "http 8000→8000/TCP"
+    selector: dict[str, str] = field(default_factory=dict)
+    endpoints: tuple[EndpointView, ...] = ()
+    slices_read: bool = True  # False: its EndpointSlices could not be read (forbidden / not served)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ready_endpoints(self) -> int:
+        return sum(1 for e in self.endpoints if e.ready)
+
+
+@dataclass(frozen=True)
+class PdbView:
+    namespace: str
+    name: str
+    selector: str = ""
+    min_available: str | None = None
+    max_unavailable: str | None = None
+    disruptions_allowed: int | None = None  # None: its status is not computed yet
+    current_healthy: int | None = None
+    desired_healthy: int | None = None
+    expected_pods: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class ConfigMapView:
+    namespace: str
+    name: str
+    keys: tuple[str, ...] = ()
+    size_bytes: int = 0  # the data and binaryData values together
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     """Everything the Cluster pane shows, read at ``taken_at`` (epoch seconds)."""
 
@@ -314,6 +392,10 @@ class ClusterSnapshot:
     events: tuple[EventView, ...] = ()
     scaled_objects: tuple[ScaledObjectView, ...] = ()  # KEDA, when its resource type exists
     variant_autoscalers: tuple[VariantAutoscalerView, ...] = ()  # llm-d WVA, when its resource type exists
+    replicasets: tuple[ReplicaSetView, ...] = ()
+    services: tuple[ServiceView, ...] = ()
+    pdbs: tuple[PdbView, ...] = ()
+    configmaps: tuple[ConfigMapView, ...] = ()
     errors: tuple[str, ...] = ()  # "nodes: forbidden …" — what could not be read
     # resource kind ("pods", "nodes", "hpas"…) → why it is not shown at all: "forbidden (list pods)",
     # "not served (horizontalpodautoscalers.autoscaling/v2)" — an empty view is then no empty cluster

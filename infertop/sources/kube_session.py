@@ -37,7 +37,9 @@ __all__ = [
     "session_for",
 ]
 
-NAMESPACED_KINDS = ("deployments", "statefulsets", "pods", "hpas", "events")
+NAMESPACED_KINDS = ("deployments", "statefulsets", "pods", "hpas", "events",
+                    # the objects a rollout depends on (issue 28 item 3)
+                    "replicasets", "services", "endpointslices", "pdbs", "configmaps")
 # Custom resources read through the custom-objects API, when discovery finds them: kind → (group, version, plural)
 CUSTOM_KINDS = {
     "scaledobjects": ("keda.sh", "v1alpha1", "scaledobjects"),  # KEDA
@@ -250,6 +252,7 @@ class KubeSession:
         self.autoscaling = kubernetes.client.AutoscalingV2Api(api_client)
         self.authz = kubernetes.client.AuthorizationV1Api(api_client)
         self.policy = kubernetes.client.PolicyV1Api(api_client)
+        self.discovery = kubernetes.client.DiscoveryV1Api(api_client)
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
         self._calls = 0
         self._lock = threading.Lock()
@@ -332,6 +335,11 @@ class KubeSession:
             "pods": (self.core.list_namespaced_pod, True, True),
             "hpas": (self.autoscaling.list_namespaced_horizontal_pod_autoscaler, True, False),
             "events": (self.core.list_namespaced_event, True, False),
+            "replicasets": (self.apps.list_namespaced_replica_set, True, True),
+            "services": (self.core.list_namespaced_service, True, False),
+            "endpointslices": (self.discovery.list_namespaced_endpoint_slice, True, False),
+            "pdbs": (self.policy.list_namespaced_pod_disruption_budget, True, False),
+            "configmaps": (self.core.list_namespaced_config_map, True, False),
             "nodes": (self.core.list_node, False, False),
         }[kind]
 

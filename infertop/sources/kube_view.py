@@ -30,6 +30,8 @@ from .kube_autoscalers import behavior_view, scaled_object_view, variant_view
 from .kube_clean import clean_view
 from .kube_session import CUSTOM_KINDS, NAMESPACED_KINDS, _one_line
 
+from .kube_rollout_view import attribute_by_selector, configmap_view, pdb_view, replicaset_view, service_view
+
 __all__ = [
     "GPU",
     "RESTARTED_AT",
@@ -168,7 +170,10 @@ def pod_is_live(pod: dict) -> bool:
 
 # informer kind → the API resource named in "forbidden (list …)" / "not served (…)"
 RESOURCE_NAMES = {"deployments": "deployments.apps/v1", "statefulsets": "statefulsets.apps/v1", "pods": "pods/v1",
-                  "hpas": "horizontalpodautoscalers.autoscaling/v2", "events": "events/v1", "nodes": "nodes/v1"}
+                  "hpas": "horizontalpodautoscalers.autoscaling/v2", "events": "events/v1", "nodes": "nodes/v1",
+                  "replicasets": "replicasets.apps/v1", "services": "services/v1",
+                  "endpointslices": "endpointslices.discovery.k8s.io/v1",
+                  "pdbs": "poddisruptionbudgets.policy/v1", "configmaps": "configmaps/v1"}
 
 
 def absent_text(kind: str, status: int) -> str:
@@ -481,8 +486,20 @@ def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], 
     workloads = _views("deployments", lambda o: workload_view("Deployment", o, container), items, bad)
     workloads += _views("statefulsets", lambda o: workload_view("StatefulSet", o, container), items, bad)
     workloads.sort(key=lambda w: (w.namespace, w.name, w.kind))
-    pods = sorted(_views("pods", lambda o: pod_view(o, container, metrics_port), items, bad),
+    pods = _views("pods", lambda o: pod_view(o, container, metrics_port), items, bad)
+    pods = sorted(attribute_by_selector(pods, [d for d in items.get("deployments") or () if isinstance(d, dict)]),
                   key=lambda p: (p.namespace, p.owner_name or "", p.name))
+    replicasets = sorted(_views("replicasets", replicaset_view, items, bad), key=lambda r: (r.namespace, r.name))
+    slices_read = "endpointslices" not in raw.absent
+    slices_by_ns: dict[str, list[dict]] = {}
+    for sl in items.get("endpointslices") or ():
+        if isinstance(sl, dict):
+            slices_by_ns.setdefault((sl.get("metadata") or {}).get("namespace") or "", []).append(sl)
+    services = sorted(_views("services", lambda o: service_view(
+        o, slices_by_ns.get((o.get("metadata") or {}).get("namespace") or "", []), slices_read), items, bad),
+        key=lambda s: (s.namespace, s.name))
+    pdbs = sorted(_views("pdbs", pdb_view, items, bad), key=lambda o: (o.namespace, o.name))
+    configmaps = sorted(_views("configmaps", configmap_view, items, bad), key=lambda o: (o.namespace, o.name))
     shown = {(w.kind, w.namespace, w.name) for w in workloads}
     hpas = _views("hpas", hpa_view, items, bad)
     if selector:
@@ -547,6 +564,10 @@ def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], 
         events=tuple(events[:max_events]),
         scaled_objects=tuple(scaled),
         variant_autoscalers=tuple(variants),
+        replicasets=tuple(replicasets),
+        services=tuple(services),
+        pdbs=tuple(pdbs),
+        configmaps=tuple(configmaps),
         errors=(*raw.errors, *_malformed_errors(bad)),
         absent=dict(raw.absent),
         synced=raw.synced,

@@ -22,6 +22,8 @@ DEPLOYMENTS = resource_type("deployments")
 REPLICASETS = resource_type("replicasets")
 STATEFULSETS = resource_type("statefulsets")
 PDBS = resource_type("poddisruptionbudgets")
+SERVICES = resource_type("services")
+ENDPOINTSLICES = resource_type("endpointslices")
 HPAS = resource_type("horizontalpodautoscalers")
 
 GPU = "nvidia.com/gpu"

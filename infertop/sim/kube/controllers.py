@@ -7,7 +7,7 @@ store lock, in this order: namespace termination, garbage collection
 ``deployments.py``), ReplicaSets (-> Pods; ``replicasets.py``), StatefulSets
 (-> Pods; ``statefulsets.py``), the scheduler (nodeName, GPUs, cordons,
 taints; ``scheduler.py``), the kubelet (IPs, container states, readiness,
-failure modes, termination; ``kubelet.py``), PodDisruptionBudgets, HPAs. A
+failure modes, termination; ``kubelet.py``), EndpointSlices, PodDisruptionBudgets, HPAs. A
 pass writes only what changes, so repeated passes reach a fixed point; the
 emulator's ``reconcile()`` runs passes until one writes nothing.
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .controller_base import (DEPLOYMENTS, HPAS, NAMESPACES, NODES, PDBS, PODS, REPLICASETS, STATEFULSETS,
-                              ControllerBase, is_active, is_terminating)
+from .controller_base import (DEPLOYMENTS, ENDPOINTSLICES, HPAS, NAMESPACES, NODES, PDBS, PODS, REPLICASETS,
+                              SERVICES, STATEFULSETS, ControllerBase, is_active, is_terminating)
 from .deployments import DeploymentController
 from .kubelet import Kubelet
 from .quantities import resolve_intstr
@@ -60,6 +60,7 @@ class Controllers(ControllerBase):
                 self.statefulsets.sync(clone(sts))
             self.scheduler.run()
             self.kubelet.run()
+            self._endpoint_slices()
             for pdb in list(self.store.iter(PDBS)):
                 pdb = clone(pdb)
                 new = clone(pdb)
@@ -119,6 +120,43 @@ class Controllers(ControllerBase):
                             self._delete_pod(obj)
                     else:
                         self.store.remove(rt, obj["metadata"]["namespace"], obj["metadata"]["name"])
+
+    # --------------------------------------------------- EndpointSlices
+    def _endpoint_slices(self) -> None:
+        """The EndpointSlice controller: one slice ``<service>-slice`` per Service with a selector, an
+        endpoint per active pod it selects that has an IP (ready as the pod is), owned by the Service."""
+        for svc in list(self.store.iter(SERVICES)):
+            meta, spec = svc["metadata"], svc.get("spec") or {}
+            selector = spec.get("selector") or {}
+            if not selector:
+                continue
+            ns = meta["namespace"]
+            pods = sorted((p for p in self.store.iter(PODS, ns) if is_active(p) and (p.get("status") or {}).get("podIP")
+                           and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())),
+                          key=lambda p: p["metadata"]["name"])
+            endpoints = [{"addresses": [p["status"]["podIP"]],
+                          "conditions": {"ready": self.pod_ready(p), "serving": self.pod_ready(p),
+                                         "terminating": is_terminating(p)},
+                          "nodeName": (p.get("spec") or {}).get("nodeName"),
+                          "targetRef": {"kind": "Pod", "namespace": ns, "name": p["metadata"]["name"],
+                                        "uid": p["metadata"].get("uid")}} for p in pods]
+            ports = [{"name": sp.get("name", ""), "port": sp.get("targetPort", sp.get("port")),
+                      "protocol": sp.get("protocol", "TCP")} for sp in spec.get("ports") or []]
+            name = f"{meta['name']}-slice"
+            live = self.store.peek(ENDPOINTSLICES, ns, name)
+            want = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+                    "metadata": {"name": name, "namespace": ns,
+                                 "labels": {"kubernetes.io/service-name": meta["name"],
+                                            "endpointslice.kubernetes.io/managed-by": "endpointslice-controller"},
+                                 "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": meta["name"],
+                                                      "uid": meta.get("uid"), "controller": True}]},
+                    "endpoints": endpoints, "ports": ports}
+            if live is None:
+                self.api.create(ENDPOINTSLICES, ns, want)
+            elif (live.get("endpoints"), live.get("ports")) != (endpoints, ports):
+                new = clone(live)
+                new["endpoints"], new["ports"] = endpoints, ports
+                self.store.put(ENDPOINTSLICES, new)
 
     # -------------------------------------------------------------- PDBs
     def pdb_status(self, pdb: dict) -> dict:

@@ -137,6 +137,10 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         subresources=(_status("HorizontalPodAutoscaler"),),
         has_status=True, tracks_generation=True,
     ),
+    ResourceType(  # kept by the emulator's EndpointSlice controller (one slice per Service with a selector)
+        "discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True, "endpointslice",
+        field_labels=("addressType",),
+    ),
     ResourceType(
         "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True,
         "poddisruptionbudget", ("pdb",), subresources=(_status("PodDisruptionBudget"),),

@@ -24,7 +24,8 @@ from textual.widgets import ContentSwitcher, DataTable, Input
 from ...analysis.autoscalers import explain_workloads
 from ...sources.kube_describe import cpu_text, memory_text
 from ...text import plain
-from ...domain.kube import ClusterSnapshot, EventView, HpaView, NodeView, PodView, WorkloadView
+from ...domain.kube import (ClusterSnapshot, ConfigMapView, EventView, HpaView, NodeView, PdbView, PodView,
+                            ReplicaSetView, ServiceView, WorkloadView)
 from ...format import DASH, count_human, age_short
 from .cluster_filter import RowFilter, keeps, parse_filter, sort_key
 from .lean import LeanLines
@@ -32,6 +33,7 @@ from .panels import QuietStatic
 
 VIEWS: tuple[tuple[str, str], ...] = (
     ("workloads", "Workloads"), ("pods", "Pods"), ("nodes", "Nodes"), ("hpas", "HPAs"), ("events", "Events"),
+    ("replicasets", "RS"), ("services", "Svc"), ("pdbs", "PDBs"), ("configmaps", "CM"),
 )
 
 COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -46,12 +48,20 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
              ("metrics", "Metrics (current/target)"), ("flags", "ASL"), ("why", "Why / last scale")),
     "events": (("type", "Type"), ("age", "Age"), ("object", "Object"), ("reason", "Reason"), ("count", "#"),
                ("message", "Message")),
+    "replicasets": (("name", "ReplicaSet"), ("owner", "Deployment"), ("rev", "Rev"), ("ready", "Ready/des"),
+                    ("age", "Age"), ("image", "Image")),
+    "services": (("name", "Service"), ("type", "Type"), ("ip", "Cluster IP"), ("ports", "Ports"),
+                 ("endpoints", "Ready endpoints"), ("selector", "Selector")),
+    "pdbs": (("name", "PDB"), ("bound", "Min avail / max unavail"), ("allowed", "Allowed"),
+             ("healthy", "Healthy/desired"), ("selector", "Selector")),
+    "configmaps": (("name", "ConfigMap"), ("n", "#"), ("size", "Size"), ("keys", "Keys")),
 }
 
 # the resource kinds (informers) behind each view: a view whose kinds are all absent says why, not an empty table
 VIEW_KINDS: dict[str, tuple[str, ...]] = {
     "workloads": ("deployments", "statefulsets"), "pods": ("pods",), "nodes": ("nodes",), "hpas": ("hpas",),
-    "events": ("events",),
+    "events": ("events",), "replicasets": ("replicasets",), "services": ("services",), "pdbs": ("pdbs",),
+    "configmaps": ("configmaps",),
 }
 
 
@@ -217,7 +227,8 @@ class ClusterPane(Vertical):
         counts = {}
         if snap is not None:
             counts = {"workloads": len(snap.workloads), "pods": len(snap.pods), "nodes": len(snap.nodes),
-                      "hpas": len(snap.hpas), "events": len(snap.events)}
+                      "hpas": len(snap.hpas), "events": len(snap.events), "replicasets": len(snap.replicasets),
+                      "services": len(snap.services), "pdbs": len(snap.pdbs), "configmaps": len(snap.configmaps)}
         t = Text()
         for i, (view, title) in enumerate(VIEWS):
             if i:
@@ -274,6 +285,10 @@ class ClusterPane(Vertical):
         self._update("hpas", [(h.key, h, self._hpa_cells(h, multi, by_hpa.get(h.key))) for h in snap.hpas])
         events = list(snap.events)[:200]
         self._update("events", [(f"{i}", e, self._event_cells(e, now)) for i, e in enumerate(events)])
+        self._update("replicasets", [(r.key, r, self._rs_cells(r, multi, now)) for r in snap.replicasets])
+        self._update("services", [(v.key, v, self._service_cells(v, multi)) for v in snap.services])
+        self._update("pdbs", [(b.key, b, self._pdb_cells(b, multi)) for b in snap.pdbs])
+        self._update("configmaps", [(c.key, c, self._cm_cells(c, multi)) for c in snap.configmaps])
         self._render_tabs()
         self._render_absent()
         self._render_detail()
@@ -490,6 +505,37 @@ class ClusterPane(Vertical):
             clip(e.message, 120),
         ]
 
+    @staticmethod
+    def _ns_name(ns: str, name: str, multi: bool) -> str:
+        return f"{ns}/{name}" if multi else name
+
+    def _rs_cells(self, r: ReplicaSetView, multi: bool, now: float) -> list:
+        return [self._ns_name(r.namespace, r.name, multi), r.owner_name or DASH, r.revision or DASH,
+                Text(f"{r.ready}/{r.desired}", style="" if r.ready >= r.desired else "yellow"),
+                age_short(now - r.created_ts if r.created_ts else None), clip(r.image, 50)]
+
+    def _service_cells(self, v: ServiceView, multi: bool) -> list:
+        if not v.slices_read:
+            eps = Text("unreadable", style="dim")
+        elif not v.selector:
+            eps = Text("no selector", style="dim")
+        else:
+            eps = Text(f"{v.ready_endpoints}/{len(v.endpoints)}", style="" if v.ready_endpoints else "bold red")
+        return [self._ns_name(v.namespace, v.name, multi), v.type, v.cluster_ip or DASH, v.ports or DASH, eps,
+                ",".join(f"{k}={x}" for k, x in sorted(v.selector.items())) or DASH]
+
+    def _pdb_cells(self, b: PdbView, multi: bool) -> list:
+        bound = (f"min {b.min_available}" if b.min_available is not None else
+                 f"max unavail {b.max_unavailable}" if b.max_unavailable is not None else DASH)
+        allowed = (Text("not counted yet", style="dim") if b.disruptions_allowed is None else
+                   Text(str(b.disruptions_allowed), style="bold yellow" if b.disruptions_allowed == 0 else ""))
+        healthy = DASH if b.current_healthy is None else f"{b.current_healthy}/{b.desired_healthy}"
+        return [self._ns_name(b.namespace, b.name, multi), bound, allowed, healthy, b.selector or DASH]
+
+    def _cm_cells(self, c: ConfigMapView, multi: bool) -> list:
+        return [self._ns_name(c.namespace, c.name, multi), str(len(c.keys)), f"{c.size_bytes} B",
+                clip(", ".join(c.keys), 80) or DASH]
+
     # ----- selection and detail
     def selected(self) -> tuple[str, object | None]:
         """(view, the selected WorkloadView / PodView / NodeView / HpaView / EventView or None)."""
@@ -505,6 +551,10 @@ class ClusterPane(Vertical):
             "nodes": lambda: next((n for n in snap.nodes if n.name == key), None),
             "hpas": lambda: next((h for h in snap.hpas if h.key == key), None),
             "events": lambda: snap.events[int(key)] if key.isdigit() and int(key) < len(snap.events) else None,
+            "replicasets": lambda: next((r for r in snap.replicasets if r.key == key), None),
+            "services": lambda: next((v for v in snap.services if v.key == key), None),
+            "pdbs": lambda: next((b for b in snap.pdbs if b.key == key), None),
+            "configmaps": lambda: next((c for c in snap.configmaps if c.key == key), None),
         }
         return self.view, find[self.view]()
 
@@ -549,6 +599,12 @@ class ClusterPane(Vertical):
                               f"args: {' '.join(obj.args) or DASH}"))
             if obj.problem:
                 lines.append(Text(f"why: {obj.problem}", style="bold red"))
+            mine = [(v.name, e) for v in snap.services if v.namespace == obj.namespace for e in v.endpoints
+                    if e.pod == obj.name]
+            if mine:
+                lines.append(Text("traffic: " + "; ".join(
+                    f"Service {n} {'sends it traffic' if e.ready and not e.terminating else 'sends it none (not ready)'}"
+                    for n, e in mine), style="" if all(e.ready for _, e in mine) else "yellow"))
             load = self.loads.get(obj.key)
             if load is not None and load.error:
                 lines.append(Text(f"metrics: {load.error}", style="dim"))
@@ -583,6 +639,36 @@ class ClusterPane(Vertical):
                                                                              and c.status != "True")
                 lines.append(Text(f"{c.type}={c.status} {c.reason}: {c.message}", style="yellow" if bad else "dim"))
             warn_lines("HorizontalPodAutoscaler", obj.name, obj.namespace, 1)
+        elif isinstance(obj, ReplicaSetView):
+            lines.append(Text(f"ReplicaSet {obj.name} (revision {obj.revision or DASH} of Deployment "
+                              f"{obj.owner_name or DASH}): {obj.ready} ready, {obj.current} current, "
+                              f"{obj.desired} desired; image {obj.image or DASH}"))
+            warn_lines("ReplicaSet", obj.name, obj.namespace)
+        elif isinstance(obj, ServiceView):
+            lines.append(Text(f"Service {obj.name} ({obj.type} {obj.cluster_ip or DASH}; {obj.ports or 'no ports'})"))
+            if not obj.slices_read:
+                lines.append(Text("its EndpointSlices cannot be read: which pods receive traffic is unknown",
+                                  style="yellow"))
+            for e in obj.endpoints[:8]:
+                state = "receives traffic" if e.ready and not e.terminating else (
+                    "terminating" if e.terminating else "not ready: receives no traffic")
+                lines.append(Text(f"{e.pod or '(no pod)'} {e.ip}: {state}",
+                                  style="" if e.ready and not e.terminating else "yellow"))
+            if obj.slices_read and obj.selector and not obj.endpoints:
+                lines.append(Text("no pod matches its selector: it sends traffic nowhere", style="bold red"))
+        elif isinstance(obj, PdbView):
+            bound = (f"minAvailable {obj.min_available}" if obj.min_available is not None
+                     else f"maxUnavailable {obj.max_unavailable}")
+            lines.append(Text(f"PDB {obj.name} over {obj.selector or 'no selector'}: {bound}"))
+            if obj.disruptions_allowed is None:
+                lines.append(Text("its controller has not counted its pods yet", style="dim"))
+            else:
+                lines.append(Text(f"{obj.disruptions_allowed} disruption(s) allowed now: {obj.current_healthy} "
+                                  f"healthy of {obj.expected_pods} pods, {obj.desired_healthy} required",
+                                  style="bold yellow" if obj.disruptions_allowed == 0 else ""))
+        elif isinstance(obj, ConfigMapView):
+            lines.append(Text(f"ConfigMap {obj.name}: {len(obj.keys)} key(s), {obj.size_bytes} bytes"))
+            lines.append(Text(", ".join(obj.keys) or "(no keys)", style="dim"))
         elif isinstance(obj, EventView):
             lines.append(Text(f"{obj.type} {obj.reason} on {obj.kind}/{obj.name} ×{obj.count} "
                               f"(from {obj.component or '?'})"))
