@@ -88,6 +88,70 @@ class SloConfig:
         return bounds_errors(self)
 
 
+SLO_STAGES = ("queue", "ttft", "e2e")  # the per-request histograms an objective can count requests by
+
+
+@dataclass
+class SloClassConfig:
+    """One workload class (PRODUCT.md: interactive chat, code completion, batch): a target per latency
+    stage at the percentile infertop reads (queue, TTFT and E2E at P99; TPOT/ITL at P95), an objective
+    ("99.9 % of requests within the E2E target over 30 days") and which engines it holds: shell-style
+    patterns (``*chat*``) matched against an engine's name, its model and its pod's workload."""
+
+    queue_p99_s: float = bounded(1.0, 0, 3600, lo_open=True)
+    ttft_p99_s: float = bounded(2.0, 0, 3600, lo_open=True)
+    tpot_p95_s: float = bounded(0.040, 0, 60, lo_open=True)
+    e2e_p99_s: float = bounded(5.0, 0, 86400, lo_open=True)
+    objective_pct: float = bounded(99.9, 50, 100, lo_open=False)  # of requests within objective_stage's target
+    objective_stage: str = "e2e"  # queue, ttft or e2e: the histogram a request is counted good or bad by
+    objective_days: float = bounded(30.0, 0, 366, lo_open=True)
+    match: list[str] = field(default_factory=list)
+
+    def validate(self) -> list[tuple[str, str]]:
+        errs = bounds_errors(self)
+        if self.objective_stage not in SLO_STAGES:
+            errs.append(("objective_stage", f"must be one of {', '.join(SLO_STAGES)}, got {self.objective_stage!r}"))
+        if self.objective_pct >= 100:
+            errs.append(("objective_pct", "must be < 100 (a 100 % objective has no error budget)"))
+        for i, pat in enumerate(self.match):
+            if not pat.strip():
+                errs.append((f"match[{i}]", "an empty pattern matches nothing"))
+        return errs
+
+
+def default_slo_classes() -> dict[str, SloClassConfig]:
+    """PRODUCT.md's budgets (P99 / P95): chat — queue 1 s, TTFT 2 s, TPOT 40 ms, total 5 s; code completion —
+    200 ms, 500 ms, 20 ms, 1 s; batch — 30 s, 10 s, 100 ms, 60 s. Batch counts requests by TTFT (its E2E
+    grows with the answer the client asks for), the others by E2E."""
+    return {
+        "chat": SloClassConfig(1.0, 2.0, 0.040, 5.0, 99.9, "e2e", 30.0, ["*chat*"]),
+        "code": SloClassConfig(0.2, 0.5, 0.020, 1.0, 99.9, "e2e", 30.0, ["*code*", "*coder*"]),
+        "batch": SloClassConfig(30.0, 10.0, 0.100, 60.0, 99.0, "ttft", 30.0, ["*batch*"]),
+    }
+
+
+@dataclass
+class SloClassesConfig:
+    """The ``slo_classes:`` section: the workload classes, the capacity headroom, the price of a GPU-hour."""
+
+    classes: dict[str, SloClassConfig] = field(default_factory=default_slo_classes)
+    headroom_pct: float = bounded(30.0, 0, 400)  # Little's law concurrency plus this (PRODUCT.md: 30–50 %)
+    gpu_hour_price: float | None = bounded(None, 0, 1_000_000, lo_open=True)  # currency units per GPU-hour
+    currency: str = "$"
+    idle_util_pct: float = bounded(10.0, 0, 100)  # a GPU under this utilisation is idle
+    fast_burn: float = bounded(14.4, 1, 1000)  # burn rate over the fast pair (1 h and 5 min) that is a verdict
+    week_budget_pct: float = bounded(80.0, 1, 1000)  # of a week's error budget used: a verdict
+
+    def validate(self) -> list[tuple[str, str]]:
+        errs = bounds_errors(self)
+        if not self.classes:
+            errs.append(("classes", "must name at least one class (or leave the key out for the defaults)"))
+        for name in self.classes:
+            if not name.strip() or len(name) > 40:
+                errs.append((f"classes.{name}", "a class name is 1 to 40 characters"))
+        return errs
+
+
 @dataclass
 class PrometheusConfig:
     url: str | None = None
@@ -324,6 +388,7 @@ class Config:
     read_only: bool = False
     audit_log: str | None = None
     slo: SloConfig = field(default_factory=SloConfig)
+    slo_classes: SloClassesConfig = field(default_factory=SloClassesConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
     prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
     kube: KubeConfig = field(default_factory=KubeConfig)

@@ -1,0 +1,166 @@
+"""Capacity: Little's law for the concurrency needed, an M/M/c queue for the wait.
+
+Model. Each engine slot (one of ``max_num_seqs`` sequences of each of ``replicas`` engines) is a server;
+c = replicas × max_num_seqs. Requests arrive at λ per second (Poisson) and hold a slot for a service time
+S, measured by Little's law on the running set (S = running ÷ λ; without ``running``: TTFT p50 + output
+tokens × ITL p50), exponentially distributed. The offered load is a = λS Erlangs, ρ = a ÷ c. The chance
+to wait is Erlang C, C(c, a); a wait is exponential with rate cμ − λ (μ = 1/S), so the p99 wait is
+ln(C ÷ 0.01) ÷ (cμ − λ) (0 when C ≤ 1 %). Predicted TTFT p99 = predicted queue p99 + the engine's own
+prefill (TTFT p99 − queue p99 measured). ρ ≥ 1: the queue grows without bound.
+
+What it leaves out: continuous batching's step time grows with the batch (more sequences → slower tokens),
+so "max_num_seqs → n" is optimistic when the GPU, not the slots, is the limit; and the KV cache must hold
+the sequences (the kv-bound verdict says when it does not).
+
+Concurrency needed = λ × residence (TTFT + output tokens × TPOT) × (1 + headroom): the slots to provision.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+MAX_REPLICAS = 1000
+MAX_SEQS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityInputs:
+    arrival_per_s: float  # λ over the class's engines
+    service_s: float  # S: how long a request holds a slot
+    replicas: int
+    max_num_seqs: int | None  # per engine (the smallest known)
+    prefill_p99_s: float  # TTFT p99 − queue p99: not changed by the slots
+    residence_s: float  # TTFT p50 + output tokens × ITL p50 (Little's law's W)
+    service_from: str = "running ÷ arrival (Little's law)"
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    what: str  # "now", "arrival ×1.5", "max_num_seqs → 8", "replicas → 3"
+    arrival_per_s: float
+    servers: int
+    utilisation: float  # ρ
+    wait_chance: float | None  # Erlang C; None when unstable
+    queue_mean_s: float | None
+    queue_p99_s: float | None  # None: unbounded (ρ ≥ 1)
+    ttft_p99_s: float | None
+    replicas: int
+    max_num_seqs: int
+
+
+def erlang_c(servers: int, load: float) -> float:
+    """The chance that an arrival waits in an M/M/c queue (``load`` = λ/μ Erlangs); 1 when unstable."""
+    if servers <= 0 or load >= servers:
+        return 1.0
+    if load <= 0:
+        return 0.0
+    b = 1.0  # Erlang B by its recursion: stable for thousands of servers
+    for k in range(1, servers + 1):
+        b = load * b / (k + load * b)
+    rho = load / servers
+    return b / (1.0 - rho * (1.0 - b))
+
+
+def predict(inp: CapacityInputs, what: str = "now", *, arrival_x: float = 1.0, replicas: int | None = None,
+            max_num_seqs: int | None = None) -> Prediction | None:
+    """The queue and TTFT the model predicts for ``inp`` changed as asked; None without max_num_seqs."""
+    r = replicas if replicas is not None else inp.replicas
+    n = max_num_seqs if max_num_seqs is not None else inp.max_num_seqs
+    if not n or r <= 0 or inp.service_s <= 0:
+        return None
+    lam = inp.arrival_per_s * arrival_x
+    c = r * n
+    load = lam * inp.service_s
+    rho = load / c
+    if rho >= 1.0:
+        return Prediction(what, lam, c, rho, None, None, None, None, r, n)
+    cw = erlang_c(c, load)
+    drain = c / inp.service_s - lam  # cμ − λ
+    mean = cw / drain
+    p99 = math.log(cw / 0.01) / drain if cw > 0.01 else 0.0
+    return Prediction(what, lam, c, rho, cw, mean, p99, p99 + inp.prefill_p99_s, r, n)
+
+
+def holds(p: Prediction | None, queue_target_s: float, ttft_target_s: float) -> bool:
+    return (p is not None and p.queue_p99_s is not None and p.ttft_p99_s is not None
+            and p.queue_p99_s <= queue_target_s and p.ttft_p99_s <= ttft_target_s)
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityAnswer:
+    concurrency: float  # λ × residence
+    concurrency_needed: float  # with headroom
+    headroom_pct: float
+    replicas_for_concurrency: int | None  # ceil(needed ÷ max_num_seqs)
+    replicas_to_hold: int | None  # the fewest replicas whose predicted queue/TTFT p99 hold the targets
+    max_num_seqs_to_hold: int | None  # at today's replicas
+    now: Prediction | None
+    what_ifs: tuple[Prediction, ...]
+    inputs: CapacityInputs
+    note: str = ""
+
+
+def answer(inp: CapacityInputs, queue_target_s: float, ttft_target_s: float, headroom_pct: float,
+           what_ifs: tuple[tuple[str, dict], ...] | None = None) -> CapacityAnswer:
+    conc = inp.arrival_per_s * inp.residence_s
+    need = conc * (1 + headroom_pct / 100.0)
+    n = inp.max_num_seqs
+    if not n:
+        return CapacityAnswer(conc, need, headroom_pct, None, None, None, None, (), inp,
+                              "max_num_seqs unknown: set engines[].max_num_seqs in the config")
+    by_conc = max(1, math.ceil(need / n)) if need > 0 else 1
+    replicas_hold = next((r for r in range(1, MAX_REPLICAS + 1)
+                          if holds(predict(inp, replicas=r), queue_target_s, ttft_target_s)), None)
+    seqs_hold = _fewest_seqs(inp, queue_target_s, ttft_target_s)
+    if what_ifs is None:
+        what_ifs = (("arrival ×1.5", {"arrival_x": 1.5}), ("arrival ×2", {"arrival_x": 2.0}),
+                    (f"max_num_seqs → {2 * n}", {"max_num_seqs": 2 * n}),
+                    (f"replicas → {inp.replicas + 1}", {"replicas": inp.replicas + 1}))
+    preds = tuple(p for what, kw in what_ifs if (p := predict(inp, what, **kw)) is not None)
+    return CapacityAnswer(conc, need, headroom_pct, by_conc, replicas_hold, seqs_hold, predict(inp), preds, inp)
+
+
+def _fewest_seqs(inp: CapacityInputs, queue_target_s: float, ttft_target_s: float) -> int | None:
+    """Bisection: the predicted queue only shrinks as slots are added."""
+    lo, hi = 1, MAX_SEQS
+    if not holds(predict(inp, max_num_seqs=hi), queue_target_s, ttft_target_s):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if holds(predict(inp, max_num_seqs=mid), queue_target_s, ttft_target_s):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def inputs_of(engines, prefer_running: bool = True) -> CapacityInputs | None:
+    """The model's inputs from the EngineStats of one class's fresh, up engines; None without traffic."""
+    engines = list(engines)
+    lam = sum(s.requests_per_s or 0.0 for s in engines)
+    if not engines or lam <= 0:
+        return None
+    gen = sum(s.generation_tokens_per_s or 0.0 for s in engines)
+    out_tokens = gen / lam
+
+    def mean(attr: str) -> float | None:
+        vals = [(getattr(s, attr), s.requests_per_s or 0.0) for s in engines if getattr(s, attr) is not None]
+        w = sum(r for _, r in vals)
+        return sum(v * r for v, r in vals) / w if vals and w > 0 else None
+
+    ttft50, itl50 = mean("ttft_p50_s") or 0.0, mean("itl_p50_s") or 0.0
+    residence = ttft50 + out_tokens * itl50
+    running = [s.running for s in engines if s.running is not None]
+    if prefer_running and len(running) == len(engines) and sum(running) > 0:
+        service, how = sum(running) / lam, "running ÷ arrival (Little's law)"
+    else:
+        service, how = residence, "TTFT p50 + output tokens × ITL p50"
+    seqs = [s.max_num_seqs for s in engines if s.max_num_seqs]
+    ttft99, queue99 = mean("ttft_p99_s"), mean("queue_p99_s")
+    prefill = max(0.0, (ttft99 or 0.0) - (queue99 or 0.0))
+    return CapacityInputs(lam, service, len(engines), min(seqs) if seqs else None, prefill, residence or service, how)
+
+
+def scaled(inp: CapacityInputs, **changes) -> CapacityInputs:
+    return replace(inp, **changes)

@@ -1,0 +1,175 @@
+"""The SLO report of one tick: :class:`SloWatch` keeps the burn history and the class fits across ticks
+and answers a plain document (JSON-able) that the fleet state carries, so the SLO pane, ``snapshot``, the
+recorder, replay and the triage rules read the same numbers.
+
+Inputs per tick: the fleet state (EngineStats percentiles and rates, GPUs) and, per engine, its latest
+cumulative histogram buckets (:func:`cumulative_buckets` of its counter window) — the counts of requests
+within each target come from those, not from the percentiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict
+
+from ...format import seconds_human
+from .assign import Assigner
+from .budget import count_within, stage_lines, worst
+from .burn import BurnTracker
+from .capacity import answer, inputs_of
+from .cost import IdleMeter, model_costs
+from .targets import STAGE_LABEL, classes_from
+
+COUNT_HOW = ("requests over target counted from the objective stage's histogram buckets; a target between two "
+             "bounds is interpolated linearly inside its bucket (as histogram_quantile), requests past the "
+             "largest finite bound count as over it")
+ENGINE_BURN_KEEP_S = 3600.0  # an engine's own burn: the fast pair only (memory at 500 engines)
+
+
+def cumulative_buckets(window, which: int = -1) -> dict[str, list[tuple[float, float]]]:
+    """hist → [(le, cumulative count)] of a counter window's latest (``which=-1``) or first (0) point."""
+    edges = window.edges() if window is not None else None
+    if edges is None:
+        return {}
+    point = edges[which][1]
+    out: dict[str, list[tuple[float, float]]] = {}
+    for key, v in point.items():
+        hist, sep, le = key.partition("@")
+        if sep:
+            try:
+                out.setdefault(hist, []).append((float(le), v))
+            except ValueError:
+                continue
+    return out
+
+
+class SloWatch:
+    """Feed every tick; :meth:`update` answers the tick's SLO document."""
+
+    def __init__(self, section) -> None:
+        """``section``: the config's ``slo_classes`` (SloClassesConfig)."""
+        self.section = section
+        self.classes = classes_from(section.classes)
+        self.assigner = Assigner(self.classes)
+        self._last: dict[str, tuple[str, float, float]] = {}  # engine → (class, within, total) cumulative
+        self._class_burn = {c.name: BurnTracker(c.allowed_bad) for c in self.classes}
+        self._engine_burn: dict[str, BurnTracker] = {}
+        self.idle = IdleMeter()
+
+    def update(self, state, buckets: Mapping[str, Mapping[str, list]], *, troubled=frozenset(),
+               now: float | None = None) -> dict:
+        """``buckets``: engine → hist → cumulative buckets (latest scrape); ``troubled``: engines under a
+        verdict (the last tick's): their ticks are no healthy history for a class fit."""
+        now = state.taken_at if now is None else now
+        sec = self.section
+        live = [e for e in state.engines if e.fresh and e.stats.state == "up"]
+        members: dict[str, list] = {c.name: [] for c in self.classes}
+        lines_of: dict[str, dict] = {c.name: {} for c in self.classes}
+        engines_doc = []
+        for e in live:
+            s = e.stats
+            cls, how = self.assigner.assign(s, healthy=s.name not in troubled)
+            members[cls.name].append(s)
+            lines = lines_of[cls.name][s.name] = stage_lines(s, cls)
+            total, bad = self._count(s.name, cls, buckets.get(s.name) or {}, now)
+            eb = self._engine_burn.get(s.name)
+            if eb is None or eb.allowed_bad != cls.allowed_bad:
+                eb = self._engine_burn[s.name] = BurnTracker(cls.allowed_bad, fine_keep_s=ENGINE_BURN_KEEP_S,
+                                                             coarse_keep_s=0)
+                eb.add(now, 0.0, 0.0)
+            if total is not None:
+                eb.add(now, total, bad)
+            fast = eb.windows(now, sec.fast_burn)[0]
+            engines_doc.append({"name": s.name, "model": s.model, "class": cls.name, "how": how,
+                                "stages": [asdict(x) for x in lines], "burn": asdict(fast) | {"firing": fast.firing},
+                                "counted": total is not None})
+        names = {e.name for e in state.engines}
+        self.assigner.forget_except(names)
+        for gone in [n for n in self._engine_burn if n not in names]:
+            del self._engine_burn[gone]
+            self._last.pop(gone, None)
+        classes_doc = [self._class_doc(c, members[c.name], lines_of[c.name], now) for c in self.classes]
+        return {"classes": classes_doc, "engines": engines_doc, "cost": self._cost(state, live, now),
+                "fast_burn": sec.fast_burn, "week_budget_pct": sec.week_budget_pct, "count_how": COUNT_HOW,
+                "headroom_pct": sec.headroom_pct}
+
+    def _count(self, name: str, cls, hists: Mapping[str, list], now: float) -> tuple[float | None, float]:
+        """(requests, bad) finished since the last tick on ``name`` by its class's objective stage."""
+        b = hists.get(cls.objective_stage)
+        got = count_within(b, cls.target_s(cls.objective_stage)) if b else None
+        if got is None:
+            return None, 0.0
+        within, total = got
+        prev = self._last.get(name)
+        self._last[name] = (cls.name, within, total)
+        if prev is None or prev[0] != cls.name:
+            self._class_burn[cls.name].add(now, 0.0, 0.0)  # starts the class's history, counts nothing yet
+            return 0.0, 0.0
+        d_total, d_within = total - prev[2], within - prev[1]
+        if d_total < 0:  # the engine restarted: its counters began again
+            d_total, d_within = total, within
+        bad = min(d_total, max(0.0, d_total - d_within))
+        self._class_burn[cls.name].add(now, d_total, bad)
+        return d_total, bad
+
+    def _class_doc(self, c, stats, lines, now: float) -> dict:
+        sec = self.section
+        tracker = self._class_burn[c.name]
+        windows = tracker.windows(now, sec.fast_burn)
+        used, span = tracker.week_budget_used_pct(now)
+        total, bad = tracker.over(now, span) if span else (0.0, 0.0)
+        worst_doc = {stage: {"engine": name, **asdict(line)} for stage, (name, line) in worst(lines).items()}
+        inp = inputs_of(stats)
+        cap = None
+        if inp is not None:
+            a = answer(inp, c.queue_p99_s, c.ttft_p99_s, sec.headroom_pct)
+            cap = asdict(a)
+            cap["text"] = capacity_text(a, c)
+        fast = next(w for w in windows if w.pair == "fast")
+        return {
+            "name": c.name, "objective": c.objective_text, "objective_stage": c.objective_stage,
+            "objective_pct": c.objective_pct,
+            "targets": {s: c.target_s(s) for s in STAGE_LABEL}, "engines": [s.name for s in stats],
+            "worst": worst_doc, "burn": [asdict(w) | {"firing": w.firing} for w in windows],
+            "history_s": tracker.history_s(now), "requests": total, "bad": bad,
+            "week_budget_used_pct": used, "week_span_s": span,
+            "fast_burn_firing": fast.firing,
+            "week_budget_spent": used is not None and used >= sec.week_budget_pct and total >= 100,
+            "capacity": cap,
+        }
+
+    def _cost(self, state, live, now: float) -> dict:
+        sec = self.section
+        gpus_of = {e.name: len(e.gpus) for e in state.engines}
+        models = model_costs([e.stats for e in live], lambda n: gpus_of.get(n, 0), sec.gpu_hour_price)
+        read = [g for g in state.gpus if g.util_pct is not None]
+        if read:
+            idle = sum(1 for g in read if g.util_pct < sec.idle_util_pct)
+            total, how = len(read), f"GPUs under {sec.idle_util_pct:g} % utilisation"
+        else:
+            idle = sum(max(1, gpus_of.get(e.name, 0)) for e in live
+                       if not (e.stats.requests_per_s or 0) and not (e.stats.running or 0))
+            total = sum(max(1, gpus_of.get(e.name, 0)) for e in live)
+            how = "engines serving nothing (no GPU utilisation read; one GPU each where none is mapped)"
+        self.idle.add(now, idle, total)
+        return {"price_per_gpu_hour": sec.gpu_hour_price, "currency": sec.currency,
+                "models": [asdict(m) for m in models], "idle_gpus": idle, "gpus": total, "idle_how": how,
+                "idle_gpu_hours": self.idle.idle_gpu_hours, "gpu_hours": self.idle.gpu_hours}
+
+
+def capacity_text(a, c) -> str:
+    """One line: "needs 42 slots (λ 3.1/s × 10.2 s + 30 %): 3 replicas of 16; holds TTFT p99 2 s at 2"."""
+    inp = a.inputs
+    head = (f"needs {a.concurrency_needed:.0f} slots (λ {inp.arrival_per_s:.2f}/s × {seconds_human(inp.residence_s)}"
+            f" + {a.headroom_pct:g} %)")
+    if a.note:
+        return f"{head}; {a.note}"
+    hold = (f"holds queue p99 {seconds_human(c.queue_p99_s)} and TTFT p99 {seconds_human(c.ttft_p99_s)} at "
+            f"{a.replicas_to_hold} replicas" if a.replicas_to_hold else "no replica count holds the TTFT target "
+            "(prefill alone is over it)")
+    seqs = (f", or max_num_seqs {a.max_num_seqs_to_hold} at {inp.replicas}" if a.max_num_seqs_to_hold else "")
+    return f"{head}: {a.replicas_for_concurrency} replicas of {inp.max_num_seqs} for the slots; {hold}{seqs}"
+
+
+def stage_text(stage: str) -> str:
+    return STAGE_LABEL.get(stage, stage)
