@@ -136,6 +136,7 @@ class FleetState:
     autoscalers: tuple[dict, ...] = ()  # room for the Autoscaler pane
     mode: str = "live"  # live, demo, replay
     verdicts: tuple[Verdict, ...] = ()  # triage's verdicts at this tick, worst first (recorded, replayed)
+    slo_report: dict | None = None  # analysis.slo.SloWatch's document: classes, budgets, burn, capacity, cost
 
     # -- lookups ----------------------------------------------------------
     def engine(self, name: str | None) -> EngineState | None:
@@ -173,6 +174,8 @@ class FleetState:
             "queues": to_doc(self.queues), "autoscalers": to_doc(self.autoscalers),
             "all_fresh": self.all_fresh, "verdicts": to_doc(self.verdicts),
         }
+        if self.slo_report is not None:
+            doc["slo_report"] = to_doc(self.slo_report)
         if self.cluster is not None:
             c = self.cluster
             cdoc = c.snapshot.to_dict() if c.snapshot is not None else {}
@@ -207,6 +210,7 @@ class FleetState:
             queues=_queues_from_doc(doc.get("queues") or ()), autoscalers=tuple(doc.get("autoscalers") or ()),
             mode=str(doc.get("mode") or "replay"),
             verdicts=_verdicts_from_doc(doc.get("verdicts") or []),
+            slo_report=doc["slo_report"] if isinstance(doc.get("slo_report"), dict) else None,
         )
 
 

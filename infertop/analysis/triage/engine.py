@@ -39,6 +39,9 @@ TIMING = {
     "autoscaler-blocked": (15.0, 30.0),
     "autoscaler-at-max": (15.0, 30.0),
     "priority-inversion": (10.0, 30.0),
+    # the burn windows already span minutes: raised when they say so, cleared once quiet for a minute
+    "slo-fast-burn": (0.0, 60.0),
+    "slo-budget-spent": (0.0, 300.0),
 }
 HUNG_AFTER_S = 15.0  # no token counted this long while requests run: a hung engine (a long prefill is seconds)
 CRASH_WINDOW_S = 600.0

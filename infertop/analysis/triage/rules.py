@@ -14,6 +14,7 @@ from collections.abc import Callable
 from ...domain.engine import DOWN, UP
 from ...domain.gpu import APP_XIDS
 from ...format import count_human, pct_human, rate_human, seconds_human
+from .slo_rules import slo_burn
 from .types import CRITICAL, WARNING, Evidence, Finding, Remedy
 
 Active = Callable[[str, str], bool]
@@ -179,4 +180,4 @@ def _fresh_up(state):
     return [e for e in state.engines if e.fresh and e.stats.state == UP]
 
 
-RULES = (metrics_stale, engine_down, kv_bound, queue_bound, gpu_faults)
+RULES = (metrics_stale, engine_down, kv_bound, queue_bound, gpu_faults, slo_burn)

@@ -1,0 +1,67 @@
+"""SLO verdicts from the tick's SLO report (analysis.slo, carried as ``state.slo_report``): a fast burn (over
+the fast pair of windows, 14.4× over 1 h and 5 min, scaled to the history there is) and 80 % of a week's
+error budget used. The subject is the class (``slo:chat``); its remedy is the capacity answer."""
+
+from __future__ import annotations
+
+from ...format import seconds_human
+from .types import CRITICAL, WARNING, Evidence, Finding, Remedy
+
+
+def slo_burn(state, active) -> list[Finding]:
+    report = getattr(state, "slo_report", None)
+    if not isinstance(report, dict):
+        return []
+    out = []
+    for c in report.get("classes") or ():
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+            continue
+        try:
+            out += _class_findings(c, report)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            continue  # a recorded report of the wrong shape says nothing
+    return out
+
+
+def _class_findings(c: dict, report: dict) -> list[Finding]:
+    name, subject = c["name"], f"slo:{c['name']}"
+    out = []
+    fast = next((w for w in c.get("burn") or () if w.get("pair") == "fast"), None)
+    remedies = _remedies(c)
+    if c.get("fast_burn_firing") and fast is not None:
+        ev = (Evidence("burn rate, long window", f"{fast['long_burn']:.1f}×", f"≥ {fast['threshold']:g}×",
+                       f"last {seconds_human(fast['long_s'])}, {fast['long_requests']:.0f} requests"),
+              Evidence("burn rate, short window", f"{fast['short_burn']:.1f}×", f"≥ {fast['threshold']:g}×",
+                       f"last {seconds_human(fast['short_s'])}, {fast['short_requests']:.0f} requests"))
+        scaled = " (windows scaled to the history there is)" if fast.get("scaled") else ""
+        out.append(Finding(
+            "slo-fast-burn", subject, CRITICAL,
+            f"SLO class {name} burns its error budget {fast['long_burn']:.0f}× too fast over "
+            f"{seconds_human(fast['long_s'])} and {fast['short_burn']:.0f}× over {seconds_human(fast['short_s'])}"
+            f"{scaled}: {c.get('objective', '')} will not hold.", ev, remedies))
+    used = c.get("week_budget_used_pct")
+    if c.get("week_budget_spent") and used is not None:
+        out.append(Finding(
+            "slo-budget-spent", subject, WARNING,
+            f"SLO class {name} has used {used:.0f} % of a week's error budget (over the last "
+            f"{seconds_human(c.get('week_span_s'))}, the week's requests projected from it).",
+            (Evidence("week's budget used", f"{used:.0f} %", f"≥ {report.get('week_budget_pct', 80):g} %",
+                      f"last {seconds_human(c.get('week_span_s'))}"),), remedies))
+    return out
+
+
+def _remedies(c: dict) -> tuple[Remedy, ...]:
+    cap = c.get("capacity") or {}
+    engines = c.get("engines") or []
+    out = []
+    worst = (c.get("worst") or {}).get(c.get("objective_stage") or "e2e") or {}
+    if worst.get("broke"):
+        out.append(Remedy(f"the stage that breaks it: {worst['broke']} on {worst.get('engine')} — {worst.get('text')}"))
+    hold = cap.get("replicas_to_hold")
+    if hold and engines and hold > len(engines):
+        out.append(Remedy(f"scale to {hold} replicas (the capacity model holds the queue and TTFT targets there)",
+                          "S", engines[0], int(hold)))
+    seqs = cap.get("max_num_seqs_to_hold")
+    if seqs and engines:
+        out.append(Remedy(f"or raise max_num_seqs to {seqs} at {len(engines)} replicas", "m", engines[0], int(seqs)))
+    return tuple(out)
