@@ -219,7 +219,7 @@ def test_absent_custom_resources_are_no_error_and_a_403_is_shown(emu, tmp_path):
     emu.install("ScaledObject")
     emu.add_scaled_object(NS, "vllm", "vllm")
     # everything but listing the custom resources
-    emu.set_rules([(("get", "list", "watch", "create"), ("", "apps", "autoscaling", "authorization.k8s.io"), "*"),
+    emu.set_rules([(("get", "list", "watch", "create"), ("", "apps", "autoscaling", "authorization.k8s.io", "policy", "discovery.k8s.io"), "*"),
                    ("get", ("keda.sh", "llmd.ai"), "*", "")])
     snap, _ = read(emu, tmp_path)
     assert snap.scaled_objects == ()

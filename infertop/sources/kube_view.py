@@ -25,7 +25,7 @@ from ..domain.kube import (
     PodView,
     WorkloadView,
 )
-from ..analysis.autoscaler_common import parse_quantity
+from ..domain.quantity import parse_quantity
 from .kube_autoscalers import behavior_view, scaled_object_view, variant_view
 from .kube_clean import clean_view
 from .kube_session import CUSTOM_KINDS, NAMESPACED_KINDS, _one_line
