@@ -31,8 +31,9 @@ LONG_PROMPT_MIN_GROWTH_TOKENS = 500.0
 TTFT_UP_X = 1.5  # TTFT p50 (or p99, which moves first in a 60 s window) this much over its baseline …
 # … and by this much: 100 ms on the median is where a chat user starts to see a slower first token (and
 # 5 % of the 2 s TTFT target); a batch's queue moves a 30 ms median by tens of ms, which is no flood.
-# The p99 moves with every burst's queue: it needs a quarter of the TTFT target.
-TTFT_UP_MIN_S = {"ttft_p50_s": 0.100, "ttft_p99_s": 0.500}
+# The p99 moves with every burst's queue (up to +0.7 s on the simulated healthy fleet): it needs half the
+# TTFT target.
+TTFT_UP_MIN_S = {"ttft_p50_s": 0.100, "ttft_p99_s": 1.000}
 TTFT_HELD_X = 1.2  # a held long-prompt verdict needs its TTFT still this much up (and half the gap above)
 # decode slowed too — ITL ×1.5 and 10 ms more (10 → 15 ms is chunked prefill's share of a step, not a
 # slower GPU): another cause (KV, GPU) speaks
