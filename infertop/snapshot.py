@@ -2,7 +2,9 @@
 print it as a table or JSON, and say with the exit code whether all is well.
 
 Exit codes: 0 every source fresh; 1 some source down or stale (the output
-still carries everything known, with ages); 2 usage or config error.
+still carries everything known, with ages); 2 usage or config error; 4 a critical
+verdict beyond a source being down; 5 an SLO class burns its error budget fast
+(the fast pair of windows, scaled to the snapshot's window) and nothing worse.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .state.fleet import FRESH, FleetJoiner, FleetState
 
 EXIT_OK, EXIT_DEGRADED = 0, 1
 EXIT_CRITICAL = 4  # a critical triage verdict on what answers (a hung engine, a lost GPU): the output names it
+EXIT_FAST_BURN = 5  # an SLO class's error budget burns fast (slo-fast-burn) and nothing critical besides
 _SOURCE_VERDICTS = frozenset({"engine-down", "metrics-stale"})  # a source down or stale: exit 1 says that
 
 
@@ -119,7 +122,22 @@ async def collect_state(endpoints: list[EngineEndpoint], cfg: Config, window_s: 
         await collector.aclose()
         await queues.aclose()
     _set_cluster(joiner, cluster)
-    return joiner.build()
+    return with_slo(joiner.build(), cfg, collector.collectors)
+
+
+def with_slo(state: FleetState, cfg: Config, collectors) -> FleetState:
+    """``state`` with its SLO report over the snapshot's window: each engine's counts between the window's
+    first and last point (the burn windows scaled to that span, and said so)."""
+    from dataclasses import replace
+
+    from .analysis.slo.report import SloWatch, buckets_of, engine_windows
+
+    windows = engine_windows(collectors)
+    spans = [w.edges() for w in windows.values() if w.edges() is not None]
+    span_s = max((e[1][0] - e[0][0] for e in spans), default=0.0)
+    watch = SloWatch(cfg.slo_classes)
+    watch.update(state, buckets_of(windows, 0), now=state.taken_at - span_s)
+    return replace(state, slo_report=watch.update(state, buckets_of(windows, -1)))
 
 
 def _start_cluster_read(cfg: Config) -> asyncio.Future | None:
@@ -190,8 +208,11 @@ async def collect_snapshot(endpoints: list[EngineEndpoint], cfg: Config, window_
 def exit_code(state: FleetState) -> int:
     """0 all fresh and nothing critical; 4 a critical verdict beyond a source being down (a hung
     engine answers /metrics, a GPU with XID 79 may still report); else 1 when a source is down or stale."""
-    if any(v.severity == "critical" and v.kind not in _SOURCE_VERDICTS for v in verdicts_of(state)):
+    verdicts = verdicts_of(state)
+    if any(v.severity == "critical" and v.kind not in _SOURCE_VERDICTS | {"slo-fast-burn"} for v in verdicts):
         return EXIT_CRITICAL
+    if any(v.kind == "slo-fast-burn" for v in verdicts):
+        return EXIT_FAST_BURN
     return EXIT_OK if state.all_fresh else EXIT_DEGRADED
 
 
@@ -286,6 +307,7 @@ def print_table(state: FleetState, out: TextIO | None = None) -> None:
     _print_queues(state, out)
     _print_cluster(state, out)
     _print_autoscalers(state, out)
+    _print_slo(state, out)
 
 
 def _print_gpus(state: FleetState, out: TextIO) -> None:
@@ -431,3 +453,14 @@ def _print_autoscalers(state: FleetState, out: TextIO) -> None:
         if rest and rest.get("series"):
             kinds = ", ".join(f"{plain(k)} {d:g}" for k, d in (rest.get("depth_by_queue") or {}).items())
             print(f"    fleet-wide, no workload's: {kinds} ({rest['series']} series)", file=out)
+
+
+def _print_slo(state: FleetState, out: TextIO) -> None:
+    """Per class: its objective, the worst engine's stage budgets, burn rates with their windows, the week's
+    budget used and the capacity answer; per engine its class and why; cost."""
+    from .analysis.slo.text import slo_lines
+
+    print(file=out)
+    for line in slo_lines(state.slo_report):
+        print(line, file=out)
+

@@ -14,7 +14,7 @@ from the rate over the history there is (up to a week): 14.4× for one hour spen
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from .targets import WEEK_S
@@ -67,7 +67,7 @@ class SlotRing:
         """(requests, bad) over the last ``window_s`` (whole slots: the window's start rounds down)."""
         if not self._t:
             return 0.0, 0.0
-        i = bisect_left(self._t, now - window_s - 1e-9) - 1  # the last slot ending before the window
+        i = bisect_right(self._t, now - window_s - self.slot_s) - 1  # the last slot ending before the window
         if i < 0:
             return self._tot[-1] - self._base[0], self._bad[-1] - self._base[1]
         return self._tot[-1] - self._tot[i], self._bad[-1] - self._bad[i]

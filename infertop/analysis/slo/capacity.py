@@ -59,7 +59,8 @@ def erlang_c(servers: int, load: float) -> float:
     for k in range(1, servers + 1):
         b = load * b / (k + load * b)
     rho = load / servers
-    return b / (1.0 - rho * (1.0 - b))
+    denom = 1.0 - rho * (1.0 - b)
+    return min(1.0, b / denom) if denom > 0 else 1.0
 
 
 def predict(inp: CapacityInputs, what: str = "now", *, arrival_x: float = 1.0, replicas: int | None = None,
@@ -73,10 +74,10 @@ def predict(inp: CapacityInputs, what: str = "now", *, arrival_x: float = 1.0, r
     c = r * n
     load = lam * inp.service_s
     rho = load / c
-    if rho >= 1.0:
+    drain = c / inp.service_s - lam  # cμ − λ
+    if rho >= 1.0 or not drain > 0:  # (rounding can leave ρ a hair under 1 with no drain left)
         return Prediction(what, lam, c, rho, None, None, None, None, r, n)
     cw = erlang_c(c, load)
-    drain = c / inp.service_s - lam  # cμ − λ
     mean = cw / drain
     p99 = math.log(cw / 0.01) / drain if cw > 0.01 else 0.0
     return Prediction(what, lam, c, rho, cw, mean, p99, p99 + inp.prefill_p99_s, r, n)

@@ -43,6 +43,29 @@ def cumulative_buckets(window, which: int = -1) -> dict[str, list[tuple[float, f
     return out
 
 
+def engine_windows(collectors) -> dict[str, object]:
+    """Engine name → its counter window, over the collectors that answered their last poll (duck-typed:
+    ``health.ok``, ``stats``, ``windows``; an endpoint with several label sets names them in ``_names``)."""
+    out: dict[str, object] = {}
+    for c in collectors:
+        health, windows, stats = getattr(c, "health", None), getattr(c, "windows", None) or {}, getattr(c, "stats", ())
+        if health is None or not health.ok or not windows or not stats:
+            continue
+        if len(windows) == 1 and len(stats) == 1:
+            out[stats[0].name] = next(iter(windows.values()))
+            continue
+        names = getattr(c, "_names", {}) or {}
+        for ident, w in windows.items():
+            name = names.get(ident)
+            if name is not None:
+                out[name] = w
+    return out
+
+
+def buckets_of(windows: Mapping[str, object], which: int = -1) -> dict[str, dict[str, list]]:
+    return {name: cumulative_buckets(w, which) for name, w in windows.items()}
+
+
 class SloWatch:
     """Feed every tick; :meth:`update` answers the tick's SLO document."""
 

@@ -1,0 +1,93 @@
+"""The SLO report as plain lines (``snapshot``'s table, the SLO pane's text): every name from outside goes
+through :func:`infertop.text.plain`; a recorded report of the wrong shape reads as damaged, never raises."""
+
+from __future__ import annotations
+
+from ...format import count_human, pct_human, seconds_human
+from ...text import plain
+
+STAGES = ("queue", "ttft", "tpot", "e2e")
+
+
+def burn_text(w: dict) -> str:
+    def x(v):
+        return "—" if v is None else f"{v:.1f}×"
+
+    scaled = " (scaled)" if w.get("scaled") else ""
+    fire = " FIRING" if w.get("firing") else ""
+    return (f"{w['pair']} {x(w.get('long_burn'))} over {seconds_human(w.get('long_s'))} / "
+            f"{x(w.get('short_burn'))} over {seconds_human(w.get('short_s'))}{scaled}, ≥{w['threshold']:g}×{fire}")
+
+
+def class_lines(c: dict) -> list[str]:
+    engines = c.get("engines") or []
+    used = c.get("week_budget_used_pct")
+    out = [f"{plain(c['name'], 40)}: {plain(c.get('objective') or '', 120)} · {len(engines)} engines · "
+           f"{count_human(c.get('requests'))} requests, {count_human(c.get('bad'))} over target over "
+           f"{seconds_human(c.get('history_s'))}"]
+    out.append("  burn: " + " · ".join(burn_text(w) for w in c.get("burn") or ())
+               + f" · week's budget used {pct_human(used)} (from {seconds_human(c.get('week_span_s'))})")
+    worst = c.get("worst") or {}
+    for stage in STAGES:
+        w = worst.get(stage)
+        if w:
+            out.append(f"  {plain(w.get('text') or '', 200)}  [{plain(w.get('engine') or '', 60)}]")
+    if not worst:
+        out.append("  no engine with requests in this class")
+    cap = c.get("capacity")
+    if cap:
+        out.append(f"  capacity: {plain(cap.get('text') or '', 300)}")
+        for p in [cap.get("now"), *(cap.get("what_ifs") or ())]:
+            if p:
+                out.append("    " + prediction_text(p))
+    return out
+
+
+def prediction_text(p: dict) -> str:
+    if p.get("queue_p99_s") is None:
+        return f"{p['what']}: ρ {p['utilisation']:.2f} — the queue grows without bound"
+    return (f"{p['what']}: ρ {p['utilisation']:.2f}, wait {pct_human(100 * p['wait_chance'])}, queue p99 "
+            f"{seconds_human(p['queue_p99_s'])}, TTFT p99 {seconds_human(p['ttft_p99_s'])} "
+            f"({p['replicas']} × {p['max_num_seqs']} slots)")
+
+
+def cost_lines(cost: dict) -> list[str]:
+    price = cost.get("price_per_gpu_hour")
+    cur = plain(cost.get("currency") or "$", 4)
+    head = (f"cost: {cur}{price:g}/GPU-hour" if price is not None else
+            "cost: no price (set slo_classes.gpu_hour_price)")
+    out = [f"{head} · idle GPUs {cost.get('idle_gpus')}/{cost.get('gpus')} ({plain(cost.get('idle_how') or '', 120)})"
+           f" · idle {cost.get('idle_gpu_hours', 0):.2f} of {cost.get('gpu_hours', 0):.2f} GPU-hours watched"]
+    for m in cost.get("models") or ():
+        per_m = m.get("cost_per_million_tokens")
+        money = f" · {cur}{per_m:.3f}/M tokens ({cur}{m['cost_per_million_generated']:.3f}/M generated)" \
+            if per_m is not None and m.get("cost_per_million_generated") is not None else ""
+        assumed = f", {m['gpus_assumed']} assumed" if m.get("gpus_assumed") else ""
+        out.append(f"  {plain(m['model'], 60)}: {m['engines']} engines, {m['gpus']} GPUs{assumed} · "
+                   f"{count_human(m['tokens_per_gpu_hour'])} tokens/GPU-hour{money}")
+    return out
+
+
+def engine_line(e: dict) -> str:
+    over = [s for s in e.get("stages") or () if s.get("over")]
+    said = "; ".join(plain(s.get("text") or "", 160) for s in over) or "every stage within budget"
+    b = e.get("burn") or {}
+    burn = f" · burn {b['long_burn']:.1f}× over {seconds_human(b.get('long_s'))}" if b.get("long_burn") is not None else ""
+    return f"  · {plain(e['name'], 60)} → {plain(e['class'], 40)} ({plain(e.get('how') or '', 200)}){burn} · {said}"
+
+
+def slo_lines(report) -> list[str]:
+    if report is None:
+        return ["slo: no report (the SLO analysis did not run for this state)"]
+    try:
+        out = ["slo classes (" + plain(report.get("count_how") or "", 300) + "):"]
+        for c in report.get("classes") or ():
+            out += ["  " + line for line in class_lines(c)]
+        engines = report.get("engines") or ()
+        if engines:
+            out.append("slo engines:")
+            out += [engine_line(e) for e in engines]
+        out += cost_lines(report.get("cost") or {})
+        return out
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return ["slo: the report is damaged (a recording of the wrong shape)"]
