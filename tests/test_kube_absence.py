@@ -107,3 +107,30 @@ async def test_nodes_show_cpu_and_memory_requested_against_allocatable(emu, tmp_
         assert row[1] == "1/8" and row[4] == "2/64" and row[5] == "16Gi/512Gi"
         other = next(k for k in t._order if k != node)
         assert [str(getattr(c, "plain", c)) for c in t.get_row(other)][4:6] == ["0/64", "0/512Gi"]
+
+
+async def test_a_workload_and_a_pod_a_verdict_is_about_are_marked_in_the_cluster_pane(emu, tmp_path):
+    """Rows of the objects a triage verdict names carry ◆, as in the Engines and GPUs panes."""
+    from dataclasses import replace
+
+    from infertop.analysis.triage import Verdict
+
+    seed(emu)
+    app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.kube_snapshot is not None and app.kube_snapshot.pods, what="connect")
+        await app.poll_now()
+        await pilot.press("5")
+        pane = app.query_one(ClusterPane)
+        pod = app.kube_snapshot.pods[0]
+        app.state = replace(app.state, verdicts=(
+            Verdict("autoscaler-blocked", f"{NS}/Deployment/vllm", "critical", 0.0, "blocked"),
+            Verdict("crash-loop", f"{NS}/Pod/{pod.name}", "critical", 0.0, "looping")))
+        app._kube_render()
+        await pilot.pause()
+
+        def first(view, key):
+            return str(getattr(pane.table(view).get_row(key)[0 if view == "pods" else 1], "plain", ""))
+
+        assert first("workloads", f"Deployment/{NS}/vllm") == "◆ vllm"
+        assert first("pods", pod.key) == f"◆ {pod.name}"

@@ -384,7 +384,11 @@ class KubeConnection(ActionRunner):
             self._kube_pane_behind = True  # a hidden pane is not painted; it is when it comes on view
             return
         self._kube_pane_behind = False
-        pane.show(snap, header, self._kube_loads_now(snap), self._engine_names(), stale=stale is not None)
+        state = getattr(self, "state", None)
+        marks = {v.subject: v.severity for v in sorted(getattr(state, "verdicts", ()) or (),
+                                                       key=lambda v: v.severity == "critical")}  # critical last: wins
+        pane.show(snap, header, self._kube_loads_now(snap), self._engine_names(), stale=stale is not None,
+                  marks=marks)
 
     def _kube_loads_now(self, snap: ClusterSnapshot) -> dict:
         """Each pod's load: a pod that is a watched engine shows that engine's running and waiting at the

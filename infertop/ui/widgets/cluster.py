@@ -30,6 +30,7 @@ from ...format import DASH, count_human, age_short
 from .cluster_filter import RowFilter, keeps, parse_filter, sort_key
 from .lean import LeanLines
 from .panels import QuietStatic
+from .triage import mark_text
 
 VIEWS: tuple[tuple[str, str], ...] = (
     ("workloads", "Workloads"), ("pods", "Pods"), ("nodes", "Nodes"), ("hpas", "HPAs"), ("events", "Events"),
@@ -145,6 +146,7 @@ class ClusterPane(Vertical):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.marks: dict[str, str] = {}  # triage subject → severity (rows marked ◆)
         self.filters: dict[str, RowFilter] = {}  # view → its / filter
         self.sort_by: dict[str, tuple[int, bool]] = {}  # view → (column, descending)
         # Enter on a workload or a node: the pods view narrowed to it; Esc goes back to ``drill[0]``
@@ -263,9 +265,12 @@ class ClusterPane(Vertical):
         self.query_one("#cluster-header", QuietStatic).show(Text(text, style=style))
 
     def show(self, snap: ClusterSnapshot, header: Text | str, loads: dict | None = None,
-             engine_names: dict[str, str] | None = None, *, stale: bool = False) -> None:
-        """Render ``snap``; ``stale``: these are the last objects read, the cluster cannot be read now."""
+             engine_names: dict[str, str] | None = None, *, stale: bool = False,
+             marks: dict[str, str] | None = None) -> None:
+        """Render ``snap``; ``stale``: these are the last objects read, the cluster cannot be read now;
+        ``marks``: triage subjects (an engine, "ns/Kind/name") → worst severity: their rows are marked."""
         self.snapshot = snap
+        self.marks = marks or {}
         self.loads = loads or {}
         self.engine_names = engine_names or {}
         if stale != self.stale:
@@ -407,6 +412,14 @@ class ClusterPane(Vertical):
     def _label(self, ns: str, name: str, multi: bool) -> str:
         return f"{ns}/{name}" if multi else name
 
+    @staticmethod
+    def _marked(label: str, severity: str | None) -> Text | str:
+        """A row a triage verdict is about: ◆ before its name, in the verdict's colour (as in Engines)."""
+        if severity is None:
+            return label
+        text, style = mark_text(label, severity)
+        return Text(text, style=style)
+
     def workload_problem(self, snap: ClusterSnapshot, w: WorkloadView, with_pod: bool = False) -> str | None:
         for p in snap.pods_of(w):
             if p.problem:
@@ -429,7 +442,7 @@ class ClusterPane(Vertical):
                         f"{count_human(hpa.current_replicas)}→{count_human(hpa.desired_replicas)}")
         return [
             "deploy" if w.kind == "Deployment" else "sts",
-            self._label(w.namespace, w.name, multi),
+            self._marked(self._label(w.namespace, w.name, multi), self.marks.get(f"{w.namespace}/{w.kind}/{w.name}")),
             Text(f"{w.ready}/{w.desired if w.desired is not None else '?'}", style=ready_style),
             str(w.updated),
             str(w.available),
@@ -449,8 +462,9 @@ class ClusterPane(Vertical):
         url = p.engine_url
         engine = self.engine_names.get(url or "", (url or DASH).replace("http://", ""))
         last = p.last_termination_reason or DASH
+        severity = self.marks.get(f"{p.namespace}/Pod/{p.name}") or self.marks.get(engine)
         return [
-            self._label(p.namespace, p.name, multi),
+            self._marked(self._label(p.namespace, p.name, multi), severity),
             Text(p.status, style=status_style),
             p.ready_text,
             Text(str(p.restarts), style="yellow" if p.restarts else ""),
