@@ -149,6 +149,9 @@ ACTIONS: tuple[Action, ...] = (
     Action("show_pane('triage')", "8", "Show the Triage pane: verdicts worst first, their evidence and remedies "
            "(a remedy's key — m, S, r, N — opens its action pre-filled; ◆ marks the engines and GPUs a verdict is "
            "about in their panes)", "Panes", footer_label="Triage", show_in_footer=False),
+    Action("show_pane('slo')", "9", "Show the SLO pane: per workload class its stage budgets, burn rates with "
+           "their windows, capacity (Little's law, what-ifs) and cost, with plots against their targets", "Panes",
+           footer_label="SLO", show_in_footer=False),
     Action("command_palette", "ctrl+p", "Open the command palette", "General", footer_label="Palette",
            show_in_footer=False),
     Action("help", "question_mark", "Show every key binding", "General", footer_label="Help"),

@@ -42,6 +42,7 @@ from .autoscaler_actions import ADVISOR_ACTIONS, AutoscalerActions
 from ..analysis.alerts import AlertHold
 from ..state.changes import ChangeRecords
 from ..state.fleet_join import CONNECTING_FOR_S
+from ..analysis.slo.report import SloWatch
 from ..analysis.triage import Triage, Verdict
 from .remedy_actions import RemedyActions
 from .replay_actions import ReplayActions
@@ -59,6 +60,7 @@ from .widgets.overview import Overview
 from .widgets.panels import LineStatic, QuietStatic, Trend
 from .widgets.queue import QueuePane
 from .widgets.triage import TriagePane
+from .widgets.slo import SloPane
 
 __all__ = ["PANES", "InfertopApp", "PaneScreen", "Settings"]  # PANES is app_navigation's, importable here
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
@@ -148,6 +150,7 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
         self._states: dict[str, str] = {}
         self._membership = FleetMembership()  # engines that joined or left (a rescale), for the Log pane
         self.triage = Triage()  # the verdicts of each tick (the state's, the Log's and the Triage pane's)
+        self.slo_watch = SloWatch(cfg.slo_classes)  # each tick's SLO report (budgets, burn, capacity, cost)
         self.verdicts: tuple[Verdict, ...] = ()
         self.player = settings.replay
         if self.player is not None:
@@ -187,6 +190,8 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
                 yield AutoscalerPane(id="autoscaler-pane")
             with TabPane("8 Triage", id="triage"):
                 yield TriagePane(id="triage-pane")
+            with TabPane("9 SLO", id="slo"):
+                yield SloPane(id="slo-pane")
         yield QuietStatic(id="statusbar")
         # Compact, without ^P (in help): at 80 columns the pane's keys and "q Quit" must all fit.
         yield Footer(show_command_palette=False, compact=True)

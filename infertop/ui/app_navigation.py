@@ -19,7 +19,7 @@ from .widgets.gpus import GpusPane, GpusTable
 from .widgets.queue import QueuePane
 from .widgets.triage import TriagePane
 
-PANES = ("overview", "engines", "log", "gpus", "cluster", "queues", "autoscaler", "triage")
+PANES = ("overview", "engines", "log", "gpus", "cluster", "queues", "autoscaler", "triage", "slo")
 
 
 class NavigationMixin:

@@ -28,6 +28,8 @@ from .widgets.overview import Overview
 from .widgets.panels import LineStatic, QuietStatic, Trend
 from .widgets.queue import QueuePane
 from .widgets.triage import affected
+from .widgets.slo import SloPane, record_slo
+from ..analysis.slo.report import buckets_of, engine_windows
 
 GPU_KINDS = ("nvml", "dcgm", "prometheus", "gpu")
 
@@ -67,6 +69,7 @@ class PaintMixin:
         if self.player is None:
             # triage's verdicts become part of the tick: the recorder keeps them, replay shows them as recorded
             self.change_records.note_state(state)  # what moved: the "what changed" lines of a verdict's onset
+            state = self.slo_report_of(state)  # before triage: its SLO verdicts read the report
             verdicts = self.triage.evaluate(state, state.taken_at, changes=self.change_records.records(state.taken_at))
             state = dataclasses.replace(state, verdicts=verdicts)
         previous, self.state = self.state, state
@@ -76,9 +79,18 @@ class PaintMixin:
             while news:  # "rec failing: …" / "recording again", from the recorder thread
                 self.log_event(Text(news.pop(0)))
         record_state(self.history, state)
+        record_slo(self.history, state)
         record_history(self.history, flatten(state.gpus))
         self._note_changes(previous, state)
         self._paint(state)
+
+    def slo_report_of(self, state: FleetState) -> FleetState:
+        """``state`` with its SLO report: each engine's latest cumulative buckets from its counter window; the
+        engines under a verdict at the last tick are no healthy history for a class fit."""
+        troubled = {v.subject for v in self.state.verdicts} if self.state is not None else set()
+        windows = engine_windows(getattr(self.joiner.collector, "collectors", ()))
+        return dataclasses.replace(state, slo_report=self.slo_watch.update(state, buckets_of(windows),
+                                                                           troubled=troubled))
 
     def _paint(self, state: FleetState) -> None:
         """The header, the status bar and the pane on view, all from ``state``. A pane
@@ -104,6 +116,8 @@ class PaintMixin:
             self.render_autoscaler(state)
         elif pane == "triage":
             self.show_triage(state)
+        elif pane == "slo":
+            self.main.query_one("#slo-pane", SloPane).show(state, self.history)
         if self.player is not None:
             self._render_recorded_cluster(state)
         if isinstance(self.screen, EngineDetailScreen):

@@ -16,6 +16,7 @@ from rich.text import Text
 from ..sources.sanitize import plain_text
 from ..state.fleet import FleetState
 from ..state.fleet_history import record_state
+from .widgets.slo import record_slo
 from ..state.replay import MAX_REPLAY_ITEMS
 
 
@@ -93,6 +94,7 @@ class ReplayActions:
         for st in before:
             if st.taken_at >= pos - span:
                 record_state(self.history, st)
+                record_slo(self.history, st)
         # the Log as it stood at the new position: the changes of the minutes before it, with their times
         self.note_replayed(before, fresh=fresh)
         self.replay_tick()
