@@ -55,9 +55,10 @@ def erlang_c(servers: int, load: float) -> float:
         return 1.0
     if load <= 0:
         return 0.0
-    b = 1.0  # Erlang B by its recursion: stable for thousands of servers
+    inv = 1.0  # 1 / Erlang B, by its recursion 1/B(k) = 1 + k/a · 1/B(k−1): stable for thousands of servers
     for k in range(1, servers + 1):
-        b = load * b / (k + load * b)
+        inv = 1.0 + inv * k / load
+    b = 1.0 / inv
     rho = load / servers
     denom = 1.0 - rho * (1.0 - b)
     return min(1.0, b / denom) if denom > 0 else 1.0
@@ -111,9 +112,10 @@ def answer(inp: CapacityInputs, queue_target_s: float, ttft_target_s: float, hea
         return CapacityAnswer(conc, need, headroom_pct, None, None, None, None, (), inp,
                               "max_num_seqs unknown: set engines[].max_num_seqs in the config")
     by_conc = max(1, math.ceil(need / n)) if need > 0 else 1
-    replicas_hold = next((r for r in range(1, MAX_REPLICAS + 1)
-                          if holds(predict(inp, replicas=r), queue_target_s, ttft_target_s)), None)
-    seqs_hold = _fewest_seqs(inp, queue_target_s, ttft_target_s)
+    replicas_hold = _fewest(lambda r: holds(predict(inp, replicas=r), queue_target_s, ttft_target_s),
+                            max(1, math.floor(inp.arrival_per_s * inp.service_s / n)), MAX_REPLICAS)
+    seqs_hold = _fewest(lambda k: holds(predict(inp, max_num_seqs=k), queue_target_s, ttft_target_s),
+                        max(1, math.floor(inp.arrival_per_s * inp.service_s / inp.replicas)), MAX_SEQS)
     if what_ifs is None:
         what_ifs = (("arrival ×1.5", {"arrival_x": 1.5}), ("arrival ×2", {"arrival_x": 2.0}),
                     (f"max_num_seqs → {2 * n}", {"max_num_seqs": 2 * n}),
@@ -122,18 +124,25 @@ def answer(inp: CapacityInputs, queue_target_s: float, ttft_target_s: float, hea
     return CapacityAnswer(conc, need, headroom_pct, by_conc, replicas_hold, seqs_hold, predict(inp), preds, inp)
 
 
-def _fewest_seqs(inp: CapacityInputs, queue_target_s: float, ttft_target_s: float) -> int | None:
-    """Bisection: the predicted queue only shrinks as slots are added."""
-    lo, hi = 1, MAX_SEQS
-    if not holds(predict(inp, max_num_seqs=hi), queue_target_s, ttft_target_s):
-        return None
-    while lo < hi:
+def _fewest(ok, lo: int, cap: int) -> int | None:
+    """The least x in [lo, cap] with ``ok(x)`` (``ok`` only turns true as x grows: more slots, less queue),
+    found by doubling from the stability bound ``lo`` then bisecting: a handful of Erlang C evaluations,
+    each O(servers), where a scan from 1 cost hundreds at 500 engines."""
+    lo = max(1, min(lo, cap))
+    if ok(lo):
+        return lo
+    hi = lo
+    while not ok(hi):
+        if hi >= cap:
+            return None
+        lo, hi = hi, min(cap, hi * 2)
+    while hi - lo > 1:  # ok(hi), not ok(lo)
         mid = (lo + hi) // 2
-        if holds(predict(inp, max_num_seqs=mid), queue_target_s, ttft_target_s):
+        if ok(mid):
             hi = mid
         else:
-            lo = mid + 1
-    return lo
+            lo = mid
+    return hi
 
 
 def inputs_of(engines, prefer_running: bool = True) -> CapacityInputs | None:
