@@ -51,7 +51,7 @@ def test_a_fast_burn_is_in_the_table_and_json_and_exits_5(scripted):
     out = io.StringIO()
     print_table(st, out)
     table = out.getvalue()
-    assert "slo classes (requests over target counted from" in table
+    assert "slo classes:" in table and "(requests over target counted from" in table
     assert "chat: 99.9 % of requests within TTFT 1 s over 30 days" in table
     assert "FIRING" in table and "· chat-0 → chat (matches '*' (engine name))" in table
     assert "cost: $2/GPU-hour" in table and "1 assumed" in table

@@ -80,9 +80,10 @@ def slo_lines(report) -> list[str]:
     if report is None:
         return ["slo: no report (the SLO analysis did not run for this state)"]
     try:
-        out = ["slo classes (" + plain(report.get("count_how") or "", 300) + "):"]
+        out = ["slo classes:"]
         for c in report.get("classes") or ():
             out += ["  " + line for line in class_lines(c)]
+        out.append("  (" + plain(report.get("count_how") or "", 300) + ")")
         engines = report.get("engines") or ()
         if engines:
             out.append("slo engines:")

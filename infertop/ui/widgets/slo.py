@@ -83,7 +83,7 @@ class SloPlot(PlotextPlot):
         xs = [-(n - 1 - i) * step_s for i in range(n)]
         pts = [(x, v) for x, v in zip(xs, vals) if v is not None and not math.isnan(v)]
         if pts:
-            plt.plot([x for x, _ in pts], [v for _, v in pts], marker="braille")
+            plt.plot([x for x, _ in pts], [v for _, v in pts], marker="hd")
         if target is not None:
             plt.hline(target, "red")
             left = xs[0] if xs else 0.0
