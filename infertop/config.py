@@ -141,6 +141,9 @@ class SloClassesConfig:
     idle_util_pct: float = bounded(10.0, 0, 100)  # a GPU under this utilisation is idle
     fast_burn: float = bounded(14.4, 1, 1000)  # burn rate over the fast pair (1 h and 5 min) that is a verdict
     week_budget_pct: float = bounded(80.0, 1, 1000)  # of a week's error budget used: a verdict
+    # burn verdicts need this much history behind them: a burn "scaled" to 26 s of a demo is noise (the
+    # SRE pair is 1 h and 5 min; the short window is the least that means anything)
+    min_burn_history_s: float = bounded(300.0, 0, 604800)
 
     def validate(self) -> list[tuple[str, str]]:
         errs = bounds_errors(self)

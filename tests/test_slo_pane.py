@@ -28,7 +28,8 @@ class Clock:
 def _cfg() -> Config:
     cfg = Config(gpu=GpuConfig(nvml=False))
     cfg.slo_classes = SloClassesConfig(classes={"chat": SloClassConfig(
-        queue_p99_s=1.0, ttft_p99_s=1.0, tpot_p95_s=0.04, e2e_p99_s=5.0, objective_stage="ttft", match=["*"])})
+        queue_p99_s=1.0, ttft_p99_s=1.0, tpot_p95_s=0.04, e2e_p99_s=5.0, objective_stage="ttft", match=["*"])},
+        min_burn_history_s=0.0)  # the plots' mechanics in seconds, not the 5 minutes a verdict needs by default
     return cfg
 
 

@@ -61,3 +61,14 @@ def test_a_week_budget_mostly_spent_is_its_own_verdict_without_a_fast_burn():
     assert round(chat["week_budget_used_pct"]) == 143 and chat["week_span_s"] == 24 * 3600
     _, calm = run(bad_per_tick=0.4, ticks=25, step=3600.0)  # 4× for a day: 57 %
     assert not calm.slo_report["classes"][0]["week_budget_spent"]
+
+
+def test_a_burn_over_seconds_of_history_is_shown_but_no_verdict_until_five_minutes():
+    """The demo's first 26 s burned chat's budget "14×" (32 of 2568 requests over 5 s): a burn rate over
+    seconds is noise, so it is reported, and it pages only once 5 minutes of history stand behind it."""
+    verdicts, state = run(bad_per_tick=30.0, ticks=20, step=10.0)  # 190 s of history
+    chat = next(c for c in state.slo_report["classes"] if c["name"] == "chat")
+    assert [w["long_burn"] for w in chat["burn"] if w["pair"] == "fast"][0] > 14.4
+    assert not chat["fast_burn_firing"] and "slo-fast-burn" not in {v.kind for v in verdicts}
+    verdicts, _ = run(bad_per_tick=30.0, ticks=40, step=10.0)  # 390 s
+    assert "slo-fast-burn" in {v.kind for v in verdicts}

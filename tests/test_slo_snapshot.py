@@ -20,7 +20,7 @@ def _cfg() -> Config:
     # one class, counted by TTFT: 99.9 % of requests within 1 s
     cfg.slo_classes = SloClassesConfig(classes={"chat": SloClassConfig(
         queue_p99_s=1.0, ttft_p99_s=1.0, tpot_p95_s=0.04, e2e_p99_s=5.0, objective_stage="ttft", match=["*"])},
-        gpu_hour_price=2.0)
+        gpu_hour_price=2.0, min_burn_history_s=0.0)  # a seconds-long window: the default waits 5 min of history
     return cfg
 
 

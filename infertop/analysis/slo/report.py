@@ -178,8 +178,10 @@ class SloWatch:
             "worst": worst_doc, "burn": [flat(w) | {"firing": w.firing} for w in windows],
             "history_s": tracker.history_s(now), "requests": total, "bad": bad,
             "week_budget_used_pct": used, "week_span_s": span,
-            "fast_burn_firing": fast.firing,
-            "week_budget_spent": used is not None and used >= sec.week_budget_pct and total >= 100,
+            # a verdict needs history: seconds of a start-up (or a short snapshot) are shown, never paged on
+            "fast_burn_firing": fast.firing and tracker.history_s(now) >= sec.min_burn_history_s,
+            "week_budget_spent": (used is not None and used >= sec.week_budget_pct and total >= 100
+                                  and (span or 0.0) >= max(sec.min_burn_history_s, 3600.0)),
             "capacity": cap,
         }
 
