@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+from .pod_rules import engine_of_pod
 from ..autoscaler_common import AT_MAX, METRIC_UNAVAILABLE, PAUSED, AutoscalerExplanation
 from ..autoscalers import explain_workloads
 from .context import RuleContext
@@ -223,7 +224,7 @@ def _engines_of(state, snap) -> dict[str, list[str]]:
     by_url = {(e.stats.url or "").rstrip("/"): e.name for e in state.engines if e.stats.url}
     names = {e.name for e in state.engines}
     for pod in snap.pods:
-        engine = by_url.get(pod.engine_url or "") or (pod.name if pod.name in names else None)
+        engine = engine_of_pod(pod, by_url, names)
         w = snap.workload_of(pod) if engine is not None and not pod.terminating else None
         if w is not None and engine not in out.setdefault(w.key, []):
             out[w.key].append(engine)

@@ -51,10 +51,15 @@ def pod_crash_loops(state, active) -> list[Finding]:
     return out
 
 
+def engine_of_pod(pod, by_url: dict[str, str], names: set[str]) -> str | None:
+    """The engine a pod serves: by its URL (``by_url``: engine URL → name), else an engine named as the pod
+    (the advisor's join, state.advisor.workload_engines; analysis sits below state)."""
+    return by_url.get((getattr(pod, "engine_url", None) or "").rstrip("/")) or (pod.name if pod.name in names else None)
+
+
 def _subject(pod, by_url: dict[str, str], names: set[str]) -> str:
-    """The engine the pod serves (by its URL, else by name), else the pod itself."""
-    engine = by_url.get((getattr(pod, "engine_url", None) or "").rstrip("/")) or (pod.name if pod.name in names else None)
-    return engine or f"{pod.namespace}/Pod/{pod.name}"
+    """The engine the pod serves, else the pod itself."""
+    return engine_of_pod(pod, by_url, names) or f"{pod.namespace}/Pod/{pod.name}"
 
 
 def _workload(pod) -> str:
