@@ -14,7 +14,6 @@ import asyncio
 import signal
 import sys
 import time
-from dataclasses import replace
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -55,58 +54,25 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
     """Poll like the TUI, append one fleet state per tick; returns (ticks seen, ticks written to the file,
     why the last write failed or None). ``on_tick(state)`` sees each state once it is appended. A failed
     write is said once on stderr and retried with the next block ("recording again" once it works)."""
-    from .analysis.alerts import AlertHold
-    from .state.fleet_join import CONNECTING_FOR_S
-    from .gpu_snapshot import _collector
-    from .sources.vllm import FleetCollector
-    from .state.fleet import FleetJoiner
     from .state.recording import StateLog
+    from .state.service import Fleet
 
-    if prometheus:  # the engines from Prometheus (--prometheus)
-        from .sources.prometheus_fleet import PromFleetSource
-
-        collector = PromFleetSource(cfg.prometheus)
-    else:
-        collector = FleetCollector(endpoints, interval_s=cfg.refresh_s, window_s=cfg.window_s)
-    joiner = FleetJoiner(collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s, mode=mode,
-                         engine_pods=engine_pods)
-    joiner.alert_hold = AlertHold()  # the alerts as the console shows them
-    joiner.connecting_for_s = CONNECTING_FOR_S  # and its start-up: "connecting", not down
-    collector.on_update = lambda _snap: joiner.observe()
-    gpu = _collector(cfg, list(dcgm_urls or []))
+    # the one composition root: the same tick as the console's (SLO report, what changed, verdicts); the
+    # cluster listed each kube.refresh_s (a recorder under cron keeps no informers); the advisor evaluates
+    # in ``recommend`` at most: a recorder never scales
+    fleet = Fleet(cfg, endpoints=endpoints, mode=mode, engine_pods=engine_pods, dcgm_urls=dcgm_urls or (),
+                  prometheus=prometheus)
     log = StateLog(path, refresh_s=cfg.refresh_s, keep_s=0, retention_s=retention_s)
     stop = stop or asyncio.Event()
-    polling = asyncio.create_task(collector.run())
-
-    async def gpus() -> None:
-        while not stop.is_set():
-            rows, health = await gpu.poll()
-            joiner.set_gpus(rows, health)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=max(2.0, cfg.refresh_s))
-            except TimeoutError:
-                pass
-
-    gpu_task = asyncio.create_task(gpus())
-    cluster_task = asyncio.create_task(cluster_reads(cfg, joiner, stop, engine_pods)) if cfg.kube.configured else None
-    from .sources.queues import QueueFleet
-    from .sources.queues_config import queue_collectors
-
-    queues = QueueFleet(queue_collectors(cfg, cfg.window_s), interval_s=cfg.refresh_s)
-    joiner.queue_collectors = queues.collectors
-    queue_task = asyncio.create_task(queues.run())
+    polling = asyncio.create_task(fleet.run(stop, cluster=True))
     started = time.monotonic()
-    from .analysis.triage import Triage
-
-    triage = Triage()  # the verdicts as the TUI would have raised them, recorded with each tick
     try:
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), timeout=cfg.refresh_s)
             except TimeoutError:
                 pass
-            state = joiner.build()
-            state = replace(state, verdicts=triage.evaluate(state, state.taken_at))
+            state = fleet.build()
             log.add(state.taken_at, state)
             if on_tick is not None:
                 on_tick(state)
@@ -118,13 +84,8 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
                 break
     finally:
         stop.set()
-        if collector._stopped is not None:
-            collector._stopped.set()
-        queue_task.cancel()
-        await asyncio.gather(polling, gpu_task, queue_task, *([cluster_task] if cluster_task else []),
-                             return_exceptions=True)
-        await gpu.aclose()
-        await queues.aclose()
+        await asyncio.gather(polling, return_exceptions=True)
+        await fleet.close()
         await asyncio.to_thread(log.close)
         _say(log.record_news)
     return log.ticks, log.ticks_written, log.record_error
@@ -133,43 +94,6 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
 def _say(news: list[str]) -> None:
     while news:
         print(f"infertop record: {news.pop(0)}", file=sys.stderr)
-
-
-async def cluster_reads(cfg, joiner, stop: asyncio.Event, engine_pods=None) -> None:
-    """The cluster in every recorded tick, as the TUI shows it: a list of every kind each
-    ``kube.refresh_s`` (no watch: a recorder under cron or systemd keeps no informers), one session
-    kept open and reopened after a failure; a failed read keeps the last objects, marked stale with
-    the error. The scaling advisor evaluates in ``recommend`` at most: a recorder never scales."""
-    from .sources.kube import KubeError, read_cluster, session_for
-
-    if cfg.advisor.mode != "off":
-        from .state.advisor import Advisor
-
-        joiner.autoscalers = Advisor(cfg.advisor, cfg.slo, engine_pods=engine_pods, allow_auto=False)
-    session = None
-    try:
-        while not stop.is_set():
-            source = cfg.kube.context or "kubernetes"
-            try:
-                if session is None:
-                    session = await asyncio.to_thread(session_for, cfg.kube)
-                source = session.context
-                snap = await asyncio.to_thread(read_cluster, session, cfg.kube)
-                joiner.set_cluster(snap, source=source, api_calls=session.calls)
-            except Exception as e:  # noqa: BLE001 — a poll loop must not die: any failure is this source's error
-                error = str(e) if isinstance(e, KubeError) else f"{type(e).__name__}: {e}"
-                joiner.set_cluster(None, error=error, source=source,
-                                   api_calls=session.calls if session is not None else None)
-                if session is not None:
-                    session.close()
-                    session = None
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=max(cfg.kube.refresh_s, cfg.refresh_s))
-            except TimeoutError:
-                pass
-    finally:
-        if session is not None:
-            session.close()
 
 
 def record_main(args: argparse.Namespace, cfg, endpoints, *, dcgm_urls, engine_pods, mode: str,

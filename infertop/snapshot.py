@@ -9,17 +9,15 @@ verdict beyond a source being down; 5 an SLO class burns its error budget fast
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import time
-from typing import Any, TextIO
+from typing import TextIO
 
 from .config import Config
-from .sources.queues import QueueFleet
-from .sources.queues_config import queue_collectors
-from .sources.vllm import EngineEndpoint, FleetCollector
-from .state.fleet import FRESH, FleetJoiner, FleetState
+from .sources.vllm import EngineEndpoint
+from .state.fleet import FRESH, FleetState
+from .state.service import Fleet
 
 EXIT_OK, EXIT_DEGRADED = 0, 1
 EXIT_CRITICAL = 4  # a critical triage verdict on what answers (a hung engine, a lost GPU): the output names it
@@ -40,166 +38,19 @@ def apply_demo_defaults(cfg: Config, notes: list[str] | None = None) -> None:
             notes.append("Demo SLO: E2E p99 ≤ 20 s (long outputs); other targets are the chat defaults.")
 
 
-# How long the engines keep polling while a cluster read is still under way: past it the state is
-# built without the cluster (shown as not read yet) rather than waiting on a hung API server.
-CLUSTER_WAIT_S = 30.0
-
-
-async def _until_done(task: asyncio.Future | None) -> None:
-    if task is not None:
-        await asyncio.wait({task}, timeout=CLUSTER_WAIT_S)
-
-
-async def poll_window(collector: FleetCollector, window_s: float, on_poll=None,
-                      until: asyncio.Future | None = None) -> None:
-    """Run every engine's own poll loop for ``window_s`` seconds — and for as long as ``until``
-    (the cluster read) is still running, so every engine's last answer is as recent as the
-    cluster's — then until each engine has answered or failed at least once. One slow engine
-    never delays another."""
-    done: set[str] = set()
-    everyone = asyncio.Event()
-    names = {c.endpoint.name for c in collector.collectors}
-    previous = collector.on_update
-
-    def polled(snap) -> None:
-        if previous is not None:
-            previous(snap)
-        if on_poll is not None:
-            on_poll()
-        for c in collector.collectors:
-            if c.health.ok or c.health.consecutive_failures:
-                done.add(c.endpoint.name)
-        if done >= names:
-            everyone.set()
-
-    collector.on_update = polled
-    if not names:
-        everyone.set()
-    task = asyncio.create_task(collector.run())
-    try:
-        await asyncio.gather(asyncio.sleep(max(0.0, window_s)), _until_done(until))
-        longest = max((c.endpoint.timeout_s for c in collector.collectors), default=0.0)
-        try:
-            await asyncio.wait_for(everyone.wait(), timeout=longest + 2.0)
-        except TimeoutError:
-            pass
-    finally:
-        if collector._stopped is not None:
-            collector._stopped.set()
-        else:
-            task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        collector.on_update = previous
-
-
 async def collect_state(endpoints: list[EngineEndpoint], cfg: Config, window_s: float, *,
                         dcgm_urls: list[str] | None = None, engine_pods: dict[str, str] | None = None,
                         mode: str = "live", prometheus: bool = False) -> FleetState:
     """Poll for ``window_s`` seconds and join everything into one :class:`FleetState`
-    (``prometheus``: one refresh of the engines from Prometheus, whose rates already span its window)."""
-    from .gpu_snapshot import _collector
-
-    if prometheus:
-        return await _prometheus_state(cfg, dcgm_urls, mode)
-    collector = FleetCollector(endpoints, interval_s=cfg.refresh_s, window_s=max(window_s, cfg.refresh_s))
-    joiner = FleetJoiner(collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=collector.collectors[0].window_s
-                         if collector.collectors else window_s, mode=mode, engine_pods=engine_pods)
-    if cfg.kube.configured and cfg.advisor.mode != "off":
-        from .state.advisor import Advisor  # one evaluation, never applied (headless)
-
-        joiner.autoscalers = Advisor(cfg.advisor, cfg.slo, engine_pods=engine_pods, allow_auto=False)
-    gpu = _collector(cfg, list(dcgm_urls or []))
-    queues = QueueFleet(queue_collectors(cfg, joiner.window_s), interval_s=cfg.refresh_s)
-    joiner.queue_collectors = queues.collectors
-    # The cluster is read while the engines are polled, not after: its first read (the kubernetes
-    # client's import, a dozen lists) takes seconds, and read in series it left every engine's last
-    # answer that old — a healthy fleet reported as "engines up 0/6".
-    cluster = _start_cluster_read(cfg)
+    (``prometheus``: one refresh of the engines from Prometheus, whose rates already span its window).
+    The one composition root builds it (state/service.py): the same tick as the console's."""
+    fleet = Fleet(cfg, endpoints=endpoints, mode=mode, engine_pods=engine_pods, dcgm_urls=dcgm_urls or (),
+                  prometheus=prometheus, watch=False, window_s=max(window_s, cfg.refresh_s))
     try:
-        await asyncio.gather(poll_window(collector, window_s, on_poll=joiner.observe, until=cluster),
-                             _poll_queues(queues, window_s, cluster))
-        rows, health = await gpu.poll()
-        joiner.set_gpus(rows, health)
+        await fleet.poll_window(window_s)
     finally:
-        await gpu.aclose()
-        await collector.aclose()
-        await queues.aclose()
-    _set_cluster(joiner, cluster)
-    return with_slo(joiner.build(), cfg, collector.collectors)
-
-
-def with_slo(state: FleetState, cfg: Config, collectors) -> FleetState:
-    """``state`` with its SLO report over the snapshot's window: each engine's counts between the window's
-    first and last point (the burn windows scaled to that span, and said so)."""
-    from dataclasses import replace
-
-    from .analysis.slo.report import SloWatch, buckets_of, engine_windows
-
-    windows = engine_windows(collectors)
-    spans = [w.edges() for w in windows.values() if w.edges() is not None]
-    span_s = max((e[1][0] - e[0][0] for e in spans), default=0.0)
-    watch = SloWatch(cfg.slo_classes)
-    watch.update(state, buckets_of(windows, 0), now=state.taken_at - span_s)
-    return replace(state, slo_report=watch.update(state, buckets_of(windows, -1)))
-
-
-def _start_cluster_read(cfg: Config) -> asyncio.Future | None:
-    return asyncio.ensure_future(asyncio.to_thread(_read_cluster, cfg)) if cfg.kube.configured else None
-
-
-async def _poll_queues(queues: QueueFleet, window_s: float, cluster: asyncio.Future | None) -> None:
-    """The queue sources' window, ending no earlier than the cluster read (their answers as recent)."""
-    start = time.monotonic()
-    await _until_done(cluster)
-    await queues.run(max(0.0, window_s - (time.monotonic() - start)))
-
-
-def _set_cluster(joiner: FleetJoiner, cluster: asyncio.Future | None) -> None:
-    if cluster is None:
-        return
-    if not cluster.done():
-        cluster.cancel()  # the thread finishes on its own; the state says the read did not end
-        joiner.set_cluster(None, error=f"no answer from the API server in {CLUSTER_WAIT_S:.0f} s")
-        return
-    snap, error, source, calls = cluster.result()
-    joiner.set_cluster(snap, error=error, source=source, api_calls=calls)
-
-
-async def _prometheus_state(cfg: Config, dcgm_urls: list[str] | None, mode: str) -> FleetState:
-    from .gpu_snapshot import _collector
-    from .sources.prometheus_fleet import PromFleetSource
-
-    src = PromFleetSource(cfg.prometheus)
-    joiner = FleetJoiner(src, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.prometheus.window_s, mode=mode)
-    gpu = _collector(cfg, list(dcgm_urls or []))
-    cluster = _start_cluster_read(cfg)
-    try:
-        await _until_done(cluster)  # one refresh, taken once the cluster is read: both as recent
-        (_, (rows, health)) = await asyncio.gather(asyncio.to_thread(src.refresh), gpu.poll())
-        joiner.observe()
-        joiner.set_gpus(rows, health)
-    finally:
-        await gpu.aclose()
-        src.close()
-    _set_cluster(joiner, cluster)
-    return joiner.build()
-
-
-def _read_cluster(cfg: Config) -> tuple[Any, str | None, str, int | None]:
-    """(cluster snapshot, error, context, API calls) of one read."""
-    from .sources.kube import KubeError, read_cluster, session_for
-
-    try:
-        session = session_for(cfg.kube)
-    except KubeError as e:
-        return None, str(e), cfg.kube.context or "kubernetes", None
-    try:
-        snap = read_cluster(session, cfg.kube)
-        return snap, None, session.context, session.calls
-    except KubeError as e:
-        return None, str(e), session.context, session.calls
-    finally:
-        session.close()
+        await fleet.close()
+    return fleet.build()
 
 
 async def collect_snapshot(endpoints: list[EngineEndpoint], cfg: Config, window_s: float, *,

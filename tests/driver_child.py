@@ -64,7 +64,7 @@ def main(out_path: str, state_dir: str) -> None:
                         endpoints=[c.endpoint for c in fleet.collectors], state_dir=state_dir)
     app = Scripted(settings, poll=False)
     app.driver_class = driver_class(on_frame=lambda w, s, c, r: frames.append((w, s, c, r)))
-    app.joiner = FleetJoiner(fleet, slo=settings.config.slo, refresh_s=1.0, window_s=60.0)
+    app.fleet.joiner = FleetJoiner(fleet, slo=settings.config.slo, refresh_s=1.0, window_s=60.0)
     step = 0
     script = {10: lambda: app.action_show_pane("engines"), 18: app.action_help, 24: app.pop_screen,
               28: lambda: app.action_show_pane("gpus"), 34: lambda: app.action_show_pane("overview"),

@@ -354,7 +354,7 @@ async def test_a_pane_shown_later_shows_the_state_on_screen_at_once(tmp_path):
     alpha = Engine("alpha", 1)
     fleet = Fleet(alpha)
     app = InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False)), state_dir=str(tmp_path)), poll=False)
-    app.joiner = FleetJoiner(fleet, slo=Config().slo, refresh_s=1.0, window_s=60.0)
+    app.fleet.joiner = FleetJoiner(fleet, slo=Config().slo, refresh_s=1.0, window_s=60.0)
     async with app.run_test(size=(120, 40)) as pilot:
         app.show_state(app.joiner.build())
         await pilot.press("2")

@@ -23,9 +23,9 @@ from ..config import Config, default_state_dir
 from ..domain.engine import FleetSnapshot
 from ..sources.gpu import GpuCollector
 from ..sources.queues import QueueFleet
-from ..sources.queues_config import queue_collectors
-from ..sources.vllm import EngineEndpoint, FleetCollector
+from ..sources.vllm import EngineEndpoint
 from ..state.fleet import FleetJoiner, FleetState
+from ..state.service import Fleet
 from ..state.membership import FleetMembership
 from ..state.history import HistoryStore
 from ..state.recording import StateLog
@@ -39,10 +39,7 @@ from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
 from .queue_actions import QUEUE_ACTIONS, QueueActions
 from .autoscaler_actions import ADVISOR_ACTIONS, AutoscalerActions
-from ..analysis.alerts import AlertHold
 from ..state.changes import ChangeRecords
-from ..state.fleet_join import CONNECTING_FOR_S
-from ..analysis.slo.report import SloWatch
 from ..analysis.triage import Triage, Verdict
 from .remedy_actions import RemedyActions
 from .replay_actions import ReplayActions
@@ -118,39 +115,25 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
         super().__init__()
         fastpaint.install(self)  # Textual's internals checked; only changed cells go to the terminal
         cfg = settings.config
-        if settings.prometheus:
-            from ..sources.prometheus_fleet import PromFleetSource, seed_history
-
-            self.collector = PromFleetSource(cfg.prometheus, history_step_s=cfg.refresh_s)
-            self.collector.on_backfill = lambda series: seed_history(self.history, series)
-        else:
-            self.collector = FleetCollector(
-                settings.endpoints,
-                interval_s=cfg.refresh_s,
-                window_s=cfg.window_s,
-            )
+        # the one composition root (state/service.py), as snapshot and the recorder build it
+        self.fleet = Fleet(cfg, endpoints=settings.endpoints, mode=settings.mode, engine_pods=settings.engine_pods,
+                           dcgm_urls=settings.dcgm_urls, prometheus=settings.prometheus,
+                           advisor=None if settings.replay is not None else "console",
+                           allow_auto=not (settings.no_auto or settings.read_only),
+                           queues=settings.replay is None, gpu=gpu_collector, backfill_step_s=cfg.refresh_s,
+                           wall=settings.wall_clock)
         self.history = HistoryStore(max(2, int(cfg.history_s / cfg.refresh_s)))
+        if settings.prometheus:
+            from ..sources.prometheus_fleet import seed_history
+
+            self.collector.on_backfill = lambda series: seed_history(self.history, series)
         self.poll = poll
-        self.joiner = FleetJoiner(self.collector, slo=cfg.slo, refresh_s=cfg.refresh_s, window_s=cfg.window_s,
-                                  mode=settings.mode, engine_pods=settings.engine_pods, wall=settings.wall_clock)
-        self.change_records = ChangeRecords()  # actions run here, Kubernetes events, rescales: for the verdicts
-        self.joiner.connecting_for_s = CONNECTING_FOR_S  # start-up: no answer yet is "connecting", not down
-        self.joiner.alert_hold = AlertHold()  # warnings held 5 s before shown, kept 10 s after: no blinking at a threshold
         self.state: FleetState | None = None  # the state on screen
         self.advisor_setup()
-        self.collector.on_polled = self._on_polled
-        # GPUs: NVML (in a thread inside poll), dcgm-exporter URLs, Prometheus. Tests pass their own.
-        self.gpu_collector = gpu_collector or GpuCollector(cfg.gpu, cfg.prometheus, dcgm_urls=settings.dcgm_urls)
-        # Gateways and endpoint pickers: each polled by its own loop (tests poll them with poll_now).
-        self.queue_fleet = QueueFleet(queue_collectors(cfg, cfg.window_s) if settings.replay is None else [],
-                                      interval_s=cfg.refresh_s)
-        self.joiner.queue_collectors = self.queue_fleet.collectors
         self._gpu_states: dict[str, str] = {}
         self._gpu_logged_at: dict[str, float] = {}
         self._states: dict[str, str] = {}
         self._membership = FleetMembership()  # engines that joined or left (a rescale), for the Log pane
-        self.triage = Triage()  # the verdicts of each tick (the state's, the Log's and the Triage pane's)
-        self.slo_watch = SloWatch(cfg.slo_classes)  # each tick's SLO report (budgets, burn, capacity, cost)
         self.verdicts: tuple[Verdict, ...] = ()
         self.player = settings.replay
         if self.player is not None:
@@ -248,6 +231,31 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
             return
         self.call_from_thread(self.adopt_engines, records)
         self.call_from_thread(self.refresh_bindings)
+
+    # The fleet's parts, by the names the controllers use (each is the Fleet's own object).
+    @property
+    def collector(self) -> Any:
+        return self.fleet.collector
+
+    @property
+    def joiner(self) -> FleetJoiner:
+        return self.fleet.joiner
+
+    @property
+    def gpu_collector(self) -> GpuCollector:
+        return self.fleet.gpu
+
+    @property
+    def queue_fleet(self) -> QueueFleet:
+        return self.fleet.queues
+
+    @property
+    def change_records(self) -> ChangeRecords:
+        return self.fleet.changes
+
+    @property
+    def triage(self) -> Triage:
+        return self.fleet.triage
 
     @property
     def main(self):

@@ -6,16 +6,9 @@ app's ``__init__`` and its loops started in ``on_mount``.
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 from textual import work
 
-from ..domain.source import SourceHealth
 from .widgets.gpus import engine_refs
-
-GPU_REFRESH_MIN_S = 2.0  # GPUs are polled on their own schedule, at most this often
-
 
 class CollectionMixin:
     """Each source on a loop of its own that never blocks the UI; each tick joins their latest reads."""
@@ -36,26 +29,11 @@ class CollectionMixin:
     @work(exclusive=True, group="gpu", exit_on_error=False)
     async def start_gpu_collection(self) -> None:
         """GPU sources on their own schedule; the next poll starts when the last one finished."""
-        interval = max(GPU_REFRESH_MIN_S, self.settings.config.refresh_s)
-        while True:
-            started = time.monotonic()
-            await self.poll_gpus()
-            await asyncio.sleep(max(0.2, interval - (time.monotonic() - started)))
+        await self.fleet.gpu_loop(engine_refs=self._gpu_engine_refs)
 
     async def poll_gpus(self) -> None:
         """Read every GPU source once (NVML runs in a thread) and hand the rows to the fleet state."""
-        try:
-            nvml = self.gpu_collector.nvml
-            if nvml is not None and not nvml.gone:  # only NVML lists processes to map to engines
-                endpoints = [c.endpoint for c in self.collector.collectors]
-                self.gpu_collector.set_engines(await asyncio.to_thread(self._gpu_engine_refs, endpoints))
-            rows, health = await self.gpu_collector.poll()
-        except Exception as e:  # noqa: BLE001 — a GPU source must never stop the app
-            self.joiner.set_gpus(self.joiner.gpu_rows, [SourceHealth("gpu", "gpu", False, last_error=
-                                                                     f"GPU collection failed: {type(e).__name__}: {e}",
-                                                                     last_error_at=time.monotonic())])
-            return
-        self.joiner.set_gpus(rows, health)
+        await self.fleet.poll_gpus(self._gpu_engine_refs)
 
     def _gpu_engine_refs(self, endpoints: list) -> list:
         """(name, root PID, port) of the engines on this host (a thread: reads engine state files)."""
@@ -70,17 +48,14 @@ class CollectionMixin:
 
     async def poll_now(self) -> None:
         """Poll every engine (and queue source) once and render a new tick (tests and Ctrl+R)."""
-        await asyncio.gather(self.collector.poll_once(), self.queue_fleet.poll_once())
+        await self.fleet.poll_once()
         self.tick()
-
-    def _on_polled(self, collector) -> None:
-        self.joiner.observe([collector])
 
     async def action_refresh_now(self) -> None:
         if self.player is None:
             self.run_worker(self.kube_refresh_now(), group="kube-refresh-now", exclusive=True, exit_on_error=False)
         self.notify("polling every source now…", timeout=2)
-        await asyncio.gather(self.collector.poll_once(), self.queue_fleet.poll_once())
+        await self.fleet.poll_once()
         await self.poll_gpus()
         self.tick()
         n = len(self.state.failing_sources()) if self.state is not None else 0

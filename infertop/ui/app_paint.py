@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 
@@ -29,7 +28,6 @@ from .widgets.panels import LineStatic, QuietStatic, Trend
 from .widgets.queue import QueuePane
 from .widgets.triage import affected
 from .widgets.slo import SloPane, record_slo
-from ..analysis.slo.report import buckets_of, engine_windows
 
 GPU_KINDS = ("nvml", "dcgm", "prometheus", "gpu")
 
@@ -45,7 +43,7 @@ class PaintMixin:
             return
         with one_frame(self.main):  # the frame is rendered when the tick ends, not on a later wake-up
             self._join_cluster()
-            self.show_state(self.joiner.build())
+            self.show_state(self.fleet.build() if self.player is None else self.joiner.build())
         self.advisor_after_tick()
 
     def _join_cluster(self) -> None:
@@ -66,12 +64,6 @@ class PaintMixin:
     def show_state(self, state: FleetState) -> None:
         """Record ``state`` in the sparkline history and paint every pane from it.
         Every number on screen then comes from this one tick."""
-        if self.player is None:
-            # triage's verdicts become part of the tick: the recorder keeps them, replay shows them as recorded
-            self.change_records.note_state(state)  # what moved: the "what changed" lines of a verdict's onset
-            state = self.slo_report_of(state)  # before triage: its SLO verdicts read the report
-            verdicts = self.triage.evaluate(state, state.taken_at, changes=self.change_records.records(state.taken_at))
-            state = dataclasses.replace(state, verdicts=verdicts)
         previous, self.state = self.state, state
         if self.player is None:
             self.state_log.add(state.taken_at, state)
@@ -83,14 +75,6 @@ class PaintMixin:
         record_history(self.history, flatten(state.gpus))
         self._note_changes(previous, state)
         self._paint(state)
-
-    def slo_report_of(self, state: FleetState) -> FleetState:
-        """``state`` with its SLO report: each engine's latest cumulative buckets from its counter window; the
-        engines under a verdict at the last tick are no healthy history for a class fit."""
-        troubled = {v.subject for v in self.state.verdicts} if self.state is not None else set()
-        windows = engine_windows(getattr(self.joiner.collector, "collectors", ()))
-        return dataclasses.replace(state, slo_report=self.slo_watch.update(state, buckets_of(windows),
-                                                                           troubled=troubled))
 
     def _paint(self, state: FleetState) -> None:
         """The header, the status bar and the pane on view, all from ``state``. A pane

@@ -52,8 +52,7 @@ class AutoscalerActions:
         if s.replay is not None:
             return  # a replay shows the recorded decisions
         allow_auto = not (s.no_auto or s.read_only)
-        self.advisor = Advisor(s.config.advisor, s.config.slo, engine_pods=s.engine_pods, allow_auto=allow_auto)
-        self.joiner.autoscalers = self.advisor  # type: ignore[attr-defined]
+        self.advisor = self.fleet.advisor  # type: ignore[attr-defined]  # the Fleet built it (state/service.py)
         if s.config.advisor.mode == AUTO and not allow_auto:
             s.notes.append("Advisor: auto mode is off (" + ("--no-auto" if s.no_auto else "read-only")
                            + "): decisions are recommended only.")
