@@ -8,7 +8,7 @@ import pytest
 from infertop.config import Config, KubeConfig
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.widgets.cluster import VIEWS, ClusterPane
-from infertop.ui.widgets.cluster_filter import keeps, parse_filter
+from infertop.ui.widgets.cluster_filter import duration_s, keeps, parse_filter, sort_key
 from pilot_wait import until
 
 TOKEN = "kube-nav-token"
@@ -46,6 +46,13 @@ def test_filter_parses_regex_inversion_and_label_selectors():
     assert keeps(parse_filter("-l app=vllm,tier!=web"), Obj(), [])
     assert not keeps(parse_filter("-l app=vllm,tier=web"), Obj(), [])
     assert keeps(parse_filter("-l tier"), Obj(), []) and not keeps(parse_filter("-l zone"), Obj(), [])
+
+
+def test_ages_sort_as_durations_and_numbers_by_value():
+    ages = ["1h", "45s", "2d3h", "9m", "5m30s", "3d"]
+    assert sorted(ages, key=sort_key) == ["45s", "5m30s", "9m", "1h", "2d3h", "3d"]
+    assert duration_s("2d3h") == 2 * 86400 + 3 * 3600 and duration_s("Running") is None
+    assert sorted(["12", "3", "1/8", "web"], key=sort_key) == ["1/8", "3", "12", "web"]
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])

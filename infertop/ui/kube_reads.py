@@ -16,6 +16,8 @@ from .kube_connection import KubeConnection
 from .screens.kube_logs import KubeLogScreen
 from .screens.kube_object import KubeTextScreen
 
+# p and e on the Triage pane: the selected verdict's remedy of that key (remedy_actions.remedy_key)
+TRIAGE_READS = {"kube_logs_previous": "p", "kube_events": "e"}
 READ_ACTIONS = {"kube_describe", "kube_yaml", "kube_logs", "kube_logs_previous", "kube_events", "cluster_filter",
                 "cluster_sort"}
 
@@ -62,8 +64,40 @@ class KubeReads(KubeConnection):
     """Mixin for InfertopApp: d / y / e / l / p on the Cluster pane's selected object."""
 
     def kube_read_state(self, action: str) -> bool:
-        """Offered on the Cluster pane of the main screen; elsewhere the key is another pane's."""
+        """Offered on the Cluster pane of the main screen; elsewhere the key is another pane's — but on the
+        Triage pane p and e open the selected verdict's pod (its previous log, its events)."""
+        if action in TRIAGE_READS and self.on_triage():  # type: ignore[attr-defined]
+            return True
         return self.screen is self._main_screen() and self._cluster_active()  # type: ignore[attr-defined]
+
+    def open_pod_read(self, target: str, key: str) -> None:
+        """A triage remedy's read of pod ``target`` ("namespace/Pod/name"): ``p`` its previous container's
+        log, ``e`` its events — the screens p and e open on the pod in the Cluster pane; or why not."""
+        what = "previous container's log" if key == "p" else "events"
+        ns, kind, name = (target.split("/", 2) + ["", ""])[:3]
+        if kind != "Pod" or not ns or not name:
+            self.notify(f"the verdict names no pod to read the {what} of", severity="warning", timeout=4)  # type: ignore[attr-defined]
+            return
+        if self.player is not None:  # type: ignore[attr-defined]
+            self.notify(f"replay: there is no live cluster to read pod {ns}/{name}'s {what} from; the verdict's "  # type: ignore[attr-defined]
+                        "evidence is what was recorded", severity="warning", timeout=6, markup=False)
+            return
+        session = self.kube_session
+        if session is None:
+            error = getattr(self, "kube_error", None)
+            self.notify(f"cannot read pod {ns}/{name}'s {what}: Kubernetes is not "  # type: ignore[attr-defined]
+                        + (f"connected: {error}" if error else "configured"), severity="warning", timeout=6,
+                        markup=False)
+            return
+        if key == "e":
+            self.push_screen(KubeTextScreen(f"Events · Pod {ns}/{name}",  # type: ignore[attr-defined]
+                                            lambda: event_text(session, "Pod", ns, name)))
+            return
+        snap = self.kube_snapshot
+        pod = next((p for p in snap.pods if p.namespace == ns and p.name == name), None) if snap else None
+        # the pod gone from the snapshot: the API still answers (or says it is not found, in place)
+        self.push_screen(KubeLogScreen(session, ns, name, pod.container if pod is not None else None,  # type: ignore[attr-defined]
+                                       previous=True))
 
     def _read_target(self, what: str) -> tuple[KubeSession, Any] | None:
         session = self.kube_session
@@ -98,6 +132,8 @@ class KubeReads(KubeConnection):
                         lambda s, kind, ns, name: to_yaml(s.read_object(kind, ns, name)).splitlines())
 
     def action_kube_events(self) -> None:
+        if self.on_triage() and self.remedy_key("e"):  # type: ignore[attr-defined]
+            return
         self._open_text("list the events of", "Events", event_text)
 
     def _log_pod(self, obj: Any) -> PodView | None:
@@ -131,6 +167,8 @@ class KubeReads(KubeConnection):
         self._open_log(previous=False)
 
     def action_kube_logs_previous(self) -> None:
+        if self.on_triage() and self.remedy_key("p"):  # type: ignore[attr-defined]
+            return
         self._open_log(previous=True)
 
     def action_cluster_filter(self) -> None:

@@ -3,8 +3,9 @@ remedy names, pre-filled, through the same review / confirm / audit pipeline as 
 
 ``m`` opens the max_num_seqs dialog of the remedy's engine with the proposed value, ``r`` the restart
 of that engine, ``S`` the scale dialog of the workload running it (its pod's Deployment/StatefulSet),
-with the proposed replicas, ``N`` the drain of the node named. ``--read-only`` and replay never open
-anything: there the remedies are text.
+with the proposed replicas, ``N`` the drain of the node named; ``p`` the previous container's log of a
+crash-looping pod, ``e`` a Pending pod's events. ``--read-only`` opens only those two reads, a replay
+nothing (no live cluster): there the remedies are text.
 
 ``RemedyActions`` is a mixin of :class:`~infertop.ui.app.InfertopApp`.
 """
@@ -18,7 +19,7 @@ from ..domain.kube import ClusterSnapshot, PodView, WorkloadView
 from ..state.cluster_join import norm_url
 from .kube_connection import KUBE_MUTATING
 from .screens.verdict_detail import VerdictDetailScreen
-from .widgets.triage import OPENS, TriagePane
+from .widgets.triage import OPENS, READS, TriagePane
 
 
 def workload_of_engine(snap: ClusterSnapshot | None, name: str, url: str | None,
@@ -104,6 +105,9 @@ class RemedyActions:
 
     def open_remedy(self, v: Verdict, r: Remedy) -> None:
         """The remedy's action, pre-filled; or why it cannot open (read-only, replay, advice only)."""
+        if r.key in READS:  # a read of the cluster: read-only reads it; a replay says why it cannot
+            self.open_pod_read(r.target or v.subject, r.key)  # type: ignore[attr-defined]
+            return
         why = self.remedies_text_only()
         if why is not None:
             self.notify(f"{why}: remedies are shown as text only; nothing opens", severity="warning",  # type: ignore[attr-defined]
@@ -182,4 +186,5 @@ class RemedyActions:
     def show_triage(self, state: Any) -> None:
         """Paint the Triage pane from ``state``'s verdicts."""
         why = self.remedies_text_only()
-        self.triage_pane().show(state.verdicts, state.taken_at, actionable=why is None, why_text_only=why or "")
+        self.triage_pane().show(state.verdicts, state.taken_at, actionable=why is None, why_text_only=why or "",
+                                readable=self.player is None)  # type: ignore[attr-defined]

@@ -114,13 +114,15 @@ def _blocked(subject, w, snap, chain) -> Finding:
     ca = next((e for e in snap.events if e.reason == "NotTriggerScaleUp" and e.kind == "Pod" and e.name in names), None)
     if ca is not None:
         ev.append(Evidence("cluster autoscaler", f"NotTriggerScaleUp: {ca.message}", "scale-up triggered"))
-    ev += [Evidence("chain", chain, "—")] if chain else []
     pod = pending[0] if pending else None
+    if pod is not None:  # the pod the remedy's e opens (namespace/name), its scheduler events say why
+        ev.append(Evidence("pending pod", f"{pod.namespace}/{pod.name}", "scheduled"))
+    ev += [Evidence("chain", chain, "—")] if chain else []
     remedies = [Remedy("add GPU capacity (the node pool's maximum, a GPU quota) or free GPUs held elsewhere"
                        + ("; the cluster autoscaler says why it did not" if ca is not None else ""))]
     if pod is not None:
-        remedies.append(Remedy(f"the Pending pod {pod.name} and its events", "enter",
-                               f"{pod.namespace}/Pod/{pod.name}"))
+        remedies.append(Remedy(f"the Pending pod {pod.name}'s events (why the scheduler and the cluster "
+                               "autoscaler do not place it)", "e", f"{pod.namespace}/Pod/{pod.name}"))
     return Finding("autoscaler-blocked", subject, CRITICAL,
                    f"{subject} scaled but cannot grow: {w.pending_gpu} pod(s) Pending for lack of nvidia.com/gpu"
                    + (" and the cluster autoscaler did not add a node" if ca is not None else "") + ".",

@@ -34,7 +34,8 @@ def pod_crash_loops(state, active) -> list[Finding]:
               Evidence("last termination", reason, "—")]
         if pod.waiting_message:
             ev.append(Evidence("waiting", pod.waiting_message, "—"))
-        remedies = [Remedy("the previous container's log (Cluster pane, the pod)", "enter",
+        # p: the log of the container that ended (as p on the pod in the Cluster pane), to its last line
+        remedies = [Remedy(f"the previous container's log of pod {pod.name}, to where it ended ({reason})", "p",
                            f"{pod.namespace}/Pod/{pod.name}")]
         if reason == "OOMKilled":
             remedies.insert(0, Remedy("it ran out of memory: lower gpu_memory_utilization or max_num_seqs, or raise "

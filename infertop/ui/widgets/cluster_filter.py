@@ -1,6 +1,6 @@
 """The Cluster pane's filter and sort, as k9s has them: ``/`` a regex over a row's text (``!`` first
 keeps the rows that do not match), ``-l app=vllm,tier!=web`` a label selector; ``s`` sorts on a
-column (numbers as numbers: 12 restarts after 3). Pure: rows in, rows out."""
+column (numbers as numbers: 12 restarts after 3; ages as durations: 9m before 1h). Pure: rows in, rows out."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 _NUM = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
+# an age as format.age_short writes it (45s, 12m, 5h, 3d), or kubectl's two-unit form (2d3h, 5m30s)
+_AGE = re.compile(r"^\s*((?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w|y))+)\s*$")
+_AGE_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
 
 
 @dataclass(frozen=True)
@@ -73,8 +77,20 @@ def keeps(f: RowFilter, obj: Any, cells: list[str]) -> bool:
     return bool(f.pattern.search("  ".join(cells))) != f.invert
 
 
+def duration_s(cell: str) -> float | None:
+    """Seconds of an age cell ("9m" → 540, "2d3h" → 183600), None when the cell is no duration."""
+    m = _AGE.match(cell)
+    if m is None:
+        return None
+    return sum(float(n) * _UNIT_S[u] for n, u in _AGE_PART.findall(m.group(1)))
+
+
 def sort_key(cell: str) -> tuple:
-    """Numbers first and by value ("12" after "3", "1/8" by its 1), then text."""
+    """Numbers first and by value ("12" after "3", "1/8" by its 1; an age by its seconds, "9m" before
+    "1h"), then text."""
+    age = duration_s(cell)
+    if age is not None:
+        return (0, age, cell.lower())
     m = _NUM.match(cell)
     if m:
         return (0, float(m.group(1)), cell.lower())

@@ -27,7 +27,10 @@ MARK = "◆"  # an engine or GPU row a verdict is about (red: critical, yellow: 
 MAX_SHOWN = 100  # verdicts listed; a recording may hold any number
 # Remedy keys the pane opens: the action table's key → what opens (the rest is advice, shown as text)
 OPENS = {"m": "max_num_seqs dialog", "S": "scale confirmation", "r": "restart confirmation",
-         "N": "node drain", "enter": "engine detail", "5": "Cluster pane"}
+         "N": "node drain", "enter": "engine detail", "5": "Cluster pane",
+         "p": "the previous container's log", "e": "the object's events"}
+# Of those, the keys that only read the cluster: they open in --read-only too (not in a replay: no live cluster)
+READS = frozenset({"p", "e"})
 
 
 def severity_style(severity: str) -> str:
@@ -126,9 +129,11 @@ def verdict_prompt(v: Verdict, now_s: float) -> Text:
     return t
 
 
-def remedy_prompt(r: Remedy, actionable: bool) -> Text:
-    """``m  lower max_num_seqs 16 → 12 …`` — the key only where pressing it opens something."""
-    if actionable and opens(r):
+def remedy_prompt(r: Remedy, actionable: bool, readable: bool | None = None) -> Text:
+    """``m  lower max_num_seqs 16 → 12 …`` — the key only where pressing it opens something (``readable``:
+    a read of the cluster opens, as in --read-only; by default as ``actionable``)."""
+    can = (actionable if readable is None else readable) if r.key in READS else actionable
+    if can and opens(r):
         t = Text(f"    {remedy_keys(r):>5}  ", style="bold cyan")
     else:
         t = Text("        ·  ", style="dim")
@@ -149,6 +154,7 @@ class TriagePane(Vertical):
         super().__init__(**kwargs)
         self.verdicts: tuple[Verdict, ...] = ()
         self.actionable = True
+        self.readable = True  # the cluster-reading remedies (p, e) open
         self._rows: list[Row | None] = []  # per option: what it is (None: the "healthy" line, a note)
         self._shown: tuple | None = None  # (rows, actionable) of the options on screen
         self._prompts: list[Text] = []
@@ -161,11 +167,14 @@ class TriagePane(Vertical):
     def options(self) -> OptionList:
         return self.query_one("#triage-list", OptionList)
 
-    def show(self, verdicts: Iterable[Verdict], now_s: float, *, actionable: bool, why_text_only: str = "") -> None:
+    def show(self, verdicts: Iterable[Verdict], now_s: float, *, actionable: bool, why_text_only: str = "",
+             readable: bool | None = None) -> None:
         """The verdicts active at ``now_s`` (the tick's time). ``actionable`` False (read-only, replay): the
-        remedies are text, with ``why_text_only`` in the title."""
+        remedies are text, with ``why_text_only`` in the title; ``readable``: the remedies that only read the
+        cluster (a pod's previous log, its events) open all the same (read-only; not a replay)."""
         verdicts = tuple(verdicts)
-        self.verdicts, self.actionable = verdicts, actionable
+        readable = actionable if readable is None else readable
+        self.verdicts, self.actionable, self.readable = verdicts, actionable, readable
         self.query_one("#triage-title", QuietStatic).show(self._title(verdicts, actionable, why_text_only))
         rows: list[Row | None] = []
         prompts: list[Text] = []
@@ -177,7 +186,7 @@ class TriagePane(Vertical):
             prompts.append(verdict_prompt(v, now_s))
             for j, r in enumerate(v.remedies):
                 rows.append(Row(v.key, j))
-                prompts.append(remedy_prompt(r, actionable))
+                prompts.append(remedy_prompt(r, actionable, readable))
         if len(verdicts) > MAX_SHOWN:
             rows.append(None)
             prompts.append(Text(f"… {len(verdicts) - MAX_SHOWN} more verdicts", style="dim"))
@@ -196,15 +205,15 @@ class TriagePane(Vertical):
             t.append(" · Enter: the evidence, or the remedy's action · a remedy's key opens it pre-filled",
                      style="dim")
         else:
-            t.append(f" · Enter: the evidence · remedies as text only ({why_text_only or 'read-only'})",
-                     style="dim")
+            t.append(f" · Enter: the evidence · remedies as text only ({why_text_only or 'read-only'})"
+                     + (", but for the reads of a pod (p, e)" if self.readable else ""), style="dim")
         return t
 
     def _apply(self, rows: list[Row | None], prompts: list[Text]) -> None:
         """Rebuild the list when its lines changed what they are; else only the prompts that changed (the
         ages), so the highlight and the scroll stay where the operator left them."""
         ol = self.options
-        structure = (tuple(rows), self.actionable)
+        structure = (tuple(rows), self.actionable, self.readable)
         if structure == self._shown:
             for i, (old, new) in enumerate(zip(self._prompts, prompts)):
                 if old != new:
