@@ -1,4 +1,4 @@
-"""Offline check of the cell-diffing driver (``infertop/ui/driver.py``) on a kept stream.
+"""Offline check of the cell-diffing driver (``infertop/ui/fastpaint/driver.py``) on a kept stream.
 
 Evaluate on a stream kept by ``bench_tui.py --dump``:
 
@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from infertop.ui.driver import CUP, CellDiff
+from infertop.ui.fastpaint.driver import CUP, CellDiff
 
 
 def frames_of(stream: str) -> list[str]:

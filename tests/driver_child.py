@@ -21,7 +21,7 @@ from infertop.domain.source import SourceHealth
 from infertop.sources.vllm import EngineEndpoint
 from infertop.state.fleet import FleetJoiner
 from infertop.ui.app import InfertopApp, Settings
-from infertop.ui.driver import driver_class
+from infertop.ui.fastpaint.driver import driver_class
 
 NAMES = ("alpha", "β-engine", "モデル-7b")  # a wide-character name too
 

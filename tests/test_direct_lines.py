@@ -22,8 +22,8 @@ from infertop.config import Config
 from infertop.sim import SimCluster
 from infertop.sources.vllm import EngineEndpoint
 from infertop.ui.app import InfertopApp, PaneScreen, Settings
-from infertop.ui.compositor import ChangedOnlyCompositor
-from infertop.ui.driver import CellDiff
+from infertop.ui.fastpaint.compositor import ChangedOnlyCompositor
+from infertop.ui.fastpaint.driver import CellDiff
 from infertop.ui.themes import load_themes
 from infertop.ui.widgets.alert_lines import AlertLines
 from infertop.ui.widgets.direct_lines import DirectLines
@@ -276,7 +276,7 @@ def test_a_span_of_a_narrow_strip_renders_as_its_crop_renders():
     from rich.segment import Segment
     from rich.style import Style
 
-    from infertop.ui.compositor import _narrow, _render_cells
+    from infertop.ui.fastpaint.compositor import _narrow, _render_cells
 
     rng = random.Random(8)
     styles = [None, Style(color="red"), Style(bold=True, bgcolor="#202020"), Style(color="#aabbcc", dim=True)]

@@ -1,4 +1,4 @@
-"""The fast paint's fence (infertop/ui/fastpaint.py): each piece is on only when the internals it
+"""The fast paint's fence (infertop/ui/fastpaint/): each piece is on only when the internals it
 builds on are as checked, INFERTOP_FAST_PAINT=0 turns every piece off, and with it off the TUI runs
 on stock Textual (its compositor, its driver, DataTable's public methods)."""
 
@@ -17,7 +17,7 @@ from infertop.config import Config
 from infertop.sources.vllm import EngineEndpoint
 from infertop.ui import fastpaint
 from infertop.ui.app import PANES, InfertopApp, Settings
-from infertop.ui.compositor import ChangedOnlyCompositor
+from infertop.ui.fastpaint.compositor import ChangedOnlyCompositor
 from infertop.ui.widgets.engines_table import EnginesTable
 from infertop.ui.widgets.lean import LeanTable
 from overview_view import tile

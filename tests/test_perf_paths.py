@@ -30,7 +30,7 @@ from infertop.domain.source import SourceHealth
 from infertop.sources.vllm import EngineEndpoint
 from infertop.state.fleet import FleetJoiner
 from infertop.ui.app import InfertopApp, Settings
-from infertop.ui.driver import CellDiff
+from infertop.ui.fastpaint.driver import CellDiff
 from infertop.ui.widgets.lean import LeanTable
 from infertop.ui.widgets.panels import QuietStatic, Trend, bars
 from overview_view import tile
