@@ -9,7 +9,7 @@ import pytest
 from infertop.analysis.quantiles import histogram_quantile
 from infertop.analysis.rates import extrapolated_rate, increase_raw, window_rate
 from infertop.state.history import FIRST_SLOTS, HistoryStore, Ring
-from infertop.state.window import CounterWindow
+from infertop.domain.window import CounterWindow
 
 BUCKETS = [(0.1, 10.0), (0.5, 30.0), (1.0, 40.0), (math.inf, 50.0)]
 

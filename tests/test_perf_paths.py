@@ -413,7 +413,7 @@ def test_missing_reasons_are_reused_until_the_engine_is_polled_or_its_freshness_
 # ----- window buckets in one pass, once per poll ------------------------------------------------
 def test_window_buckets_are_computed_once_per_poll_and_follow_each_new_poll():
     from infertop.analysis.engine_stats import QUANTILES, all_window_buckets, derive, quantile, window_buckets
-    from infertop.state.window import CounterWindow
+    from infertop.domain.window import CounterWindow
 
     window = CounterWindow(60)
     les = ("0.01", "0.05", "0.1", "0.5", "1.0", "+Inf")

@@ -17,7 +17,7 @@ from infertop.analysis.engine_stats import QUANTILES, all_window_buckets, derive
 from infertop.analysis.quantiles import histogram_quantile, prepare, prepared_quantile
 from infertop.sources.dcgm import LabelCache, build_rows, parse_dcgm, triples_from_exposition
 from infertop.sources.expfmt import Parser
-from infertop.state.window import CounterWindow
+from infertop.domain.window import CounterWindow
 from test_gpu_dcgm import H100_VALUES, exporter_text, gpu_labels
 
 

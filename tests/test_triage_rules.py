@@ -339,7 +339,7 @@ def test_a_throttled_gpu_under_an_engine_with_too_few_requests_says_so():
 
 def test_engine_stats_carry_the_counters_the_short_window_reads():
     from infertop.analysis.engine_stats import derived_fields
-    from infertop.state.window import CounterWindow
+    from infertop.domain.window import CounterWindow
 
     w = CounterWindow(60.0)
     w.add(0.0, {"prompt_tokens": 1000.0, "requests": 4.0, "prefix_hits": 620.0, "prefix_queries": 1000.0})

@@ -9,7 +9,7 @@ from dataclasses import replace
 from operator import itemgetter, sub
 
 from ..domain.engine import EngineStats
-from ..state.window import CounterWindow
+from ..domain.window import CounterWindow
 from .quantiles import Prepared, histogram_quantile, prepare, prepared_edge, prepared_quantile
 
 QUANTILES = (

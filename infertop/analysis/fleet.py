@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..domain.engine import UP, EngineStats
-from ..state.window import CounterWindow
+from ..domain.window import CounterWindow
 from .engine_stats import window_buckets
 from .quantiles import histogram_quantile, prepare, prepared_quantile
 

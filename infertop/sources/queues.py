@@ -11,7 +11,7 @@ another. A failure is that source's state with its reason; the last good
 view is kept (the fleet state marks it stale).
 
 Rates, shares and wait quantiles are computed over a sliding window from the
-cumulative counters (:class:`~infertop.state.window.CounterWindow`), the same
+cumulative counters (:class:`~infertop.domain.window.CounterWindow`), the same
 way as for engines. No data is ``None``, never 0.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from ..analysis.quantiles import histogram_quantile
 from ..domain.source import SourceHealth
 from ..state.queues import DEFAULT_BUDGETS_S, QueueClass, QueueEngine, QueueSource
-from ..state.window import CounterWindow
+from ..domain.window import CounterWindow
 from .expfmt import ParseError, Parser
 from .http_client import HttpError, LeanHttpClient, ResponseTooLarge
 from .queues_names import EPP, GATEWAY, MAX_COUNTED_CLASSES, SEP, QueueSample, extract

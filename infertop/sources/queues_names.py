@@ -13,7 +13,7 @@ Two kinds of source speak these names:
 
 What comes out is raw: gauges per class and engine, and the cumulative
 counters (dispatches, promotions, histogram buckets) flattened into string
-keys for a :class:`~infertop.state.window.CounterWindow`. Numbers are not
+keys for a :class:`~infertop.domain.window.CounterWindow`. Numbers are not
 judged here; :mod:`.queues` cleans them.
 """
 

@@ -27,7 +27,7 @@ import httpx
 from ..analysis.engine_stats import derived_fields
 from ..domain.engine import DEGRADED, DOWN, UP, EngineStats, FleetSnapshot
 from ..domain.source import SourceHealth
-from ..state.window import BUCKETS_RESTARTED, CounterWindow
+from ..domain.window import BUCKETS_RESTARTED, CounterWindow
 from .expfmt import ParseError, Parser
 from .http_client import HttpError, LeanHttpClient
 from .sanitize import clean_engine, error_text, plain_text

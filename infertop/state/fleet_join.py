@@ -21,7 +21,7 @@ from ..domain.kube import ClusterSnapshot
 from ..domain.source import SourceHealth
 from ..sources.nvml import NO_BINDING, NO_DRIVER
 from .cluster_join import ClusterJoin
-from .window import BUCKETS_RESTARTED
+from ..domain.window import BUCKETS_RESTARTED
 from .fleet_types import (FRESH, MISSING, STALE, ClusterState, EngineState, FleetState, FleetView, Freshness, Slo,
                           SourceState)
 

@@ -10,7 +10,7 @@ from infertop.domain.engine import EngineStats
 from infertop.domain.gpu import GpuProcess, GpuStats
 from infertop.sources.sanitize import clean_engine, clean_gpu, percent, plain_text
 from infertop.state.history import FIRST_SLOTS, RING_OVERHEAD_BYTES, HistoryStore
-from infertop.state.window import CounterWindow
+from infertop.domain.window import CounterWindow
 
 
 def test_plain_text_makes_control_characters_visible_and_keeps_markup_as_text():

@@ -17,7 +17,7 @@ from infertop.sources.vllm import BUCKETS_RESTARTED, EngineCollector, EngineEndp
 from infertop.state.fleet_join import missing_reasons
 from infertop.state.fleet_types import FRESH, EngineState, Freshness
 from infertop.state.membership import NOTE_EVERY_S, FleetMembership
-from infertop.state.window import CounterWindow
+from infertop.domain.window import CounterWindow
 from infertop.ui.widgets.queue import header_line
 from vllm_text import TTFT_LE, v1_doc
 

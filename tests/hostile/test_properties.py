@@ -14,7 +14,7 @@ from infertop.sources.expfmt import ParseError, Parser, parse
 from infertop.sources.sanitize import clean_engine, plain_text
 from infertop.sources.vllm_names import Extractor
 from infertop.state.history import HistoryStore
-from infertop.state.window import CounterWindow
+from infertop.domain.window import CounterWindow
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
