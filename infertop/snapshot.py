@@ -80,7 +80,7 @@ def verdicts_of(state: FleetState) -> tuple:
 
 
 def write_json(state: FleetState, out: TextIO) -> None:
-    from .state.codec import to_doc
+    from .domain.codec import to_doc
 
     doc = state.to_doc()
     doc["verdicts"] = to_doc(list(verdicts_of(state)))

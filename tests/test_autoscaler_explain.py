@@ -33,7 +33,7 @@ from infertop.analysis.autoscalers import (
 from infertop.config import KubeConfig
 from infertop.domain.kube import ClusterSnapshot
 from infertop.sources.kube import ClusterWatcher, KubeSession, read_cluster
-from infertop.state.codec import from_doc, to_doc
+from infertop.domain.codec import from_doc, to_doc
 
 TOKEN = "autoscaler-token"
 NS = "serving"

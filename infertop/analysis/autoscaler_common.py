@@ -19,7 +19,7 @@ from ..domain.kube import (
     WorkloadView,
     short_unschedulable,
 )
-from ..state.codec import to_doc
+from ..domain.codec import to_doc
 
 DEFAULT_TOLERANCE = 0.10  # the HPA controller's --horizontal-pod-autoscaler-tolerance
 DEFAULT_UP_WINDOW_S = 0

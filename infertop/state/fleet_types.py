@@ -16,7 +16,7 @@ from ..analysis.triage.types import Verdict
 from ..domain.engine import EngineStats
 from ..domain.gpu import GpuStats, classify
 from ..domain.kube import ClusterSnapshot
-from .codec import from_doc, to_doc
+from ..domain.codec import from_doc, to_doc
 
 DOC_VERSION = 1
 MAX_VERDICTS = 1000  # a recorded tick's verdicts shown at most (a file is hostile; triage raises a handful)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from infertop.domain.engine import EngineStats
 from infertop.domain.gpu import GpuStats
-from infertop.state.codec import from_doc, to_doc
+from infertop.domain.codec import from_doc, to_doc
 
 
 def test_text_from_a_document_is_escaped_not_sent_to_the_terminal():

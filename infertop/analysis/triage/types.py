@@ -1,4 +1,4 @@
-"""The verdict types (plain, frozen, JSON-able through state.codec)."""
+"""The verdict types (plain, frozen, JSON-able through domain.codec)."""
 
 from __future__ import annotations
 

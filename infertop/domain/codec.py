@@ -15,7 +15,7 @@ import typing
 from functools import lru_cache
 from typing import Any
 
-from ..sources.sanitize import plain_text
+from .text import plain_text
 
 # A document is a file someone may hand over: its text is cleaned as live data
 # is (an ESC shown as the four characters \x1b), numbers are finite and bounded.
