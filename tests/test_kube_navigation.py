@@ -64,6 +64,16 @@ async def test_drill_down_and_back_filter_and_sort_in_each_view(emu, tmp_path, s
     emu.add_pdb(NS, "vllm", {"app": "vllm"}, min_available=1)
     emu.add_configmap(NS, "engine-args", {"MODEL": "m"})
     emu.wait_until(lambda: sum(1 for p in emu.list("pods", NS) if p["spec"].get("nodeName")) == 3, message="bound")
+    # a rollout: the drill-down shows the old and the new ReplicaSet together with the pods
+    emu.patch("deployments", "vllm", {"spec": {"template": {"spec": {"containers": [
+        {"name": "vllm", "image": "vllm/vllm-openai:v0.10.0"}]}}}}, NS)
+
+    def rolled() -> bool:
+        rs = [r for r in emu.list("replicasets", NS) if r["metadata"]["name"].startswith("vllm-")]
+        new = [r for r in rs if "v0.10.0" in r["spec"]["template"]["spec"]["containers"][0]["image"]]
+        return (len(rs) == 2 and len(new) == 1 and (new[0].get("status") or {}).get("readyReplicas") == 2
+                and len(emu.list("pods", NS)) == 3)
+    emu.wait_until(rolled, message="rolled out")
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: app.kube_snapshot is not None and len(app.kube_snapshot.pods) == 3
@@ -77,7 +87,12 @@ async def test_drill_down_and_back_filter_and_sort_in_each_view(emu, tmp_path, s
         await pilot.press("enter")
         await until(pilot, lambda: pane.view == "pods", what="drilled to the pods")
         assert len(pane.table("pods")._order) == 2 and all(n.startswith("vllm-") for n in names(pane, "pods"))
-        assert text(pane.query_one("#cluster-absent")).startswith(f"Deployment {NS}/vllm › pods")
+        crumb = text(pane.query_one("#cluster-absent"))
+        assert crumb.startswith(f"Deployment {NS}/vllm › pods")
+        rs_lines = [ln for ln in crumb.splitlines() if ln.startswith("RS vllm-")]
+        assert len(rs_lines) == 2, crumb  # newest revision first: the new image ready, the old one scaled to 0
+        assert "rev 2: 2/2 ready, image vllm/vllm-openai:v0.10.0" in rs_lines[0]
+        assert "rev 1: 0/0 ready, image vllm/vllm-openai:v0.9.2" in rs_lines[1]
         await pilot.press("escape")
         await until(pilot, lambda: pane.view == "workloads", what="back")
         assert pane.drill is None and len(pane.table("pods")._order) == 3

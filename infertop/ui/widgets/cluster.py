@@ -151,6 +151,8 @@ class ClusterPane(Vertical):
         self.sort_by: dict[str, tuple[int, bool]] = {}  # view → (column, descending)
         # Enter on a workload or a node: the pods view narrowed to it; Esc goes back to ``drill[0]``
         self.drill: tuple[str, str, Callable[[PodView], bool]] | None = None
+        self.drill_owner: WorkloadView | None = None  # the workload drilled into: its ReplicaSets above its pods
+        self.scope_note: str | None = None  # why the all-namespaces view could not be opened (said in place)
         self._shown_args: tuple | None = None
         self.snapshot: ClusterSnapshot | None = None
         self.loads: dict = {}
@@ -197,12 +199,20 @@ class ClusterPane(Vertical):
         missing = self.absent_of()
         every = bool(missing) and len(missing) == len(VIEW_KINDS[self.view])
         drill = self.drill[1] if self.drill is not None and self.view == "pods" else None
-        self.set_class(bool(missing) or drill is not None, "-absent-note")
         self.set_class(every, "-absent-all")
         text = Text()
+        note = self.scope_note
+        self.set_class(bool(missing) or drill is not None or note is not None, "-absent-note")
+        if note is not None:
+            text.append(note, style="bold yellow")
+            if missing or drill is not None:
+                text.append("\n")
         if drill is not None:  # the drill-down's breadcrumb (Esc: back)
             text.append(drill, style="bold cyan")
             text.append("  (Esc: back)", style="dim")
+            for line in self.owner_rs_lines():
+                text.append("\n")
+                text.append_text(line)
             if missing:
                 text.append("\n")
         for i, (kind, why) in enumerate(missing):
@@ -213,9 +223,37 @@ class ClusterPane(Vertical):
                 text.append(" — not shown: this is no empty list", style="dim")
         self.query_one("#cluster-absent", QuietStatic).show(text)
 
+    MAX_RS_LINES = 4  # a rollout's new and old ReplicaSets; older ones are in the RS view
+
+    def owner_rs_lines(self) -> list[Text]:
+        """The drilled workload's ReplicaSets, newest revision first (a rollout's old and new side by side)."""
+        w, snap = self.drill_owner, self.snapshot
+        if w is None or snap is None:
+            return []
+        if w.kind == "StatefulSet":
+            return [Text("no ReplicaSets: a StatefulSet manages its pods itself (revisions are "
+                         "ControllerRevisions)", style="dim")]
+        if "replicasets" in snap.absent:
+            return [Text(f"ReplicaSets: {snap.absent['replicasets']}", style="bold yellow")]
+        mine = [r for r in snap.replicasets if r.namespace == w.namespace and r.owner_name == w.name]
+        mine.sort(key=lambda r: int(r.revision) if r.revision.isdigit() else -1, reverse=True)
+        if not mine:
+            return [Text("no ReplicaSet owned by it", style="dim")]
+        out = []
+        for r in mine[: self.MAX_RS_LINES]:
+            style = "" if r.ready >= r.desired else "yellow"
+            if r.desired == 0 and r.current == 0:
+                style = "dim"  # an old revision scaled to zero
+            out.append(Text(f"RS {r.name} rev {r.revision or DASH}: {r.ready}/{r.desired} ready, "
+                            f"image {r.image or DASH}", style=style))
+        if len(mine) > self.MAX_RS_LINES:
+            out.append(Text(f"+{len(mine) - self.MAX_RS_LINES} older ReplicaSets (RS view)", style="dim"))
+        return out
+
     def cycle(self, step: int = 1) -> str:
         if self.drill is not None:  # another view: the drill-down is over
             self.drill = None
+            self.drill_owner = None
             self.refilter()
         names = [v for v, _ in VIEWS]
         self.set_view(names[(names.index(self.view) + step) % len(names)])
@@ -372,12 +410,14 @@ class ClusterPane(Vertical):
                      f"selector {w.selector or DASH}")
             self.drill = (view, label, lambda p: p.namespace == w.namespace and p.owner_kind == w.kind
                           and p.owner_name == w.name)
+            self.drill_owner = w
         elif isinstance(obj, NodeView):
             n = obj
             label = (f"node {n.name} › pods — GPUs {n.gpu_requested}/{count_human(n.gpu_allocatable)} requested, "
                      f"CPU {cpu_text(n.cpu_requested)}/{cpu_text(n.cpu_allocatable)}, memory "
                      f"{memory_text(n.memory_requested_bytes)}/{memory_text(n.memory_allocatable_bytes)}")
             self.drill = (view, label, lambda p: p.node == n.name)
+            self.drill_owner = None
         else:
             return False
         self.set_view("pods")
@@ -394,6 +434,7 @@ class ClusterPane(Vertical):
         if self.drill is not None:
             back = self.drill[0]
             self.drill = None
+            self.drill_owner = None
             self.set_view(back)
             self.refilter()
             return
