@@ -403,6 +403,7 @@ class ClusterSnapshot:
     synced: bool = True  # False until every resource was read once
     stale_since: float | None = None  # reads failing since (epoch s): the objects are the last ones read
     stale_error: str | None = None  # why, one line
+    all_namespaces: bool = False  # read across every namespace (``namespaces``: those its objects are in)
 
     @property
     def stale(self) -> bool:

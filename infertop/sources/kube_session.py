@@ -20,6 +20,7 @@ import urllib3
 from ..config import KubeConfig
 
 __all__ = [
+    "ALL_NAMESPACES",
     "CUSTOM_KINDS",
     "MAX_BODY_BYTES",
     "MAX_WATCH_LINE_BYTES",
@@ -40,6 +41,8 @@ __all__ = [
 NAMESPACED_KINDS = ("deployments", "statefulsets", "pods", "hpas", "events",
                     # the objects a rollout depends on (issue 28 item 3)
                     "replicasets", "services", "endpointslices", "pdbs", "configmaps")
+# An informer's or a list's namespace that means every namespace (list_*_for_all_namespaces)
+ALL_NAMESPACES = "*"
 # Custom resources read through the custom-objects API, when discovery finds them: kind → (group, version, plural)
 CUSTOM_KINDS = {
     "scaledobjects": ("keda.sh", "v1alpha1", "scaledobjects"),  # KEDA
@@ -321,6 +324,36 @@ class KubeSession:
         except Exception:  # noqa: BLE001
             pass
 
+    def list_call(self, kind: str, namespace: str | None) -> tuple[Callable[..., Any], tuple, bool]:
+        """(callable, its positional args, uses the label selector?) to list or watch ``kind`` in
+        ``namespace`` — ``ALL_NAMESPACES``: across every namespace; None: a cluster-scoped kind."""
+        if namespace == ALL_NAMESPACES:
+            fn, selective = self.list_all_namespaces_fn(kind)
+            return fn, (), selective
+        fn, namespaced, selective = self.list_fn(kind)
+        return fn, ((namespace,) if namespaced else ()), selective
+
+    def list_all_namespaces_fn(self, kind: str) -> tuple[Callable[..., Any], bool]:
+        """The list-across-all-namespaces function of a namespaced kind (and whether it takes a selector)."""
+        if kind in CUSTOM_KINDS:
+            group, version, plural = CUSTOM_KINDS[kind]
+
+            def list_custom_all(**kw: Any) -> Any:
+                return self.custom.list_cluster_custom_object(group, version, plural, **kw)
+            return list_custom_all, False
+        return {
+            "deployments": (self.apps.list_deployment_for_all_namespaces, True),
+            "statefulsets": (self.apps.list_stateful_set_for_all_namespaces, True),
+            "pods": (self.core.list_pod_for_all_namespaces, True),
+            "hpas": (self.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces, False),
+            "events": (self.core.list_event_for_all_namespaces, False),
+            "replicasets": (self.apps.list_replica_set_for_all_namespaces, True),
+            "services": (self.core.list_service_for_all_namespaces, False),
+            "endpointslices": (self.discovery.list_endpoint_slice_for_all_namespaces, False),
+            "pdbs": (self.policy.list_pod_disruption_budget_for_all_namespaces, False),
+            "configmaps": (self.core.list_config_map_for_all_namespaces, False),
+        }[kind]
+
     # the list functions per resource, each (callable, namespaced?, uses the label selector?)
     def list_fn(self, kind: str) -> tuple[Callable[..., Any], bool, bool]:
         if kind in CUSTOM_KINDS:
@@ -499,9 +532,8 @@ def session_for(cfg: KubeConfig, context: str | None = None, namespaces: Iterabl
 
 def list_all(session: KubeSession, kind: str, namespace: str | None, selector: str = "",
              page: int = 500) -> tuple[list[dict], str]:
-    """Every object of ``kind`` (paged), and the list's resourceVersion."""
-    fn, namespaced, selective = session.list_fn(kind)
-    args = (namespace,) if namespaced else ()
+    """Every object of ``kind`` (paged), and the list's resourceVersion; ``namespace`` may be ALL_NAMESPACES."""
+    fn, args, selective = session.list_call(kind, namespace)
     kw: dict[str, Any] = {"limit": page}
     if selective and selector:
         kw["label_selector"] = selector

@@ -176,11 +176,13 @@ RESOURCE_NAMES = {"deployments": "deployments.apps/v1", "statefulsets": "statefu
                   "pdbs": "poddisruptionbudgets.policy/v1", "configmaps": "configmaps/v1"}
 
 
-def absent_text(kind: str, status: int) -> str:
-    """Why a kind is not shown: 403 → "forbidden (list pods)", 404 → "not served (…)"."""
+def absent_text(kind: str, status: int, *, all_namespaces: bool = False) -> str:
+    """Why a kind is not shown: 403 → "forbidden (list pods)" ("…, all namespaces)" when listed across
+    every namespace), 404 → "not served (…)"."""
     resource = RESOURCE_NAMES.get(kind, kind)
     if status == 403:
-        return f"forbidden (list {resource.split('.')[0].split('/')[0]})"
+        where = ", all namespaces" if all_namespaces else ""
+        return f"forbidden (list {resource.split('.')[0].split('/')[0]}{where})"
     return f"not served by this API server ({resource})"
 
 
@@ -479,8 +481,9 @@ def _malformed_errors(bad: dict[str, int]) -> list[str]:
 
 def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], user: str = "", server: str = "",
                    selector: str = "", container: str = "", metrics_port: int | None = None,
-                   now: float | None = None, max_events: int = 300) -> ClusterSnapshot:
-    """Pure: API objects → the Cluster pane's view."""
+                   now: float | None = None, max_events: int = 300, all_namespaces: bool = False
+                   ) -> ClusterSnapshot:
+    """Pure: API objects → the Cluster pane's view; ``all_namespaces``: read across every namespace."""
     items = raw.items
     bad: dict[str, int] = {}
     workloads = _views("deployments", lambda o: workload_view("Deployment", o, container), items, bad)
@@ -554,6 +557,7 @@ def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], 
     return clean_view(ClusterSnapshot(
         context=context,
         namespaces=tuple(namespaces),
+        all_namespaces=all_namespaces,
         taken_at=time.time() if now is None else now,
         user=user,
         server=server,

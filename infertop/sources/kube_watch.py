@@ -26,6 +26,7 @@ from ..config import KubeConfig
 from ..domain.kube import ClusterSnapshot
 from .kube_autoscalers import discover_custom_kinds, read_wva_desired
 from .kube_session import (
+    ALL_NAMESPACES,
     CUSTOM_KINDS,
     NAMESPACED_KINDS,
     KubeError,
@@ -115,6 +116,8 @@ class Informer:
 
     @property
     def where(self) -> str:
+        if self.namespace == ALL_NAMESPACES:
+            return f"{self.kind} in all namespaces"
         return f"{self.kind} in {self.namespace}" if self.namespace else self.kind
 
     def start(self) -> "Informer":
@@ -257,8 +260,7 @@ class Informer:
 
     def _watch(self) -> int:
         """One watch, until the server ends it; returns the number of lines read."""
-        fn, namespaced, selective = self.session.list_fn(self.kind)
-        args = (self.namespace,) if namespaced else ()
+        fn, args, selective = self.session.list_call(self.kind, self.namespace)
         kw: dict[str, Any] = {"watch": True, "allow_watch_bookmarks": True, "timeout_seconds": self.watch_timeout_s,
                               "_preload_content": False}
         if self.resource_version:
@@ -336,12 +338,17 @@ class ClusterWatcher:
     """Informers for every resource of the Cluster pane; :meth:`snapshot` reads their caches.
 
     :attr:`reconnects` grows each time the watcher comes back from stale (every
-    resource read again): the app re-checks permissions then.
+    resource read again): the app re-checks permissions then. ``all_namespaces``: one informer per
+    kind across every namespace instead of one per configured namespace (the session is unchanged:
+    permissions and actions stay the configured namespaces').
     """
 
     def __init__(self, session: KubeSession, cfg: KubeConfig | None = None, *, watch_timeout_s: int = 300,
-                 clock: Callable[[], float] = time.time, backoff_s: tuple[float, float] = BACKOFF_S) -> None:
+                 clock: Callable[[], float] = time.time, backoff_s: tuple[float, float] = BACKOFF_S,
+                 all_namespaces: bool = False) -> None:
         self.session = session
+        self.all_namespaces = all_namespaces
+        self.scope: list[str] = [ALL_NAMESPACES] if all_namespaces else list(session.namespaces)
         self.cfg = cfg or KubeConfig()
         self.clock = clock
         self.reconnects = 0
@@ -351,7 +358,7 @@ class ClusterWatcher:
         self._cached: tuple[int, ClusterSnapshot] | None = None
         self.informers: list[Informer] = []
         opts: dict[str, Any] = {"clock": clock, "backoff_s": backoff_s}
-        for ns in session.namespaces:
+        for ns in self.scope:
             for kind in NAMESPACED_KINDS:
                 self.informers.append(Informer(session, kind, ns, self.cfg.selector, self._changed, watch_timeout_s,
                                                **opts))
@@ -380,7 +387,7 @@ class ClusterWatcher:
             return
         timeout_s, opts = self._informer_opts
         added = [Informer(self.session, kind, ns, "", self._changed, timeout_s, **opts)
-                 for kind in found.present for ns in self.session.namespaces]
+                 for kind in found.present for ns in self.scope]
         self.discovery_errors = found.errors
         self.informers = self.informers + added  # a new list: readers iterate the old one safely
         for inf in added:
@@ -484,14 +491,19 @@ class ClusterWatcher:
                 raw.errors.append(f"{inf.where}: {inf.error}")
         raw.errors.extend(self.discovery_errors)
         raw.absent = absent_kinds([(inf.kind, inf.status if inf.not_allowed else 0) for inf in self.informers
-                                   if inf.kind not in CUSTOM_KINDS])
+                                   if inf.kind not in CUSTOM_KINDS], all_namespaces=self.all_namespaces)
         raw.wva_desired = dict(self.wva_desired)
         if self.wva_error:
             raw.errors.append(self.wva_error)
         stale = self.stale()
         if stale is not None:
             raw.stale_since, raw.stale_error = stale
-        snap = build_snapshot(raw, context=self.session.context, namespaces=self.session.namespaces,
+        namespaces = self.session.namespaces
+        if self.all_namespaces:  # the namespaces of the objects read (the pane prefixes each row's)
+            namespaces = sorted({(o.get("metadata") or {}).get("namespace") or "" for objs in raw.items.values()
+                                 for o in objs if isinstance(o, dict)} - {""})
+        snap = build_snapshot(raw, context=self.session.context, namespaces=namespaces,
+                              all_namespaces=self.all_namespaces,
                               user=self.session.user, server=self.session.server, selector=self.cfg.selector,
                               container=self.cfg.vllm_container, metrics_port=self.cfg.metrics_port,
                               now=self.clock())
@@ -499,13 +511,14 @@ class ClusterWatcher:
         return snap
 
 
-def absent_kinds(reads: list[tuple[str, int]]) -> dict[str, str]:
+def absent_kinds(reads: list[tuple[str, int]], *, all_namespaces: bool = False) -> dict[str, str]:
     """kind → why it is not shown, for the kinds refused (403) or not served (404) in every namespace read;
     ``reads``: (kind, the refusal's status, 0 when it was read)."""
     by_kind: dict[str, set[int]] = {}
     for kind, status in reads:
         by_kind.setdefault(kind, set()).add(status)
-    return {kind: absent_text(kind, statuses.pop()) for kind, statuses in by_kind.items()
+    return {kind: absent_text(kind, statuses.pop(), all_namespaces=all_namespaces and kind != "nodes")
+            for kind, statuses in by_kind.items()
             if len(statuses) == 1 and next(iter(statuses)) in (403, 404)}
 
 

@@ -57,6 +57,8 @@ ACTIONS: tuple[Action, ...] = (
            "label selector)", "Cluster", footer_label="Filter", show_in_footer=False, panes=("cluster",)),
     Action("cluster_sort", "s", "Cluster pane: sort the view on the next column (ascending, descending, then "
            "unsorted)", "Cluster", footer_label="Sort", show_in_footer=False, panes=("cluster",)),
+    Action("cluster_all_namespaces", "0", "Cluster pane: all namespaces ⇄ the configured ones (k9s's 0)", "Cluster",
+           footer_label="All ns", show_in_footer=False, panes=("cluster",)),
     Action("filter", "slash", "Filter engines by name or model", "View", footer_label="Filter", panes=("engines",)),
     Action("clear_filter", "escape", "Clear the filter / close", "View", show_in_footer=False),
     # Before engine_detail: all are Enter; triage_open acts only on the Triage pane, gpu_detail on the GPUs pane.

@@ -180,6 +180,7 @@ class KubeConnection(ActionRunner):
         self.kube_control = KubeControl(session, self.kube_audit(), self.kube_cfg, watcher=watcher)
         self.kube_snapshot = snap
         self.kube_loads = {}
+        self._pane().scope_note = None  # a new connection reads the namespaces it was given
         self.kube_perm_checks += 1
         self._kube_rendered = watcher.version if watcher is not None else -1
         self._kube_reconnects_seen = watcher.reconnects if watcher is not None else 0
@@ -194,6 +195,71 @@ class KubeConnection(ActionRunner):
         note = _denied_note(perms)
         self.log_event(escape(f"Kubernetes: context {session.context}, namespace {', '.join(session.namespaces)}: "  # type: ignore[attr-defined]
                               f"{len(snap.workloads)} workloads, {len(snap.pods)} pods{note}"))
+
+    # ----- scope: the configured namespaces or all of them (0) ---------------------
+    @property
+    def kube_all_namespaces(self) -> bool:
+        """The Cluster pane lists every namespace's objects (its watcher reads across all namespaces)."""
+        return bool(getattr(self.kube_watcher, "all_namespaces", False))
+
+    def action_cluster_all_namespaces(self) -> None:
+        """0: all namespaces ⇄ the configured ones; the new watch starts (and syncs) off the UI thread,
+        and the old scope's objects stay on screen until it has — or, refused, stay."""
+        session, pane = self.kube_session, self._pane()
+        if session is None:
+            self.notify("Kubernetes is not connected", severity="warning", timeout=4)  # type: ignore[attr-defined]
+            return
+        if self.kube_watcher is None:
+            self.notify("all namespaces needs the watch (kube.watch: true); polling reads the configured "  # type: ignore[attr-defined]
+                        "namespaces", severity="warning", timeout=5, markup=False)
+            return
+        want = not self.kube_all_namespaces
+        back = ", ".join(session.namespaces)
+        pane.scope_note = "all namespaces: listing…" if want else f"back to namespace {back}: listing…"
+        pane.refilter()
+        self.run_worker(lambda: self._kube_scope_work(session, want), thread=True,  # type: ignore[attr-defined]
+                        group="kube-scope", exclusive=True, exit_on_error=False)
+
+    def _kube_scope_work(self, session: KubeSession, want_all: bool) -> None:
+        cfg = self.kube_cfg
+        if want_all:  # may the user list across namespaces? one small list, before any informer
+            try:
+                session.raw(session.core.list_pod_for_all_namespaces, limit=1)
+            except KubeError as e:
+                why = ("forbidden: list pods (all namespaces)" if e.status == 403
+                       else f"all namespaces: {error_text(e)}")
+                self.call_from_thread(self._kube_scope_refused, session, why)  # type: ignore[attr-defined]
+                return
+        watcher = ClusterWatcher(session, cfg, all_namespaces=want_all).start()
+        watcher.wait_synced(cfg.timeout_s)
+        snap = watcher.snapshot()
+        self.call_from_thread(self._kube_scoped, session, watcher, snap)  # type: ignore[attr-defined]
+
+    def _kube_scope_refused(self, session: KubeSession, why: str) -> None:
+        if session is not self.kube_session:
+            return
+        pane = self._pane()
+        pane.scope_note = why  # in place, over the previous scope's objects (kept)
+        pane.refilter()
+        self.log_event(f"[yellow]Kubernetes:[/yellow] {escape(why)}; still showing {escape(', '.join(session.namespaces))}")  # type: ignore[attr-defined]
+
+    def _kube_scoped(self, session: KubeSession, watcher: ClusterWatcher, snap: ClusterSnapshot) -> None:
+        if session is not self.kube_session or self.kube_watcher is None:
+            watcher.stop()  # switched context (or disconnected) meanwhile
+            return
+        old = self.kube_watcher
+        self.kube_watcher, self.kube_snapshot = watcher, snap
+        old.stop()
+        # actions started from now on follow through the new informers (a running one asks the server)
+        self.kube_control = KubeControl(session, self.kube_audit(), self.kube_cfg, watcher=watcher)
+        self._kube_rendered = watcher.version
+        self._kube_reconnects_seen = watcher.reconnects
+        pane = self._pane()
+        pane.scope_note = None
+        self._kube_render()
+        pane.refilter()
+        scope = "all namespaces" if watcher.all_namespaces else f"namespace {', '.join(session.namespaces)}"
+        self.log_event(escape(f"Kubernetes: {scope}: {len(snap.workloads)} workloads, {len(snap.pods)} pods"))  # type: ignore[attr-defined]
 
     # ----- refresh ---------------------------------------------------------------
     def _kube_tick(self) -> None:
@@ -351,7 +417,12 @@ class KubeConnection(ActionRunner):
         header = Text()
         header.append("⎈ ", style="bold")
         header.append(f"{session.context}", style="bold")
-        header.append(f" · ns {', '.join(session.namespaces)} · {session.user or '?'} · ")
+        if self.kube_all_namespaces:
+            header.append(" · ")
+            header.append("all namespaces", style="bold cyan")
+            header.append(f" ({len(snap.namespaces)} with objects) · {session.user or '?'} · ")
+        else:
+            header.append(f" · ns {', '.join(session.namespaces)} · {session.user or '?'} · ")
         header.append(f"{len(snap.workloads)} workloads, {len(snap.pods)} pods")
         if not_ready:
             header.append(f" ({not_ready} not ready)", style="yellow")

@@ -19,7 +19,7 @@ from .screens.kube_object import KubeTextScreen
 # p and e on the Triage pane: the selected verdict's remedy of that key (remedy_actions.remedy_key)
 TRIAGE_READS = {"kube_logs_previous": "p", "kube_events": "e"}
 READ_ACTIONS = {"kube_describe", "kube_yaml", "kube_logs", "kube_logs_previous", "kube_events", "cluster_filter",
-                "cluster_sort"}
+                "cluster_sort", "cluster_all_namespaces"}
 
 
 def object_ref(obj: Any) -> tuple[str, str | None, str] | None:

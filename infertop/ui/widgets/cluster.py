@@ -316,7 +316,7 @@ class ClusterPane(Vertical):
             self.set_class(stale, "-stale")
         self._shown_args = (header,)
         self.query_one("#cluster-header", QuietStatic).show(header)
-        multi = len(snap.namespaces) > 1
+        multi = snap.all_namespaces or len(snap.namespaces) > 1
         now = self.clock()
         self._update("workloads", [(w.key, w, self._workload_cells(snap, w, multi)) for w in snap.workloads])
         pods = [p for p in snap.pods if self.drill is None or self.drill[2](p)]
