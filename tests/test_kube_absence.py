@@ -16,6 +16,10 @@ from pilot_wait import until
 TOKEN = "kube-absence-token"
 NS = "default"
 HPA_NOT_SERVED = "not served by this API server (horizontalpodautoscalers.autoscaling/v2)"
+# the Pools view's custom resources, not installed: named by the watcher (after discovery), not an empty table
+POOLS_NOT_SERVED = {
+    "inferencepools": "not served by this API server (inferencepools.inference.networking.k8s.io/v1)",
+    "inferenceobjectives": "not served by this API server (inferenceobjectives.inference.networking.x-k8s.io/v1alpha2)"}
 
 
 @pytest.fixture
@@ -43,7 +47,7 @@ def test_forbidden_and_not_served_kinds_are_named_by_the_watcher_and_the_one_sho
     try:
         assert watcher.wait_synced(10)
         snap = watcher.snapshot()
-        assert snap.absent == {"pods": "forbidden (list pods)", "hpas": HPA_NOT_SERVED}
+        assert snap.absent == {"pods": "forbidden (list pods)", "hpas": HPA_NOT_SERVED, **POOLS_NOT_SERVED}
         assert not snap.stale  # refused, not failing
         assert [w.name for w in snap.workloads] == ["vllm"]
     finally:

@@ -63,6 +63,9 @@ async def test_drill_down_and_back_filter_and_sort_in_each_view(emu, tmp_path, s
     emu.add_service(NS, "vllm", {"app": "vllm"})  # the rollout objects' views (RS, Svc, PDBs, CM) have rows too
     emu.add_pdb(NS, "vllm", {"app": "vllm"}, min_available=1)
     emu.add_configmap(NS, "engine-args", {"MODEL": "m"})
+    emu.install("InferencePool", "InferenceObjective")  # the Pools view has rows too
+    emu.add_inference_pool(NS, "chat", {"app": "vllm"})
+    emu.add_inference_objective(NS, "interactive", "chat", priority=10)
     emu.wait_until(lambda: sum(1 for p in emu.list("pods", NS) if p["spec"].get("nodeName")) == 3, message="bound")
     # a rollout: the drill-down shows the old and the new ReplicaSet together with the pods
     emu.patch("deployments", "vllm", {"spec": {"template": {"spec": {"containers": [

@@ -133,7 +133,7 @@ def test_read_cluster_shows_workloads_pods_nodes_hpas_events(emu, tmp_path):
 
 
 def test_one_refresh_is_eleven_lists_whatever_the_number_of_pods(emu, tmp_path):
-    """10 lists per namespace (the rollout objects since issue 28 item 3) + 1 for nodes (+ 2 discovery calls for the absent autoscaler types):
+    """10 lists per namespace (the rollout objects since issue 28 item 3) + 1 for nodes (+ 4 discovery calls for the absent autoscaler and inference-extension types):
     no per-pod call, for 2 pods as for 50."""
     session = connect(emu, tmp_path)
     emu.add_deployment(NS, "vllm", replicas=2, gpu_per_pod=0)
@@ -146,12 +146,13 @@ def test_one_refresh_is_eleven_lists_whatever_the_number_of_pods(emu, tmp_path):
     emu.clear_requests()
     snap = read_cluster(session)
     assert len(snap.pods) == 50 and snap.workloads[0].ready == 50
-    assert emu.count_requests() == small == 13
+    assert emu.count_requests() == small == 15
     assert emu.count_requests("GET", f"/api/v1/namespaces/{NS}/pods") == 1
     assert {r.path for r in emu.requests} == {
         f"/apis/apps/v1/namespaces/{NS}/deployments", f"/apis/apps/v1/namespaces/{NS}/statefulsets",
         f"/api/v1/namespaces/{NS}/pods", f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers",
         f"/api/v1/namespaces/{NS}/events", "/api/v1/nodes", "/apis/keda.sh/v1alpha1", "/apis/llmd.ai/v1alpha1",
+        "/apis/inference.networking.k8s.io/v1", "/apis/inference.networking.x-k8s.io/v1alpha2",
         f"/apis/apps/v1/namespaces/{NS}/replicasets", f"/api/v1/namespaces/{NS}/services",
         f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices",
         f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets", f"/api/v1/namespaces/{NS}/configmaps"}
@@ -169,8 +170,8 @@ def test_watcher_refresh_costs_no_api_call(live_emu, tmp_path):
         live_emu.wait_until(lambda: watcher.snapshot().workloads and watcher.snapshot().workloads[0].ready == 50)
         assert all(inf.lists == 1 for inf in watcher.informers)
         live_emu.wait_until(lambda: live_emu.count_requests(predicate=lambda r: r.query.get("watch") == "true") == 11)
-        # one list each, and one discovery GET per (absent) autoscaler API group
-        assert live_emu.count_requests(predicate=lambda r: r.query.get("watch") != "true") == 11 + 2
+        # one list each, and one discovery GET per (absent) autoscaler and inference-extension API group
+        assert live_emu.count_requests(predicate=lambda r: r.query.get("watch") != "true") == 11 + 4
         before = live_emu.count_requests()
         calls = session.calls
         snaps = [watcher.snapshot() for _ in range(20)]
@@ -649,7 +650,7 @@ def test_snapshot_json_includes_the_cluster_when_a_context_is_configured(emu, tm
     doc = asyncio.run(collect_snapshot([], cfg, 0.0))
     cluster = json.loads(json.dumps(doc["cluster"], default=str))
     assert cluster["context"] == "lab" and cluster["namespaces"] == [NS, "kube-system"]
-    assert cluster["api_calls"] == 23  # 10 per namespace + nodes + 2 discovery calls (no KEDA, no llm-d)
+    assert cluster["api_calls"] == 25  # 10 per namespace + nodes + 4 discovery calls (no KEDA, llm-d, GIE)
     vllm = next(w for w in cluster["workloads"] if w["name"] == "vllm")
     assert (vllm["desired"], vllm["ready"], vllm["rollout"]) == (2, 2, "complete")
     (hpa,) = cluster["hpas"]

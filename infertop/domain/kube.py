@@ -316,6 +316,50 @@ class ReplicaSetView:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @property
+    def ref_tuple(self) -> tuple[str, str, str]:  # describe / YAML / events (kube_reads.object_ref)
+        return "ReplicaSet", self.namespace, self.name
+
+
+@dataclass(frozen=True)
+class InferencePoolView:
+    """A Gateway API Inference Extension InferencePool: model-server pods (selector, target ports) behind
+    an endpoint picker; ``ready_endpoints`` of ``endpoints``: its selected pods that are ready."""
+
+    namespace: str
+    name: str
+    selector: str = ""  # "app=vllm,tier=gpu"
+    target_ports: tuple[int, ...] = ()
+    picker: str = ""  # spec.endpointPickerRef: "name:port"
+    endpoints: int = 0
+    ready_endpoints: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"InferencePool/{self.namespace}/{self.name}"
+
+    @property
+    def ref_tuple(self) -> tuple[str, str, str]:
+        return "InferencePool", self.namespace, self.name
+
+
+@dataclass(frozen=True)
+class InferenceObjectiveView:
+    """An InferenceObjective: the priority (``spec.priority``, higher first) of requests to its pool."""
+
+    namespace: str
+    name: str
+    pool: str = ""  # spec.poolRef.name
+    priority: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"InferenceObjective/{self.namespace}/{self.name}"
+
+    @property
+    def ref_tuple(self) -> tuple[str, str, str]:
+        return "InferenceObjective", self.namespace, self.name
+
 
 @dataclass(frozen=True)
 class EndpointView:
@@ -343,6 +387,10 @@ class ServiceView:
         return f"{self.namespace}/{self.name}"
 
     @property
+    def ref_tuple(self) -> tuple[str, str, str]:  # describe / YAML / events (kube_reads.object_ref)
+        return "Service", self.namespace, self.name
+
+    @property
     def ready_endpoints(self) -> int:
         return sum(1 for e in self.endpoints if e.ready)
 
@@ -363,6 +411,10 @@ class PdbView:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @property
+    def ref_tuple(self) -> tuple[str, str, str]:  # describe / YAML / events (kube_reads.object_ref)
+        return "PodDisruptionBudget", self.namespace, self.name
+
 
 @dataclass(frozen=True)
 class ConfigMapView:
@@ -374,6 +426,10 @@ class ConfigMapView:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def ref_tuple(self) -> tuple[str, str, str]:  # describe / YAML / events (kube_reads.object_ref)
+        return "ConfigMap", self.namespace, self.name
 
 
 @dataclass(frozen=True)
@@ -396,6 +452,8 @@ class ClusterSnapshot:
     services: tuple[ServiceView, ...] = ()
     pdbs: tuple[PdbView, ...] = ()
     configmaps: tuple[ConfigMapView, ...] = ()
+    inference_pools: tuple[InferencePoolView, ...] = ()  # when the cluster serves InferencePools
+    inference_objectives: tuple[InferenceObjectiveView, ...] = ()
     errors: tuple[str, ...] = ()  # "nodes: forbidden …" — what could not be read
     # resource kind ("pods", "nodes", "hpas"…) → why it is not shown at all: "forbidden (list pods)",
     # "not served (horizontalpodautoscalers.autoscaling/v2)" — an empty view is then no empty cluster

@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..domain.kube import ConfigMapView, EndpointView, PdbView, PodView, ReplicaSetView, ServiceView
+from ..domain.kube import (ConfigMapView, EndpointView, InferenceObjectiveView, InferencePoolView, PdbView, PodView,
+                           ReplicaSetView, ServiceView)
 
-__all__ = ["attribute_by_selector", "configmap_view", "pdb_view", "replicaset_view", "service_view"]
+__all__ = ["attribute_by_selector", "configmap_view", "inference_objective_view", "inference_pool_view", "pdb_view",
+           "replicaset_view", "service_view"]
 
 
 def _meta(o: dict) -> dict:
@@ -102,3 +104,33 @@ def attribute_by_selector(pods: list[PodView], deployments: list[dict]) -> list[
                 p = dataclasses.replace(p, owner_kind="Deployment", owner_name=_meta(d).get("name"))
         out.append(p)
     return out
+
+
+def inference_pool_view(o: dict, pods: list[PodView]) -> InferencePoolView:
+    """``pods``: the snapshot's pods; those of its namespace its selector selects are its endpoints.
+    v1 writes the selector as ``{matchLabels: …}``; the alpha API as a plain label map: both read."""
+    from .kube_view import selector_matches, selector_text
+
+    meta, spec = _meta(o), o.get("spec") or {}
+    sel = spec.get("selector") or {}
+    if isinstance(sel, dict) and sel and "matchLabels" not in sel and "matchExpressions" not in sel:
+        sel = {"matchLabels": sel}  # v1alpha2: selector is the label map itself
+    ports = [p.get("number") for p in spec.get("targetPorts") or () if isinstance(p, dict)]
+    if not ports and spec.get("targetPortNumber") is not None:  # v1alpha2
+        ports = [spec.get("targetPortNumber")]
+    ref = spec.get("endpointPickerRef") or spec.get("extensionRef") or {}
+    port = (ref.get("port") or {}).get("number") if isinstance(ref.get("port"), dict) else ref.get("portNumber")
+    picker = f"{ref.get('name')}:{port}" if ref.get("name") and port else str(ref.get("name") or "")
+    mine = [p for p in pods if p.namespace == meta["namespace"] and sel and selector_matches(sel, p.labels)
+            and not p.terminating]
+    return InferencePoolView(namespace=meta["namespace"], name=meta["name"], selector=selector_text(sel),
+                             target_ports=tuple(int(p) for p in ports if p is not None), picker=picker,
+                             endpoints=len(mine), ready_endpoints=sum(1 for p in mine if p.ready))
+
+
+def inference_objective_view(o: dict) -> InferenceObjectiveView:
+    meta, spec = _meta(o), o.get("spec") or {}
+    priority = spec.get("priority")
+    return InferenceObjectiveView(namespace=meta["namespace"], name=meta["name"],
+                                  pool=str((spec.get("poolRef") or {}).get("name") or ""),
+                                  priority=int(priority) if priority is not None else None)

@@ -22,6 +22,8 @@ from ..config import KubeConfig
 __all__ = [
     "ALL_NAMESPACES",
     "CUSTOM_KINDS",
+    "CUSTOM_KIND_NAMES",
+    "INFERENCE_KINDS",
     "MAX_BODY_BYTES",
     "MAX_WATCH_LINE_BYTES",
     "NAMESPACED_KINDS",
@@ -47,7 +49,14 @@ ALL_NAMESPACES = "*"
 CUSTOM_KINDS = {
     "scaledobjects": ("keda.sh", "v1alpha1", "scaledobjects"),  # KEDA
     "variantautoscalings": ("llmd.ai", "v1alpha1", "variantautoscalings"),  # llm-d workload variant autoscaler
+    # Gateway API Inference Extension: the pools behind an endpoint picker, and the requests' priorities
+    "inferencepools": ("inference.networking.k8s.io", "v1", "inferencepools"),
+    "inferenceobjectives": ("inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives"),
 }
+# the custom kinds of the Cluster pane's Pools view: absent ones are named there ("not served"), not hidden
+INFERENCE_KINDS = ("inferencepools", "inferenceobjectives")
+# their Kind → the CUSTOM_KINDS entry (describe / YAML read them through the custom-objects API)
+CUSTOM_KIND_NAMES = {"InferencePool": "inferencepools", "InferenceObjective": "inferenceobjectives"}
 # What one answer may weigh, enforced while reading: a list page of 500 objects is a few MB, a
 # watch event one object (etcd keeps objects under 1.5 MB); beyond that it is not a cluster talking.
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -390,6 +399,12 @@ class KubeSession:
             "HorizontalPodAutoscaler": (self.autoscaling.read_namespaced_horizontal_pod_autoscaler, True),
             "PodDisruptionBudget": (self.policy.read_namespaced_pod_disruption_budget, True),
         }
+        if kind in CUSTOM_KIND_NAMES:
+            group, version, plural = CUSTOM_KINDS[CUSTOM_KIND_NAMES[kind]]
+
+            def read_custom(name: str, namespace: str, **kw: Any) -> Any:
+                return self.custom.get_namespaced_custom_object(group, version, namespace, plural, name, **kw)
+            return read_custom, True
         if kind not in fns:
             raise KubeError(f"{kind}: not a kind infertop reads")
         return fns[kind]

@@ -30,7 +30,8 @@ from .kube_autoscalers import behavior_view, scaled_object_view, variant_view
 from .kube_clean import clean_view
 from .kube_session import CUSTOM_KINDS, NAMESPACED_KINDS, _one_line
 
-from .kube_rollout_view import attribute_by_selector, configmap_view, pdb_view, replicaset_view, service_view
+from .kube_rollout_view import (attribute_by_selector, configmap_view, inference_objective_view, inference_pool_view,
+                                pdb_view, replicaset_view, service_view)
 
 __all__ = [
     "GPU",
@@ -173,7 +174,9 @@ RESOURCE_NAMES = {"deployments": "deployments.apps/v1", "statefulsets": "statefu
                   "hpas": "horizontalpodautoscalers.autoscaling/v2", "events": "events/v1", "nodes": "nodes/v1",
                   "replicasets": "replicasets.apps/v1", "services": "services/v1",
                   "endpointslices": "endpointslices.discovery.k8s.io/v1",
-                  "pdbs": "poddisruptionbudgets.policy/v1", "configmaps": "configmaps/v1"}
+                  "pdbs": "poddisruptionbudgets.policy/v1", "configmaps": "configmaps/v1",
+                  "inferencepools": "inferencepools.inference.networking.k8s.io/v1",
+                  "inferenceobjectives": "inferenceobjectives.inference.networking.x-k8s.io/v1alpha2"}
 
 
 def absent_text(kind: str, status: int, *, all_namespaces: bool = False) -> str:
@@ -503,6 +506,10 @@ def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], 
         key=lambda s: (s.namespace, s.name))
     pdbs = sorted(_views("pdbs", pdb_view, items, bad), key=lambda o: (o.namespace, o.name))
     configmaps = sorted(_views("configmaps", configmap_view, items, bad), key=lambda o: (o.namespace, o.name))
+    pools = sorted(_views("inferencepools", lambda o: inference_pool_view(o, pods), items, bad),
+                   key=lambda o: (o.namespace, o.name))
+    objectives = sorted(_views("inferenceobjectives", inference_objective_view, items, bad),
+                        key=lambda o: (o.namespace, o.name))
     shown = {(w.kind, w.namespace, w.name) for w in workloads}
     hpas = _views("hpas", hpa_view, items, bad)
     if selector:
@@ -572,6 +579,8 @@ def build_snapshot(raw: RawCluster, *, context: str, namespaces: Iterable[str], 
         services=tuple(services),
         pdbs=tuple(pdbs),
         configmaps=tuple(configmaps),
+        inference_pools=tuple(pools),
+        inference_objectives=tuple(objectives),
         errors=(*raw.errors, *_malformed_errors(bad)),
         absent=dict(raw.absent),
         synced=raw.synced,

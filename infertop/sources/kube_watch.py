@@ -28,6 +28,7 @@ from .kube_autoscalers import discover_custom_kinds, read_wva_desired
 from .kube_session import (
     ALL_NAMESPACES,
     CUSTOM_KINDS,
+    INFERENCE_KINDS,
     NAMESPACED_KINDS,
     KubeError,
     KubeSession,
@@ -367,6 +368,7 @@ class ClusterWatcher:
         # the autoscaler custom resources (KEDA, llm-d): informers only for the types discovery finds
         self.discovered = threading.Event()
         self.discovery_errors: tuple[str, ...] = ()
+        self.not_served: dict[str, str] = {}  # the Pools view's kinds discovery did not find: kind → why
         self.wva_desired: dict[tuple[str, str], float] = {}
         self.wva_error: str | None = None
         self._discovery = threading.Thread(target=self._discover, name="kube-discovery", daemon=True)
@@ -389,6 +391,8 @@ class ClusterWatcher:
         added = [Informer(self.session, kind, ns, "", self._changed, timeout_s, **opts)
                  for kind in found.present for ns in self.scope]
         self.discovery_errors = found.errors
+        self.not_served = {k: absent_text(k, 404) for k in INFERENCE_KINDS
+                           if k not in found.present and not any(e.startswith(f"{k}:") for e in found.errors)}
         self.informers = self.informers + added  # a new list: readers iterate the old one safely
         for inf in added:
             inf.start()
@@ -491,7 +495,9 @@ class ClusterWatcher:
                 raw.errors.append(f"{inf.where}: {inf.error}")
         raw.errors.extend(self.discovery_errors)
         raw.absent = absent_kinds([(inf.kind, inf.status if inf.not_allowed else 0) for inf in self.informers
-                                   if inf.kind not in CUSTOM_KINDS], all_namespaces=self.all_namespaces)
+                                   if inf.kind not in CUSTOM_KINDS or inf.kind in INFERENCE_KINDS],
+                                  all_namespaces=self.all_namespaces)
+        raw.absent.update(self.not_served)
         raw.wva_desired = dict(self.wva_desired)
         if self.wva_error:
             raw.errors.append(self.wva_error)

@@ -17,6 +17,7 @@ Kubernetes API emulator on 127.0.0.1 holding
   whose desired allocation a stand-in optimiser sets every few seconds from
   the engines' load (total running / the HPA's target): nothing applies it,
   which its explanation says;
+- an InferencePool over the Deployment's pods and two InferenceObjectives (interactive, batch);
 - the events the controllers write (scheduling, rescale, …).
 
 Scaling the Deployment (by hand, by the HPA or by infertop) starts or stops
@@ -75,7 +76,8 @@ class SimKube:
         # (container start, termination), and each pass costs O(pods): 1 s keeps 500 pods cheap
         self.emu = KubeEmulator(token=self.token, port=port, reconcile_interval=1.0, start_delay=start_delay_s,
                                 termination_delay=termination_delay_s, seed=sim.seed,
-                                custom_resources=("ScaledObject", "VariantAutoscaling"))
+                                custom_resources=("ScaledObject", "VariantAutoscaling", "InferencePool",
+                                                  "InferenceObjective"))
         self.hpa = hpa
         self.hpa_min, self.hpa_max = hpa_min, (n + 2 if hpa_max is None else hpa_max)
         self.hpa_target_running = hpa_target_running
@@ -105,6 +107,10 @@ class SimKube:
                            selector={"app": self.name})
         # the Service selects one label more than the Deployment: infertop's pod drain removes it
         emu.add_service(self.namespace, self.name, selector={"app": self.name, **SERVING}, ports=(8000,))
+        # the Gateway API Inference Extension objects an llm-d rollout has: its pool and two priorities
+        emu.add_inference_pool(self.namespace, self.name, {"app": self.name}, (8000,), picker=f"{self.name}-epp")
+        emu.add_inference_objective(self.namespace, "interactive", self.name, priority=100)
+        emu.add_inference_objective(self.namespace, "batch", self.name, priority=0)
         emu.add_variant_autoscaling(self.namespace, self.name, self.name, model_id=first.model,
                                     current_replicas=self.replicas, desired_replicas=self.replicas,
                                     min_replicas=self.hpa_min, max_replicas=self.hpa_max)

@@ -159,6 +159,10 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         "llmd.ai", "v1alpha1", "variantautoscalings", "VariantAutoscaling", True, "variantautoscaling", ("va",),
         subresources=(_status("VariantAutoscaling"),), has_status=True, tracks_generation=True, optional=True,
     ),
+    ResourceType(  # Gateway API Inference Extension: the model servers behind one endpoint picker
+        "inference.networking.k8s.io", "v1", "inferencepools", "InferencePool", True, "inferencepool",
+        subresources=(_status("InferencePool"),), has_status=True, tracks_generation=True, optional=True,
+    ),
     ResourceType(  # Gateway API Inference Extension: a request's priority band (spec.priority)
         "inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives", "InferenceObjective", True,
         "inferenceobjective", tracks_generation=True, optional=True,

@@ -255,3 +255,25 @@ class ObjectSeeding:
             live["status"] = self.controllers.pdb_status(live)
             obj = self.store.put(R.BY_KIND["PodDisruptionBudget"], live)
         return obj
+
+    def add_inference_pool(self, namespace: str, name: str, selector: dict, target_ports: Iterable[int] = (8000,),
+                           *, picker: str | None = None, picker_port: int = 9002) -> dict:
+        """A Gateway API Inference Extension v1 InferencePool (``install("InferencePool")`` first): the pods
+        with the ``selector`` labels on ``target_ports``, behind the endpoint picker Service ``picker``."""
+        self._ensure_namespace(namespace)
+        spec = {"selector": {"matchLabels": dict(selector)},
+                "targetPorts": [{"number": int(p)} for p in target_ports],
+                "endpointPickerRef": {"name": picker or f"{name}-epp", "port": {"number": picker_port}}}
+        pool = {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+                "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+        return self.api.create(R.BY_KIND["InferencePool"], namespace, pool)
+
+    def add_inference_objective(self, namespace: str, name: str, pool: str, priority: int | None = None) -> dict:
+        """An InferenceObjective (v1alpha2; ``install("InferenceObjective")`` first) of ``pool``."""
+        self._ensure_namespace(namespace)
+        spec: dict = {"poolRef": {"name": pool}}
+        if priority is not None:
+            spec["priority"] = priority
+        obj = {"apiVersion": "inference.networking.x-k8s.io/v1alpha2", "kind": "InferenceObjective",
+               "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+        return self.api.create(R.BY_KIND["InferenceObjective"], namespace, obj)

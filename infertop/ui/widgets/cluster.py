@@ -24,8 +24,8 @@ from textual.widgets import ContentSwitcher, DataTable, Input
 from ...analysis.autoscalers import explain_workloads
 from ...sources.kube_describe import cpu_text, memory_text
 from ...text import plain
-from ...domain.kube import (ClusterSnapshot, ConfigMapView, EventView, HpaView, NodeView, PdbView, PodView,
-                            ReplicaSetView, ServiceView, WorkloadView)
+from ...domain.kube import (ClusterSnapshot, ConfigMapView, EventView, HpaView, InferenceObjectiveView,
+                            InferencePoolView, NodeView, PdbView, PodView, ReplicaSetView, ServiceView, WorkloadView)
 from ...format import DASH, count_human, age_short
 from .cluster_filter import RowFilter, keeps, parse_filter, sort_key
 from .lean import LeanLines
@@ -34,7 +34,7 @@ from .triage import mark_text
 
 VIEWS: tuple[tuple[str, str], ...] = (
     ("workloads", "Workloads"), ("pods", "Pods"), ("nodes", "Nodes"), ("hpas", "HPAs"), ("events", "Events"),
-    ("replicasets", "RS"), ("services", "Svc"), ("pdbs", "PDBs"), ("configmaps", "CM"),
+    ("replicasets", "RS"), ("services", "Svc"), ("pdbs", "PDBs"), ("configmaps", "CM"), ("inference", "Pools"),
 )
 
 COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -56,13 +56,16 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "pdbs": (("name", "PDB"), ("bound", "Min avail / max unavail"), ("allowed", "Allowed"),
              ("healthy", "Healthy/desired"), ("selector", "Selector")),
     "configmaps": (("name", "ConfigMap"), ("n", "#"), ("size", "Size"), ("keys", "Keys")),
+    # InferencePools, then the InferenceObjectives (each under its pool's name)
+    "inference": (("kind", "Kind"), ("name", "Name"), ("pool", "Selector / pool"), ("ports", "Target ports"),
+                  ("picker", "Endpoint picker"), ("ready", "Ready endpoints"), ("priority", "Priority")),
 }
 
 # the resource kinds (informers) behind each view: a view whose kinds are all absent says why, not an empty table
 VIEW_KINDS: dict[str, tuple[str, ...]] = {
     "workloads": ("deployments", "statefulsets"), "pods": ("pods",), "nodes": ("nodes",), "hpas": ("hpas",),
     "events": ("events",), "replicasets": ("replicasets",), "services": ("services",), "pdbs": ("pdbs",),
-    "configmaps": ("configmaps",),
+    "configmaps": ("configmaps",), "inference": ("inferencepools", "inferenceobjectives"),
 }
 
 
@@ -268,7 +271,8 @@ class ClusterPane(Vertical):
         if snap is not None:
             counts = {"workloads": len(snap.workloads), "pods": len(snap.pods), "nodes": len(snap.nodes),
                       "hpas": len(snap.hpas), "events": len(snap.events), "replicasets": len(snap.replicasets),
-                      "services": len(snap.services), "pdbs": len(snap.pdbs), "configmaps": len(snap.configmaps)}
+                      "services": len(snap.services), "pdbs": len(snap.pdbs), "configmaps": len(snap.configmaps),
+                      "inference": len(snap.inference_pools) + len(snap.inference_objectives)}
         t = Text()
         for i, (view, title) in enumerate(VIEWS):
             if i:
@@ -332,6 +336,8 @@ class ClusterPane(Vertical):
         self._update("services", [(v.key, v, self._service_cells(v, multi)) for v in snap.services])
         self._update("pdbs", [(b.key, b, self._pdb_cells(b, multi)) for b in snap.pdbs])
         self._update("configmaps", [(c.key, c, self._cm_cells(c, multi)) for c in snap.configmaps])
+        self._update("inference", [(o.key, o, self._pool_cells(o, multi)) for o in snap.inference_pools]
+                     + [(o.key, o, self._objective_cells(snap, o, multi)) for o in snap.inference_objectives])
         self._render_tabs()
         self._render_absent()
         self._render_detail()
@@ -591,6 +597,18 @@ class ClusterPane(Vertical):
         return [self._ns_name(c.namespace, c.name, multi), str(len(c.keys)), f"{c.size_bytes} B",
                 clip(", ".join(c.keys), 80) or DASH]
 
+    def _pool_cells(self, o: InferencePoolView, multi: bool) -> list:
+        ready = Text(f"{o.ready_endpoints}/{o.endpoints}", style="" if o.ready_endpoints else "bold red")
+        return ["pool", self._ns_name(o.namespace, o.name, multi), o.selector or DASH,
+                ",".join(str(p) for p in o.target_ports) or DASH, o.picker or DASH, ready, DASH]
+
+    def _objective_cells(self, snap: ClusterSnapshot, o: InferenceObjectiveView, multi: bool) -> list:
+        pool = next((p for p in snap.inference_pools if p.namespace == o.namespace and p.name == o.pool), None)
+        return ["objective", self._ns_name(o.namespace, o.name, multi),
+                Text(o.pool or DASH, style="" if pool is not None or not o.pool else "yellow"), DASH, DASH,
+                f"{pool.ready_endpoints}/{pool.endpoints}" if pool is not None else DASH,
+                DASH if o.priority is None else str(o.priority)]
+
     # ----- selection and detail
     def selected(self) -> tuple[str, object | None]:
         """(view, the selected WorkloadView / PodView / NodeView / HpaView / EventView or None)."""
@@ -610,6 +628,8 @@ class ClusterPane(Vertical):
             "services": lambda: next((v for v in snap.services if v.key == key), None),
             "pdbs": lambda: next((b for b in snap.pdbs if b.key == key), None),
             "configmaps": lambda: next((c for c in snap.configmaps if c.key == key), None),
+            "inference": lambda: next((o for o in (*snap.inference_pools, *snap.inference_objectives)
+                                       if o.key == key), None),
         }
         return self.view, find[self.view]()
 
@@ -724,6 +744,20 @@ class ClusterPane(Vertical):
         elif isinstance(obj, ConfigMapView):
             lines.append(Text(f"ConfigMap {obj.name}: {len(obj.keys)} key(s), {obj.size_bytes} bytes"))
             lines.append(Text(", ".join(obj.keys) or "(no keys)", style="dim"))
+        elif isinstance(obj, InferencePoolView):
+            lines.append(Text(f"InferencePool {obj.name}: pods {obj.selector or 'none selected'} on port(s) "
+                              f"{', '.join(map(str, obj.target_ports)) or DASH}, endpoint picker "
+                              f"{obj.picker or DASH}; {obj.ready_endpoints} of {obj.endpoints} ready"))
+            mine = sorted((o for o in snap.inference_objectives if o.namespace == obj.namespace and o.pool == obj.name),
+                          key=lambda o: -(o.priority or 0))
+            lines.append(Text("objectives: " + (", ".join(f"{o.name} (priority {DASH if o.priority is None else o.priority})"
+                                                          for o in mine) or "none"), style="dim"))
+        elif isinstance(obj, InferenceObjectiveView):
+            known = any(p.namespace == obj.namespace and p.name == obj.pool for p in snap.inference_pools)
+            lines.append(Text(f"InferenceObjective {obj.name}: priority "
+                              f"{DASH if obj.priority is None else obj.priority} for pool {obj.pool or DASH}"))
+            if obj.pool and not known and "inferencepools" not in snap.absent:
+                lines.append(Text(f"no InferencePool {obj.pool} in {obj.namespace}", style="yellow"))
         elif isinstance(obj, EventView):
             lines.append(Text(f"{obj.type} {obj.reason} on {obj.kind}/{obj.name} ×{obj.count} "
                               f"(from {obj.component or '?'})"))
