@@ -38,7 +38,8 @@ def bounded(default, lo: float, hi: float, *, lo_open: bool = False, **kw):
 def bounds_errors(obj) -> list[tuple[str, str]]:
     """(field, why) for every bounded field of dataclass ``obj`` whose value is out of bounds."""
     errs = []
-    for name, bounds in _bounded_fields(type(obj)):
+    cls: type = type(obj)
+    for name, bounds in _bounded_fields(cls):
         value = getattr(obj, name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             why = range_error(value, *bounds)
@@ -429,7 +430,7 @@ def cross_checks(refresh_s: float, window_s: float, history_s: float) -> list[tu
 
 def field_range(cls: type, name: str) -> tuple[float, float, bool] | None:
     """(lo, hi, lo_open) of a bounded field, or None."""
-    f = cls.__dataclass_fields__[name]
+    f = getattr(cls, "__dataclass_fields__")[name]
     return f.metadata.get("range")
 
 
@@ -526,8 +527,10 @@ def _fill_names(cfg: Config) -> None:
     for e in cfg.engines:
         # an invisible character (U+200B, U+FEFF…) in a name is shown escaped: 'a' and 'a\u200b' differ
         e.name = plain_text(e.name or engine_name_from_url(e.url))
-    for q in (*cfg.queues.gateways, *cfg.queues.epp):
-        q.name = plain_text(q.name) if q.name else q.name
+    for g in cfg.queues.gateways:
+        g.name = plain_text(g.name) if g.name else g.name
+    for p in cfg.queues.epp:
+        p.name = plain_text(p.name) if p.name else p.name
 
 
 def _redact_urls(cfg: Config) -> None:

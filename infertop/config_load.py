@@ -134,7 +134,7 @@ if yaml.__with_libyaml__:
             Resolver.__init__(self)
             self._init_limits(limits)
 
-    _Loader = _CLoader
+    _Loader: type = _CLoader
 else:  # pragma: no cover — PyYAML built without libyaml
     _Loader = _PyLoader
 
@@ -172,6 +172,7 @@ def compose(data: bytes, path: str, limits: Limits = DEFAULT_LIMITS, *, pure_pyt
         raise ConfigError(path, e.line, "", e.message) from None
     except yaml.reader.ReaderError as e:
         # libyaml counts bytes; PyYAML's reader characters of the decoded text.
+        line: int | None
         if cls is _PyLoader:
             text = data.decode("utf-8", "replace")
             line = text.count("\n", 0, max(0, e.position)) + 1

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 
+from typing_extensions import TypeIs
+
 DASH = "—"
 
 
-def _missing(v: float | None) -> bool:
+def _missing(v: float | None) -> TypeIs[None]:
+    # TypeIs: past the check ``v`` is a float (a NaN, also "missing", only ever returns the dash)
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 

@@ -47,14 +47,14 @@ def from_doc(tp: Any, doc: Any) -> Any:
         return None
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        for a in args:
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        for a in members:
             try:
                 return from_doc(a, doc)
             except (TypeError, ValueError, AttributeError):
                 continue
         return _clean_leaf(doc)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(doc, dict):
             raise TypeError(f"{tp.__name__}: expected a mapping")
         hints = _hints(tp)

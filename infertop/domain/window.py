@@ -58,9 +58,8 @@ class CounterWindow:
         if not self._offset and self._last_raw and self._steady(raw):
             # the usual scrape: no series ever reset, the same series in the same order, each one up by a
             # plausible step: the corrected values are the raw ones (checked in C, not once per series)
-            corrected = dict(raw)
             self._last_raw, self._last_corrected = dict(raw), dict(raw)
-            self._append(t_s, corrected)
+            self._append(t_s, dict(raw))
             return
         last_raw, offset, last_corrected = self._last_raw, self._offset, self._last_corrected
         corrected: dict[str, float] = {}
