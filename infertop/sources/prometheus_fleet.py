@@ -163,6 +163,10 @@ class PromFleetSource:
     def snapshot(self) -> FleetSnapshot:
         return FleetSnapshot(taken_at=self.wall(), engines=tuple(s for c in self.collectors for s in c.stats))
 
+    def names_by_key(self) -> dict[Key, str]:
+        """Engine key (the ``by`` labels' values) → its name: other readers of the same series join by it."""
+        return {key: eng.endpoint.name for key, eng in list(self._by_key.items())}
+
     def add_endpoint(self, ep: Any) -> None:
         """Nothing to add: an engine shows up once Prometheus scrapes it."""
         return None

@@ -37,6 +37,9 @@ GPU_REFRESH_MIN_S = 2.0  # GPUs are polled on their own schedule, at most this o
 # How long a headless window waits on a cluster read still under way: past it the state is built without
 # the cluster (shown as not read yet) rather than waiting on a hung API server.
 CLUSTER_WAIT_S = 30.0
+# The SLO error budget over the objective's window (days) from Prometheus: a few range queries over
+# weeks of buckets, so not per tick — on a loop of its own, in a thread, this often.
+SLO_RANGE_EVERY_S = 60.0
 
 
 class Fleet:
@@ -83,6 +86,11 @@ class Fleet:
             self.joiner.autoscalers = self.advisor
         self.changes = ChangeRecords()  # actions run here, Kubernetes events, rescales: for the verdicts
         self.slo = SloWatch(cfg.slo_classes)
+        self.slo_reader: Any = None  # the budget over the objective's window, where engines come from Prometheus
+        if prometheus:
+            from ..sources.prometheus_slo import PromSloReader
+
+            self.slo_reader = PromSloReader(cfg.prometheus, names=self.collector.names_by_key)
         if watch:
             self.triage = Triage()
         else:  # one look: conditions seen in this window count (no minimum duration), as snapshot says
@@ -150,6 +158,24 @@ class Fleet:
             except TimeoutError:
                 pass
 
+    async def read_slo_range(self) -> None:
+        """One Prometheus read of each objective window's counts (in a thread), into the SLO report."""
+        if self.slo_reader is None:
+            return
+        for window_s, targets in self.slo.range_plan().items():
+            counts = await asyncio.to_thread(self.slo_reader.read, window_s, targets)
+            self.slo.set_range(counts)
+
+    async def slo_range_loop(self, stop: asyncio.Event | None = None) -> None:
+        """The SLO budget over the objective's window every :data:`SLO_RANGE_EVERY_S` (never in a tick)."""
+        stop = stop or asyncio.Event()
+        while self.slo_reader is not None and not stop.is_set():
+            await self.read_slo_range()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=SLO_RANGE_EVERY_S)
+            except TimeoutError:
+                pass
+
     async def poll_once(self) -> None:
         """Every engine and queue source once (tests and Ctrl+R)."""
         await asyncio.gather(self.collector.poll_once(), self.queues.poll_once())
@@ -167,6 +193,8 @@ class Fleet:
                  asyncio.create_task(self.queues.run())]
         if cluster and self.cfg.kube.configured:
             tasks.append(asyncio.create_task(self.cluster_loop(stop)))
+        if self.slo_reader is not None:
+            tasks.append(asyncio.create_task(self.slo_range_loop(stop)))
         try:
             await stop.wait()
         finally:
@@ -187,6 +215,7 @@ class Fleet:
             await _until_done(cluster)  # one refresh, taken once the cluster is read: both as recent
             (_, (rows, health)) = await asyncio.gather(asyncio.to_thread(self.collector.refresh), self.gpu.poll())
             self.joiner.observe()
+            await self.read_slo_range()
             self.joiner.set_gpus(rows, health)
         else:
             await asyncio.gather(_poll_engines(self.collector, window_s, until=cluster),

@@ -218,6 +218,8 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
             self.call_after_refresh(_freeze_startup_objects)
             self.start_collection()
             self.start_gpu_collection()
+            if self.fleet.slo_reader is not None:
+                self.start_slo_range_collection()
             if self.queue_fleet.collectors:
                 self.start_queue_collection()
 

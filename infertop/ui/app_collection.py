@@ -31,6 +31,11 @@ class CollectionMixin:
         """GPU sources on their own schedule; the next poll starts when the last one finished."""
         await self.fleet.gpu_loop(engine_refs=self._gpu_engine_refs)
 
+    @work(exclusive=True, group="slo-range", exit_on_error=False)
+    async def start_slo_range_collection(self) -> None:
+        """The SLO budget over the objective's window from Prometheus, every minute, off the tick."""
+        await self.fleet.slo_range_loop()
+
     async def poll_gpus(self) -> None:
         """Read every GPU source once (NVML runs in a thread) and hand the rows to the fleet state."""
         await self.fleet.poll_gpus(self._gpu_engine_refs)

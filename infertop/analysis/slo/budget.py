@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ...format import seconds_human
@@ -128,4 +128,22 @@ def worst(lines_by_engine: dict[str, tuple[StageLine, ...]]) -> dict[str, tuple[
             cur = out.get(line.stage)
             if cur is None or line.value_s / line.target_s > cur[1].value_s / cur[1].target_s:  # type: ignore[operator]
                 out[line.stage] = (name, line)
+    return out
+
+
+def class_counts(buckets: Mapping[str, Mapping[str, Sequence[Bucket]]], class_of: Mapping[str, SloClass]
+                 ) -> dict[str, tuple[float, float, int]]:
+    """class → (requests, over target, engines counted) from each engine's buckets over a window (its
+    requests per bound: increases, not lifetime counts), by the class's objective stage — the same
+    :func:`count_within` as the local count, so a target between bounds is handled the same."""
+    out: dict[str, tuple[float, float, int]] = {}
+    for name, hists in buckets.items():
+        cls = class_of.get(name)
+        b = hists.get(cls.objective_stage) if cls is not None else None
+        got = count_within(b, cls.target_s(cls.objective_stage)) if b and cls is not None else None
+        if got is None or cls is None:
+            continue
+        within, total = got
+        req, bad, n = out.get(cls.name, (0.0, 0.0, 0))
+        out[cls.name] = (req + total, bad + min(total, max(0.0, total - within)), n + 1)
     return out

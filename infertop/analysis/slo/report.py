@@ -14,7 +14,7 @@ from dataclasses import asdict, fields
 
 from ...format import seconds_human
 from .assign import Assigner
-from .budget import count_within, stage_lines, worst
+from .budget import class_counts, count_within, stage_lines, worst
 from .burn import BurnTracker
 from .capacity import answer, inputs_of
 from .cost import IdleMeter, model_costs
@@ -105,6 +105,9 @@ class SloWatch:
         self._engine_burn: dict[str, BurnTracker] = {}
         self.idle = IdleMeter()
         self._cap: dict[str, tuple] = {}  # class → (computed at, its engines, answer)
+        self._class_of: dict[str, object] = {}  # engine → its class at the last tick (joins Prometheus counts)
+        self._range_counts: dict[float, object] = {}  # objective window (s) → the last Prometheus read of it
+        self._range_cache: tuple | None = None
 
     def update(self, state, buckets: Mapping[str, Mapping[str, list]], *, troubled=frozenset(),
                now: float | None = None) -> dict:
@@ -119,6 +122,7 @@ class SloWatch:
         for e in live:
             s = e.stats
             cls, how = self.assigner.assign(s, healthy=s.name not in troubled)
+            self._class_of[s.name] = cls
             members[cls.name].append(s)
             lines = lines_of[cls.name][s.name] = stage_lines(s, cls)
             total, bad = self._count(s.name, cls, buckets.get(s.name) or {}, now)
@@ -135,6 +139,8 @@ class SloWatch:
                                 "counted": total is not None})
         names = {e.name for e in state.engines}
         self.assigner.forget_except(names)
+        for gone in [n for n in self._class_of if n not in names]:
+            del self._class_of[gone]
         for gone in [n for n in self._engine_burn if n not in names]:
             del self._engine_burn[gone]
             self._last.pop(gone, None)
@@ -183,7 +189,68 @@ class SloWatch:
             "week_budget_spent": (used is not None and used >= sec.week_budget_pct and total >= 100
                                   and (span or 0.0) >= max(sec.min_burn_history_s, 3600.0)),
             "capacity": cap,
+            "budget": self._budget(c, tracker, now),
         }
+
+    def range_plan(self) -> dict[float, dict[str, list[float]]]:
+        """Objective window (s) → histogram → the targets counted by it: what a Prometheus read asks."""
+        plan: dict[float, dict[str, list[float]]] = {}
+        for c in self.classes:
+            hists = plan.setdefault(c.objective_days * 86400.0, {})
+            hists.setdefault(c.objective_stage, []).append(c.target_s(c.objective_stage))
+        return plan
+
+    def set_range(self, counts) -> None:
+        """A Prometheus read over an objective window (``RangeCounts``, duck-typed), kept for the ticks
+        after it: each tick joins its counts to the engines' classes of that tick."""
+        self._range_counts[counts.asked_s] = counts
+        self._range_cache = None
+
+    def _range_docs(self) -> dict[str, dict]:
+        """class → its requests, over target and budget used over its objective window from Prometheus;
+        an engine not live now is counted by its name's match, else not at all."""
+        key = tuple((n, c.name) for n, c in self._class_of.items())
+        if self._range_cache is not None and self._range_cache[0] == key:
+            return self._range_cache[1]
+        docs: dict[str, dict] = {}
+        for asked_s, counts in self._range_counts.items():
+            class_of = dict(self._class_of)
+            for name in counts.buckets:
+                if name not in class_of and (m := self.assigner.matched(name, None)) is not None:
+                    class_of[name] = m[0]
+            got = class_counts(counts.buckets, class_of)
+            error = "; ".join(counts.errors) or None
+            for c in self.classes:
+                if abs(c.objective_days * 86400.0 - asked_s) > 1e-6:
+                    continue
+                req, bad, n = got.get(c.name, (0.0, 0.0, 0))
+                docs[c.name] = {"source": "Prometheus", "window_s": counts.used_s, "asked_s": asked_s,
+                                "requests": req, "bad": bad, "engines_counted": n, "read_at": counts.end,
+                                "used_pct": _used_pct(bad, req, c.allowed_bad), "error": error}
+        self._range_cache = (key, docs)
+        return docs
+
+    def _budget(self, c, tracker, now: float) -> dict:
+        """The error budget over the longest window there is: Prometheus' (up to the objective's days)
+        when it holds more than the local history, else the local history's."""
+        history = tracker.history_s(now)
+        local_total, local_bad = tracker.over(now, history) if history else (0.0, 0.0)
+        local = {"source": "local", "window_s": history, "asked_s": c.objective_days * 86400.0,
+                 "requests": local_total, "bad": local_bad, "used_pct": _used_pct(local_bad, local_total, c.allowed_bad),
+                 "error": None}
+        prom = self._range_docs().get(c.name)
+        if prom is None:
+            return local
+        if prom["window_s"] > history and prom["requests"] > 0:
+            return prom
+        # Prometheus holds no more than the local history (or failed): the local count, its error said
+        if prom["error"]:
+            why = prom["error"]
+        elif prom["requests"] <= 0:
+            why = f"no request of this class over its {prom['window_s']:.0f} s"
+        else:
+            why = f"it holds {prom['window_s']:.0f} s, no more than the local history"
+        return local | {"error": why}
 
     def _capacity(self, c, stats, now: float) -> dict | None:
         """The class's capacity answer, recomputed every :data:`CAPACITY_EVERY_S` or when its engines change."""
@@ -218,6 +285,11 @@ class SloWatch:
         return {"price_per_gpu_hour": sec.gpu_hour_price, "currency": sec.currency,
                 "models": [asdict(m) for m in models], "idle_gpus": idle, "gpus": total, "idle_how": how,
                 "idle_gpu_hours": self.idle.idle_gpu_hours, "gpu_hours": self.idle.gpu_hours}
+
+
+def _used_pct(bad: float, requests: float, allowed_bad: float) -> float | None:
+    """% of the window's error budget ((1 − objective) × its requests) spent."""
+    return 100.0 * bad / (allowed_bad * requests) if requests > 0 and allowed_bad > 0 else None
 
 
 def capacity_text(a, c) -> str:

@@ -3,7 +3,7 @@ through :func:`infertop.text.plain`; a recorded report of the wrong shape reads 
 
 from __future__ import annotations
 
-from ...format import count_human, pct_human, seconds_human
+from ...format import age_human, count_human, pct_human, seconds_human
 from ...text import plain
 
 STAGES = ("queue", "ttft", "tpot", "e2e")
@@ -27,6 +27,8 @@ def class_lines(c: dict) -> list[str]:
            f"{seconds_human(c.get('history_s'))}"]
     out.append("  burn: " + " · ".join(burn_text(w) for w in c.get("burn") or ())
                + f" · week's budget used {pct_human(used)} (from {seconds_human(c.get('week_span_s'))})")
+    if c.get("budget"):
+        out.append("  " + budget_text(c["budget"]))
     worst = c.get("worst") or {}
     for stage in STAGES:
         w = worst.get(stage)
@@ -41,6 +43,23 @@ def class_lines(c: dict) -> list[str]:
             if p:
                 out.append("    " + prediction_text(p))
     return out
+
+
+def span_text(s: float | None) -> str:
+    """A window: 45 s, 12 min, 5 h, 30 d."""
+    if s is not None and s >= 86400:
+        return f"{s / 86400:.1f}".removesuffix(".0") + " d"
+    return age_human(s)
+
+
+def budget_text(b: dict) -> str:
+    """"budget over 30 d (Prometheus): 12 % used, 34 of 290k requests over target" (the window used)."""
+    asked = b.get("asked_s")
+    short = (f" of the objective's {span_text(asked)}" if asked and (b.get("window_s") or 0) < asked - 60 else "")
+    err = f" · Prometheus: {plain(b['error'], 160)}" if b.get("error") else ""
+    return (f"budget over {span_text(b.get('window_s'))} ({plain(b.get('source') or '', 20)}{short}): "
+            f"{pct_human(b.get('used_pct'))} used, {count_human(b.get('bad'))} of "
+            f"{count_human(b.get('requests'))} requests over target{err}")
 
 
 def prediction_text(p: dict) -> str:
