@@ -97,7 +97,7 @@ class SloClassConfig:
     """One workload class (PRODUCT.md: interactive chat, code completion, batch): a target per latency
     stage at the percentile infertop reads (queue, TTFT and E2E at P99; TPOT/ITL at P95), an objective
     ("99.9 % of requests within the E2E target over 30 days") and which engines it holds: shell-style
-    patterns (``*chat*``) matched against an engine's name, its model and its pod's workload."""
+    patterns (``*chat*``) per rule — ``match`` on an engine's name or model, and the rules below."""
 
     queue_p99_s: float = bounded(1.0, 0, 3600, lo_open=True)
     ttft_p99_s: float = bounded(2.0, 0, 3600, lo_open=True)
@@ -107,9 +107,22 @@ class SloClassConfig:
     objective_stage: str = "e2e"  # queue, ttft or e2e: the histogram a request is counted good or bad by
     objective_days: float = bounded(30.0, 0, 366, lo_open=True)
     match: list[str] = field(default_factory=list)
+    # Assignment rules, each a list of shell-style patterns; the first rule to name an engine wins, in this
+    # order: engines (its name) > deployments ("namespace/name") > models > gateway_classes (a gateway's
+    # class, an endpoint picker's band, an InferenceObjective's name) > fitted from its healthy history
+    engines: list[str] = field(default_factory=list)
+    deployments: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
+    gateway_classes: list[str] = field(default_factory=list)
 
     def validate(self) -> list[tuple[str, str]]:
         errs = bounds_errors(self)
+        for key in ("engines", "deployments", "models", "gateway_classes"):
+            for i, pat in enumerate(getattr(self, key)):
+                if not isinstance(pat, str) or not pat.strip():
+                    errs.append((f"{key}[{i}]", "an empty pattern matches nothing"))
+                elif key == "deployments" and (pat.count("/") != 1 or "" in pat.split("/")):
+                    errs.append((f"{key}[{i}]", f"a Deployment is namespace/name, got {pat!r}"))
         if self.objective_stage not in SLO_STAGES:
             errs.append(("objective_stage", f"must be one of {', '.join(SLO_STAGES)}, got {self.objective_stage!r}"))
         if self.objective_pct >= 100:

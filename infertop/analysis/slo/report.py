@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, fields
 
 from ...format import seconds_human
-from .assign import Assigner
+from .assign import Assigner, engine_context
 from .budget import class_counts, count_within, stage_lines, worst
 from .burn import BurnTracker
 from .capacity import answer, inputs_of
@@ -119,9 +119,11 @@ class SloWatch:
         members: dict[str, list] = {c.name: [] for c in self.classes}
         lines_of: dict[str, dict] = {c.name: {} for c in self.classes}
         engines_doc = []
+        deployment_of, gateway_of = engine_context(state) if self.assigner.by_cluster else ({}, {})
         for e in live:
             s = e.stats
-            cls, how = self.assigner.assign(s, healthy=s.name not in troubled)
+            cls, how = self.assigner.assign(s, healthy=s.name not in troubled, deployment=deployment_of.get(s.name),
+                                            gateway_classes=gateway_of.get(s.name, ()))
             self._class_of[s.name] = cls
             members[cls.name].append(s)
             lines = lines_of[cls.name][s.name] = stage_lines(s, cls)

@@ -26,7 +26,11 @@ class SloClass:
     objective_pct: float = 99.9
     objective_stage: str = "e2e"
     objective_days: float = 30.0
-    match: tuple[str, ...] = ()
+    match: tuple[str, ...] = ()  # engine name or model (at the precedence of each)
+    engines: tuple[str, ...] = ()  # the patterns of each assignment rule (assign.py: engine > Deployment >
+    deployments: tuple[str, ...] = ()  # model > gateway class > fitted from history)
+    models: tuple[str, ...] = ()
+    gateway_classes: tuple[str, ...] = ()
 
     def target_s(self, stage: str) -> float:
         return getattr(self, STAGES[stage][0])
@@ -45,7 +49,9 @@ class SloClass:
 def classes_from(config_classes) -> tuple[SloClass, ...]:
     """The config's ``slo_classes.classes`` (name → SloClassConfig), in its order."""
     return tuple(SloClass(name, c.queue_p99_s, c.ttft_p99_s, c.tpot_p95_s, c.e2e_p99_s, c.objective_pct,
-                          c.objective_stage, c.objective_days, tuple(c.match))
+                          c.objective_stage, c.objective_days, tuple(c.match),
+                          *(tuple(getattr(c, k, ()) or ()) for k in ("engines", "deployments", "models",
+                                                                     "gateway_classes")))
                  for name, c in config_classes.items())
 
 
