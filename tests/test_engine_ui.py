@@ -86,7 +86,8 @@ async def test_start_change_max_num_seqs_and_stop_from_the_keyboard(tmp_path):
     assert change["target"] == "fake" and change["old"] == {"max_num_seqs": 4} and change["new"] == {"max_num_seqs": 8}
 
 
-async def test_a_change_made_outside_this_console_shows_once_the_engine_is_back(tmp_path):
+@pytest.mark.parametrize("restart_unseen", [False, True], ids=["down-seen", "restart-between-polls"])
+async def test_a_change_made_outside_this_console_shows_once_the_engine_is_back(tmp_path, restart_unseen):
     """``infertop engine set`` (or another console) restarts an engine this console watches with another
     max_num_seqs: once the engine is back, Run/Max shows the new limit, not the one read at adoption."""
     from infertop.control.audit import AuditLog
@@ -97,12 +98,12 @@ async def test_a_change_made_outside_this_console_shows_once_the_engine_is_back(
                         module=FAKE)
     cli.start("fake", s.config.profiles["fake"])
     try:
-        await _watch_an_outside_change(s, cli)
+        await _watch_an_outside_change(s, cli, restart_unseen)
     finally:
         cli.stop("fake")
 
 
-async def _watch_an_outside_change(s: Settings, cli) -> None:
+async def _watch_an_outside_change(s: Settings, cli, restart_unseen: bool) -> None:
     app = InfertopApp(s, poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.managed("fake") is not None, what="adopted")
@@ -125,10 +126,17 @@ async def _watch_an_outside_change(s: Settings, cli) -> None:
         worker = threading.Thread(target=lambda: (cli.set_args("fake", {"max_num_seqs": 8}), done.set()))
         worker.start()
         try:
+            if restart_unseen:  # no poll while it restarts: the console never sees it down
+                await asyncio.to_thread(done.wait, 120)
             await shows("0/8", done.is_set)
         finally:
             worker.join(120)
-        assert any("fake up → down" in line for line in app.log_lines)
+        # the console saw the restart: as a down and up between polls, or (faster than a poll) by its record
+        lines = list(app.log_lines)
+        if restart_unseen:
+            assert any("fake: restarted (pid" in line and "max_num_seqs 4 → 8" in line for line in lines), lines
+        else:
+            assert any("fake up → down" in line or "fake: restarted (pid" in line for line in lines), lines
 
 
 async def test_actions_greyed_for_unmanaged_and_hidden_read_only(tmp_path):

@@ -21,7 +21,7 @@ from .widgets.gpus import flatten
 GPU_THROTTLE_LOG_EVERY_S = 60.0
 VERDICT_LINES_PER_TICK = 20  # raised (and cleared) verdicts told one line each per tick, the rest counted
 AUTO_BUNDLE_MIN_TICKS = 30  # a critical verdict saves a bundle by itself once this much was recorded
-ORPHAN_RECHECK_S = 5.0  # an orphaned engine's record is read again this often (the word goes once stop cleaned up)
+ORPHAN_RECHECK_S = 5.0  # an orphaned or managed engine's record is read again this often
 
 
 class ChangeLogMixin:
@@ -120,8 +120,11 @@ class ChangeLogMixin:
             prev = self._states.get(s.name)
             if prev is None and s.state == UNKNOWN:
                 continue  # not polled yet (the first ticks, a pod's engine that just joined): nothing to tell
-            if prev == s.state and s.name in self.joiner.local:  # type: ignore[attr-defined]
-                # orphaned: read its record again now and then, so the word goes when stop cleaned it up
+            if prev == s.state and (s.name in self.joiner.local  # type: ignore[attr-defined]
+                                    or s.name in self.__dict__.get("_watched_pids", {})):
+                # orphaned: read its record again now and then, so the word goes when stop cleaned it up;
+                # a managed engine: another console or ``engine set`` may have restarted it between two
+                # polls (no down seen), so its record (pid, max_num_seqs) is read again as often
                 now, checked = time.monotonic(), self.__dict__.setdefault("_orphan_checked_at", {})
                 if now - checked.get(s.name, 0.0) >= ORPHAN_RECHECK_S:
                     checked[s.name] = now

@@ -352,6 +352,7 @@ class EngineActions(ActionRunner):
         base = known.get(rec.name) or self._configured().get(rec.name)
         timeout_s = base.timeout_s if base is not None else EngineEndpoint(rec.name, rec.url).timeout_s
         ep = EngineEndpoint(rec.name, rec.url, rec.max_num_seqs, timeout_s)
+        self.__dict__.setdefault("_watched_pids", {})[rec.name] = rec.pid
         if known.get(rec.name) != ep:
             self.collector.add_endpoint(ep)  # type: ignore[attr-defined]
 
@@ -365,8 +366,17 @@ class EngineActions(ActionRunner):
 
     async def _reread_engine(self, name: str) -> None:
         rec = await asyncio.to_thread(self.managed, name)
+        pids: dict[str, int] = self.__dict__.setdefault("_watched_pids", {})
+        was = pids.get(name)
         if rec is not None:
+            if was is not None and was != rec.pid:  # restarted elsewhere (engine set, another console)
+                known = {c.endpoint.name: c.endpoint for c in self.collector.collectors}  # type: ignore[attr-defined]
+                seqs = known[name].max_num_seqs if name in known else None
+                what = f", max_num_seqs {seqs} → {rec.max_num_seqs}" if seqs != rec.max_num_seqs else ""
+                self.log_event(Text(f"{name}: restarted (pid {was} → {rec.pid}{what})"))  # type: ignore[attr-defined]
             self._watch(rec)
+        else:
+            pids.pop(name, None)  # stopped (here or elsewhere): nothing of ours to read again
         self._note_orphan(name, rec)
 
     def _note_orphan(self, name: str, rec: EngineRecord | None) -> None:
