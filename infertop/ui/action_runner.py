@@ -1,10 +1,9 @@
-"""The one action pipeline in the app: confirmation, background execution, the list of running actions.
+"""The console's side of the one action pipeline: its confirmation screen, the list of running actions.
 
-``ActionRunner`` is a base of the app's action mixins (local engines,
-Kubernetes): :meth:`ActionRunner.start_action` takes any
-:class:`~infertop.control.pipeline.ActionKind` through plan → diff →
-preflight → :class:`ConfirmScreen` (``y`` only) → execute in a background
-thread → follow with a countdown → audit. Actions on different objects run
+:meth:`ActionRunner.start_action` hands any :class:`~infertop.control.pipeline.ActionKind` to the
+pipeline (:func:`infertop.control.runner.run`: plan → diff → preflight → confirm → execute in a
+background thread → audit) with :class:`ScreenConfirmer` — :class:`ConfirmScreen` (``y`` only) and
+the follow with a countdown. Actions on different objects run
 side by side; a second one on the same object is refused with the reason.
 Esc hides a running action's dialog, ``a`` lists the running actions and
 reopens one; quitting with actions in flight asks first. A key that cannot
@@ -15,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,24 +21,12 @@ from typing import Any
 from rich.markup import escape
 
 from ..config import default_state_dir
+from ..control import runner
 from ..control.audit import AuditLog
-from ..control.pipeline import (
-    DONE,
-    Abandoned,
-    REVIEW,
-    ActionBoard,
-    ActionBusy,
-    ActionKind,
-    ActionRun,
-    Outcome,
-    Preflight,
-    Progress,
-    execute_audited,
-)
+from ..control.pipeline import ActionBoard, ActionBusy, ActionKind, ActionRun, Outcome, Preflight
 from .screens.actions_list import ActionsListScreen, QuitScreen
 from .screens.confirm import ConfirmScreen
 
-CONFLICT_NOTE = "it was read again: review the change below and confirm again."
 
 
 QUIT_ABORT_WAIT_S = 15.0  # how long quitting waits for aborted actions (their undrain) before exiting
@@ -67,33 +52,6 @@ def quit_question(runs: list[ActionRun]) -> str:
     return f"{head}: quit? y/n\n" + "\n".join(lines) + ("\n…" if n > 3 else "")
 
 
-async def in_daemon_thread(fn: Callable[[], Any], name: str) -> Any:
-    """Run ``fn`` in a daemon thread: unlike ``asyncio.to_thread``, quitting never waits for it."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future = loop.create_future()
-
-    def deliver(setter: Callable[[Any], None], value: Any) -> None:
-        if not fut.done():
-            setter(value)
-
-    def work() -> None:
-        try:
-            result = fn()
-        except BaseException as e:  # noqa: BLE001 — handed to the awaiting coroutine
-            try:
-                loop.call_soon_threadsafe(deliver, fut.set_exception, e)
-            except RuntimeError:
-                pass  # the app's loop is gone (quit)
-            return
-        try:
-            loop.call_soon_threadsafe(deliver, fut.set_result, result)
-        except RuntimeError:
-            pass
-
-    threading.Thread(target=work, name=name, daemon=True).start()
-    return await fut
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -104,6 +62,54 @@ def _pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return True
+
+
+class ScreenConfirmer:
+    """The console's part of the pipeline (:class:`~infertop.control.runner.Confirmer`): the
+    confirmation screen (``y`` only), shown again after a conflict if it was hidden meanwhile."""
+
+    audits_refusals = False  # the operator sees a refused plan on the screen: nothing was decided
+    reconfirms = True
+
+    def __init__(self, app: Any, run: ActionRun, preflight_name: str) -> None:
+        self.app, self.preflight_name = app, preflight_name
+        run.view = ConfirmScreen(run.kind.target, dry_run="pending")
+        app.push_screen(run.view)
+
+    def planned(self, run: ActionRun, review: Any, note: str | None) -> None:
+        run.view.set_title(review.title)
+        run.view.set_plan(review.summary, review.diff, review.notes, note)
+
+    def plan_failed(self, run: ActionRun, error: Exception) -> None:
+        run.view.set_error(str(error))
+
+    def checked(self, run: ActionRun, pre: Preflight) -> None:
+        if pre.ok:
+            run.view.set_dry_run(True, pre.message, pre.warnings)
+        else:
+            run.view.set_dry_run(False, f"{self.preflight_name} failed — nothing was changed: {pre.message}")
+
+    async def decide(self, run: ActionRun) -> bool:
+        return await run.view.decision() == "confirm"
+
+    def started(self, run: ActionRun) -> None:
+        run.view.start_running(abortable=run.kind.abortable, on_abort=run.abort.set)
+        self.app._action_show(run)
+
+    def progressed(self, run: ActionRun) -> None:
+        self.app._action_show(run)
+
+    def conflict(self, run: ActionRun, note: str) -> None:
+        if not run.view.is_attached:  # hidden meanwhile: show the re-read change
+            run.view = ConfirmScreen(run.kind.target, dry_run="pending")
+            self.app.push_screen(run.view)
+
+    def finished(self, run: ActionRun, outcome: Outcome) -> None:
+        if run.view.is_attached:
+            run.view.finish(outcome.ok, outcome.message, outcome.result)
+        else:
+            self.app.notify(f"{run.title}: {outcome.message}", markup=False, timeout=8,
+                            severity="information" if outcome.ok else "error")
 
 
 class ActionRunner:
@@ -141,92 +147,17 @@ class ActionRunner:
 
     async def _pipeline(self, run: ActionRun, on_done: Callable[[Outcome], None] | None,
                         on_forbidden: Callable[[], None] | None, preflight_name: str) -> str:
-        kind = run.kind
-        screen = ConfirmScreen(kind.target, dry_run="pending")
-        run.view = screen
-        self.push_screen(screen)  # type: ignore[attr-defined]
-        note: str | None = None
+        """The pipeline (control/runner.py) with this console's confirmation screen."""
+        records = getattr(self, "change_records", None)
         try:
-            while True:
-                try:
-                    review = await asyncio.to_thread(kind.plan)
-                except Exception as e:  # noqa: BLE001 — ActionRefused, KubeError, EngineError: one line
-                    if getattr(e, "status", 0) == 403 and on_forbidden is not None:
-                        on_forbidden()
-                    screen.set_error(str(e))
-                    return "failed"
-                run.title = review.title
-                run.review = review
-                screen.set_title(review.title)
-                screen.set_plan(review.summary, review.diff, review.notes, note)
-                try:
-                    pre = await asyncio.to_thread(kind.preflight)
-                except Exception as e:  # noqa: BLE001
-                    pre = Preflight(False, str(e), getattr(e, "status", 0))
-                run.preflight = pre
-                if not pre.ok:
-                    if pre.status == 403 and on_forbidden is not None:
-                        on_forbidden()
-                    screen.set_dry_run(False, f"{preflight_name} failed — nothing was changed: {pre.message}")
-                    self.log_event(f"[red]{escape(review.title)}: {preflight_name} failed:[/red] "  # type: ignore[attr-defined]
-                                   f"{escape(pre.message)}")
-                    return "failed"
-                screen.set_dry_run(True, pre.message, pre.warnings)
-                run.state = REVIEW
-                if await screen.decision() != "confirm":
-                    return "cancelled"
-                run.start()
-                screen = self._action_view(run)
-                screen.start_running(abortable=kind.abortable, on_abort=run.abort.set)
-                self._action_show(run)
-
-                loop = asyncio.get_running_loop()
-
-                def progress(p: Progress, run: ActionRun = run) -> None:
-                    # from the action's thread: never waits for, nor fails because of, the screen
-                    if run.abandoned:
-                        raise Abandoned()
-                    run.set_progress(p)
-                    try:
-                        loop.call_soon_threadsafe(self._action_show, run)
-                    except RuntimeError:
-                        raise Abandoned() from None  # the app's loop is gone
-
-                audit = None if kind.audits_itself else self.audit_log()
-                outcome = await in_daemon_thread(lambda: execute_audited(kind, audit, progress, run.abort, pre),
-                                                 f"action {kind.object_key}")
-                screen = self._action_view(run)
-                if outcome.result == "conflict":  # what changed, then: read again, confirm again
-                    note = f"⚠ {outcome.message} — {CONFLICT_NOTE}" if outcome.message else f"⚠ {CONFLICT_NOTE}"
-                    run.progress = None
-                    self.log_event(f"[yellow]{escape(review.title)}: conflict — {escape(outcome.message)}; "  # type: ignore[attr-defined]
-                                   "re-read, confirm again[/yellow]")
-                    if not screen.is_attached:  # hidden meanwhile: show the re-read change
-                        screen = ConfirmScreen(kind.target, dry_run="pending")
-                        run.view = screen
-                        self.push_screen(screen)  # type: ignore[attr-defined]
-                    continue
-                if outcome.status == 403 and on_forbidden is not None:
-                    on_forbidden()
-                run.outcome, run.state = outcome, DONE
-                if outcome.ok and getattr(self, "change_records", None) is not None:
-                    self.change_records.add(time.time(), f"{review.summary} ({kind.action} {kind.target}, "  # type: ignore[attr-defined]
-                                                         "from this console)")
-                style = "green" if outcome.ok else ("yellow" if outcome.result == "aborted" else "red")
-                self.log_event(f"[{style}]{escape(review.title)}: {outcome.result}[/{style}] — "  # type: ignore[attr-defined]
-                               f"{escape(outcome.message)}")
-                if screen.is_attached:
-                    screen.finish(outcome.ok, outcome.message, outcome.result)
-                else:
-                    self.notify(f"{review.title}: {outcome.message}", markup=False, timeout=8,  # type: ignore[attr-defined]
-                                severity="information" if outcome.ok else "error")
-                if on_done is not None:
-                    on_done(outcome)
-                return outcome.result
-        except Abandoned:
-            return "unknown"
+            outcome = await runner.run(
+                run, ScreenConfirmer(self, run, preflight_name), audit=self.audit_log(), on_forbidden=on_forbidden,
+                preflight_name=preflight_name, changed=records.add if records is not None else None,
+                log=lambda style, text: self.log_event(f"[{style}]{escape(text)}[/{style}]"))  # type: ignore[attr-defined]
+            if on_done is not None and run.outcome is not None:
+                on_done(outcome)
+            return outcome.result
         finally:
-            run.state = DONE
             self.action_board.end(run)
             self._actions_changed()
 
