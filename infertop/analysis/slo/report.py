@@ -16,7 +16,7 @@ from ...format import seconds_human
 from .assign import Assigner, engine_context
 from .budget import class_counts, count_within, stage_lines, worst
 from .burn import BurnTracker
-from .capacity import answer, inputs_of
+from .capacity import RunningMean, answer, inputs_of
 from .cost import IdleMeter, model_costs
 from .targets import STAGE_LABEL, classes_from
 
@@ -105,6 +105,7 @@ class SloWatch:
         self._engine_burn: dict[str, BurnTracker] = {}
         self.idle = IdleMeter()
         self._cap: dict[str, tuple] = {}  # class → (computed at, its engines, answer)
+        self._running: dict[str, RunningMean] = {}  # class → its running requests over the rates' window
         self._class_of: dict[str, object] = {}  # engine → its class at the last tick (joins Prometheus counts)
         self._range_counts: dict[float, object] = {}  # objective window (s) → the last Prometheus read of it
         self._range_cache: tuple | None = None
@@ -257,10 +258,13 @@ class SloWatch:
     def _capacity(self, c, stats, now: float) -> dict | None:
         """The class's capacity answer, recomputed every :data:`CAPACITY_EVERY_S` or when its engines change."""
         key = (tuple(s.name for s in stats),)
+        running = [s.running for s in stats if s.running is not None]
+        mean = self._running.setdefault(c.name, RunningMean())
+        mean.add(now, key, sum(running) if stats and len(running) == len(stats) else None)
         got = self._cap.get(c.name)
         if got is not None and got[1] == key and now - got[0] < CAPACITY_EVERY_S:
             return got[2]
-        inp = inputs_of(stats)
+        inp = inputs_of(stats, running_mean=mean.mean())
         cap = None
         if inp is not None:
             a = answer(inp, c.queue_p99_s, c.ttft_p99_s, self.section.headroom_pct)
