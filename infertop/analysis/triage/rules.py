@@ -79,12 +79,30 @@ def queue_bound(state, active: Active) -> list[Finding]:
             out.append(Finding("queue-bound", s.name, WARNING,
                                f"{s.name} is out of capacity: all {s.max_num_seqs} slots run and "
                                f"{count_human(s.waiting)} requests wait.",
-                               tuple(evidence), _capacity_remedies(s, engines, model)))
+                               tuple(evidence), _capacity_remedies(s, engines, model, state)))
     return out
 
 
-def _capacity_remedies(s, engines, model: str) -> tuple[Remedy, ...]:
+def slo_capacity(state, names) -> tuple[dict, dict] | None:
+    """(the SLO report's class doc, its capacity answer) of the class whose engines are exactly ``names``
+    (its model's engines: the answer is about the same pool), None where the report has none."""
+    report = getattr(state, "slo_report", None)
+    if not isinstance(report, dict):
+        return None
+    names = set(names)
+    for c in report.get("classes") or ():
+        if isinstance(c, dict) and isinstance(c.get("capacity"), dict) and set(c.get("engines") or ()) == names:
+            return c, c["capacity"]
+    return None
+
+
+def _capacity_remedies(s, engines, model: str, state=None) -> tuple[Remedy, ...]:
     out = []
+    got = slo_capacity(state, (e.name for e in engines)) if state is not None else None
+    if got is not None:
+        remedies = _from_capacity(s, engines, model, *got)
+        if remedies:
+            return remedies
     arrival = sum(e.requests_per_s or 0.0 for e in engines)
     residence = max((e.e2e_p95_s or 0.0) for e in engines)
     seqs = min(e.max_num_seqs for e in engines if e.max_num_seqs)
@@ -100,6 +118,32 @@ def _capacity_remedies(s, engines, model: str) -> tuple[Remedy, ...]:
         if more > s.max_num_seqs:
             out.append(Remedy(f"raise max_num_seqs {s.max_num_seqs} → {more} (KV cache {pct_human(s.kv_cache_pct)})",
                               "m", s.name, more))
+    return tuple(out)
+
+
+def _from_capacity(s, engines, model: str, c: dict, cap: dict) -> tuple[Remedy, ...]:
+    """The SLO class's capacity answer (M/M/c over its engines' slots) as the remedies' values: the
+    replicas that hold its queue and TTFT p99 targets, and max_num_seqs at today's replicas."""
+    try:
+        hold, seqs = cap.get("replicas_to_hold"), cap.get("max_num_seqs_to_hold")
+        targets, per = c.get("targets") or {}, (cap.get("inputs") or {}).get("max_num_seqs")
+        need = float(cap["concurrency_needed"])
+        head = f"{float(cap['headroom_pct']):g} %"
+        ttft, queue = targets.get("ttft"), targets.get("queue")
+    except (KeyError, TypeError, ValueError):
+        return ()
+    out = []
+    if hold:
+        value = max(len(engines) + 1, int(hold))  # queue-bound now: one more at the least
+        slots = f"; {need:.0f} slots = {need / per:.1f} replicas of {per} by Little's law" if per else ""
+        out.append(Remedy(f"scale {model} {len(engines)} → {value} engines (capacity model, class {c.get('name')}: "
+                          f"{hold} hold queue p99 {seconds_human(queue)} and TTFT p99 {seconds_human(ttft)} at "
+                          f"{head} headroom{slots})", "S", s.name, value))
+    if seqs and s.max_num_seqs and int(seqs) > s.max_num_seqs and (s.kv_cache_pct is None or s.kv_cache_pct < 70.0):
+        out.append(Remedy(f"or raise max_num_seqs {s.max_num_seqs} → {int(seqs)} at {len(engines)} engines "
+                          f"(capacity model: holds TTFT p99 {seconds_human(ttft)}; KV cache "
+                          f"{pct_human(s.kv_cache_pct) if s.kv_cache_pct is not None else 'unknown'})",
+                          "m", s.name, int(seqs)))
     return tuple(out)
 
 

@@ -1,0 +1,70 @@
+"""The capacity answer feeds the triage remedies (issue 25 item 4): a queue-bound verdict on a pool that
+is one SLO class takes its replica count and max_num_seqs from the class's capacity model, not from
+Little's law alone; without an answer (or for a pool that is not the class) Little's law stays."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from infertop.analysis.slo.capacity import CapacityInputs, answer
+from infertop.analysis.slo.report import capacity_text
+from infertop.analysis.triage import Triage
+from test_triage import engine, fleet, run
+
+BUSY = dict(running=16.0, waiting=12.0, kv_cache_pct=40.0, requests_per_s=6.0, e2e_p95_s=6.0, queue_p99_s=3.0,
+            ttft_p99_s=3.5)
+
+
+class _Class:  # the targets capacity_text reads
+    queue_p99_s, ttft_p99_s = 0.5, 2.0
+
+
+def report_for(names, inp: CapacityInputs) -> dict:
+    a = answer(inp, 0.5, 2.0, 30.0)
+    cap = dataclasses.asdict(a) | {"text": capacity_text(a, _Class), "computed_at": 0.0}
+    return {"classes": [{"name": "chat", "engines": list(names), "targets": {"queue": 0.5, "ttft": 2.0},
+                         "capacity": cap, "burn": [], "worst": {}}], "engines": []}
+
+
+def queue_bound_remedies(state):
+    out = run(Triage(), [state] * 7)
+    [v] = [v for v in out[-1] if v.kind == "queue-bound" and v.subject == "e0"]
+    return {r.key: r for r in v.remedies}
+
+
+def test_queue_bound_scales_to_the_capacity_models_replicas():
+    inp = CapacityInputs(arrival_per_s=12.0, service_s=4.0, replicas=2, max_num_seqs=16, prefill_p99_s=0.3,
+                         residence_s=4.5)
+    a = answer(inp, 0.5, 2.0, 30.0)
+    base = fleet(engine("e0", **BUSY), engine("e1", **BUSY))
+    state = dataclasses.replace(base, slo_report=report_for(["e0", "e1"], inp))
+    got = queue_bound_remedies(state)
+    assert a.replicas_to_hold and a.replicas_to_hold > 2
+    assert got["S"].value == a.replicas_to_hold
+    assert "capacity model, class chat" in got["S"].text and "TTFT p99 2" in got["S"].text
+    assert "30 % headroom" in got["S"].text
+    # Little's law alone (6 + 6 req/s × 6 s × 1.3 over 16) would say 6: the value is the model's
+    assert got["m"].value == a.max_num_seqs_to_hold > 16
+
+
+def test_without_a_capacity_answer_little_law_stays():
+    base = fleet(engine("e0", **BUSY), engine("e1", **BUSY))
+    got = queue_bound_remedies(base)
+    assert "Little's law" in got["S"].text and "capacity model" not in got["S"].text
+    assert got["S"].value == 6  # ceil(12 req/s × 6 s × 1.3 / 16)
+
+
+def test_a_class_that_is_not_the_pool_leaves_little_law():
+    inp = CapacityInputs(arrival_per_s=12.0, service_s=4.0, replicas=3, max_num_seqs=16, prefill_p99_s=0.3,
+                         residence_s=4.5)
+    base = fleet(engine("e0", **BUSY), engine("e1", **BUSY))
+    state = dataclasses.replace(base, slo_report=report_for(["e0", "e1", "other"], inp))
+    got = queue_bound_remedies(state)
+    assert "capacity model" not in got["S"].text and got["S"].value == 6
+
+
+def test_a_malformed_report_is_ignored():
+    base = fleet(engine("e0", **BUSY), engine("e1", **BUSY))
+    bad = {"classes": [{"name": "chat", "engines": ["e0", "e1"], "capacity": {"replicas_to_hold": "x"}}]}
+    got = queue_bound_remedies(dataclasses.replace(base, slo_report=bad))
+    assert "Little's law" in got["S"].text
