@@ -41,8 +41,8 @@ def test_queue_bound_scales_to_the_capacity_models_replicas():
     got = queue_bound_remedies(state)
     assert a.replicas_to_hold and a.replicas_to_hold > 2
     assert got["S"].value == a.replicas_to_hold
-    assert "capacity model, class chat" in got["S"].text and "TTFT p99 2" in got["S"].text
-    assert "30 % headroom" in got["S"].text
+    assert "class chat's capacity model: holds queue p99" in got["S"].text and "TTFT p99 2" in got["S"].text
+    assert "Little's law" in got["S"].text and "30 % headroom" in got["S"].text
     # Little's law alone (6 + 6 req/s × 6 s × 1.3 over 16) would say 6: the value is the model's
     assert got["m"].value == a.max_num_seqs_to_hold > 16
 
@@ -68,3 +68,18 @@ def test_a_malformed_report_is_ignored():
     bad = {"classes": [{"name": "chat", "engines": ["e0", "e1"], "capacity": {"replicas_to_hold": "x"}}]}
     got = queue_bound_remedies(dataclasses.replace(base, slo_report=bad))
     assert "Little's law" in got["S"].text
+
+
+def test_slo_burn_remedy_says_why_its_replica_count():
+    """The SLO burn verdict's 'S' names the targets the count holds and Little's law's replicas."""
+    from infertop.analysis.triage.slo_rules import _remedies
+
+    inp = CapacityInputs(arrival_per_s=12.0, service_s=4.0, replicas=2, max_num_seqs=16, prefill_p99_s=0.3,
+                         residence_s=4.5)
+    c = report_for(["e0", "e1"], inp)["classes"][0]
+    [s] = [r for r in _remedies(c) if r.key == "S"]
+    a = answer(inp, 0.5, 2.0, 30.0)
+    assert s.value == a.replicas_to_hold
+    assert s.text == (f"scale to {a.replicas_to_hold} replicas (capacity model: holds queue p99 500ms and TTFT p99 "
+                      f"2.00s at {a.replicas_to_hold}; Little's law: {a.concurrency_needed / 16:.1f} replicas of 16 "
+                      f"at 30 % headroom)")

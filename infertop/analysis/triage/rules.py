@@ -14,7 +14,7 @@ from collections.abc import Callable
 from ...domain.engine import DOWN, UP
 from ...domain.gpu import APP_XIDS
 from ...format import count_human, pct_human, rate_human, seconds_human
-from .slo_rules import slo_burn
+from .slo_rules import capacity_why, slo_burn
 from .types import CRITICAL, WARNING, Evidence, Finding, Remedy
 
 Active = Callable[[str, str], bool]
@@ -126,24 +126,21 @@ def _from_capacity(s, engines, model: str, c: dict, cap: dict) -> tuple[Remedy, 
     replicas that hold its queue and TTFT p99 targets, and max_num_seqs at today's replicas."""
     try:
         hold, seqs = cap.get("replicas_to_hold"), cap.get("max_num_seqs_to_hold")
-        targets, per = c.get("targets") or {}, (cap.get("inputs") or {}).get("max_num_seqs")
-        need = float(cap["concurrency_needed"])
-        head = f"{float(cap['headroom_pct']):g} %"
-        ttft, queue = targets.get("ttft"), targets.get("queue")
-    except (KeyError, TypeError, ValueError):
+        hold, seqs = (int(hold) if hold else None), (int(seqs) if seqs else None)
+        ttft = (c.get("targets") or {}).get("ttft")
+        why = capacity_why(c, cap)
+    except (AttributeError, TypeError, ValueError):
         return ()
     out = []
     if hold:
-        value = max(len(engines) + 1, int(hold))  # queue-bound now: one more at the least
-        slots = f"; {need:.0f} slots = {need / per:.1f} replicas of {per} by Little's law" if per else ""
-        out.append(Remedy(f"scale {model} {len(engines)} → {value} engines (capacity model, class {c.get('name')}: "
-                          f"{hold} hold queue p99 {seconds_human(queue)} and TTFT p99 {seconds_human(ttft)} at "
-                          f"{head} headroom{slots})", "S", s.name, value))
-    if seqs and s.max_num_seqs and int(seqs) > s.max_num_seqs and (s.kv_cache_pct is None or s.kv_cache_pct < 70.0):
-        out.append(Remedy(f"or raise max_num_seqs {s.max_num_seqs} → {int(seqs)} at {len(engines)} engines "
+        value = max(len(engines) + 1, hold)  # queue-bound now: one more at the least
+        out.append(Remedy(f"scale {model} {len(engines)} → {value} engines (class {c.get('name')}'s {why})",
+                          "S", s.name, value))
+    if seqs and s.max_num_seqs and seqs > s.max_num_seqs and (s.kv_cache_pct is None or s.kv_cache_pct < 70.0):
+        out.append(Remedy(f"or raise max_num_seqs {s.max_num_seqs} → {seqs} at {len(engines)} engines "
                           f"(capacity model: holds TTFT p99 {seconds_human(ttft)}; KV cache "
                           f"{pct_human(s.kv_cache_pct) if s.kv_cache_pct is not None else 'unknown'})",
-                          "m", s.name, int(seqs)))
+                          "m", s.name, seqs))
     return tuple(out)
 
 
