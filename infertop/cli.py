@@ -124,7 +124,7 @@ def _gateway(argv: list[str]) -> int:
 
 
 def _engine(argv: list[str]) -> int:
-    from .control.engine_cli import main as engine_main
+    from .control.engines.cli import main as engine_main
 
     return engine_main(argv)
 

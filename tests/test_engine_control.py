@@ -20,9 +20,10 @@ import pytest
 from ports import free_port
 
 from infertop.config import ProfileConfig
-from infertop.control import engine_cli, engines, logtail
+from infertop.control import engines, logtail
+from infertop.control.engines import cli as engine_cli
 from infertop.control.audit import AuditLog
-from infertop.control.engine_command import flag_count
+from infertop.control.engines.command import flag_count
 from infertop.control.engines import (
     EngineBusyError,
     EngineManager,

@@ -7,7 +7,7 @@ import time
 from textual.app import App
 from textual.containers import Horizontal
 
-from infertop.control.engine_state import EngineRecord
+from infertop.control.engines.state import EngineRecord
 from infertop.domain.engine import EngineStats
 from infertop.state.history import HistoryStore
 from infertop.ui.screens.engine_detail import EngineDetailScreen

@@ -26,7 +26,7 @@ from ports import free_port
 from test_engine_control import FAKE, Env, alive, wait_until
 
 from infertop.config import load_config
-from infertop.control import engine_cli
+from infertop.control.engines import cli as engine_cli
 from infertop.control.engines import EngineAborted, SetArgsError
 from infertop.control.gateway_drain import GatewayDrain, find_gateway, gateway_refs
 

@@ -6,7 +6,7 @@ import os
 import stat
 
 from infertop.control.audit import AuditLog
-from infertop.control.engine_state import private_dir as engine_private_dir
+from infertop.control.engines.state import private_dir as engine_private_dir
 from infertop.demo import demo_kubeconfig_path, demo_state_dir
 from infertop.private_fs import private_dir
 from infertop.sim import SimCluster

@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from .engine_errors import PortInUseError
+from .engines.errors import PortInUseError
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 Each is an :class:`EngineAction` (a kind of the one action pipeline,
 :mod:`infertop.control.pipeline`): planned, checked, confirmed with ``y`` in
 the one :class:`~infertop.ui.screens.confirm.ConfirmScreen`, executed in the
-background by the blocking control code (``control/engines.py``, shared
+background by the blocking control code (``control/engines/``, shared
 with the headless ``infertop engine`` commands), which writes the audit log.
 """
 

@@ -34,7 +34,7 @@ from test_engine_gateway_drain import TOKEN as GATEWAY_TOKEN
 from test_engine_gateway_drain import Gateway, wait_until
 
 from infertop.config import ProfileConfig, load_config
-from infertop.control import engine_cli
+from infertop.control.engines import cli as engine_cli
 from infertop.control.audit import AuditLog
 from infertop.control.engines import EngineManager, cmdline_value, read_cmdline
 from infertop.control.gateway_drain import find_gateway

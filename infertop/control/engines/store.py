@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..sources.vllm import EngineEndpoint
-from .audit import AuditLog
-from .engine_command import cmdline_value, expected_value
-from .engine_errors import EngineBusyError, EngineError, EngineNotFound, NotOurProcessError, VerifyError
-from .engine_state import ENGINE_ID_ENV, EngineRecord, _atomic_write_json, _rc_text, private_dir
-from .procfs import (
+from ...sources.vllm import EngineEndpoint
+from ..audit import AuditLog
+from .command import cmdline_value, expected_value
+from .errors import EngineBusyError, EngineError, EngineNotFound, NotOurProcessError, VerifyError
+from .state import ENGINE_ID_ENV, EngineRecord, _atomic_write_json, _rc_text, private_dir
+from ..procfs import (
     ProcStat,
     _cmd_summary,
     group_members,

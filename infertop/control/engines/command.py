@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..config import ProfileConfig
-from .engine_errors import InvalidArgsError
+from ...config import ProfileConfig
+from .errors import InvalidArgsError
 
 DEFAULT_MODULE = "vllm.entrypoints.openai.api_server"
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 
-from ..domain.engine import EngineStats
-from ..sources.expfmt import ParseError, Parser
-from ..sources.vllm import EngineEndpoint, FleetCollector
+from ...domain.engine import EngineStats
+from ...sources.expfmt import ParseError, Parser
+from ...sources.vllm import EngineEndpoint, FleetCollector
 
 Progress = Callable[["EngineProgress"], None]
 

@@ -12,12 +12,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..config import ProfileConfig
-from ..domain.engine import EngineStats
-from .engine_actions import _ActionsMixin
-from .engine_audit import _Audit, _r
-from .engine_command import _kv, normalize_overrides
-from .engine_errors import (
+from ...config import ProfileConfig
+from ...domain.engine import EngineStats
+from .actions import _ActionsMixin
+from .audit import _Audit, _r
+from .command import _kv, normalize_overrides
+from .errors import (
     AuditRefusedError,
     EngineBusyError,
     EngineError,
@@ -27,9 +27,9 @@ from .engine_errors import (
     SetArgsError,
     VerifyError,
 )
-from .engine_progress import Progress, _Emitter, observe_once
-from .engine_state import EngineRecord, SetResult
-from .gateway_drain import GatewayDrain
+from .progress import Progress, _Emitter, observe_once
+from .state import EngineRecord, SetResult
+from ..gateway_drain import GatewayDrain
 
 
 class _ReconfigureMixin(_ActionsMixin):

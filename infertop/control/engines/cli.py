@@ -31,20 +31,14 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from ..config import ConfigError, default_config_path, default_state_dir, load_config
-from .audit import AuditLog, default_audit_path
-from .gateway_drain import GatewayDrain, find_gateway
-from .engines import (
-    DEFAULT_MODULE,
-    AuditRefusedError,
-    EngineError,
-    EngineManager,
-    EngineProgress,
-    EngineRecord,
-    InvalidArgsError,
-    NotOurProcessError,
-    parse_assignments,
-)
+from ...config import ConfigError, default_config_path, default_state_dir, load_config
+from ..audit import AuditLog, default_audit_path
+from ..gateway_drain import GatewayDrain, find_gateway
+from .command import DEFAULT_MODULE, parse_assignments
+from .errors import AuditRefusedError, EngineError, InvalidArgsError, NotOurProcessError
+from .manager import EngineManager
+from .progress import EngineProgress
+from .state import EngineRecord
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_REFUSED = 0, 1, 2, 3
 MUTATING = ("start", "stop", "restart", "set", "forget")
@@ -224,7 +218,7 @@ def main(argv: list[str]) -> int:
     try:
         return _run(args, cfg)
     except BrokenPipeError:  # `engine status | head`: the reader went away, not an error of ours
-        from ..pipes import closed_pipe
+        from ...pipes import closed_pipe
 
         return closed_pipe()
     except OSError as e:  # a filesystem error anywhere: one line, never a traceback

@@ -12,10 +12,10 @@ import time
 
 import httpx
 
-from .engine_errors import EngineError, EngineNotFound, NotOurProcessError
-from .engine_state import EngineRecord, clean_line
-from .engine_store import _StoreMixin
-from .logtail import tail_file
+from .errors import EngineError, EngineNotFound, NotOurProcessError
+from .state import EngineRecord, clean_line
+from .store import _StoreMixin
+from ..logtail import tail_file
 
 
 class _QueriesMixin(_StoreMixin):

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .engine_errors import AuditRefusedError, EngineAborted, EngineError, NotOurProcessError
+from .errors import AuditRefusedError, EngineAborted, EngineError, NotOurProcessError
 
 if TYPE_CHECKING:
-    from .engines import EngineManager
+    from .manager import EngineManager
 
 
 def _r(x: float | None) -> float | None:

@@ -11,15 +11,15 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..config import ProfileConfig
-from .engine_audit import _Audit, _r
-from .engine_command import _safe_args, effective_args, normalize_overrides
-from .engine_errors import AuditRefusedError, EngineBusyError, EngineError, InvalidArgsError, NotOurProcessError
-from .engine_gateway import GatewayStep
-from .engine_lifecycle import _LifecycleMixin
-from .engine_progress import Progress, _Emitter
-from .engine_state import EngineRecord, StopResult, _profile_from_dict
-from .gateway_drain import GatewayDrain
+from ...config import ProfileConfig
+from .audit import _Audit, _r
+from .command import _safe_args, effective_args, normalize_overrides
+from .errors import AuditRefusedError, EngineBusyError, EngineError, InvalidArgsError, NotOurProcessError
+from .gateway import GatewayStep
+from .lifecycle import _LifecycleMixin
+from .progress import Progress, _Emitter
+from .state import EngineRecord, StopResult, _profile_from_dict
+from ..gateway_drain import GatewayDrain
 
 
 class _ActionsMixin(_LifecycleMixin):
@@ -79,7 +79,7 @@ class _ActionsMixin(_LifecycleMixin):
         ``grace_s`` defaults to the profile's ``stop_grace_s``, at least
         ``shutdown_timeout`` + 10 s.  With ``gateway`` (the infertop gateway in
         front of the engine) the engine is drained there first and undrained
-        after (:class:`~infertop.control.engine_gateway.GatewayStep`).
+        after (:class:`~infertop.control.engines.gateway.GatewayStep`).
         ``abort`` stops the waiting (EngineAborted says in what state).  Raises
         NotOurProcessError (refused, nothing signalled), EngineNotFound,
         EngineBusyError, EngineStopError, AuditRefusedError, EngineAborted.

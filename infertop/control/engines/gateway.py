@@ -18,11 +18,11 @@ from __future__ import annotations
 import threading
 import time
 
-from .audit import AuditLog
-from .engine_errors import AuditRefusedError, EngineAborted, EngineError
-from .engine_progress import _Emitter
-from .gateway_drain import STEP_DRAIN_WHY, GatewayDrain, GatewayError
-from .pipeline import Outcome, run_audited
+from ..audit import AuditLog
+from .errors import AuditRefusedError, EngineAborted, EngineError
+from .progress import _Emitter
+from ..gateway_drain import STEP_DRAIN_WHY, GatewayDrain, GatewayError
+from ..pipeline import Outcome, run_audited
 
 
 class GatewayStep:

@@ -19,9 +19,9 @@ from typing import Any
 
 import httpx
 
-from ..config import ProfileConfig
-from .audit import owner_info
-from .engine_command import (
+from ...config import ProfileConfig
+from ..audit import owner_info
+from .command import (
     _shell_quote,
     build_command,
     child_env,
@@ -29,7 +29,7 @@ from .engine_command import (
     drain_timeout_for,
     effective_args,
 )
-from .engine_errors import (
+from .errors import (
     EngineAborted,
     EngineError,
     EngineStartError,
@@ -37,8 +37,8 @@ from .engine_errors import (
     NotOurProcessError,
     PortInUseError,
 )
-from .engine_progress import _Emitter, _InFlightWatcher, drain_counts
-from .engine_state import (
+from .progress import _Emitter, _InFlightWatcher, drain_counts
+from .state import (
     _ENGINE_STOPPED,
     ENGINE_ID_ENV,
     LOG_ROTATE_BYTES,
@@ -53,8 +53,8 @@ from .engine_state import (
     last_error_line,
     private_dir,
 )
-from .engine_store import _StoreMixin
-from .procfs import (
+from .store import _StoreMixin
+from ..procfs import (
     _cmd_summary,
     _send_verified,
     kernel_argv,

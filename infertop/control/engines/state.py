@@ -18,11 +18,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ..config import ProfileConfig
-from ..domain.engine import EngineStats
-from ..private_fs import private_dir as _private_dir
-from ..sources.vllm import EngineEndpoint
-from .engine_command import _shell_quote
+from ...config import ProfileConfig
+from ...domain.engine import EngineStats
+from ...private_fs import private_dir as _private_dir
+from ...sources.vllm import EngineEndpoint
+from .command import _shell_quote
 
 #: Set in every engine's environment (inherited by its children): proof of ownership.
 ENGINE_ID_ENV = "INFERTOP_ENGINE_ID"
