@@ -83,3 +83,27 @@ def test_slo_burn_remedy_says_why_its_replica_count():
     assert s.text == (f"scale to {a.replicas_to_hold} replicas (capacity model: holds queue p99 500ms and TTFT p99 "
                       f"2.00s at {a.replicas_to_hold}; Little's law: {a.concurrency_needed / 16:.1f} replicas of 16 "
                       f"at 30 % headroom)")
+
+
+def test_the_advisor_shows_the_capacity_answer_beside_its_proposal_and_decides_the_same():
+    """The advisor's own line carries the class's capacity answer in its 'why'; its decision is unchanged."""
+    from test_advisor_state import T0, advisor, by_name, engine as adv_engine, state as adv_state
+
+    engines = [adv_engine("chat-1", 8001, 6.0, 1.0), adv_engine("chat-2", 8002, 7.0, 2.5)]
+    inp = CapacityInputs(arrival_per_s=12.0, service_s=4.0, replicas=2, max_num_seqs=16, prefill_p99_s=0.3,
+                         residence_s=4.5)
+    plain = by_name(advisor().evaluate(adv_state(T0, engines)))["chat"]
+    a = advisor()
+    a.slo_report = report_for(["chat-1", "chat-2"], inp)
+    told = by_name(a.evaluate(adv_state(T0, engines)))["chat"]
+    [mine] = [line for line in told["autoscalers"] if line["name"] == "advisor"]
+    [before] = [line for line in plain["autoscalers"] if line["name"] == "advisor"]
+    hold = answer(inp, 0.5, 2.0, 30.0).replicas_to_hold
+    assert mine["why"] == before["why"] + f"; class chat's capacity model: holds queue p99 500ms and TTFT p99 " \
+                                          f"2.00s at {hold}; Little's law: 4.4 replicas of 16 at 30 % headroom"
+    assert (mine["current"], mine["desired"]) == (before["current"], before["desired"])
+    assert told["latest"] == plain["latest"]  # the decision log is the advisor's own
+    # a class that is not the workload's engines says nothing
+    a.slo_report = report_for(["chat-1"], inp)
+    [line] = [x for x in by_name(a.evaluate(adv_state(T0 + 1, engines)))["chat"]["autoscalers"] if x["name"] == "advisor"]
+    assert line["why"] == before["why"]

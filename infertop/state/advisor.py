@@ -32,6 +32,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..analysis.fleet import fleet_quantile
+from ..analysis.triage.rules import slo_capacity
+from ..analysis.triage.slo_rules import capacity_why
 from ..analysis.scaling import (
     APPLIED,
     APPLYING,
@@ -263,6 +265,9 @@ class Advisor:
         self.outcomes: dict[str, str] = {}  # workload → the last auto apply's outcome
         self._pending: dict[str, dict] = {}  # workload → its "applying" log entry, settled by note_applied
         self.queue_seen: dict[str, tuple[str, float]] = {}  # workload → (Prometheus queue kind it had, when)
+        # the last tick's SLO report (Fleet.with_slo sets it; the advisor runs inside the join, before this
+        # tick's report): its capacity answer is shown beside a proposal, never decides one
+        self.slo_report: dict | None = None
 
     # -- settings --------------------------------------------------------------
     def set_mode(self, mode: str) -> str | None:
@@ -376,7 +381,7 @@ class Advisor:
         if rec is not None:
             lines.append({"source": "infertop", "name": "advisor", "current": rec.current, "desired": rec.desired,
                           "min_replicas": rec.min_replicas, "max_replicas": rec.max_replicas,
-                          "why": rec.reason})
+                          "why": rec.reason + capacity_beside(self.slo_report, engines)})
         lines.extend(other_autoscalers(hpa, explained))
         return {
             "workload": w.key, "kind": w.kind, "namespace": w.namespace, "name": w.name,
@@ -392,6 +397,16 @@ class Advisor:
             "last_apply": self.outcomes.get(w.key),
             "autoscalers": lines,
         }
+
+
+def capacity_beside(report: Any, engines: Sequence[str]) -> str:
+    """"; capacity model (class chat): 5 replicas — holds queue p99 …" where the workload's engines are one
+    SLO class with a capacity answer, else ""."""
+    got = slo_capacity(report, engines) if engines else None
+    if got is None or not got[1].get("replicas_to_hold"):
+        return ""
+    c, cap = got
+    return f"; class {c.get('name')}'s {capacity_why(c, cap)}"
 
 
 KEDA_DEFAULT_BOUNDS = (0, 100)  # minReplicaCount, maxReplicaCount when a ScaledObject leaves them out

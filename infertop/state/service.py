@@ -121,8 +121,10 @@ class Fleet:
         verdict at the last tick are no healthy history for a class fit."""
         troubled = {v.subject for v in self.state.verdicts} if self.state is not None else set()
         windows = engine_windows(getattr(self.collector, "collectors", ()))
-        return dataclasses.replace(state, slo_report=self.slo.update(state, buckets_of(windows),
-                                                                     troubled=troubled))
+        report = self.slo.update(state, buckets_of(windows), troubled=troubled)
+        if self.advisor is not None:
+            self.advisor.slo_report = report  # its capacity answer beside the next tick's proposals
+        return dataclasses.replace(state, slo_report=report)
 
     def set_cluster(self, snap: Any, *, error: str | None = None, source: str = "",
                     api_calls: int | None = None) -> None:

@@ -83,10 +83,9 @@ def queue_bound(state, active: Active) -> list[Finding]:
     return out
 
 
-def slo_capacity(state, names) -> tuple[dict, dict] | None:
+def slo_capacity(report, names) -> tuple[dict, dict] | None:
     """(the SLO report's class doc, its capacity answer) of the class whose engines are exactly ``names``
-    (its model's engines: the answer is about the same pool), None where the report has none."""
-    report = getattr(state, "slo_report", None)
+    (the same pool: the answer is about those slots), None where the report has none."""
     if not isinstance(report, dict):
         return None
     names = set(names)
@@ -98,7 +97,7 @@ def slo_capacity(state, names) -> tuple[dict, dict] | None:
 
 def _capacity_remedies(s, engines, model: str, state=None) -> tuple[Remedy, ...]:
     out = []
-    got = slo_capacity(state, (e.name for e in engines)) if state is not None else None
+    got = slo_capacity(getattr(state, "slo_report", None), (e.name for e in engines))
     if got is not None:
         remedies = _from_capacity(s, engines, model, *got)
         if remedies:
