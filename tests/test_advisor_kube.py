@@ -23,7 +23,7 @@ from infertop.sim.model import SimRequest
 from infertop.sources.kube import KubeSession, read_cluster
 from infertop.sources.vllm import EngineEndpoint, FleetCollector
 from infertop.state.advisor import Advisor
-from infertop.state.advisor_apply import apply_scale
+from infertop.control.advisor_scale import apply_scale
 from infertop.state.fleet import FleetJoiner, FleetState
 
 TOKEN = "advisor-token"

@@ -201,6 +201,7 @@ def test_scale_review_names_the_hpa_that_owns_the_count_and_an_undo_is_undone_no
     """S 2 → 4 under an HPA: the review says the HPA owns the count (and its bounds); the HPA setting it
     back while the follow runs ends as ``undone`` (before: "ok: 2/2 ready", no word of the HPA)."""
     from infertop.control.kube import KubeAction
+    from infertop.control.pipeline import execute_audited
 
     h.emu.add_deployment(NS, "vllm", replicas=2)
     h.emu.add_hpa(NS, "vllm", "vllm", min_replicas=1, max_replicas=9, current_replicas=2, desired_replicas=2)
@@ -217,7 +218,7 @@ def test_scale_review_names_the_hpa_that_owns_the_count_and_an_undo_is_undone_no
 
     undo = threading.Thread(target=hpa_sets_it_back, daemon=True)
     undo.start()
-    outcome = kind.execute(h.record, threading.Event())
+    outcome = execute_audited(kind, h.ctl.audit, h.record, threading.Event())  # the pipeline's audited step
     undo.join(timeout=20)
     assert outcome.result == "undone", outcome
     assert outcome.message == ("replicas 2 → 4: undone — replicas set back to 2 by HPA default/vllm "

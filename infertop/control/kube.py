@@ -393,8 +393,8 @@ class KubeControl(KubeFollower):
 
     # ----- execute
     def execute(self, plan: Plan, progress: ProgressFn | None = None,
-                abort: threading.Event | None = None, dry: DryRun | None = None) -> Outcome:
-        """Audit the intent, do it, follow it, audit the outcome.
+                abort: threading.Event | None = None, dry: DryRun | None = None, *, audited: bool = True) -> Outcome:
+        """Audit the intent, do it, follow it, audit the outcome (``audited=False``: the pipeline audits).
 
         The intent line is on disk before the first request; an audit log that
         cannot be written refuses the action (nothing is sent). A field the plan
@@ -414,6 +414,8 @@ class KubeControl(KubeFollower):
             except PlanError as e:
                 return Outcome("failed", str(e))
 
+        if not audited:
+            return run()
         return run_audited(self.audit, f"kube.{plan.action}", plan.target, self.audit_details(plan, dry), run)
 
     def _execute(self, plan: Plan, progress: ProgressFn, abort: threading.Event) -> Outcome:
@@ -453,11 +455,11 @@ class KubeAction:
     """A Kubernetes action as the pipeline runs it (:class:`~infertop.control.pipeline.ActionKind`).
 
     ``plan`` reads the object now and plans (pure diff), ``preflight`` is the
-    server dry run (a failed one is audited, nothing is sent), ``execute``
-    writes the audit intent, sends, follows and writes the outcome.
+    server dry run, ``execute`` sends and follows; the pipeline (control/runner.py) writes the audit:
+    the intent before the first request, the outcome, a failed dry run (nothing was sent).
     """
 
-    audits_itself = True  # KubeControl.execute writes intent and outcome
+    audits_itself = False
 
     def __init__(self, control: KubeControl, action: str, kind: str, namespace: str | None, name: str,
                  **params: Any) -> None:
@@ -488,13 +490,11 @@ class KubeAction:
         assert self.current is not None, "plan() first"
         dry = self.control.dry_run(self.current)
         self.dry = dry
-        if not dry.ok:
-            self.control.record_dry_run_failure(self.current, dry)
         return dry
 
     def execute(self, progress: ProgressFn, abort: threading.Event) -> Outcome:
         assert self.current is not None, "plan() first"
-        return self.control.execute(self.current, progress, abort, self.dry)
+        return self.control.execute(self.current, progress, abort, self.dry, audited=False)
 
     def audit_details(self) -> dict[str, Any]:
         return self.control.audit_details(self.current, self.dry) if self.current is not None else {}

@@ -13,14 +13,13 @@ tick's ``autoscalers`` slot carries its decisions. Keys:
 * ``T`` — the targets (queue depth, p99) and the bounds of workloads no HPA
   targets (an HPA's bounds are its own: ``H`` edits them).
 
-In auto mode each change the advisor decides is applied by
-:func:`~infertop.state.advisor_apply.run_unconfirmed` in a thread (one
+In auto mode each change the advisor decides goes through the pipeline
+(:func:`infertop.control.runner.run`) under auto mode's standing grant (one
 action per workload at a time, on the same action board as the keys).
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import threading
 from typing import Any
@@ -29,10 +28,11 @@ from rich.markup import escape
 from rich.text import Text
 
 from ..analysis.scaling import AUTO, MODES, OFF, RECOMMEND, check_targets
+from ..control import runner
 from ..control.advisor_actions import AdvisorKillSwitch, AdvisorModeChange, AdvisorTargetsChange
+from ..control.advisor_scale import AdvisorScale
 from ..control.pipeline import ActionBusy, run_audited
 from ..state.advisor import Advisor, Apply
-from ..state.advisor_apply import AdvisorScale, audit_not_applied, run_unconfirmed
 from .screens.kube_dialogs import ChoiceDialog, FormDialog, FormField, ReviewDialog
 from .widgets.autoscaler import AutoscalerPane
 
@@ -83,15 +83,14 @@ class AutoscalerActions:
         try:
             run = self.action_board.begin(kind, kind.target)  # type: ignore[attr-defined]
         except ActionBusy as e:
-            audit_not_applied(control, change, str(e))
+            runner.record_refusal(control.audit, kind, f"not applied: {e}")
             adv.note_applied(change.workload, wall(), f"not applied: {e}")
             self.log_event(Text(f"advisor auto {change.workload}: not applied: {e}"))  # type: ignore[attr-defined]
             return
         run.title = f"advisor auto: scale {kind.target} {change.current} → {change.desired}"
-        run.start()
         self._actions_changed()  # type: ignore[attr-defined]
         try:
-            outcome = await asyncio.to_thread(run_unconfirmed, kind, abort=run.abort)
+            outcome = await runner.run(run, runner.StandingGrant(), audit=control.audit, preflight_name="dry run")
         finally:
             self.action_board.end(run)  # type: ignore[attr-defined]
             self._actions_changed()  # type: ignore[attr-defined]

@@ -37,7 +37,7 @@ from infertop.sim.model import SimRequest
 from infertop.sources.kube import KubeSession, read_cluster
 from infertop.sources.prometheus_fleet import PromFleetSource
 from infertop.state.advisor import Advisor
-from infertop.state.advisor_apply import apply_scale
+from infertop.control.advisor_scale import apply_scale
 from infertop.state.fleet import FRESH, STALE, FleetJoiner
 
 from .test_prometheus_fleet import PROMETHEUS, _require_prometheus, _wait
