@@ -23,8 +23,8 @@ import tempfile
 import time
 import zlib
 
-from infertop.state.recorder import Recorder, encode_block
-from infertop.state.replay import Replay
+from infertop.state.recording.recorder import Recorder, encode_block
+from infertop.state.recording.replay import Replay
 
 ENGINES = 8
 GPUS = 8

@@ -69,7 +69,7 @@ asyncio.run(main())
 
 CHILD = r"""
 import dataclasses, gc, json, pickle, sys, tempfile, time
-from infertop.state.recording import StateLog, documents
+from infertop.state.recording.state_log import StateLog, documents
 
 states_path, ticks, pace_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 with open(states_path, "rb") as fh:

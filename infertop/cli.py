@@ -171,7 +171,7 @@ def _replay(argv: list[str]) -> int:
         return EXIT_CONFIG  # a missing or damaged input file
     from .crash import run_tui
     from .state.fleet import FleetState
-    from .state.replay import Player
+    from .state.recording.replay import Player
     from .ui.app import InfertopApp, Settings
 
     try:
@@ -193,7 +193,7 @@ def _replay(argv: list[str]) -> int:
     notes = [f"Replay of {args.file}: {n} ticks from {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(span[0]))} "
              f"to {time.strftime('%H:%M:%S', time.localtime(span[1]))}. Space pauses, [ ] step, + - speed, g seeks."]
     try:
-        from .state.bundle import read_bundle_extras
+        from .state.recording.bundle import read_bundle_extras
 
         extras = read_bundle_extras(args.file)
         if extras is not None and extras.log_lines:

@@ -54,7 +54,7 @@ async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration
     """Poll like the TUI, append one fleet state per tick; returns (ticks seen, ticks written to the file,
     why the last write failed or None). ``on_tick(state)`` sees each state once it is appended. A failed
     write is said once on stderr and retried with the next block ("recording again" once it works)."""
-    from .state.recording import StateLog
+    from .state.recording.state_log import StateLog
     from .state.service import Fleet
 
     # the one composition root: the same tick as the console's (SLO report, what changed, verdicts); the
@@ -148,8 +148,8 @@ def open_replay(path: str):
     """(Replay, span) or raises ValueError with one line for the operator."""
     import os
 
-    from .state.recorder import RecordingError
-    from .state.replay import Replay, check_span
+    from .state.recording.recorder import RecordingError
+    from .state.recording.replay import Replay, check_span
 
     if not os.path.exists(path):
         raise ValueError(f"{path}: no such file")

@@ -375,7 +375,7 @@ async def test_tui_and_snapshot_render_the_same_numbers_from_one_recorded_state(
 def test_state_log_packs_older_ticks_and_gives_them_back_unchanged():
     """The console keeps 15 minutes of states for an incident bundle: packed in the background (a few KiB a
     tick instead of ~2 KiB per engine as objects), and a bundle gets exactly the documents of the states."""
-    from infertop.state.recording import Packed, StateLog, documents
+    from infertop.state.recording.state_log import Packed, StateLog, documents
 
     j, cols, clock = _joiner(8)
     log = StateLog(None, refresh_s=1.0, keep_s=60)
@@ -399,7 +399,7 @@ def test_state_log_packs_older_ticks_and_gives_them_back_unchanged():
 
 
 def test_headless_recorder_log_does_not_pack():
-    from infertop.state.recording import Packed, StateLog
+    from infertop.state.recording.state_log import Packed, StateLog
 
     j, cols, clock = _joiner(1)
     log = StateLog(None, refresh_s=1.0, keep_s=0)

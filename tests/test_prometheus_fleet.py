@@ -478,7 +478,7 @@ def test_headless_record_reads_the_engines_from_prometheus(prom, tmp_path):
     import sys
 
     from infertop.state.fleet import FleetState
-    from infertop.state.replay import Replay
+    from infertop.state.recording.replay import Replay
 
     config = tmp_path / "c.yaml"
     config.write_text("gpu:\n  nvml: false\nrefresh_s: 0.2\nwindow_s: 10\nprometheus: {interval_s: 0.2}\n")

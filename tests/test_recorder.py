@@ -14,9 +14,9 @@ import zlib
 
 import pytest
 
-from infertop.state.bundle import read_bundle_extras, redact_config, write_bundle
-from infertop.state.recorder import Recorder, RecordingError, decode_block, quantize
-from infertop.state.replay import MAX_SPEED, MIN_SPEED, Player, Replay
+from infertop.state.recording.bundle import read_bundle_extras, redact_config, write_bundle
+from infertop.state.recording.recorder import Recorder, RecordingError, decode_block, quantize
+from infertop.state.recording.replay import MAX_SPEED, MIN_SPEED, Player, Replay
 
 T0 = 1_764_489_600.0
 
@@ -172,7 +172,7 @@ def test_max_bytes_keeps_newest(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys
-    from infertop.state.recorder import Recorder
+    from infertop.state.recording.recorder import Recorder
     rec = Recorder(sys.argv[1], block_s=60, flush_s=10)
     for i in range(26):
         rec.append(1000.0 + i, {"i": i, "payload": {"x": i * 0.5}})

@@ -13,8 +13,8 @@ import pytest
 
 from infertop.domain.engine import EngineStats
 from infertop.state.fleet_types import FRESH, EngineState, FleetState, FleetView, Freshness, Slo
-from infertop.state.recording import _REDUCERS, Packed, PackedBlock, StateLog, _fast_reducer, documents, pack_block
-from infertop.state.spill import SpillFile, Spilled
+from infertop.state.recording.state_log import _REDUCERS, Packed, PackedBlock, StateLog, _fast_reducer, documents, pack_block
+from infertop.state.recording.spill import SpillFile, Spilled
 
 
 def _doc(i: int) -> dict:

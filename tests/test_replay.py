@@ -14,8 +14,8 @@ from infertop.domain.engine import DOWN, UP, EngineStats
 from infertop.domain.source import SourceHealth
 from infertop.sources.vllm import EngineEndpoint
 from infertop.state.fleet import FleetJoiner, FleetState
-from infertop.state.recorder import Recorder
-from infertop.state.replay import Player, Replay
+from infertop.state.recording.recorder import Recorder
+from infertop.state.recording.replay import Player, Replay
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.widgets.engines_table import EnginesTable
 from vllm_text import v1_doc
@@ -208,7 +208,7 @@ async def test_incident_bundle_from_the_tui_holds_no_secret_and_replays(tmp_path
         assert rp.count() == 3
         st = FleetState.from_doc(rp.at(rp.span()[1])[1])
         assert st.engine("one").stats.running == 2
-    from infertop.state.bundle import read_bundle_extras
+    from infertop.state.recording.bundle import read_bundle_extras
 
     extras = read_bundle_extras(str(path))
     assert any("operator note mentioning" in line for line in extras.log_lines)

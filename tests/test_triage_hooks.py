@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from infertop.config import Config, GpuConfig, KubeConfig
-from infertop.state.replay import Player, Replay
+from infertop.state.recording.replay import Player, Replay
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.screens.kube_logs import KubeLogScreen
 from infertop.ui.screens.kube_object import KubeTextScreen

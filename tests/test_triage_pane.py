@@ -21,8 +21,8 @@ from infertop.domain.engine import DOWN, UP, EngineStats
 from infertop.sources.gpu import GpuCollector
 from infertop.sources.vllm import EngineEndpoint
 from infertop.state.fleet import FRESH, STALE, EngineState, FleetState, Freshness
-from infertop.state.recorder import Recorder
-from infertop.state.replay import Player, Replay
+from infertop.state.recording.recorder import Recorder
+from infertop.state.recording.replay import Player, Replay
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.screens.confirm import ConfirmScreen
 from infertop.ui.screens.engine_detail import EngineDetailScreen

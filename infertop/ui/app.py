@@ -28,7 +28,7 @@ from ..state.fleet import FleetJoiner, FleetState
 from ..state.service import Fleet
 from ..state.membership import FleetMembership
 from ..state.history import HistoryStore
-from ..state.recording import StateLog
+from ..state.recording.state_log import StateLog
 from ..text import plain
 from .actions import ACTIONS, bindings, footer_panes, key_display
 from .app_changes import ChangeLogMixin

@@ -33,7 +33,7 @@ class ChangeLogMixin:
         AUTO_BUNDLE_EVERY_S (replay_actions), one at a time, the oldest beyond a few removed."""
         from .replay_actions import AUTO_BUNDLE_EVERY_S
 
-        from ..state.recording import BUNDLE_S
+        from ..state.recording.state_log import BUNDLE_S
 
         last = self.__dict__.get("_auto_bundle_at")
         if last is not None and now - last < AUTO_BUNDLE_EVERY_S:

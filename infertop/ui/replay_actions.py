@@ -17,7 +17,7 @@ from ..sources.sanitize import plain_text
 from ..state.fleet import FleetState
 from ..state.fleet_history import record_state
 from .widgets.slo import record_slo
-from ..state.replay import MAX_REPLAY_ITEMS
+from ..state.recording.replay import MAX_REPLAY_ITEMS
 
 
 MAX_AUTO_BUNDLES = 10  # bundles saved by critical verdicts kept in the state directory (the oldest go)
@@ -140,7 +140,7 @@ class ReplayActions:
         ``incident-auto-…``, the oldest beyond :data:`MAX_AUTO_BUNDLES` removed). One at a time;
         False when nothing was started."""
         from ..config import default_state_dir
-        from ..state.recording import BUNDLE_S
+        from ..state.recording.state_log import BUNDLE_S
 
         if getattr(self, "_bundle_running", False):
             if because is None:
@@ -165,7 +165,7 @@ class ReplayActions:
 
         def work() -> str:
             from ..control.audit import AuditLog
-            from ..state.recording import save_bundle
+            from ..state.recording.state_log import save_bundle
 
             audit = [e for e in AuditLog(audit_path).entries() if (e.get("ts") or 0) >= start]
             try:

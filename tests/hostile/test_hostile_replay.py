@@ -48,7 +48,7 @@ async def test_a_bundle_log_line_that_looks_like_markup_is_shown_as_text():
 
 def test_a_huge_queue_value_is_recorded_not_an_overflow():
     """Item 8: a class priority of 1e308 made every block fail ('cannot convert float infinity')."""
-    from infertop.state.recorder import decode_block, encode_block
+    from infertop.state.recording.recorder import decode_block, encode_block
 
     ticks = [(1.0, {"queues": [{"class_priority": 1e308, "w": 0.5}]}),
              (2.0, {"queues": [{"class_priority": 2.5, "w": 1e308}]}),
@@ -74,7 +74,7 @@ def test_a_block_of_gigabytes_of_zeros_is_refused_in_bounded_memory():
     """Item 4: a 1 GiB-of-zeros lzma block unpacked whole (GBs of RSS, then MemoryError)."""
     rss_kib, out = _rss_kib_after(
         "import lzma\n"
-        "from infertop.state.recorder import decode_block, RecordingError\n"
+        "from infertop.state.recording.recorder import decode_block, RecordingError\n"
         "c = lzma.LZMACompressor()\n"
         "data = b''.join(c.compress(bytes(2**24)) for _ in range(64)) + c.flush()\n"
         "try:\n    decode_block(data, 'lzma')\nexcept RecordingError as e:\n    print(e)\n")
@@ -88,7 +88,7 @@ def test_a_block_with_a_huge_list_index_is_an_error_not_a_memory_bomb():
 
     import pytest
 
-    from infertop.state.recorder import RecordingError, decode_block
+    from infertop.state.recording.recorder import RecordingError, decode_block
 
     header = json.dumps({"ts": [1.0], "p": [["engines", 300_000_000]], "c": [{"k": 1}]}).encode()
     data = lzma.compress(len(header).to_bytes(4, "big") + header)
@@ -102,8 +102,8 @@ def test_recordings_and_bundles_are_written_0600(tmp_path):
     import os
     import stat
 
-    from infertop.state.bundle import write_bundle
-    from infertop.state.recorder import Recorder
+    from infertop.state.recording.bundle import write_bundle
+    from infertop.state.recording.recorder import Recorder
 
     old_mask = os.umask(0o022)  # the usual umask: files came out 0644, readable by every local user
     try:
@@ -122,7 +122,7 @@ def test_a_damaged_recording_is_one_line_and_exit_2(tmp_path):
     import subprocess
     import sys
 
-    from infertop.state.recorder import Recorder
+    from infertop.state.recording.recorder import Recorder
 
     path = tmp_path / "bad.db"
     with Recorder(str(path), retention_s=None) as rec:
@@ -138,8 +138,8 @@ async def test_a_corrupt_later_block_stops_playback_in_place(tmp_path):
     import sqlite3
 
     from infertop.config import Config, GpuConfig
-    from infertop.state.recorder import Recorder
-    from infertop.state.replay import Player, Replay
+    from infertop.state.recording.recorder import Recorder
+    from infertop.state.recording.replay import Player, Replay
     from infertop.ui.app import InfertopApp, Settings
 
     path = tmp_path / "r.db"
@@ -173,8 +173,8 @@ async def test_a_corrupt_later_block_stops_playback_in_place(tmp_path):
 
 _FULL_DISK_LOG = r'''
 import json, os, resource, sys
-from infertop.state.recording import StateLog
-from infertop.state.replay import Replay
+from infertop.state.recording.state_log import StateLog
+from infertop.state.recording.replay import Replay
 path = sys.argv[1]
 log = StateLog(path, refresh_s=1.0, keep_s=0, retention_s=None)
 log._recorder.flush_s, log._recorder.block_s = 1.0, 3.0  # small blocks: several in a short run
@@ -230,7 +230,7 @@ _FULL_DISK_RECORD = r'''
 import os, resource, sys
 path = sys.argv[1]
 if sys.argv[2] == "seed":
-    from infertop.state.recorder import Recorder
+    from infertop.state.recording.recorder import Recorder
     rec = Recorder(path, flush_s=0.5, block_s=1.0)
     for i in range(40):
         rec.append(1_700_000_000 + i, {"s": os.urandom(1500).hex(), "i": i})
@@ -259,8 +259,8 @@ def test_record_on_a_full_disk_exits_1_with_the_reason_not_ticks_appended(tmp_pa
 def test_replay_leaves_no_wal_or_shm_beside_the_file(tmp_path):
     """Item 3: the old code's mode=ro open made r.infertop-wal and r.infertop-shm next to a file handed over
     (and left them after close)."""
-    from infertop.state.recorder import record_all
-    from infertop.state.replay import Player, Replay
+    from infertop.state.recording.recorder import record_all
+    from infertop.state.recording.replay import Player, Replay
 
     path = tmp_path / "r.infertop"
     record_all(str(path), [(1_700_000_000.0 + i, {"i": i}) for i in range(5)])
@@ -277,8 +277,8 @@ def test_replay_leaves_no_wal_or_shm_beside_the_file(tmp_path):
 
 def test_a_name_with_hash_or_question_mark_replays(tmp_path):
     """The old URI f'file:{path}?mode=ro' cut the name at '?' or '#': 'unable to open database file'."""
-    from infertop.state.recorder import record_all
-    from infertop.state.replay import Replay
+    from infertop.state.recording.recorder import record_all
+    from infertop.state.recording.replay import Replay
 
     path = str(tmp_path / "r #1?.infertop")
     record_all(path, [(1_700_000_000.0 + i, {"i": i}) for i in range(3)])
@@ -292,7 +292,7 @@ def test_a_name_with_hash_or_question_mark_replays(tmp_path):
 def _recorded(path, n: int = 3, engines: int | None = None) -> None:
     from test_replay import recorded_states  # real states, as the live console records them
 
-    from infertop.state.recorder import Recorder
+    from infertop.state.recording.recorder import Recorder
 
     with Recorder(str(path), retention_s=None) as rec:
         for st in recorded_states(n):
@@ -328,8 +328,8 @@ def test_a_block_whose_times_disagree_with_its_index_is_corrupt(tmp_path):
 
     import pytest
 
-    from infertop.state.recorder import RecordingError
-    from infertop.state.replay import Replay
+    from infertop.state.recording.recorder import RecordingError
+    from infertop.state.recording.replay import Replay
 
     path = tmp_path / "r.db"
     _recorded(path)
@@ -343,7 +343,7 @@ async def test_a_tick_with_more_than_4096_engines_shows_4096_and_says_how_many(t
     """The old code built all of them (20000: 935 MB in the TUI, never painted)."""
     from infertop.config import Config, GpuConfig
     from infertop.state.fleet import FleetState
-    from infertop.state.replay import Player, Replay
+    from infertop.state.recording.replay import Player, Replay
     from infertop.ui.app import InfertopApp, Settings
 
     path = tmp_path / "r.db"
@@ -372,7 +372,7 @@ def test_a_block_header_past_24_mib_is_refused_before_it_is_parsed():
 
     import pytest
 
-    from infertop.state.recorder import RecordingError, decode_block
+    from infertop.state.recording.recorder import RecordingError, decode_block
 
     header = b'{"ts":[1700000000.0],"p":[],"c":[],"x":"' + b"a" * (25 * 2**20) + b'"}'
     data = lzma.compress(len(header).to_bytes(4, "big") + header)
