@@ -38,7 +38,7 @@ from .app_paint import PaintMixin
 from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
 from .queue_actions import QUEUE_ACTIONS, QueueActions
-from .autoscaler_actions import ADVISOR_ACTIONS, AutoscalerActions
+from .controllers.advisor import ADVISOR_ACTIONS, AdvisorController
 from ..state.changes import ChangeRecords
 from ..analysis.triage import Triage, Verdict
 from .remedy_actions import RemedyActions
@@ -47,6 +47,7 @@ from .commands import InfertopCommands
 from . import fastpaint
 from .screens.help import HelpScreen
 from .themes import load_themes
+from ..state.advisor import Advisor
 from .widgets.autoscaler import AutoscalerPane
 from .widgets.cluster import ClusterPane
 from .widgets.engines_table import RESORT_EVERY_S, EnginesTable
@@ -90,7 +91,7 @@ class Settings:
 
 
 class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, RemedyActions,
-                  ReplayActions, QueueActions, EngineActions, KubeActions, AutoscalerActions, App[None]):
+                  ReplayActions, QueueActions, EngineActions, KubeActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
@@ -129,7 +130,14 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
             self.collector.on_backfill = lambda series: seed_history(self.history, series)
         self.poll = poll
         self.state: FleetState | None = None  # the state on screen
-        self.advisor_setup()
+        self.advisor_ctl = AdvisorController(
+            self, None if settings.replay is not None else self.fleet.advisor, settings,  # a replay shows decisions
+            pane=lambda: self.main.query_one(AutoscalerPane), kube=lambda: self.kube_control,
+            perms=lambda: getattr(self, "kube_perms", None), board=self.action_board,
+            actions_changed=self._actions_changed,
+            refresh_kube=lambda: self.run_worker(self._kube_refresh(), group="kube-refresh-after",
+                                                 exit_on_error=False),
+            pane_on_view=lambda: self.current_pane if self.screen is self.main else None)
         self._gpu_states: dict[str, str] = {}
         self._gpu_logged_at: dict[str, float] = {}
         self._states: dict[str, str] = {}
@@ -260,6 +268,11 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
         return self.fleet.triage
 
     @property
+    def advisor(self) -> Advisor | None:
+        """The scaling advisor this console runs (None in a replay)."""
+        return self.advisor_ctl.advisor
+
+    @property
     def main(self):
         """The screen with the panes. ``App.query_one`` searches the active
         screen, which is a dialog while one is open; timers must not."""
@@ -289,7 +302,7 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
         if action in QUEUE_ACTIONS:
             return self.queue_action_state(action)
         if action in ADVISOR_ACTIONS:
-            return self.advisor_action_state(action)
+            return self.advisor_ctl.action_state(action)
         if action == "triage_open":  # Enter means "open the verdict / remedy" only on the Triage pane
             return self.screen is self.main and self.current_pane == "triage"
         if action == "gpu_detail":  # Enter means "GPU detail" only on the GPUs pane
@@ -367,6 +380,19 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
         self.kube_shutdown()
         await self.gpu_collector.aclose()
         await asyncio.to_thread(self.state_log.close)
+
+    # ----- the advisor's keys (controllers/advisor.py)
+    def action_advisor_apply(self) -> None:
+        self.advisor_ctl.apply()
+
+    def action_advisor_mode(self) -> None:
+        self.advisor_ctl.mode()
+
+    def action_advisor_kill(self) -> None:
+        self.advisor_ctl.kill()
+
+    def action_advisor_targets(self) -> None:
+        self.advisor_ctl.targets()
 
     def action_toggle_dark(self) -> None:
         want = "infertop-light" if self.current_theme.dark else "infertop-dark"

@@ -44,7 +44,7 @@ class PaintMixin:
         with one_frame(self.main):  # the frame is rendered when the tick ends, not on a later wake-up
             self._join_cluster()
             self.show_state(self.fleet.build() if self.player is None else self.joiner.build())
-        self.advisor_after_tick()
+        self.advisor_ctl.after_tick()  # type: ignore[attr-defined]
 
     def _join_cluster(self) -> None:
         """Hand the Cluster pane's latest read (or its error) to the fleet state."""
@@ -97,7 +97,7 @@ class PaintMixin:
         if pane == "gpus" or isinstance(self.screen, GpuDetailScreen):
             self._render_gpus(state)
         if pane == "autoscaler":
-            self.render_autoscaler(state)
+            self.advisor_ctl.render(state)  # type: ignore[attr-defined]
         elif pane == "triage":
             self.show_triage(state)
         elif pane == "slo":
