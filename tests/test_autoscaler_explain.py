@@ -478,7 +478,7 @@ def test_no_cluster_explains_nothing():
 
 
 def test_trigger_metadata_keeps_no_secret():
-    from infertop.sources.kube_autoscalers import scaled_object_view
+    from infertop.sources.kube.autoscalers import scaled_object_view
 
     so = scaled_object_view({"metadata": {"name": "x", "namespace": NS}, "spec": {"triggers": [{
         "type": "prometheus", "metadata": {"serverAddress": "http://admin:hunter2@prom:9090", "query": "up",

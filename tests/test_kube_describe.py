@@ -1,6 +1,6 @@
 """kube_describe: QoS, requests, and YAML with managedFields folded (pure)."""
 
-from infertop.sources.kube_describe import node_requests, pod_requests, qos_class, to_yaml
+from infertop.sources.kube.describe import node_requests, pod_requests, qos_class, to_yaml
 
 
 def pod(requests=None, limits=None, node="n1", phase="Running"):

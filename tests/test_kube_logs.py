@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from infertop.sources.kube_session import KubeError, KubeSession
+from infertop.sources.kube.session import KubeError, KubeSession
 
 TOKEN = "kube-logs-token"
 NS = "default"

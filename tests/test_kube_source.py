@@ -1,4 +1,4 @@
-"""Kubernetes reads (``infertop/sources/kube.py``) against the API emulator.
+"""Kubernetes reads (``infertop/sources/kube/read.py``) against the API emulator.
 
 Everything goes through the real ``kubernetes`` client and a kubeconfig
 written to ``tmp_path``; nothing is patched. Controllers run when the test
@@ -674,7 +674,7 @@ def test_snapshot_to_dict_is_plain_json():
 def test_stale_since_dates_the_outage_not_an_older_failure_of_one_resource():
     """One kind refused since 10:00 (a 404), then the API server stops answering at 11:00 for the
     five others: "stale since 11:00: connection refused", not 10:00 and the 404."""
-    from infertop.sources.kube_watch import outage
+    from infertop.sources.kube.watch import outage
 
     refused = "cannot reach the API server: connection refused"
     failing = [(36000.0, "(404) events not found")] + [(39600.0 + i, refused) for i in range(5)]

@@ -151,7 +151,7 @@ async def test_a_pod_that_is_a_watched_engine_shows_its_numbers_and_only_shown_p
     """The pod at a watched engine's address shows that engine's running and waiting from the fleet state
     (one read, one value on every pane); the other pods' loads are read only while the Cluster pane is on
     view (nothing else shows them)."""
-    from infertop.sources.kube_load import LOAD_NAMES
+    from infertop.sources.kube.load import LOAD_NAMES
 
     engine_seen: list = []
     other_seen: list = []

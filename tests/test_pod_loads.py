@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conftest import capture_text
 from infertop.sim.exposition import query_names, restrict
-from infertop.sources.kube_load import LOAD_FILTER, PodLoadScraper
+from infertop.sources.kube.load import LOAD_FILTER, PodLoadScraper
 
 UNDER_LOAD = capture_text("metrics_under_load.txt")
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 
-from ..sources.kube_perms import can_i
-from ..sources.kube_session import KubeError, KubeSession
+from ..sources.kube.perms import can_i
+from ..sources.kube.session import KubeError, KubeSession
 from ..sources.sanitize import plain_text
 from .pipeline import ActionRefused, Outcome, Preflight, Progress, ProgressFn, Review
 

@@ -1,6 +1,6 @@
 """What infertop knows about the Kubernetes side of the fleet at one moment.
 
-Plain immutable values built by ``sources/kube.py`` from API objects; the
+Plain immutable values built by ``sources/kube/read.py`` from API objects; the
 Cluster pane renders them and ``infertop snapshot --json`` prints them.
 ``None`` means "not known" (field absent, not yet reported), never zero.
 """

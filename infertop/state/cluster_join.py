@@ -87,10 +87,10 @@ def engine_urls(collectors: Iterable[Any]) -> set[str]:
 
 
 def pod_loads_from_engines(pods: Iterable[Any], engines: Iterable[Any]) -> dict[str, Any]:
-    """pod key → :class:`~infertop.sources.kube_load.PodLoad` for the pods whose address is an engine of the
+    """pod key → :class:`~infertop.sources.kube.load.PodLoad` for the pods whose address is an engine of the
     fleet state: its running and waiting as that state shows them (the numbers of the Engines pane, not a
     second read of the same /metrics a moment apart); an engine not fresh gives its reason instead."""
-    from ..sources.kube_load import PodLoad, load_of
+    from ..sources.kube.load import PodLoad, load_of
 
     by_url: dict[str, list[Any]] = {}
     for e in engines:

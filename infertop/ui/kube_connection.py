@@ -2,7 +2,7 @@
 
 ``KubeConnection`` is a mixin of :class:`~infertop.ui.app.InfertopApp` (through
 :class:`~infertop.ui.kube_actions.KubeActions`). The blocking client runs in
-thread workers (``asyncio.to_thread``); informers (``sources/kube.py``) keep the
+thread workers (``asyncio.to_thread``); informers (``sources/kube/read.py``) keep the
 cluster view current and a timer repaints the pane (ages tick; only changed
 cells go out). While reads fail the pane is stale (the header says since when
 and why, objects are dimmed); when every resource was read again, permissions

@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 from ..domain.kube import EventView, HpaView, NodeView, PodView, WorkloadView
-from ..sources.kube_describe import describe, event_lines, to_yaml
-from ..sources.kube_session import KubeError, KubeSession
+from ..sources.kube.describe import describe, event_lines, to_yaml
+from ..sources.kube.session import KubeError, KubeSession
 from .kube_connection import KubeConnection
 from .screens.kube_logs import KubeLogScreen
 from .screens.kube_object import KubeTextScreen

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from infertop.config import Config, KubeConfig
-from infertop.sources.kube_view import RawCluster, build_snapshot
+from infertop.sources.kube.view import RawCluster, build_snapshot
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.widgets.cluster import ClusterPane
 from pilot_wait import until
@@ -103,8 +103,8 @@ async def test_the_cluster_pane_detail_shows_escapes_as_text(tmp_path, kube_emul
 
 
 def test_a_watch_adding_pods_without_end_is_stopped_at_the_limit_and_relists_when_it_fits(kube_emulator, tmp_path):
-    from infertop.sources.kube_session import KubeSession
-    from infertop.sources.kube_watch import Informer
+    from infertop.sources.kube.session import KubeSession
+    from infertop.sources.kube.watch import Informer
 
     emu = kube_emulator("hostile-kube-token", reconcile_interval=0.02)
     session = KubeSession.connect(str(emu.write_kubeconfig(tmp_path / "kc")))
@@ -136,8 +136,8 @@ def _kubeconfig(tmp_path, port: int):
 
 
 def test_endless_bookmarks_are_a_flood_that_stops_the_watch(tmp_path):
-    from infertop.sources.kube_session import KubeSession
-    from infertop.sources.kube_watch import Informer
+    from infertop.sources.kube.session import KubeSession
+    from infertop.sources.kube.watch import Informer
     from scripted_server import ScriptedServer, Stream
 
     def bookmarks():  # bounded: the test ends by itself even if nothing stops the watch
@@ -168,7 +168,7 @@ def test_endless_bookmarks_are_a_flood_that_stops_the_watch(tmp_path):
 
 def test_a_401_on_every_read_is_failing_not_fresh(kube_emulator, tmp_path):
     from infertop.sources.kube import read_cluster
-    from infertop.sources.kube_session import KubeSession
+    from infertop.sources.kube.session import KubeSession
 
     emu = kube_emulator("hostile-kube-token")
     session = KubeSession.connect(str(emu.write_kubeconfig(tmp_path / "kc")))
@@ -183,8 +183,8 @@ def test_a_401_on_every_read_is_failing_not_fresh(kube_emulator, tmp_path):
 
 def test_a_403_on_every_watch_is_failing_not_fresh(kube_emulator, tmp_path):
     from infertop.config import KubeConfig
-    from infertop.sources.kube_session import KubeSession
-    from infertop.sources.kube_watch import ClusterWatcher
+    from infertop.sources.kube.session import KubeSession
+    from infertop.sources.kube.watch import ClusterWatcher
 
     emu = kube_emulator("hostile-kube-token")
     session = KubeSession.connect(str(emu.write_kubeconfig(tmp_path / "kc")))
@@ -208,7 +208,7 @@ def test_an_exec_credential_plugin_that_never_returns_costs_the_deadline_not_the
 
     from infertop.config import KubeConfig
     from infertop.sources.kube import KubeError
-    from infertop.sources.kube_session import session_for
+    from infertop.sources.kube.session import session_for
 
     pidfile = tmp_path / "plugin.pid"
     plugin = tmp_path / "plugin.sh"
@@ -230,7 +230,7 @@ def test_an_exec_credential_plugin_that_never_returns_costs_the_deadline_not_the
 
 
 def test_a_pod_without_a_ready_condition_is_as_ready_as_its_containers():
-    from infertop.sources.kube_view import pod_view
+    from infertop.sources.kube.view import pod_view
 
     pod = {"metadata": {"name": "p", "namespace": "ns"},
            "spec": {"containers": [{"name": "vllm"}]},

@@ -22,7 +22,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Input, RichLog, Static
 
-from ...sources.kube_session import KubeError, KubeSession, LogFollow
+from ...sources.kube.session import KubeError, KubeSession, LogFollow
 from ...sources.sanitize import error_text
 from ...text import plain
 from .kube_object import search_pattern

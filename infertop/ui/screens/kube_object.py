@@ -18,7 +18,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from ...sources.kube_session import KubeError
+from ...sources.kube.session import KubeError
 from ...sources.sanitize import error_text
 from ...text import plain
 

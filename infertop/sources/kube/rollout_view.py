@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..domain.kube import (ConfigMapView, EndpointView, InferenceObjectiveView, InferencePoolView, PdbView, PodView,
+from ...domain.kube import (ConfigMapView, EndpointView, InferenceObjectiveView, InferencePoolView, PdbView, PodView,
                            ReplicaSetView, ServiceView)
 
 __all__ = ["attribute_by_selector", "configmap_view", "inference_objective_view", "inference_pool_view", "pdb_view",
@@ -23,7 +23,7 @@ def _intstr(v: Any) -> str | None:
 
 
 def replicaset_view(o: dict) -> ReplicaSetView:
-    from .kube_view import parse_time  # kube_view imports this module
+    from .view import parse_time  # view imports this module
 
     meta, spec, status = _meta(o), o.get("spec") or {}, o.get("status") or {}
     owner = next((r.get("name") for r in meta.get("ownerReferences") or () if r.get("kind") == "Deployment"), None)
@@ -65,7 +65,7 @@ def service_view(o: dict, slices: list[dict], slices_read: bool = True) -> Servi
 
 
 def pdb_view(o: dict) -> PdbView:
-    from .kube_view import selector_text
+    from .view import selector_text
 
     meta, spec, status = _meta(o), o.get("spec") or {}, o.get("status") or {}
     counted = "disruptionsAllowed" in status
@@ -90,7 +90,7 @@ def configmap_view(o: dict) -> ConfigMapView:
 def attribute_by_selector(pods: list[PodView], deployments: list[dict]) -> list[PodView]:
     """Pods with no owner get the Deployment of their namespace whose selector selects them (the first by
     name when several do), as kubectl's owner-less pods adopted by label would be read."""
-    from .kube_view import selector_matches
+    from .view import selector_matches
 
     by_ns: dict[str, list[dict]] = {}
     for d in sorted(deployments, key=lambda d: _meta(d).get("name") or ""):
@@ -109,7 +109,7 @@ def attribute_by_selector(pods: list[PodView], deployments: list[dict]) -> list[
 def inference_pool_view(o: dict, pods: list[PodView]) -> InferencePoolView:
     """``pods``: the snapshot's pods; those of its namespace its selector selects are its endpoints.
     v1 writes the selector as ``{matchLabels: …}``; the alpha API as a plain label map: both read."""
-    from .kube_view import selector_matches, selector_text
+    from .view import selector_matches, selector_text
 
     meta, spec = _meta(o), o.get("spec") or {}
     sel = spec.get("selector") or {}

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..domain.kube import (
+from ...domain.kube import (
     ClusterSnapshot,
     EventView,
     HpaView,
@@ -25,12 +25,12 @@ from ..domain.kube import (
     PodView,
     WorkloadView,
 )
-from ..domain.quantity import parse_quantity
-from .kube_autoscalers import behavior_view, scaled_object_view, variant_view
-from .kube_clean import clean_view
-from .kube_session import CUSTOM_KINDS, NAMESPACED_KINDS, _one_line
+from ...domain.quantity import parse_quantity
+from .autoscalers import behavior_view, scaled_object_view, variant_view
+from .clean import clean_view
+from .session import CUSTOM_KINDS, NAMESPACED_KINDS, _one_line
 
-from .kube_rollout_view import (attribute_by_selector, configmap_view, inference_objective_view, inference_pool_view,
+from .rollout_view import (attribute_by_selector, configmap_view, inference_objective_view, inference_pool_view,
                                 pdb_view, replicaset_view, service_view)
 
 __all__ = [

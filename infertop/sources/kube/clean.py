@@ -14,7 +14,7 @@ import math
 from dataclasses import MISSING, fields, is_dataclass, replace
 from typing import Any, TypeVar
 
-from .sanitize import plain_text
+from ..sanitize import plain_text
 
 MAX_TEXT_CHARS = 2000  # an Event message or condition message shown in the detail area
 MAX_COUNT = 1_000_000  # no replica, restart or GPU count gets near this

@@ -17,7 +17,7 @@ from typing import Any
 
 import urllib3
 
-from ..config import KubeConfig
+from ...config import KubeConfig
 
 __all__ = [
     "ALL_NAMESPACES",

@@ -14,8 +14,8 @@ from urllib.parse import urlencode
 
 import httpx
 
-from .expfmt import ParseError, Parser
-from .http_client import HttpError, LeanHttpClient
+from ..expfmt import ParseError, Parser
+from ..http_client import HttpError, LeanHttpClient
 
 __all__ = [
     "POD_METRICS_MAX_BYTES",
@@ -70,7 +70,7 @@ def load_of(running: float | None, waiting: float | None) -> PodLoad:
 
 def fetch_pod_load(url: str, timeout_s: float = 2.0, client: httpx.Client | None = None) -> PodLoad:
     """GET ``url``/metrics (blocking) → running and waiting; errors become ``PodLoad.error``."""
-    from .vllm import describe_error
+    from ..vllm import describe_error
 
     own = client is None
     c = client or httpx.Client(timeout=timeout_s, trust_env=False)
@@ -106,7 +106,7 @@ class PodLoadScraper:
         """key → PodLoad for every ``urls`` entry, concurrently; pods no longer asked for are let go."""
         import asyncio
 
-        from .vllm import describe_error
+        from ..vllm import describe_error
 
         bases = {key: url.rstrip("/") for key, url in urls.items()}
         for base in set(self._pods) - set(bases.values()):

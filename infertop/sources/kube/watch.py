@@ -22,10 +22,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..config import KubeConfig
-from ..domain.kube import ClusterSnapshot
-from .kube_autoscalers import discover_custom_kinds, read_wva_desired
-from .kube_session import (
+from ...config import KubeConfig
+from ...domain.kube import ClusterSnapshot
+from .autoscalers import discover_custom_kinds, read_wva_desired
+from .session import (
     ALL_NAMESPACES,
     CUSTOM_KINDS,
     INFERENCE_KINDS,
@@ -37,7 +37,7 @@ from .kube_session import (
     iter_lines_capped,
     list_all,
 )
-from .kube_view import RawCluster, absent_text, build_snapshot
+from .view import RawCluster, absent_text, build_snapshot
 
 __all__ = [
     "ClusterWatcher",

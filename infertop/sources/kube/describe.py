@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from ..domain.quantity import parse_quantity
-from .kube_view import GPU, parse_time, pod_is_live, pod_owner, pod_requests, selector_text
+from ...domain.quantity import parse_quantity
+from .view import GPU, parse_time, pod_is_live, pod_owner, pod_requests, selector_text
 
 __all__ = ["describe", "node_requests", "pod_requests", "qos_class", "to_yaml", "event_lines",
            "cpu_text", "memory_text"]

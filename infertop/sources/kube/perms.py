@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .kube_session import KubeSession
+from .session import KubeSession
 
 __all__ = [
     "can_i",

@@ -1,7 +1,7 @@
 """Kubernetes reads for autoscalers beyond the HPA: KEDA ScaledObjects and llm-d VariantAutoscalings.
 
 Both are custom resources, read through the custom-objects API of the official
-client (:class:`~infertop.sources.kube_session.KubeSession` knows their list
+client (:class:`~infertop.sources.kube.session.KubeSession` knows their list
 functions, so the informers and the one-shot read treat them like any other
 kind). Whether a type exists is asked once, by discovery
 (``GET /apis/<group>/<version>``): a 404 means "not installed here", which is
@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from ..domain.kube import (
+from ...domain.kube import (
     HpaBehaviorView,
     KubeCondition,
     ScaledObjectView,
@@ -30,7 +30,7 @@ from ..domain.kube import (
     TriggerView,
     VariantAutoscalerView,
 )
-from .kube_session import CUSTOM_KINDS, KubeError, KubeSession
+from .session import CUSTOM_KINDS, KubeError, KubeSession
 
 __all__ = [
     "CUSTOM_KINDS",
@@ -115,7 +115,7 @@ def _rules(raw: Any) -> ScalingRulesView | None:
     tol = raw.get("tolerance")
     tolerance = None
     if tol is not None:
-        from ..analysis.autoscalers import parse_quantity
+        from ...analysis.autoscalers import parse_quantity
 
         tolerance = parse_quantity(tol)
     return ScalingRulesView(_int(raw.get("stabilizationWindowSeconds")),
