@@ -222,7 +222,7 @@ async def test_without_admin_access_or_read_only_the_keys_say_why(gateway, tmp_p
         await app.poll_now()
         await pilot.pause()
         assert app.check_action("queue_edit", ()) is False
-        why = app.queue_denied_reason("queue_edit")
+        why = app.queue_ctl.denied_reason("queue_edit")
         assert why == "gateway gw: no admin_url and token configured (queues.gateways[].admin_url, token_env)"
         await pilot.press("w")
         await pilot.pause()
@@ -263,11 +263,11 @@ async def test_inference_objective_priority_against_the_emulator(kube_emulator, 
         await until(pilot, lambda: app.kube_session is not None, message="kube connected")
         await pilot.press("6")
         app.tick()
-        await until(pilot, lambda: app.objective_api is not None or app.objective_why != "Kubernetes is not connected",
+        await until(pilot, lambda: app.queue_ctl.objective_api is not None or app.queue_ctl.objective_why != "Kubernetes is not connected",
                     message="InferenceObjectives probed")
         if not (installed and permitted):
-            assert app.objective_api is None
-            assert app.objective_why == ("the InferenceObjective resource type is not installed on this cluster"
+            assert app.queue_ctl.objective_api is None
+            assert app.queue_ctl.objective_why == ("the InferenceObjective resource type is not installed on this cluster"
                                          if not installed else
                                          "not permitted to patch InferenceObjectives in namespace default")
             assert app.check_action("queue_objective", ()) is False

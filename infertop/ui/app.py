@@ -37,7 +37,7 @@ from .app_navigation import PANES, NavigationMixin
 from .app_paint import PaintMixin
 from .engine_actions import ENGINE_ACTIONS, EngineActions
 from .kube_actions import KUBE_ACTIONS, KubeActions
-from .queue_actions import QUEUE_ACTIONS, QueueActions
+from .controllers.queues import QUEUE_ACTIONS, QueueController
 from .controllers.advisor import ADVISOR_ACTIONS, AdvisorController
 from ..state.changes import ChangeRecords
 from ..analysis.triage import Triage, Verdict
@@ -91,7 +91,7 @@ class Settings:
 
 
 class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, RemedyActions,
-                  ReplayActions, QueueActions, EngineActions, KubeActions, App[None]):
+                  ReplayActions, EngineActions, KubeActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
@@ -125,7 +125,7 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
                            wall=settings.wall_clock)
         self.history = HistoryStore(max(2, int(cfg.history_s / cfg.refresh_s)))
         if settings.prometheus:
-            from ..sources.prometheus_fleet import seed_history
+            from ..sources.prometheus.fleet import seed_history
 
             self.collector.on_backfill = lambda series: seed_history(self.history, series)
         self.poll = poll
@@ -138,6 +138,11 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
             refresh_kube=lambda: self.run_worker(self._kube_refresh(), group="kube-refresh-after",
                                                  exit_on_error=False),
             pane_on_view=lambda: self.current_pane if self.screen is self.main else None)
+        self.queue_ctl = QueueController(
+            self, settings, self.fleet.queues, pane=lambda: self.main.query_one(QueuePane),
+            session=lambda: getattr(self, "kube_session", None),
+            pane_on_view=lambda: self.current_pane if self.screen is self.main else None,
+            replay=settings.replay is not None)
         self._gpu_states: dict[str, str] = {}
         self._gpu_logged_at: dict[str, float] = {}
         self._states: dict[str, str] = {}
@@ -300,7 +305,7 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
         if action in KUBE_ACTIONS:
             return self.kube_action_state(action)
         if action in QUEUE_ACTIONS:
-            return self.queue_action_state(action)
+            return self.queue_ctl.action_state(action)
         if action in ADVISOR_ACTIONS:
             return self.advisor_ctl.action_state(action)
         if action == "triage_open":  # Enter means "open the verdict / remedy" only on the Triage pane
@@ -320,7 +325,7 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
             return "read-only mode: nothing can be changed"
         if self.player is not None and action in MUTATING:
             return "replay: nothing can be changed"
-        return super().action_denied_reason(action)
+        return self.queue_ctl.denied_reason(action) or super().action_denied_reason(action)
 
     # ----- the panes' messages ------------------------------------------
     # Here, not in NavigationMixin: Textual collects @on handlers only from classes of its own (App,
@@ -380,6 +385,19 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
         self.kube_shutdown()
         await self.gpu_collector.aclose()
         await asyncio.to_thread(self.state_log.close)
+
+    # ----- the Queue pane's keys (controllers/queues.py)
+    def action_queue_switch(self) -> None:
+        self.queue_ctl.switch()
+
+    def action_queue_edit(self) -> None:
+        self.queue_ctl.edit()
+
+    def action_queue_drain(self) -> None:
+        self.queue_ctl.drain()
+
+    def action_queue_objective(self) -> None:
+        self.queue_ctl.objective()
 
     # ----- the advisor's keys (controllers/advisor.py)
     def action_advisor_apply(self) -> None:

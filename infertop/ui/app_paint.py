@@ -93,7 +93,7 @@ class PaintMixin:
             self._render_engine_trends(state)
         elif pane == "queues":
             main.query_one(QueuePane).show_state(state)
-            self.probe_objectives()
+            self.queue_ctl.probe_objectives()  # type: ignore[attr-defined]
         if pane == "gpus" or isinstance(self.screen, GpuDetailScreen):
             self._render_gpus(state)
         if pane == "autoscaler":
