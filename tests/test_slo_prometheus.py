@@ -20,7 +20,7 @@ from ports import free_port
 from infertop.analysis.slo.budget import class_counts
 from infertop.analysis.slo.text import slo_lines
 from infertop.config import Config, GpuConfig, PrometheusConfig, SloClassConfig, SloClassesConfig
-from infertop.sources.prometheus_slo import PromSloReader, bracketing, rises
+from infertop.sources.prometheus.slo import PromSloReader, bracketing, rises
 from infertop.sources.vllm import EngineEndpoint
 from infertop.state.service import Fleet
 from test_gpu_prometheus import _hostport, _wait, running_prometheus
@@ -91,6 +91,11 @@ async def test_budget_from_a_range_query_equals_the_local_one_over_the_same_wind
         _wait("Prometheus has the counters before the window",
               lambda: _counts(url) == {"chat-model": 50.0, "batch-model": 30.0}, proc, log)
         start = time.time()
+        # a scrape that began before ``start`` may be answered after the move below and so carry the moved
+        # counts at a time before the window: wait for both engines' first scrape that began after it
+        _wait("a scrape of each engine inside the window",
+              lambda: min(_counts(url, "timestamp(vllm:time_to_first_token_seconds_count)").values(),
+                          default=0.0) > start, proc, log)
         # the move inside the window: chat — 1.2 s (within 1.5), 2.0 s (interpolated inside 1.0…2.5: 1/3
         # of its bucket within), 6 s (over); batch — 3 s (2.5…5.0: 3/5 within at 4 s) and 8 s (over)
         chat.obs += [0.2] * 300 + [1.2] * 20 + [2.0] * 30 + [6.0] * 5
