@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from infertop.domain.kube import ClusterSnapshot, PodView, WorkloadView
-from infertop.sources.prometheus_fleet_map import engine_rows, queue_series
-from infertop.sources.prometheus_fleet_query import FAST_FIELDS, FleetQueries
+from infertop.sources.prometheus.fleet_map import engine_rows, queue_series
+from infertop.sources.prometheus.fleet_query import FAST_FIELDS, FleetQueries
 from infertop.state.advisor_queues import attribute
 
 FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "prometheus_fleet"

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from infertop.config import PrometheusConfig  # noqa: E402
-from infertop.sources.prometheus_fleet import PromFleetSource  # noqa: E402
+from infertop.sources.prometheus.fleet import PromFleetSource  # noqa: E402
 from infertop.state.fleet import FleetJoiner  # noqa: E402
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"

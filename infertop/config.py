@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from .config_load import DEFAULT_LIMITS, ConfigError, compose, one_line, scalar_value, to_bytes
-from .sources.prometheus_fleet_query import DEFAULT_QUEUE_PROMQL, check_label_name
+from .sources.prometheus.fleet_query import DEFAULT_QUEUE_PROMQL, check_label_name
 from .sources.sanitize import plain_text, redact_url
 from .gateway.config import GatewayConfig  # the `gateway:` section (infertop gateway)
 

@@ -17,9 +17,9 @@ import pytest
 from infertop.analysis.scaling import REFUSED
 from infertop.config import AdvisorConfig, PrometheusConfig, SloConfig
 from infertop.domain.kube import ClusterSnapshot, PodView, WorkloadView
-from infertop.sources.prometheus_fleet import PromFleetSource
+from infertop.sources.prometheus.fleet import PromFleetSource
 from infertop.snapshot import print_table
-from infertop.sources.prometheus_fleet_query import FAST_FIELDS, LATENCY_FIELDS, FleetQueries
+from infertop.sources.prometheus.fleet_query import FAST_FIELDS, LATENCY_FIELDS, FleetQueries
 from infertop.state.advisor import Advisor
 from infertop.state.fleet import FleetJoiner
 from prom_api_server import PromApiServer

@@ -23,7 +23,7 @@ from infertop.config import GpuConfig, PrometheusConfig
 from infertop.sim import SimCluster
 from infertop.sources.dcgm import DcgmSource
 from infertop.sources.gpu import GpuCollector
-from infertop.sources.prom_gpu import NO_SERIES, PromGpuSource
+from infertop.sources.prometheus.gpu import NO_SERIES, PromGpuSource
 
 pytestmark = pytest.mark.real_prometheus
 

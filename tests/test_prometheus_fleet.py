@@ -16,8 +16,8 @@ import pytest
 
 from infertop.config import ConfigError, PrometheusConfig, parse_config
 from infertop.domain.engine import DOWN, UP
-from infertop.sources.prometheus_fleet import BACKFILL_FIELDS, BACKFILL_FLEET_FIELDS, PromFleetSource, seed_history
-from infertop.sources.prometheus_fleet_query import (
+from infertop.sources.prometheus.fleet import BACKFILL_FIELDS, BACKFILL_FLEET_FIELDS, PromFleetSource, seed_history
+from infertop.sources.prometheus.fleet_query import (
     ENGINE_FIELDS,
     FAST_FIELDS,
     FIELD_LABEL,

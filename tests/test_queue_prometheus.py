@@ -87,8 +87,8 @@ def test_the_default_queue_query_gives_one_tagged_series_per_queue_through_prome
     """The fleet source's default queue PromQL, run by a real Prometheus scraping two endpoint pickers (both
     name generations, one pool), a vLLM pod and an infertop gateway: one series per queue, each with the
     labels that say whose it is — the pickers' own pod left out, the older generation not counted twice."""
-    from infertop.sources.prometheus_fleet_map import fleet_depth, queue_series
-    from infertop.sources.prometheus_fleet_query import FleetQueries
+    from infertop.sources.prometheus.fleet_map import fleet_depth, queue_series
+    from infertop.sources.prometheus.fleet_query import FleetQueries
 
     _require_prometheus()
     servers = []

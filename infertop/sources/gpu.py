@@ -25,7 +25,7 @@ from ..domain.source import SourceHealth
 from .dcgm import DcgmSource, lean_client, normalize_url
 from .http_client import LeanHttpClient
 from .nvml import EngineRef, NvmlSource, map_processes
-from .prom_gpu import PromGpuSource
+from .prometheus.gpu import PromGpuSource
 from .sanitize import clean_gpu, error_text
 
 NO_SOURCE = ("no GPU source configured — enable gpu.nvml on a GPU host, list dcgm-exporter URLs "

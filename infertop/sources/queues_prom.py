@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..domain.source import SourceHealth
-from .prom_connect import connect_prometheus
-from .prom_gpu import describe_prom_error
+from .prometheus.connect import connect_prometheus
+from .prometheus.gpu import describe_prom_error
 from .queues import QueueEndpoint, QueueWindow, build_view
 from .queues_names import EPP_NAMES, GATEWAY, GATEWAY_NAMES, QueueSample, extract
 from .sanitize import error_text, finite

@@ -53,7 +53,7 @@ from ..analysis.scaling import (
 )
 from ..domain.engine import DEGRADED, UP
 from ..domain.kube import ClusterSnapshot, HpaView, WorkloadView
-from ..sources.prometheus_fleet_map import queue_rank
+from ..sources.prometheus.fleet_map import queue_rank
 from .advisor_queues import QueueAttribution, attribute, prom_queue_doc, queue_name, source_text, workload_depth
 
 P99_HISTOGRAMS = {"ttft_p99_s": ("ttft", 0.99, "P99"), "e2e_p99_s": ("e2e", 0.99, "E2E P99"),

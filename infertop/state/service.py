@@ -62,7 +62,7 @@ class Fleet:
         self.watch = watch
         window_s = cfg.window_s if window_s is None else window_s
         if prometheus:
-            from ..sources.prometheus_fleet import PromFleetSource
+            from ..sources.prometheus.fleet import PromFleetSource
 
             self.collector: Any = PromFleetSource(cfg.prometheus, history_step_s=backfill_step_s)
             window_s = cfg.prometheus.window_s if not watch else window_s
@@ -88,7 +88,7 @@ class Fleet:
         self.slo = SloWatch(cfg.slo_classes)
         self.slo_reader: Any = None  # the budget over the objective's window, where engines come from Prometheus
         if prometheus:
-            from ..sources.prometheus_slo import PromSloReader
+            from ..sources.prometheus.slo import PromSloReader
 
             self.slo_reader = PromSloReader(cfg.prometheus, names=self.collector.names_by_key)
         if watch:

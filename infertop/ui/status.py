@@ -11,7 +11,7 @@ from ..analysis.alerts import alert_kind
 from ..analysis.triage import Debouncer
 from ..domain.engine import DEGRADED, DOWN
 from ..format import age_human
-from ..sources.prometheus_fleet import ENGINES_SUFFIX
+from ..sources.prometheus.fleet import ENGINES_SUFFIX
 from ..state.fleet import FleetState
 from ..text import plain
 

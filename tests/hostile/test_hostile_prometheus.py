@@ -18,8 +18,8 @@ import zlib
 
 import pytest
 
-from infertop.sources.prom_connect import BoundedPrometheus, PromAnswerError
-from infertop.sources.prom_gpu import PromGpuSource
+from infertop.sources.prometheus.connect import BoundedPrometheus, PromAnswerError
+from infertop.sources.prometheus.gpu import PromGpuSource
 
 GOOD = {"status": "success", "data": {"resultType": "vector", "result": [
     {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": "0", "Hostname": "n1", "UUID": "GPU-1"},
@@ -177,7 +177,7 @@ def test_snapshot_on_odd_shapes_exits_without_a_crash(hostile, doc, tmp_path):
 
 def test_the_fleet_source_shows_each_refusal_in_place_and_recovers(hostile):
     from infertop.config import PrometheusConfig
-    from infertop.sources.prometheus_fleet import PromFleetSource
+    from infertop.sources.prometheus.fleet import PromFleetSource
 
     src = PromFleetSource(PrometheusConfig(url=hostile.url, timeout_s=1.0, backfill_points=0))
     try:

@@ -35,7 +35,7 @@ from infertop.sim import SimCluster
 from infertop.sim.kube.cluster import SimKube
 from infertop.sim.model import SimRequest
 from infertop.sources.kube import KubeSession, read_cluster
-from infertop.sources.prometheus_fleet import PromFleetSource
+from infertop.sources.prometheus.fleet import PromFleetSource
 from infertop.state.advisor import Advisor
 from infertop.control.advisor_scale import apply_scale
 from infertop.state.fleet import FRESH, STALE, FleetJoiner

@@ -26,8 +26,8 @@ from ports import free_port
 
 from infertop.config import PrometheusConfig
 from infertop.sim import SimCluster
-from infertop.sources.prom_gpu import NO_SERIES
-from infertop.sources.prometheus_fleet import PromFleetSource
+from infertop.sources.prometheus.gpu import NO_SERIES
+from infertop.sources.prometheus.fleet import PromFleetSource
 from infertop.sources.vllm import EngineEndpoint, FleetCollector
 from infertop.state.fleet import FRESH, STALE, FleetJoiner
 

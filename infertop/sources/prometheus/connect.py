@@ -13,7 +13,7 @@ import json
 import time
 from typing import Any
 
-from .sanitize import io_url
+from ..sanitize import io_url
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_SERIES = 20_000

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .prometheus_fleet_query import FIELD_LABEL, QUEUE_KINDS, QUEUE_LABEL
-from .sanitize import plain_text
+from .fleet_query import FIELD_LABEL, QUEUE_KINDS, QUEUE_LABEL
+from ..sanitize import plain_text
 
 MAX_ENGINES = 20_000  # a Prometheus answering more label sets is misconfigured (selector too wide)
 

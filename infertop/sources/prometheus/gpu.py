@@ -18,11 +18,11 @@ from dataclasses import replace
 from collections.abc import Callable
 from typing import Any
 
-from ..domain.gpu import UNAVAILABLE, GpuStats
-from ..domain.source import SourceHealth
-from .dcgm import _UUID_LABELS, METRICS, _identity, build_rows
-from .prom_connect import connect_prometheus
-from .sanitize import error_text
+from ...domain.gpu import UNAVAILABLE, GpuStats
+from ...domain.source import SourceHealth
+from ..dcgm import _UUID_LABELS, METRICS, _identity, build_rows
+from .connect import connect_prometheus
+from ..sanitize import error_text
 
 NO_SERIES = "Prometheus has no DCGM_FI_* series — is dcgm-exporter scraped by it?"
 HOST_LABELS = ("Hostname", "hostname", "instance")
@@ -71,7 +71,7 @@ def describe_prom_error(exc: BaseException, timeout_s: float) -> str:
 def _describe(exc: BaseException, timeout_s: float) -> str:
     import requests  # noqa: PLC0415 — a dependency of prometheus-api-client
 
-    from .prom_connect import PromAnswerError  # noqa: PLC0415
+    from .connect import PromAnswerError  # noqa: PLC0415
 
     if isinstance(exc, PromAnswerError):
         return str(exc)

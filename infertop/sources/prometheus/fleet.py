@@ -7,7 +7,7 @@ labels: ``up``, one query for the gauges and rates, and the queue depth on
 every refresh; the latency quantiles (one query per histogram, and the
 fleet-wide ones) at most every ``latency_interval_s``, in parallel. GPU rows
 come from the same Prometheus through
-:class:`~infertop.sources.prom_gpu.PromGpuSource`.
+:class:`~infertop.sources.prometheus.gpu.PromGpuSource`.
 
 The result feeds the same fleet state as direct scraping: each engine is a
 small collector-like object (``stats``, ``health``, ``windows``, ``endpoint``)
@@ -37,11 +37,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..domain.engine import DOWN, UP, EngineStats, FleetSnapshot
-from ..domain.source import SourceHealth
-from .prom_connect import connect_prometheus
-from .prom_gpu import describe_prom_error
-from .prometheus_fleet_map import (
+from ...domain.engine import DOWN, UP, EngineStats, FleetSnapshot
+from ...domain.source import SourceHealth
+from .connect import connect_prometheus
+from .gpu import describe_prom_error
+from .fleet_map import (
     EngineRow,
     Key,
     engine_names,
@@ -52,8 +52,8 @@ from .prometheus_fleet_map import (
     target_key,
     targets_down,
 )
-from .prometheus_fleet_query import ENGINE_FIELDS, FleetQueries
-from .sanitize import clean_engine, error_text, plain_or_none, plain_text
+from .fleet_query import ENGINE_FIELDS, FleetQueries
+from ..sanitize import clean_engine, error_text, plain_or_none, plain_text
 
 KIND = "prometheus"
 #: the engines' source is named after the Prometheus URL plus this (the GPU source is the URL alone)
@@ -421,7 +421,7 @@ class PromFleetSource:
             return {}
         names = {e.key: e.endpoint.name for e in self.collectors}
         out: dict[tuple[str, str], list] = {}
-        from .prometheus_fleet_map import FIELD_LABEL, engine_key  # noqa: PLC0415
+        from .fleet_map import FIELD_LABEL, engine_key  # noqa: PLC0415
 
         def series(item: Mapping[str, Any]) -> list:
             vals: list = [None] * points

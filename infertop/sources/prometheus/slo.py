@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .prom_connect import connect_prometheus
-from .prom_gpu import describe_prom_error
-from .prometheus_fleet_map import EngineRow, Key, engine_key, engine_names
-from .prometheus_fleet_query import HISTOGRAMS, FleetQueries
+from .connect import connect_prometheus
+from .gpu import describe_prom_error
+from .fleet_map import EngineRow, Key, engine_key, engine_names
+from .fleet_query import HISTOGRAMS, FleetQueries
 
 MAX_POINTS = 240  # points of the range query: 3 h apart over 30 days
 MIN_STEP_S = 1.0
