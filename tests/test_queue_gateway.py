@@ -119,7 +119,7 @@ async def test_a_weight_edited_in_the_pane_changes_the_gateways_shares(gateway, 
 async def test_admin_errors_of_the_real_gateway_are_one_line_refusals(gateway, monkeypatch):
     from infertop.control.gateway_actions import ClassEdit, EngineDrain, GatewayAdmin
     from infertop.control.pipeline import ActionRefused
-    from infertop.sources.queues import QueueEndpoint
+    from infertop.sources.queues.collector import QueueEndpoint
 
     admin = GatewayAdmin(QueueEndpoint("gw", "gateway", gateway.url + "/metrics", admin_url=gateway.admin_url,
                                        token_env="GW_TOKEN"))
@@ -144,7 +144,7 @@ async def test_drain_at_the_real_gateway_is_followed_to_zero_in_flight_under_loa
     import threading
 
     from infertop.control.gateway_actions import EngineDrain, GatewayAdmin
-    from infertop.sources.queues import QueueEndpoint
+    from infertop.sources.queues.collector import QueueEndpoint
 
     admin = GatewayAdmin(QueueEndpoint("gw", "gateway", gateway.url + "/metrics", admin_url=gateway.admin_url,
                                        token_env="GW_TOKEN"))

@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from infertop.sources.expfmt import parse
-from infertop.sources.queues import QueueEndpoint, metrics_url
-from infertop.sources.queues_names import extract
-from infertop.sources.queues_prom import PromQueueCollector
+from infertop.sources.queues.collector import QueueEndpoint, metrics_url
+from infertop.sources.queues.names import extract
+from infertop.sources.queues.prom import PromQueueCollector
 from scripted_server import ScriptedServer
 from test_gpu_prometheus import _hostport, _require_prometheus, _wait, running_prometheus
 from queue_gateway_fake import FakeGateway

@@ -13,9 +13,9 @@ from aiohttp import web
 
 from infertop.config import Config, ConfigError, QueueEppConfig, QueueGatewayConfig, load_config
 from infertop.sources.expfmt import parse
-from infertop.sources.queues import QueueCollector, QueueEndpoint, metrics_url
-from infertop.sources.queues_config import queue_collectors, queue_endpoints
-from infertop.sources.queues_names import extract
+from infertop.sources.queues.collector import QueueCollector, QueueEndpoint, metrics_url
+from infertop.sources.queues.config import queue_collectors, queue_endpoints
+from infertop.sources.queues.names import extract
 from infertop.state.fleet import MISSING, STALE, FleetJoiner, FleetState
 from infertop.state.queues import QueueSource, join_queues, queue_totals
 from queue_gateway_fake import TOKEN, FakeGateway

@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ..sources.queues import QueueEndpoint, TokenError
+from ..sources.queues.collector import QueueEndpoint, TokenError
 from ..sources.sanitize import error_text, plain_text
 from .pipeline import ActionRefused, Outcome, Preflight, Progress, ProgressFn, Review
 

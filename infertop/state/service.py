@@ -26,8 +26,8 @@ from ..analysis.slo.report import SloWatch, buckets_of, engine_windows
 from ..analysis.triage import Triage
 from ..domain.source import SourceHealth
 from ..sources.gpu import GpuCollector
-from ..sources.queues import QueueFleet
-from ..sources.queues_config import queue_collectors
+from ..sources.queues.collector import QueueFleet
+from ..sources.queues.config import queue_collectors
 from ..sources.vllm import EngineEndpoint, FleetCollector
 from .changes import ChangeRecords
 from .fleet_join import CONNECTING_FOR_S, FleetJoiner

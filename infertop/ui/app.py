@@ -22,7 +22,7 @@ from textual.widgets import Footer, Input, OptionList, TabbedContent, TabPane
 from ..config import Config, default_state_dir
 from ..domain.engine import FleetSnapshot
 from ..sources.gpu import GpuCollector
-from ..sources.queues import QueueFleet
+from ..sources.queues.collector import QueueFleet
 from ..sources.vllm import EngineEndpoint
 from ..state.fleet import FleetJoiner, FleetState
 from ..state.service import Fleet

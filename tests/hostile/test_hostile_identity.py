@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from infertop.sources.queues import QueueCollector, QueueEndpoint, metrics_url
+from infertop.sources.queues.collector import QueueCollector, QueueEndpoint, metrics_url
 from infertop.sources.vllm import BUCKETS_RESTARTED, EngineCollector, EngineEndpoint
 from infertop.state.fleet_join import missing_reasons
 from infertop.state.fleet_types import FRESH, EngineState, Freshness

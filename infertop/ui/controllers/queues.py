@@ -18,7 +18,7 @@ from typing import Any
 from ...control.gateway_actions import ClassEdit, EngineDrain, GatewayAdmin
 from ...control.objective import ObjectiveApi, ObjectivePriority, find_objectives, list_objectives
 from ...control.pipeline import ActionRefused
-from ...sources.queues import QueueEndpoint
+from ...sources.queues.collector import QueueEndpoint
 from ..screens.kube_dialogs import ChoiceDialog, FormDialog, FormField
 from ..widgets.queue import QueuePane
 from .host import ConsoleHost

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..state.queues import DEFAULT_BUDGETS_S
-from .queues import QueueCollector, QueueEndpoint, metrics_url
-from .queues_names import EPP, GATEWAY
+from ...state.queues import DEFAULT_BUDGETS_S
+from .collector import QueueCollector, QueueEndpoint, metrics_url
+from .names import EPP, GATEWAY
 
 
 def _host_url(listen: str | None) -> str | None:
@@ -75,7 +75,7 @@ def queue_collectors(cfg: Any, window_s: float) -> list:
     out: list = [QueueCollector(ep, window_s) for ep in queue_endpoints(cfg)]
     prom = cfg.prometheus
     if prom.url and cfg.queues.prometheus:
-        from .queues_prom import PromQueueCollector  # noqa: PLC0415 — prometheus-api-client only when used
+        from .prom import PromQueueCollector  # noqa: PLC0415 — prometheus-api-client only when used
 
         budgets = {**DEFAULT_BUDGETS_S, **cfg.queues.budgets}
         taken = {c.name for c in out}

@@ -3,7 +3,7 @@
 A :class:`QueueCollector` reads one source: an infertop gateway's ``/metrics``
 (and its admin ``/admin/state`` when a token is configured), or an endpoint
 picker's ``/metrics`` (optionally with a bearer token from a file), in either
-generation of flow-control names. :class:`~.queues_prom.PromQueueCollector`
+generation of flow-control names. :class:`~.prom.PromQueueCollector`
 reads the same series through Prometheus. Each source is polled by its own
 loop (:class:`QueueFleet`): the next poll starts when the last one finished
 plus the interval, so polls never overlap and one dead source never delays
@@ -24,15 +24,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from ..analysis.quantiles import histogram_quantile
-from ..domain.source import SourceHealth
-from ..state.queues import DEFAULT_BUDGETS_S, QueueClass, QueueEngine, QueueSource
-from ..domain.window import CounterWindow
-from .expfmt import ParseError, Parser
-from .http_client import HttpError, LeanHttpClient, ResponseTooLarge
-from .queues_names import EPP, GATEWAY, MAX_COUNTED_CLASSES, SEP, QueueSample, extract
-from .sanitize import error_text, finite, non_negative, plain_text
-from .vllm import MAX_BODY_BYTES, ScrapeError, describe_error
+from ...analysis.quantiles import histogram_quantile
+from ...domain.source import SourceHealth
+from ...state.queues import DEFAULT_BUDGETS_S, QueueClass, QueueEngine, QueueSource
+from ...domain.window import CounterWindow
+from ..expfmt import ParseError, Parser
+from ..http_client import HttpError, LeanHttpClient, ResponseTooLarge
+from .names import EPP, GATEWAY, MAX_COUNTED_CLASSES, SEP, QueueSample, extract
+from ..sanitize import error_text, finite, non_negative, plain_text
+from ..vllm import MAX_BODY_BYTES, ScrapeError, describe_error
 
 ADMIN_MAX_BYTES = 1024 * 1024
 RETRY_JITTER = 0.2

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .sanitize import non_negative, plain_text
+from ..sanitize import non_negative, plain_text
 
 GATEWAY, EPP = "gateway", "epp"
 MAX_CLASSES = 64  # classes / bands per source; more is a broken or hostile exporter

@@ -2,7 +2,7 @@
 
 One PromQL instant query per series name (``{__name__="…"}`` plus an optional
 selector such as ``job="epp"``); the answers go through the same extraction
-and window as a direct scrape (:mod:`.queues_names`, :class:`.queues.QueueWindow`),
+and window as a direct scrape (:mod:`.names`, :class:`.collector.QueueWindow`),
 so a band's depth, wait quantiles and shares are computed alike. Labels
 Prometheus adds (``job``, ``instance``) are summed over like fairness ids. A
 series Prometheus has no fresh sample for is absent: "no data", never 0.
@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..domain.source import SourceHealth
-from .prometheus.connect import connect_prometheus
-from .prometheus.gpu import describe_prom_error
-from .queues import QueueEndpoint, QueueWindow, build_view
-from .queues_names import EPP_NAMES, GATEWAY, GATEWAY_NAMES, QueueSample, extract
-from .sanitize import error_text, finite
+from ...domain.source import SourceHealth
+from ..prometheus.connect import connect_prometheus
+from ..prometheus.gpu import describe_prom_error
+from .collector import QueueEndpoint, QueueWindow, build_view
+from .names import EPP_NAMES, GATEWAY, GATEWAY_NAMES, QueueSample, extract
+from ..sanitize import error_text, finite
 
 
 class PromSeries:
