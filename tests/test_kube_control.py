@@ -1,4 +1,4 @@
-"""Kubernetes actions (``infertop/control/kube.py``): pure planning, then every
+"""Kubernetes actions (``infertop/control/kube/execute.py``): pure planning, then every
 action end to end against the API emulator through the real client —
 dry run, execute, follow, audit; conflicts, PDBs, drains.
 

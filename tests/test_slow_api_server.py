@@ -44,7 +44,7 @@ async def test_a_slow_cluster_read_leaves_every_engine_fresh(kube_emulator, tmp_
 def test_access_reviews_go_out_together_on_a_slow_api_server(kube_emulator, tmp_path):
     """A reconnect asks ~10 SelfSubjectAccessReviews: one at a time, 3 s each kept every action
     unoffered for 43 s. Asked together, the same answers come back."""
-    from infertop.control.kube_perms import check_permissions
+    from infertop.control.kube.perms import check_permissions
     from infertop.sources.kube import KubeSession
 
     emu = kube_emulator(TOKEN)

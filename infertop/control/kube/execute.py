@@ -1,27 +1,5 @@
-"""Kubernetes actions: plan (pure) → dry-run → confirm → execute → follow → audit.
-
-Every action starts from a fresh read of the object and a *pure* planning
-function (``plan_*``) that returns a :class:`Plan`: the exact request, a
-one-line summary ("replicas 3 → 5") and a unified diff of the object
-before/after. :meth:`KubeControl.dry_run` sends the same request with
-``dryRun=All`` (errors are shown before the operator is asked);
-:meth:`KubeControl.execute` sends it for real — a patch of only the fields
-it changes, guarded: just before writing, the object is read again; if a
-field the plan was made from (an HPA's bounds, the replicas, the pod
-template…) changed since, nothing is sent and the outcome is ``conflict``
-(re-plan, re-confirm the new diff); otherwise the patch carries *that*
-read's resourceVersion, so a change in between still answers 409 — then it
-is read and checked again, so a status-only change (an HPA sync, a
-readiness flip) never fails the action — then
-follows the change to completion (rollout, pods, drain) with progress
-callbacks, and appends one line to the audit log.
-
-All calls block: the TUI runs them in thread workers. No UI imports.
-
-The parts: :mod:`.kube_plan` (plans, results, diffs: pure),
-:mod:`.kube_perms` (access reviews), :mod:`.kube_follow` (following rollouts
-and drains); this module executes and re-exports them all.
-"""
+"""Executing a Kubernetes action: :class:`KubeControl` (dry run, guarded write, follow, audit) and
+:class:`KubeAction`, its kind in the one pipeline. No UI imports."""
 
 from __future__ import annotations
 
@@ -30,24 +8,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..config import KubeConfig
-from ..sources.kube import KubeError, KubeSession, pod_view, selector_text
-from .audit import AuditLog
-from .pipeline import Review, run_audited
-from .kube_follow import InformerCache, KubeFollower, _new_revision, _rv_int
-from .kube_perms import (
-    KIND_ALTERNATIVE,
-    PERMISSIONS,
-    Permissions,
-    check_permissions,
-)
-from .kube_plan import (
-    ACTION_TITLES,
-    DELETION_COST,
-    DRAINED_FROM,
+from ...config import KubeConfig
+from ...sources.kube import KubeError, KubeSession, pod_view, selector_text
+from ..audit import AuditLog
+from ..pipeline import Review, run_audited
+from .follow import InformerCache, KubeFollower, _new_revision, _rv_int
+from .plan import (
     MERGE,
-    RESOURCES,
-    STRATEGIC,
     DryRun,
     Outcome,
     SpecChanged,
@@ -56,10 +23,7 @@ from .kube_plan import (
     Progress,
     ProgressFn,
     _meta,
-    apply_arg_changes,
-    drainable_pods,
     guard_changes,
-    object_diff,
     plan_args,
     plan_configmap,
     plan_cordon,
@@ -70,50 +34,9 @@ from .kube_plan import (
     plan_restart,
     plan_scale,
     replica_owners,
-    trimmed,
     with_gateway,
 )
 
-__all__ = [
-    "ACTION_TITLES",
-    "DELETION_COST",
-    "DRAINED_FROM",
-    "KIND_ALTERNATIVE",
-    "MERGE",
-    "PERMISSIONS",
-    "RESOURCES",
-    "STRATEGIC",
-    "DryRun",
-    "SpecChanged",
-    "InformerCache",
-    "KubeAction",
-    "KubeControl",
-    "KubeFollower",
-    "Outcome",
-    "Permissions",
-    "Plan",
-    "PlanError",
-    "Progress",
-    "ProgressFn",
-    "apply_arg_changes",
-    "check_permissions",
-    "drainable_pods",
-    "guard_changes",
-    "object_diff",
-    "plan_args",
-    "plan_configmap",
-    "plan_cordon",
-    "plan_delete_pod",
-    "plan_drain_node",
-    "plan_drain_pod",
-    "plan_hpa",
-    "plan_restart",
-    "plan_scale",
-    "trimmed",
-]
-
-
-# ---------------------------------------------------------------- execution
 
 WRITE_TRIES = 5  # guarded writes: a 409 from a change elsewhere in the object (status) reads and checks again
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..sources.kube.view import selector_matches
+from ...sources.kube.view import selector_matches
 
 __all__ = ["PdbCheck", "check_pdbs", "ordinal"]
 

@@ -4,7 +4,7 @@ The :class:`Plan` of one change (request, one-line summary, unified diff of the
 object before/after), the results the executor reports (:class:`DryRun`,
 :class:`Progress`, :class:`Outcome`), and every ``plan_*`` function: pure,
 from an object read just before, no request made. Executed by
-:class:`infertop.control.kube.KubeControl`. No UI imports.
+:class:`infertop.control.kube.execute.KubeControl`. No UI imports.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
-from ..sources.kube import RESTARTED_AT, pick_container, pod_view
-from .kube_pdb import check_pdbs
-from .pipeline import ActionRefused, Outcome, Preflight, Progress, ProgressFn
+from ...sources.kube import RESTARTED_AT, pick_container, pod_view
+from .pdb import check_pdbs
+from ..pipeline import ActionRefused, Outcome, Preflight, Progress, ProgressFn
 
 __all__ = [
     "ACTION_TITLES",

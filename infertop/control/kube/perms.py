@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from ..sources.kube import KubeError, KubeSession, can_i
+from ...sources.kube import KubeError, KubeSession, can_i
 
 __all__ = ["KIND_ALTERNATIVE", "PERMISSIONS", "Permissions", "check_permissions"]
 

@@ -4,7 +4,7 @@ Rollouts and scales (ready pods, stuck pods, timeouts), deleted pods going
 away, the inference-aware pod drain (out of the Service, wait for 0 requests
 in flight, then delete or scale down) and the node drain (cordon, evict with
 retries while a PodDisruptionBudget says no, wait for the pods to go).
-:class:`KubeFollower` is mixed into :class:`infertop.control.kube.KubeControl`,
+:class:`KubeFollower` is mixed into :class:`infertop.control.kube.execute.KubeControl`,
 which provides the session, the config, the clock and the requests. No UI imports.
 """
 
@@ -14,10 +14,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..config import KubeConfig
-from ..sources.kube import RESTARTED_AT, KubeError, KubeSession, PodLoad, fetch_pod_load, pod_view, rollout_status
-from .gateway_drain import GatewayError
-from .kube_plan import DRAINED_FROM, MERGE, Outcome, Plan, Progress, ProgressFn, _meta
+from ...config import KubeConfig
+from ...sources.kube import RESTARTED_AT, KubeError, KubeSession, PodLoad, fetch_pod_load, pod_view, rollout_status
+from ..gateway_drain import GatewayError
+from .plan import DRAINED_FROM, MERGE, Outcome, Plan, Progress, ProgressFn, _meta
 
 __all__ = ["InformerCache", "KubeFollower"]
 
@@ -100,7 +100,7 @@ def _new_revision(plan: Plan, pod: dict) -> bool:
 
 
 class KubeFollower:
-    """The following half of :class:`~infertop.control.kube.KubeControl` (rollouts, pod and node drains).
+    """The following half of :class:`~infertop.control.kube.execute.KubeControl` (rollouts, pod and node drains).
 
     Uses from the class it is mixed into: ``session``, ``cfg``, ``poll_s``,
     ``clock``, ``read``, ``pods_of``, ``_fn``, ``_send_patch_pod``, ``_write``
