@@ -17,7 +17,8 @@ from infertop.sources.queues.collector import QueueCollector, QueueEndpoint, met
 from infertop.sources.queues.config import queue_collectors, queue_endpoints
 from infertop.sources.queues.names import extract
 from infertop.state.fleet import MISSING, STALE, FleetJoiner, FleetState
-from infertop.state.queues import QueueSource, join_queues, queue_totals
+from infertop.domain.queues import QueueSource
+from infertop.state.queues import join_queues, queue_totals
 from queue_gateway_fake import TOKEN, FakeGateway
 
 FIXTURES = Path(__file__).parent / "fixtures"

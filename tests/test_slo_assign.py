@@ -14,7 +14,7 @@ from infertop.config import ConfigError, SloClassConfig, SloClassesConfig, parse
 from infertop.domain.engine import EngineStats
 from infertop.domain.kube import ClusterSnapshot, InferenceObjectiveView, InferencePoolView, PodView
 from infertop.state.fleet import ClusterState, EngineState, FleetState, Freshness, Slo
-from infertop.state.queues import QueueClass, QueueEngine, QueueSource
+from infertop.domain.queues import QueueClass, QueueEngine, QueueSource
 from infertop.analysis.slo.text import slo_lines
 
 

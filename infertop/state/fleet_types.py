@@ -17,26 +17,11 @@ from ..domain.engine import EngineStats
 from ..domain.gpu import GpuStats, classify
 from ..domain.kube import ClusterSnapshot
 from ..domain.codec import from_doc, to_doc
+from ..domain.freshness import FRESH, MISSING, STALE, Freshness
+from ..domain.queues import QueueSource
 
 DOC_VERSION = 1
 MAX_VERDICTS = 1000  # a recorded tick's verdicts shown at most (a file is hostile; triage raises a handful)
-FRESH, STALE, MISSING = "fresh", "stale", "missing"
-
-
-@dataclass(frozen=True, slots=True)
-class Freshness:
-    """How current a group of values is."""
-
-    status: str = MISSING  # fresh, stale, missing
-    source: str = ""  # URL, "nvml", a dcgm URL, a Kubernetes context
-    sampled_at: float | None = None  # wall clock of the values shown
-    age_s: float | None = None  # seconds between sampled_at and the tick
-    since: float | None = None  # wall clock: stale or missing since
-    reason: str | None = None  # why stale or missing
-
-    @property
-    def fresh(self) -> bool:
-        return self.status == FRESH
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +117,7 @@ class FleetState:
     gpus: tuple[GpuStats, ...] = ()
     gpus_configured: bool = False  # at least one GPU source is configured
     cluster: ClusterState | None = None  # None: Kubernetes is not configured
-    queues: tuple[Any, ...] = ()  # state.queues.QueueSource: gateways and endpoint pickers (Queue pane)
+    queues: tuple[Any, ...] = ()  # domain.queues.QueueSource: gateways and endpoint pickers (Queue pane)
     autoscalers: tuple[dict, ...] = ()  # room for the Autoscaler pane
     mode: str = "live"  # live, demo, replay
     verdicts: tuple[Verdict, ...] = ()  # triage's verdicts at this tick, worst first (recorded, replayed)
@@ -235,7 +220,6 @@ def _verdicts_from_doc(docs: Any) -> tuple[Verdict, ...]:
 def _queues_from_doc(docs: Any) -> tuple[Any, ...]:
     """Gateways / endpoint pickers back as QueueSource; any other entry (the Prometheus engine source's
     fleet queue depth, a plain mapping) as it was written."""
-    from .queues import QueueSource  # noqa: PLC0415 — state.queues builds on this module
 
     return tuple(from_doc(QueueSource, d) if isinstance(d, dict) and "kind" in d and "name" in d else d
                  for d in docs)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from ...analysis.quantiles import histogram_quantile
 from ...domain.source import SourceHealth
-from ...state.queues import DEFAULT_BUDGETS_S, QueueClass, QueueEngine, QueueSource
+from ...domain.queues import DEFAULT_BUDGETS_S, QueueClass, QueueEngine, QueueSource
 from ...domain.window import CounterWindow
 from ..expfmt import ParseError, Parser
 from ..http_client import HttpError, LeanHttpClient, ResponseTooLarge

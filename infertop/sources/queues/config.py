@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...state.queues import DEFAULT_BUDGETS_S
+from ...domain.queues import DEFAULT_BUDGETS_S
 from .collector import QueueCollector, QueueEndpoint, metrics_url
 from .names import EPP, GATEWAY
 

@@ -17,7 +17,8 @@ from textual.containers import Vertical
 
 from ...format import DASH, count_human, pct_human, rate_human, seconds_human, wait_human
 from ...state.fleet import FRESH, STALE, FleetState
-from ...state.queues import QueueClass, QueueEngine, QueueSource, queue_sources
+from ...domain.queues import QueueClass, QueueEngine, QueueSource
+from ...state.queues import queue_sources
 from ...text import plain
 from .cluster import KubeTable
 from .panels import QuietStatic
