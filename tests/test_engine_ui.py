@@ -139,6 +139,38 @@ async def _watch_an_outside_change(s: Settings, cli, restart_unseen: bool) -> No
             assert any("fake up → down" in line or "fake: restarted (pid" in line for line in lines), lines
 
 
+async def test_an_engine_started_elsewhere_after_this_console_is_watched(tmp_path):
+    """``infertop engine start`` in another terminal once this console runs: within a few seconds its row is
+    on the Engines pane (up, Run/Max of its profile; the Log names who started it when that is another
+    process — here the other manager runs in this test's process)."""
+    from infertop.control.audit import AuditLog
+    from infertop.control.engines import EngineManager
+
+    s = settings(tmp_path)
+    app = InfertopApp(s, poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.engine_manager is not None, what="engine control ready")
+        await app.poll_now()
+        await pilot.press("2")
+        table = app.query_one("#engines-table", EnginesTable)
+        assert "fake" not in table.rows
+        cli = EngineManager(Path(s.state_dir), AuditLog(Path(s.state_dir) / "audit.jsonl"),
+                            profiles=s.config.profiles, module=FAKE)
+        await asyncio.to_thread(cli.start, "fake", s.config.profiles["fake"])
+        try:
+            async def shown() -> bool:
+                await app.poll_now()
+                await app.workers.wait_for_complete()
+                return "fake" in table.rows and cell(table, "fake", 4) == "0/4"
+
+            deadline = asyncio.get_running_loop().time() + 60
+            while not await shown():
+                assert asyncio.get_running_loop().time() < deadline, list(app.log_lines)[-5:]
+                await pilot.pause(0.2)  # discovery lists the state files at most every 5 s
+        finally:
+            await asyncio.to_thread(cli.stop, "fake")
+
+
 async def test_actions_greyed_for_unmanaged_and_hidden_read_only(tmp_path):
     app = InfertopApp(settings(tmp_path), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -117,7 +117,7 @@ async def test_replay_paints_the_recorded_state_as_live_did(tmp_path):
     async with app.run_test(size=(140, 40)) as pilot:
         app.player.pause()
         app.player.seek(states[25].taken_at)
-        app._replay_jump()
+        app.replay_ctl.jump()
         await pilot.pause()
         assert app.state.tick == states[25].tick
         replayed = await cells_then_overview(app, pilot)
@@ -149,10 +149,10 @@ async def test_replay_plays_on_at_its_speed(tmp_path):
     clock = Clock()
     app = replay_app(path, clock, speed=2.0)
     async with app.run_test(size=(120, 40)) as pilot:
-        app.replay_tick()
+        app.replay_ctl.tick()
         first = app.state.tick
         clock.mono += 2.0  # two seconds at 2x: four recorded ticks later
-        app.replay_tick()
+        app.replay_ctl.tick()
         await pilot.pause()
         assert app.state.tick == first + 4
 
@@ -167,7 +167,7 @@ def test_replay_snapshot(snap_compare, tmp_path):
     async def run_before(pilot):
         app.player.pause()
         app.player.seek(states[22].taken_at)
-        app._replay_jump()
+        app.replay_ctl.jump()
         await pilot.press("2")
         await pilot.pause()
 
@@ -294,7 +294,7 @@ async def test_replayed_log_lines_carry_the_recorded_time_not_todays(tmp_path):
     async with app.run_test(size=(120, 40)) as pilot:
         app.player.pause()
         app.player.seek(states[21].taken_at)
-        app._replay_jump()
+        app.replay_ctl.jump()
         await pilot.pause()
         down = [line for line in app.log_lines if "beta" in line and "→ down" in line]
         assert down, list(app.log_lines)
@@ -314,17 +314,17 @@ async def test_after_a_seek_the_log_holds_what_happened_before_the_new_position(
     async with app.run_test(size=(120, 40)) as pilot:
         app.player.pause()
         app.player.seek(states[28].taken_at)
-        app._replay_jump()
+        app.replay_ctl.jump()
         await pilot.pause()
         down = [line for line in app.log_lines if "beta up → down" in line]
         assert len(down) == 1, list(app.log_lines)
         assert down[0].startswith(_time.strftime("%H:%M:%S", _time.localtime(states[20].taken_at)))
         app.player.seek(states[10].taken_at)
-        app._replay_jump()
+        app.replay_ctl.jump()
         await pilot.pause()
         assert not [line for line in app.log_lines if "→ down" in line], list(app.log_lines)
         app.player.seek(states[25].taken_at)
-        app._replay_jump()
+        app.replay_ctl.jump()
         await pilot.pause()
         assert len([line for line in app.log_lines if "beta up → down" in line]) == 1
 
@@ -337,7 +337,7 @@ async def test_the_end_of_a_recording_is_said_once_in_the_log_and_the_header(tmp
     app = replay_app(path, clock, speed=4.0)
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(6):
-            app.replay_tick()
+            app.replay_ctl.tick()
             clock.mono += 2.0  # 8 recorded seconds a step: past the end
         await pilot.pause()
         assert app.state.tick == states[-1].tick

@@ -164,7 +164,7 @@ async def test_in_a_replay_the_remedy_says_why_it_cannot_open(emu, tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         app.player.pause()
         app.player.seek(clock.t - 1.0)
-        app._replay_jump()
+        app.replay_ctl.jump()
         await pilot.press("8")
         pane = app.query_one(TriagePane)
         await until(pilot, lambda: any(v.kind == "crash-loop" for v in pane.verdicts), what="the recorded verdict")

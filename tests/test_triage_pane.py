@@ -265,7 +265,11 @@ async def test_a_remedy_key_opens_its_action_prefilled_through_the_one_pipeline(
                 await ticks(app, clock, 1)
                 if any(v.kind == "queue-bound" for v in app.state.verdicts):
                     break
-            (v,) = [v for v in app.state.verdicts if v.kind == "queue-bound"]
+            found = [v for v in app.state.verdicts if v.kind == "queue-bound"]
+            assert len(found) == 1, ([(v.kind, v.subject) for v in app.state.verdicts],
+                                     [(e.name, e.stats.state, e.stats.running, e.stats.waiting, e.fresh)
+                                      for e in app.state.engines], list(app.log_lines)[-8:], [c.endpoint.name for c in app.collector.collectors])
+            (v,) = found
             assert [str(r) for r in v.remedies if r.key == "m"] == ["m: raise max_num_seqs 4 → 8 (KV cache 40%)"]
             await pilot.press("8")
             await until(pilot, lambda: pane_lines(app), what="the Triage pane")
@@ -319,7 +323,7 @@ async def test_read_only_and_replay_show_remedies_as_text_and_no_key_opens_anyth
         else:
             app.player.pause()
             app.player.seek(clock.t - 1.0)
-            app._replay_jump()
+            app.replay_ctl.jump()
         await pilot.press("8")
         await until(pilot, lambda: any("raise max_num_seqs" in line for line in pane_lines(app)), what="remedies")
         lines = pane_lines(app)
@@ -363,7 +367,7 @@ async def test_replay_shows_the_verdicts_recorded_live_at_the_same_times(scripte
         replay.player.pause()
         for at, verdicts in live.items():
             replay.player.seek(at)
-            replay._replay_jump()
+            replay.replay_ctl.jump()
             assert replay.state.taken_at == at and replay.state.verdicts == verdicts, at
         await pilot.press("8")
         await until(pilot, lambda: any("kv-bound  beta" in line for line in pane_lines(replay)), what="the pane")
@@ -391,11 +395,11 @@ async def test_replay_shows_what_was_recorded_and_evaluates_nothing_again(tmp_pa
     async with app.run_test(size=(120, 40)) as pilot:
         app.player.pause()
         app.player.seek(T0 + 4)
-        app._replay_jump()
+        app.replay_ctl.jump()
         await pilot.press("8")
         await until(pilot, lambda: pane_lines(app) == ["no verdict — the fleet looks healthy"], what="healthy")
         app.player.seek(T0 + 9)
-        app._replay_jump()
+        app.replay_ctl.jump()
         await until(pilot, lambda: any("alpha is KV-cache bound (as recorded)." in line for line in pane_lines(app)),
                     what="the recorded verdict")
         assert app.state.verdicts == (recorded,)

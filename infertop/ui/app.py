@@ -42,7 +42,8 @@ from .controllers.advisor import ADVISOR_ACTIONS, AdvisorController
 from ..state.changes import ChangeRecords
 from ..analysis.triage import Triage, Verdict
 from .remedy_actions import RemedyActions
-from .replay_actions import ReplayActions
+from .controllers.bundle import BundleController
+from .controllers.replay import ReplayController
 from .commands import InfertopCommands
 from . import fastpaint
 from .screens.help import HelpScreen
@@ -91,7 +92,7 @@ class Settings:
 
 
 class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, RemedyActions,
-                  ReplayActions, EngineActions, KubeActions, App[None]):
+                  EngineActions, KubeActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
@@ -156,6 +157,11 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
         self.state_log = StateLog(settings.record_path, refresh_s=cfg.refresh_s,
                                   spill_dir=str(settings.state_dir or default_state_dir()))
         self.log_lines: deque[str] = deque(maxlen=2000)
+        self.replay_ctl = ReplayController(
+            self, self.player, self.history, refresh_s=cfg.refresh_s, show_state=self.show_state,
+            render_top=self._render_top, note_replayed=self.note_replayed, state=lambda: self.state,
+            running=lambda: self.is_running)
+        self.bundle_ctl = BundleController(self, settings, self.state_log, lambda: list(self.log_lines))
 
     # ----- layout -------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -220,8 +226,8 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
             self.log_event(Text(note))  # notes carry paths, URLs and bundle log lines: text, not markup
         self._render_top()
         if self.player is not None:
-            self.set_interval(0.25, self.replay_tick)
-            self.call_after_refresh(self.replay_open)  # --at: the Log of the minutes before it too
+            self.set_interval(0.25, self.replay_ctl.tick)
+            self.call_after_refresh(self.replay_ctl.open)  # --at: the Log of the minutes before it too
         elif self.poll:  # tests drive ticks themselves (poll_now), so their screens are deterministic
             self.set_interval(self.settings.config.refresh_s, self.tick)
         if self.player is None:
@@ -385,6 +391,23 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
         self.kube_shutdown()
         await self.gpu_collector.aclose()
         await asyncio.to_thread(self.state_log.close)
+
+    # ----- replay and bundles (controllers/replay.py, bundle.py)
+    def action_replay_toggle(self) -> None:
+        self.replay_ctl.toggle()
+
+    def action_replay_step(self, ticks: int) -> None:
+        self.replay_ctl.step(ticks)
+
+    def action_replay_speed(self, faster: bool) -> None:
+        self.replay_ctl.speed(faster)
+
+    def action_replay_seek(self) -> None:
+        self.replay_ctl.seek()
+
+    def action_save_bundle(self) -> None:
+        """Write the last minutes of state, the Log pane, the audit lines and the redacted config to one file."""
+        self.bundle_ctl.save()
 
     # ----- the Queue pane's keys (controllers/queues.py)
     def action_queue_switch(self) -> None:

@@ -30,8 +30,8 @@ class ChangeLogMixin:
     def _auto_bundle(self, v, now: float) -> None:
         """A critical verdict saves an incident bundle by itself: the minutes before it are what the
         post-mortem needs, and the on-call engineer has other things to press. At most one in
-        AUTO_BUNDLE_EVERY_S (replay_actions), one at a time, the oldest beyond a few removed."""
-        from .replay_actions import AUTO_BUNDLE_EVERY_S
+        AUTO_BUNDLE_EVERY_S (controllers/bundle.py), one at a time, the oldest beyond a few removed."""
+        from .controllers.bundle import AUTO_BUNDLE_EVERY_S
 
         from ..state.recording.state_log import BUNDLE_S
 
@@ -40,7 +40,7 @@ class ChangeLogMixin:
             return
         if len(self.state_log.window(BUNDLE_S)) < AUTO_BUNDLE_MIN_TICKS:  # type: ignore[attr-defined]
             return  # just started (an engine that never answered): no minutes before it to keep
-        if self.save_bundle(because=f"verdict {v.kind} {v.subject}"):  # type: ignore[attr-defined]
+        if self.bundle_ctl.save(because=f"verdict {v.kind} {v.subject}"):  # type: ignore[attr-defined]
             self._auto_bundle_at = now
 
     def note_replayed(self, states, *, fresh: bool = False) -> None:

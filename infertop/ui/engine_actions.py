@@ -13,6 +13,7 @@ import asyncio
 import difflib
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,7 @@ from .action_runner import ActionRunner, _pid_alive
 from .screens.engine_dialogs import ArgsDialog, ProfilePicker
 
 ENGINE_ACTIONS = {"engine_new", "engine_stop", "engine_restart", "engine_set_seqs"}
+DISCOVER_EVERY_S = 5.0  # how often the managed engines are listed for ones started elsewhere
 
 
 def describe_result(result: object) -> str:
@@ -342,6 +344,33 @@ class EngineActions(ActionRunner):
             self._watch(rec)
             owner = owner_of(rec) or "started by infertop earlier"
             self.log_event(escape(f"{rec.name}: re-adopted engine {owner} (pid {rec.pid})"))  # type: ignore[attr-defined]
+
+    def discover_engines(self) -> None:
+        """Now and then (each tick asks; at most every :data:`DISCOVER_EVERY_S`): engines infertop started
+        that this console does not watch yet — ``infertop engine start`` or another console after this one
+        started — are watched from then on (the manager's list reads state files and /proc: a thread)."""
+        if self.engine_manager is None or getattr(self, "player", None) is not None:
+            return
+        now = time.monotonic()
+        if now - self.__dict__.get("_discovered_at", -DISCOVER_EVERY_S) < DISCOVER_EVERY_S:
+            return
+        self._discovered_at = now
+        mgr = self.engine_manager
+
+        async def work() -> None:
+            try:
+                records = await asyncio.to_thread(lambda: [r for r in mgr.list() if r.alive])
+            except Exception:  # noqa: BLE001 — unreadable state files: tried again next time
+                return
+            watched = self.__dict__.setdefault("_watched_pids", {})
+            for rec in records:
+                if rec.name not in watched:
+                    self._watch(rec)
+                    owner = owner_of(rec)
+                    if owner:  # not this console's own start (its action watches it as it ends)
+                        self.log_event(escape(f"{rec.name}: engine {owner} (pid {rec.pid}): watching it"))  # type: ignore[attr-defined]
+
+        self.run_worker(work(), group="engine-discover", exclusive=True, exit_on_error=False)  # type: ignore[attr-defined]
 
     def _configured(self) -> dict[str, EngineEndpoint]:
         return {e.name: e for e in self.settings.endpoints}  # type: ignore[attr-defined]

@@ -158,12 +158,12 @@ async def test_a_corrupt_later_block_stops_playback_in_place(tmp_path):
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(40):  # bounded: the corrupt block is due after 2 s of playback
             now["t"] += 0.5
-            app.replay_tick()
+            app.replay_ctl.tick()
             await pilot.pause()
-            if getattr(app, "replay_error", None):
+            if app.replay_ctl.error:
                 break
         assert app.is_running
-        assert "corrupt block" in app.replay_error
+        assert "corrupt block" in app.replay_ctl.error
         assert any("replay stopped" in line for line in app.log_lines)
 
 
@@ -358,7 +358,7 @@ async def test_a_tick_with_more_than_4096_engines_shows_4096_and_says_how_many(t
                                mode="replay", replay=player, replay_path=str(path)), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(20):  # bounded: the tick is due at once
-            app.replay_tick()
+            app.replay_ctl.tick()
             await pilot.pause()
             if app.state is not None:
                 break
