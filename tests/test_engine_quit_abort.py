@@ -20,7 +20,7 @@ import pytest
 from test_engine_control import Env, alive, wait_until
 
 from infertop.control.engines import EngineAborted, EngineError
-from infertop.ui.engine_actions import EngineAction
+from infertop.control.engines.kind import EngineAction
 
 
 @pytest.fixture

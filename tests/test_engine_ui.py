@@ -364,7 +364,7 @@ def test_the_review_says_when_requests_outlast_the_drain(tmp_path):
     from infertop.control.audit import AuditLog
     from infertop.control.engines import EngineManager
     from infertop.domain.engine import EngineStats
-    from infertop.ui.engine_actions import EngineAction
+    from infertop.control.engines.kind import EngineAction
 
     s = settings(tmp_path)
     mgr = EngineManager(Path(s.state_dir), AuditLog(Path(s.state_dir) / "audit.jsonl"), profiles=s.config.profiles,
