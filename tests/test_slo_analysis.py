@@ -8,12 +8,14 @@ import math
 import pytest
 
 from infertop.analysis.slo.budget import count_within, stage_lines
-from infertop.analysis.slo.burn import BurnTracker
+from infertop.analysis.slo.burn import BurnTracker, WindowCount, with_prometheus
 from infertop.analysis.slo.capacity import CapacityInputs, answer, erlang_c, predict
 from infertop.analysis.slo.report import SloWatch, cumulative_buckets
 from infertop.analysis.slo.targets import SloClass, classes_from
+from infertop.analysis.slo.text import slo_lines
 from infertop.config import SloClassesConfig, default_slo_classes
 from infertop.domain.engine import EngineStats
+from infertop.sources.prometheus.slo import RangeCounts
 from infertop.state.fleet import EngineState, FleetState, Freshness, Slo
 
 INF = math.inf
@@ -181,3 +183,67 @@ def test_cumulative_buckets_read_a_window_point():
 
     assert cumulative_buckets(W()) == {"e2e": [(1.0, 4.0), (INF, 9.0)]}
     assert cumulative_buckets(W(), 0) == {"e2e": [(1.0, 1.0), (INF, 2.0)]}
+
+
+def test_a_burn_window_prometheus_holds_whole_is_taken_from_it_the_others_stay_local_and_say_why():
+    tracker = BurnTracker(0.001)
+    now = feed(tracker, 0.0, 1200.0, 100.0, 1.0)  # 20 min of local history (from the first add), 1 % bad: 10×
+    local = tracker.windows(now)[0]
+    assert local.scaled and local.long_s == 1190.0 and local.long_burn == pytest.approx(10.0)
+    # Prometheus holds all of 5 min (the first point on the window's start) but only 20 min of 1 h
+    got = with_prometheus(local, {300.0: WindowCount(300.0, 3000.0, 60.0, 300.0, 1.25),
+                                  3600.0: WindowCount(3600.0, 9000.0, 90.0, 1200.0, 15.0)}, 0.001)
+    assert (got.short_source, got.short_s, got.short_requests) == ("Prometheus", 300.0, 3000.0)
+    assert got.short_burn == pytest.approx(60 / 3000 / 0.001)  # 20×: over-target ÷ requests ÷ (1 − objective)
+    assert (got.long_source, got.long_s, got.long_burn) == ("local", 1190.0, local.long_burn)
+    assert got.scaled and got.prometheus == "it holds 20 min of 1 h"
+    # both held: the practice's windows, not scaled, and a verdict over them
+    both = with_prometheus(local, {300.0: WindowCount(300.0, 3000.0, 60.0, 300.0, 1.25),
+                                   3600.0: WindowCount(3600.0, 36000.0, 720.0, 3600.0, 15.0)}, 0.001)
+    assert (both.long_s, both.short_s, both.scaled, both.prometheus) == (3600.0, 300.0, False, "")
+    assert both.long_burn == pytest.approx(20.0) and both.firing
+    # a failed read, a class with no request in Prometheus' window, a window not read yet: local, each said
+    failed = with_prometheus(local, {300.0: WindowCount(300.0, 0.0, 0.0, 0.0, 0.0, "ttft: timeout after 5 s"),
+                                     3600.0: WindowCount(3600.0, 0.0, 0.0, 3600.0, 15.0)}, 0.001)
+    assert (failed.long_source, failed.short_source) == ("local", "local")
+    assert failed.long_burn == local.long_burn and failed.short_burn == local.short_burn
+    assert failed.prometheus == "no request of this class over 1 h; ttft: timeout after 5 s"
+    assert with_prometheus(local, None, 0.001).prometheus == "1 h not read yet; 5 min not read yet"
+
+
+def _prom_read(window_s: float, end: float, total: float, bad: float, *, held_s: float | None = None,
+               errors=()) -> RangeCounts:
+    """A Prometheus read of chat-0's E2E buckets over ``window_s``: ``total`` requests, ``bad`` over 5 s."""
+    held = window_s if held_s is None else held_s
+    buckets = {"chat-0": {"e2e": [(1.0, total - bad), (5.0, total - bad), (10.0, total), (INF, total)]}}
+    return RangeCounts(window_s, end - held, end, window_s / 240, buckets, tuple(errors), 2)
+
+
+def test_the_watch_burns_over_prometheus_windows_and_fires_without_local_history():
+    watch = SloWatch(SloClassesConfig())  # min_burn_history_s 300: 10 s of local history pages on nothing
+    watch.prometheus_burn = True
+    assert set(watch.burn_plan()) == {3600.0, 300.0, 21600.0, 1800.0}
+    # each class's objective stage and target (the defaults: chat and code by E2E, batch by TTFT)
+    assert watch.burn_plan()[3600.0] == {"e2e": [5.0, 1.0], "ttft": [10.0]}
+    e2e = [(1.0, 0.0), (5.0, 0.0), (10.0, 0.0), (INF, 0.0)]
+    watch.update(state_at(1000.0, [stats("chat-0")]), {"chat-0": {"e2e": e2e}})
+    watch.set_burn(_prom_read(3600.0, 1005.0, 36000.0, 720.0))  # 2 % bad: 20×
+    watch.set_burn(_prom_read(300.0, 1005.0, 3000.0, 90.0))  # 3 %: 30×
+    watch.set_burn(_prom_read(21600.0, 1005.0, 50000.0, 100.0, held_s=3700.0))  # Prometheus up 1 h
+    watch.set_burn(_prom_read(1800.0, 1005.0, 0.0, 0.0, errors=("e2e: timeout after 5 s",)))
+    doc = watch.update(state_at(1010.0, [stats("chat-0")]), {"chat-0": {"e2e": e2e}})
+    chat = doc["classes"][0]
+    fast, slow = chat["burn"]
+    assert (fast["long_source"], fast["short_source"], fast["long_s"], fast["short_s"]) == \
+        ("Prometheus", "Prometheus", 3600.0, 300.0)
+    assert fast["long_burn"] == pytest.approx(720 / 36000 / 0.001) and fast["short_burn"] == pytest.approx(30.0)
+    assert fast["firing"] and chat["fast_burn_firing"] and chat["history_s"] == 10.0
+    assert (slow["long_source"], slow["short_source"]) == ("local", "local")
+    assert slow["prometheus"] == "it holds 1 h of 6 h; e2e: timeout after 5 s"
+    text = "\n".join(slo_lines(doc))
+    assert "fast 20.0× over 60m00s / 30.0× over 5m00s (Prometheus), ≥14.4× FIRING" in text
+    assert "slow — over 10.0s / — over 10.0s (local, 10 s of 6 h held), ≥6× · Prometheus: it holds 1 h of 6 h" in text
+    # the reads stop coming (a Prometheus that hangs): after 3 min the local windows again, said
+    late = watch.update(state_at(1200.0, [stats("chat-0")]), {"chat-0": {"e2e": e2e}})["classes"][0]
+    assert late["burn"][0]["long_source"] == "local" and not late["fast_burn_firing"]
+    assert late["burn"][0]["prometheus"] == "its last read is 195 s old"

@@ -91,6 +91,7 @@ class Fleet:
             from ..sources.prometheus.slo import PromSloReader
 
             self.slo_reader = PromSloReader(cfg.prometheus, names=self.collector.names_by_key)
+            self.slo.prometheus_burn = True
         if watch:
             self.triage = Triage()
         else:  # one look: conditions seen in this window count (no minimum duration), as snapshot says
@@ -161,12 +162,17 @@ class Fleet:
                 pass
 
     async def read_slo_range(self) -> None:
-        """One Prometheus read of each objective window's counts (in a thread), into the SLO report."""
+        """One Prometheus read of each objective window's counts, then of each burn window's (1 h, 5 min,
+        6 h, 30 min: not refined to a shorter span — a window it does not hold is the local one), in a
+        thread, into the SLO report."""
         if self.slo_reader is None:
             return
         for window_s, targets in self.slo.range_plan().items():
             counts = await asyncio.to_thread(self.slo_reader.read, window_s, targets)
             self.slo.set_range(counts)
+        for window_s, targets in self.slo.burn_plan().items():
+            counts = await asyncio.to_thread(self.slo_reader.read, window_s, targets, refine=False)
+            self.slo.set_burn(counts)
 
     async def slo_range_loop(self, stop: asyncio.Event | None = None) -> None:
         """The SLO budget over the objective's window every :data:`SLO_RANGE_EVERY_S` (never in a tick)."""

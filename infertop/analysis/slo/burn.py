@@ -8,6 +8,10 @@ cumulative histogram buckets (:func:`.budget.count_within`). Counts go into time
 Windows are scaled to the history there is: with 20 min of history the fast pair is 20 min and 100 s
 (long ÷ 12, as 1 h ÷ 5 min), and each result names the window actually used.
 
+Where the engines come from Prometheus, each window of each pair is also read from it (the practice's
+windows, unscaled: :class:`WindowCount`); :func:`with_prometheus` takes a window from Prometheus where it
+holds all of it, and keeps the local one otherwise, each window naming its source.
+
 A week's budget used is bad ÷ ((1 − objective) × the week's requests), the week's requests projected
 from the rate over the history there is (up to a week): 14.4× for one hour spends 8.6 % of a week.
 """
@@ -15,7 +19,8 @@ from the rate over the history there is (up to a week): 14.4× for one hour spen
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from .targets import WEEK_S
 
@@ -84,6 +89,12 @@ class BurnWindow:
     long_requests: float
     short_requests: float
     scaled: bool  # shorter than the practice's windows: less history
+    asked_long_s: float = 0.0  # the practice's windows (1 h and 5 min for the fast pair)
+    asked_short_s: float = 0.0
+    history_s: float = 0.0  # the local history held
+    long_source: str = "local"  # local, Prometheus
+    short_source: str = "local"
+    prometheus: str | None = None  # None: not asked; "": used; else why a window of it was not used
 
     @property
     def firing(self) -> bool:
@@ -130,12 +141,13 @@ class BurnTracker:
             sw = min(short_s, lw * short_s / long_s) if scaled else short_s
             if lw <= 0:
                 out.append(BurnWindow(name, 0.0, 0.0, None, None, fast_burn if name == "fast" else SLOW_BURN,
-                                      0.0, 0.0, True))
+                                      0.0, 0.0, True, long_s, short_s, history))
                 continue
             lb, ln = self.burn(now, lw)
             sb, sn = self.burn(now, max(sw, self.fine.slot_s))
             out.append(BurnWindow(name, lw, max(sw, self.fine.slot_s), lb, sb,
-                                  fast_burn if name == "fast" else SLOW_BURN, ln, sn, scaled))
+                                  fast_burn if name == "fast" else SLOW_BURN, ln, sn, scaled, long_s, short_s,
+                                  history))
         return tuple(out)
 
     def week_budget_used_pct(self, now: float) -> tuple[float | None, float]:
@@ -148,3 +160,63 @@ class BurnTracker:
             return None, span
         week_requests = total / span * WEEK_S
         return 100.0 * bad / (self.allowed_bad * week_requests), span
+
+
+@dataclass(frozen=True, slots=True)
+class WindowCount:
+    """Requests and over-target requests of one class over one window, read from Prometheus."""
+
+    window_s: float  # asked
+    requests: float
+    bad: float
+    held_s: float  # of the window, what Prometheus holds
+    step_s: float = 0.0  # of its range query: the first point is on the window's start when it holds it all
+    error: str | None = None  # the read failed (or is too old): not used
+
+    @property
+    def usable(self) -> bool:
+        """Read, all of the window held, and requests of the class in it (none: the engines may not have
+        joined the class — the local count says as much for an idle class)."""
+        return (self.error is None and self.held_s >= self.window_s - max(0.5 * self.step_s, 1e-6)
+                and self.requests > 0)
+
+    def why_not(self) -> str:
+        if self.error:
+            return self.error
+        if self.held_s < self.window_s - max(0.5 * self.step_s, 1e-6):
+            return f"it holds {window_text(self.held_s)} of {window_text(self.window_s)}"
+        return f"no request of this class over {window_text(self.window_s)}"
+
+
+def window_text(s: float) -> str:
+    """A window in its own unit: 1 h, 5 min, 20 s."""
+    if s >= 3600:
+        return f"{s / 3600:.1f}".removesuffix(".0") + " h"
+    if s >= 60:
+        return f"{s / 60:.0f} min"
+    return f"{s:.0f} s"
+
+
+def with_prometheus(w: BurnWindow, counts: Mapping[float, WindowCount] | None, allowed_bad: float) -> BurnWindow:
+    """``w`` (the local pair) with each of its windows taken from Prometheus' count of the practice's window
+    where Prometheus holds all of it; a window it does not hold (or a failed read) stays local, and says
+    why. ``counts``: window (s) → its count; None or empty: Prometheus not read yet."""
+    counts = counts or {}
+    got, why = {}, []
+    for side, asked in (("long", w.asked_long_s), ("short", w.asked_short_s)):
+        c = counts.get(asked)
+        if c is None:
+            why.append(f"{window_text(asked)} not read yet")
+        elif not c.usable:
+            why.append(c.why_not())
+        else:
+            burn = (c.bad / c.requests) / allowed_bad if c.requests > 0 and allowed_bad > 0 else None
+            got[side] = (asked, burn, c.requests)
+    out = replace(w, prometheus="; ".join(dict.fromkeys(why)))
+    if "long" in got:
+        s, b, n = got["long"]
+        out = replace(out, long_s=s, long_burn=b, long_requests=n, long_source="Prometheus")
+    if "short" in got:
+        s, b, n = got["short"]
+        out = replace(out, short_s=s, short_burn=b, short_requests=n, short_source="Prometheus")
+    return replace(out, scaled=out.long_s < w.asked_long_s or out.short_s < w.asked_short_s)

@@ -15,7 +15,7 @@ from dataclasses import asdict, fields
 from ...format import seconds_human
 from .assign import Assigner, engine_context
 from .budget import class_counts, count_within, stage_lines, worst
-from .burn import BurnTracker
+from .burn import PAIRS, BurnTracker, WindowCount, with_prometheus
 from .capacity import RunningMean, answer, inputs_of
 from .cost import IdleMeter, model_costs
 from .targets import STAGE_LABEL, classes_from
@@ -25,6 +25,7 @@ COUNT_HOW = ("requests over target counted from the objective stage's histogram 
              "largest finite bound count as over it")
 ENGINE_BURN_KEEP_S = 3600.0  # an engine's own burn: the fast pair only (memory at 500 engines)
 CAPACITY_EVERY_S = 10.0  # a class's capacity answer is recomputed this often (its inputs are window rates)
+BURN_READ_MAX_AGE_S = 180.0  # a Prometheus read of a burn window older than this (3 missed reads): local again
 
 
 def flat(obj) -> dict:
@@ -95,9 +96,11 @@ def buckets_of(windows: Mapping[str, object], which: int = -1, wanted=("queue", 
 class SloWatch:
     """Feed every tick; :meth:`update` answers the tick's SLO document."""
 
-    def __init__(self, section) -> None:
-        """``section``: the config's ``slo_classes`` (SloClassesConfig)."""
+    def __init__(self, section, *, pairs=PAIRS) -> None:
+        """``section``: the config's ``slo_classes`` (SloClassesConfig); ``pairs``: the burn windows
+        ((name, long s, short s), the practice's by default)."""
         self.section = section
+        self.pairs = pairs
         self.classes = classes_from(section.classes)
         self.assigner = Assigner(self.classes)
         self._last: dict[str, tuple[str, float, float]] = {}  # engine → (class, within, total) cumulative
@@ -109,6 +112,9 @@ class SloWatch:
         self._class_of: dict[str, object] = {}  # engine → its class at the last tick (joins Prometheus counts)
         self._range_counts: dict[float, object] = {}  # objective window (s) → the last Prometheus read of it
         self._range_cache: tuple | None = None
+        self.prometheus_burn = False  # the burn windows are read from Prometheus too (set by the Fleet)
+        self._burn_counts: dict[float, object] = {}  # burn window (s) → the last Prometheus read of it
+        self._burn_cache: tuple | None = None
 
     def update(self, state, buckets: Mapping[str, Mapping[str, list]], *, troubled=frozenset(),
                now: float | None = None) -> dict:
@@ -174,12 +180,18 @@ class SloWatch:
     def _class_doc(self, c, stats, lines, now: float) -> dict:
         sec = self.section
         tracker = self._class_burn[c.name]
-        windows = tracker.windows(now, sec.fast_burn)
+        windows = tracker.windows(now, sec.fast_burn, pairs=self.pairs)
+        if self.prometheus_burn:
+            prom = self._burn_windows(now).get(c.name, {})
+            windows = tuple(with_prometheus(w, prom, c.allowed_bad) for w in windows)
         used, span = tracker.week_budget_used_pct(now)
         total, bad = tracker.over(now, span) if span else (0.0, 0.0)
         worst_doc = {stage: {"engine": name, **flat(line)} for stage, (name, line) in worst(lines).items()}
         cap = self._capacity(c, stats, now)
         fast = next(w for w in windows if w.pair == "fast")
+        # a verdict needs history: seconds of a start-up (or a short snapshot) are shown, never paged on;
+        # Prometheus' hour is history enough
+        long_enough = fast.long_source == "Prometheus" or tracker.history_s(now) >= sec.min_burn_history_s
         return {
             "name": c.name, "objective": c.objective_text, "objective_stage": c.objective_stage,
             "objective_pct": c.objective_pct,
@@ -187,8 +199,7 @@ class SloWatch:
             "worst": worst_doc, "burn": [flat(w) | {"firing": w.firing} for w in windows],
             "history_s": tracker.history_s(now), "requests": total, "bad": bad,
             "week_budget_used_pct": used, "week_span_s": span,
-            # a verdict needs history: seconds of a start-up (or a short snapshot) are shown, never paged on
-            "fast_burn_firing": fast.firing and tracker.history_s(now) >= sec.min_burn_history_s,
+            "fast_burn_firing": fast.firing and long_enough,
             "week_budget_spent": (used is not None and used >= sec.week_budget_pct and total >= 100
                                   and (span or 0.0) >= max(sec.min_burn_history_s, 3600.0)),
             "capacity": cap,
@@ -209,6 +220,53 @@ class SloWatch:
         self._range_counts[counts.asked_s] = counts
         self._range_cache = None
 
+    def burn_plan(self) -> dict[float, dict[str, list[float]]]:
+        """Burn window (s: each pair's long and short) → histogram → the targets counted by it."""
+        hists: dict[str, list[float]] = {}
+        for c in self.classes:
+            got = hists.setdefault(c.objective_stage, [])
+            if c.target_s(c.objective_stage) not in got:
+                got.append(c.target_s(c.objective_stage))
+        return {w: {h: list(t) for h, t in hists.items()} for _, long_s, short_s in self.pairs
+                for w in (long_s, short_s)}
+
+    def set_burn(self, counts) -> None:
+        """A Prometheus read over a burn window (``RangeCounts``, duck-typed), kept for the ticks after it."""
+        self._burn_counts[counts.asked_s] = counts
+        self._burn_cache = None
+
+    def _burn_windows(self, now: float) -> dict[str, dict[float, WindowCount]]:
+        """class → burn window (s) → its Prometheus count; a read older than :data:`BURN_READ_MAX_AGE_S`
+        (a Prometheus that stopped answering in time) is an error, so the local window is used."""
+        if self._burn_cache is not None and self._burn_cache[3] == now:  # once a tick, not once a class
+            return self._burn_cache[4]
+        key = tuple((n, c.name) for n, c in self._class_of.items())
+        if self._burn_cache is None or self._burn_cache[0] != key:
+            docs: dict[str, dict[float, WindowCount]] = {}
+            for asked_s, counts in self._burn_counts.items():
+                got = class_counts(counts.buckets, self._joined(counts))
+                error = "; ".join(counts.errors) or None
+                for c in self.classes:
+                    req, bad, _ = got.get(c.name, (0.0, 0.0, 0))
+                    docs.setdefault(c.name, {})[asked_s] = WindowCount(asked_s, req, bad, counts.used_s,
+                                                                       counts.step_s, error)
+            self._burn_cache = (key, docs, {w: counts.end for w, counts in self._burn_counts.items()}, None, None)
+        docs, ends = self._burn_cache[1], self._burn_cache[2]
+        stale = {w for w, end in ends.items() if now - end > BURN_READ_MAX_AGE_S}
+        if stale:
+            docs = {name: {w: (WindowCount(w, 0.0, 0.0, 0.0, 0.0, f"its last read is {now - ends[w]:.0f} s old")
+                               if w in stale else wc) for w, wc in wins.items()} for name, wins in docs.items()}
+        self._burn_cache = (*self._burn_cache[:3], now, docs)
+        return docs
+
+    def _joined(self, counts) -> dict:
+        """Engine → class for a read's engines: the classes of this tick, else by the name's match."""
+        class_of = dict(self._class_of)
+        for name in counts.buckets:
+            if name not in class_of and (m := self.assigner.matched(name, None)) is not None:
+                class_of[name] = m[0]
+        return class_of
+
     def _range_docs(self) -> dict[str, dict]:
         """class → its requests, over target and budget used over its objective window from Prometheus;
         an engine not live now is counted by its name's match, else not at all."""
@@ -217,11 +275,7 @@ class SloWatch:
             return self._range_cache[1]
         docs: dict[str, dict] = {}
         for asked_s, counts in self._range_counts.items():
-            class_of = dict(self._class_of)
-            for name in counts.buckets:
-                if name not in class_of and (m := self.assigner.matched(name, None)) is not None:
-                    class_of[name] = m[0]
-            got = class_counts(counts.buckets, class_of)
+            got = class_counts(counts.buckets, self._joined(counts))
             error = "; ".join(counts.errors) or None
             for c in self.classes:
                 if abs(c.objective_days * 86400.0 - asked_s) > 1e-6:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...format import age_human, count_human, pct_human, seconds_human
 from ...text import plain
+from .burn import window_text
 
 STAGES = ("queue", "ttft", "tpot", "e2e")
 
@@ -13,10 +14,32 @@ def burn_text(w: dict) -> str:
     def x(v):
         return "—" if v is None else f"{v:.1f}×"
 
-    scaled = " (scaled)" if w.get("scaled") else ""
     fire = " FIRING" if w.get("firing") else ""
-    return (f"{w['pair']} {x(w.get('long_burn'))} over {seconds_human(w.get('long_s'))} / "
-            f"{x(w.get('short_burn'))} over {seconds_human(w.get('short_s'))}{scaled}, ≥{w['threshold']:g}×{fire}")
+    long_ = f"{x(w.get('long_burn'))} over {seconds_human(w.get('long_s'))}"
+    short = f"{x(w.get('short_burn'))} over {seconds_human(w.get('short_s'))}"
+    if w.get("prometheus") is None:  # Prometheus not asked: the local history's windows
+        scaled = " (scaled)" if w.get("scaled") else ""
+        return f"{w['pair']} {long_} / {short}{scaled}, ≥{w['threshold']:g}×{fire}"
+    tags = [_source(w, "long"), _source(w, "short")]
+    if tags[0] == tags[1] or tags[0].startswith("local") and tags[1].startswith("local"):
+        body = f"{long_} / {short} ({tags[0]})"
+    else:
+        body = f"{long_} ({tags[0]}) / {short} ({tags[1]})"
+    why = f" · Prometheus: {plain(w['prometheus'], 160)}" if w.get("prometheus") else ""
+    return f"{w['pair']} {body}, ≥{w['threshold']:g}×{fire}{why}"
+
+
+def _source(w: dict, side: str) -> str:
+    """"Prometheus", or "local, 4 min of 1 h held" where the local window is shorter than the practice's
+    (the short one is scaled with the long one: "local, scaled")."""
+    if w.get(f"{side}_source") == "Prometheus":
+        return "Prometheus"
+    asked = w.get(f"asked_{side}_s")
+    if not isinstance(asked, (int, float)) or (w.get(f"{side}_s") or 0.0) >= asked:
+        return "local"
+    if side == "short":
+        return "local, scaled"
+    return f"local, {window_text(w.get('history_s') or 0.0)} of {window_text(asked)} held"
 
 
 def class_lines(c: dict) -> list[str]:

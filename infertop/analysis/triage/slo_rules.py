@@ -30,9 +30,11 @@ def _class_findings(c: dict, report: dict) -> list[Finding]:
     remedies = _remedies(c)
     if c.get("fast_burn_firing") and fast is not None:
         ev = (Evidence("burn rate, long window", f"{fast['long_burn']:.1f}×", f"≥ {fast['threshold']:g}×",
-                       f"last {seconds_human(fast['long_s'])}, {fast['long_requests']:.0f} requests"),
+                       f"last {seconds_human(fast['long_s'])}, {fast['long_requests']:.0f} requests"
+                       f"{_from(fast, 'long')}"),
               Evidence("burn rate, short window", f"{fast['short_burn']:.1f}×", f"≥ {fast['threshold']:g}×",
-                       f"last {seconds_human(fast['short_s'])}, {fast['short_requests']:.0f} requests"))
+                       f"last {seconds_human(fast['short_s'])}, {fast['short_requests']:.0f} requests"
+                       f"{_from(fast, 'short')}"))
         scaled = " (windows scaled to the history there is)" if fast.get("scaled") else ""
         out.append(Finding(
             "slo-fast-burn", subject, CRITICAL,
@@ -48,6 +50,13 @@ def _class_findings(c: dict, report: dict) -> list[Finding]:
             (Evidence("week's budget used", f"{used:.0f} %", f"≥ {report.get('week_budget_pct', 80):g} %",
                       f"last {seconds_human(c.get('week_span_s'))}"),), remedies))
     return out
+
+
+def _from(w: dict, side: str) -> str:
+    """", from Prometheus" / ", local" where the burn windows were also read from Prometheus."""
+    if w.get("prometheus") is None:
+        return ""
+    return ", from Prometheus" if w.get(f"{side}_source") == "Prometheus" else ", local"
 
 
 def _remedies(c: dict) -> tuple[Remedy, ...]:

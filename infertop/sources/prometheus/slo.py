@@ -33,7 +33,7 @@ from .gpu import describe_prom_error
 from .fleet_map import EngineRow, Key, engine_key, engine_names
 from .fleet_query import HISTOGRAMS, FleetQueries
 
-MAX_POINTS = 240  # points of the range query: 3 h apart over 30 days
+MAX_POINTS = 240  # points of the range query: 3 h apart over 30 days, 15 s over a burn window's 1 h
 MIN_STEP_S = 1.0
 MAX_REFINE = 4  # reads over a shorter span at most, each about 1/120 of the last (30 d → 1 s steps)
 MAX_LES = 64  # bucket bounds of one histogram beyond this: a misconfigured exporter
@@ -123,16 +123,18 @@ class PromSloReader:
             self._prom = connect_prometheus(str(self.cfg.url), self.cfg.token_file, self.timeout_s, method="POST")
         return self._prom
 
-    def read(self, window_s: float, targets: Mapping[str, Sequence[float]], *, end: float | None = None) -> RangeCounts:
+    def read(self, window_s: float, targets: Mapping[str, Sequence[float]], *, end: float | None = None,
+             refine: bool = True) -> RangeCounts:
         """Counts over the last ``window_s`` (to ``end``, default now) of each histogram in ``targets``
         (hist → the targets counted by it, seconds). Never raises: a failed query is a line in ``errors``.
 
         Where the series begin well inside the window (a Prometheus of hours asked for 30 days), the
-        coarse points saw only their last step or two: the read is made again over the span they hold."""
+        coarse points saw only their last step or two: the read is made again over the span they hold
+        (``refine``; a burn window is used only when held whole, so it is not refined)."""
         end = self.wall() if end is None else end
         got = self._read(window_s, targets, end)
         queries, span_s = got.queries, window_s
-        for _ in range(MAX_REFINE):
+        for _ in range(MAX_REFINE if refine else 0):
             if got.start is None or got.errors:
                 break
             held_s = end - got.start + got.step_s  # a step before the first point: the series began after it
