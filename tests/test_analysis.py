@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from infertop.analysis.quantiles import histogram_quantile
+from infertop.domain.quantiles import histogram_quantile
 from infertop.analysis.rates import extrapolated_rate, increase_raw, window_rate
 from infertop.state.history import FIRST_SLOTS, HistoryStore, Ring
 from infertop.domain.window import CounterWindow

@@ -27,7 +27,7 @@ def test_non_ui_modules_never_import_textual_or_rich():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"UI libraries imported by non-UI modules: {out.stdout}"
-    assert "infertop.sources.expfmt" in NON_UI and "infertop.analysis.quantiles" in NON_UI
+    assert "infertop.sources.expfmt" in NON_UI and "infertop.domain.quantiles" in NON_UI
 
 
 def test_the_import_linter_contracts_hold():

@@ -8,19 +8,10 @@ from typing import Any
 from dataclasses import replace
 from operator import itemgetter, sub
 
-from ..domain.engine import EngineStats
+from ..domain.engine import QUANTILES, EngineStats
 from ..domain.window import CounterWindow
-from .quantiles import Prepared, histogram_quantile, prepare, prepared_edge, prepared_quantile
+from ..domain.quantiles import Prepared, histogram_quantile, prepare, prepared_edge, prepared_quantile
 
-QUANTILES = (
-    ("ttft", 0.50, "ttft_p50_s"),
-    ("ttft", 0.99, "ttft_p99_s"),
-    ("itl", 0.50, "itl_p50_s"),
-    ("itl", 0.95, "itl_p95_s"),
-    ("e2e", 0.95, "e2e_p95_s"),
-    ("e2e", 0.99, "e2e_p99_s"),
-    ("queue", 0.99, "queue_p99_s"),
-)
 
 
 def window_buckets(window: CounterWindow, hist: str) -> list[tuple[float, float]] | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..domain.engine import UP, EngineStats
 from ..domain.window import CounterWindow
 from .engine_stats import window_buckets
-from .quantiles import histogram_quantile, prepare, prepared_quantile
+from ..domain.quantiles import histogram_quantile, prepare, prepared_quantile
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,17 @@ DEGRADED = "degraded"  # answers /metrics but /health fails, or garbage
 UNKNOWN = "unknown"
 
 
+#: (histogram, quantile, EngineStats field): the percentiles an engine's row carries
+QUANTILES = (
+    ("ttft", 0.50, "ttft_p50_s"),
+    ("ttft", 0.99, "ttft_p99_s"),
+    ("itl", 0.50, "itl_p50_s"),
+    ("itl", 0.95, "itl_p95_s"),
+    ("e2e", 0.95, "e2e_p95_s"),
+    ("e2e", 0.99, "e2e_p99_s"),
+    ("queue", 0.99, "queue_p99_s"),
+)
+
 @dataclass(frozen=True, slots=True)
 class EngineStats:
     """One engine's derived statistics over the sliding window.

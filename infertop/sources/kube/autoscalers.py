@@ -115,7 +115,7 @@ def _rules(raw: Any) -> ScalingRulesView | None:
     tol = raw.get("tolerance")
     tolerance = None
     if tol is not None:
-        from ...analysis.autoscalers import parse_quantity
+        from ...domain.quantity import parse_quantity
 
         tolerance = parse_quantity(tol)
     return ScalingRulesView(_int(raw.get("stabilizationWindowSeconds")),

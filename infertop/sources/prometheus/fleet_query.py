@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ...analysis.engine_stats import QUANTILES as ENGINE_QUANTILES
+from ...domain.engine import QUANTILES as ENGINE_QUANTILES
 
 FIELD_LABEL = "infertop_field"
 

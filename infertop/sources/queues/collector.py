@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from ...analysis.quantiles import histogram_quantile
+from ...domain.quantiles import histogram_quantile
 from ...domain.source import SourceHealth
 from ...domain.queues import DEFAULT_BUDGETS_S, QueueClass, QueueEngine, QueueSource
 from ...domain.window import CounterWindow
