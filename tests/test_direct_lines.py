@@ -26,7 +26,7 @@ from infertop.ui.fastpaint.compositor import ChangedOnlyCompositor
 from infertop.ui.fastpaint.driver import CellDiff
 from infertop.ui.themes import load_themes
 from infertop.ui.widgets.alert_lines import AlertLines
-from infertop.ui.widgets.direct_lines import DirectLines
+from infertop.ui.fastpaint.direct_lines import DirectLines
 from infertop.ui.widgets.panels import LineStatic
 from infertop.ui.widgets.tiles import TileGrid
 from pilot_wait import until

@@ -19,7 +19,7 @@ from infertop.ui import fastpaint
 from infertop.ui.app import PANES, InfertopApp, Settings
 from infertop.ui.fastpaint.compositor import ChangedOnlyCompositor
 from infertop.ui.widgets.engines_table import EnginesTable
-from infertop.ui.widgets.lean import LeanTable
+from infertop.ui.fastpaint.lean import LeanTable
 from overview_view import tile
 from pilot_wait import until
 from vllm_text import v1_doc

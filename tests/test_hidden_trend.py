@@ -96,7 +96,7 @@ class FramesApp(App):
 
 
 async def test_a_tick_inside_one_frame_is_painted_when_it_ends_not_on_a_later_wake_up():
-    from infertop.ui.widgets.direct_lines import one_frame
+    from infertop.ui.fastpaint.direct_lines import one_frame
 
     app = FramesApp()
     async with app.run_test(size=(40, 6)) as pilot:
@@ -119,7 +119,7 @@ async def test_one_frame_leaves_a_screen_under_a_dialog_to_textual():
     from textual.screen import ModalScreen
     from textual.widgets import Static
 
-    from infertop.ui.widgets.direct_lines import one_frame
+    from infertop.ui.fastpaint.direct_lines import one_frame
 
     class Dialog(ModalScreen):
         def compose(self):

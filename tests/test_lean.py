@@ -4,7 +4,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
 
-from infertop.ui.widgets.lean import merge_segments
+from infertop.ui.fastpaint.lean import merge_segments
 
 
 def test_merge_joins_equal_styles_and_keeps_first_meta():

@@ -31,7 +31,7 @@ from infertop.sources.vllm import EngineEndpoint
 from infertop.state.fleet import FleetJoiner
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.fastpaint.driver import CellDiff
-from infertop.ui.widgets.lean import LeanTable
+from infertop.ui.fastpaint.lean import LeanTable
 from infertop.ui.widgets.panels import QuietStatic, Trend, bars
 from overview_view import tile
 

@@ -20,7 +20,7 @@ from .screens.gpu_detail import GpuDetailScreen
 from .screens.verdict_detail import VerdictDetailScreen
 from .status import status_line
 from .widgets.cluster import ClusterPane
-from .widgets.direct_lines import one_frame
+from .fastpaint.direct_lines import one_frame
 from .widgets.engines_table import EnginesTable
 from .widgets.gpus import GpusPane, flatten, gpu_status_parts, record_history, summarize
 from .widgets.overview import Overview

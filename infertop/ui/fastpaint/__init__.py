@@ -7,9 +7,9 @@ Four pieces build on internals that any Textual release may change:
   ``LinuxDriver.write``); only POSIX terminals.
 - ``compositor``: :class:`.compositor.ChangedOnlyCompositor`, a subclass of ``textual._compositor``'s
   Compositor holding a copy of 8.2's ``_render_chops``, which renders only the widgets a frame changed.
-- ``direct_lines``: :class:`.widgets.direct_lines.DirectLines` painting line widgets without Textual's
+- ``direct_lines``: :class:`.direct_lines.DirectLines` painting line widgets without Textual's
   styles cache and adding a repainted widget to ``screen._dirty_widgets`` itself; ``one_frame``.
-- ``lean_table``: :class:`.widgets.lean.LeanTable` re-rendering only the changed cells of a DataTable
+- ``lean_table``: :class:`.lean.LeanTable` re-rendering only the changed cells of a DataTable
   through its private caches and row maps.
 
 :func:`install` checks each piece's internals (attributes and signatures present; Textual and Rich in

@@ -11,7 +11,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from .direct_lines import DirectLines
+from ..fastpaint.direct_lines import DirectLines
 from .tiles import text_strip
 
 

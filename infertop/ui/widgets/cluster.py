@@ -28,7 +28,7 @@ from ...domain.kube import (ClusterSnapshot, ConfigMapView, EventView, HpaView, 
                             InferencePoolView, NodeView, PdbView, PodView, ReplicaSetView, ServiceView, WorkloadView)
 from ...format import DASH, count_human, age_short
 from .cluster_filter import RowFilter, keeps, parse_filter, sort_key
-from .lean import LeanLines
+from ..fastpaint.lean import LeanLines
 from .panels import QuietStatic
 from .triage import mark_text
 

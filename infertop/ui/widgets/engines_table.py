@@ -23,7 +23,7 @@ from ...format import (DASH, age_short, count_human, pct_human, percentile_human
 from ...state.engine_groups import GROUP_BY, engine_groups
 from ...state.fleet import FRESH, FleetState, Freshness
 from ...text import plain
-from .lean import LeanTable
+from ..fastpaint.lean import LeanTable
 from .triage import affected, mark_text
 
 Cell = Callable[[EngineStats], str]

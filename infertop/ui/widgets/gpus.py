@@ -27,7 +27,7 @@ from ...domain.source import SourceHealth
 from ...format import DASH, age_human, pct_human
 from ...sources.nvml import NO_BINDING, NO_DRIVER
 from ...state.history import HistoryStore
-from .lean import LeanTable
+from ..fastpaint.lean import LeanTable
 from .panels import QuietStatic, Trend
 from .triage import gpu_subject, mark_text
 

@@ -26,7 +26,7 @@ from textual.widget import Widget
 
 from ...domain.engine import EngineStats
 from ...state.fleet import FleetState, Freshness
-from .direct_lines import DirectLines
+from ..fastpaint.direct_lines import DirectLines
 from .engines_table import COLUMNS, HEADERS, PRESSURE, Cells, engine_cell, kept_or_sorted
 
 PAD = 1  # cells either side of a column's text, as DataTable's cell padding

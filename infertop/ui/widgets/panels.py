@@ -18,7 +18,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from ...format import pct_human, rate_human, seconds_human
-from .direct_lines import DirectLines
+from ..fastpaint.direct_lines import DirectLines
 from .tiles import text_strip
 
 

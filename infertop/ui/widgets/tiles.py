@@ -23,7 +23,7 @@ from textual.style import Style as VisualStyle
 from textual.widget import Widget
 
 from .. import fastpaint
-from .direct_lines import DirectLines
+from ..fastpaint.direct_lines import DirectLines
 
 
 def text_strip(text: Text, width: int, base: VisualStyle, console: Console, lead: int = 0) -> list[Segment]:

@@ -17,7 +17,7 @@ from textual.strip import Strip
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
-from .. import fastpaint
+from .. import fastpaint  # the package this module is part of: its switches
 
 
 def merge_segments(strip: Strip) -> Strip:

@@ -16,7 +16,7 @@ from textual.color import Color
 from textual.geometry import Region, Size
 from textual.strip import Strip
 
-from .. import fastpaint
+from .. import fastpaint  # the package this module is part of: its switches
 
 
 @contextmanager
