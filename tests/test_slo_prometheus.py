@@ -18,6 +18,7 @@ import pytest
 from ports import free_port
 
 from infertop.analysis.slo.budget import class_counts
+from infertop.analysis.slo.report import SloWatch
 from infertop.analysis.slo.text import slo_lines
 from infertop.config import Config, GpuConfig, PrometheusConfig, SloClassConfig, SloClassesConfig
 from infertop.sources.prometheus.slo import PromSloReader, bracketing, rises
@@ -160,6 +161,57 @@ async def test_a_prometheus_fleet_reports_the_budget_over_the_window_prometheus_
         assert b["used_pct"] == pytest.approx(100 * 10 / (0.001 * 110))
         text = "\n".join(slo_lines(state.slo_report))
         assert "(Prometheus of the objective's 30 d)" in text and "10 of 110 requests over target" in text
+        # the burn windows: a Prometheus of seconds holds none of 1 h and 5 min — the local ones, said so
+        fast = chat_doc["burn"][0]
+        assert (fast["long_source"], fast["short_source"]) == ("local", "local")
+        assert fast["long_s"] < 3600.0 and fast["scaled"]
+        assert fast["prometheus"].startswith("it holds ") and " of 1 h" in fast["prometheus"]
+        assert "(local, " in text and " of 1 h held)" in text
+    finally:
+        await fleet.close()
+
+
+@pytest.mark.real_prometheus
+async def test_burn_over_a_window_prometheus_holds_is_the_hand_computed_ratio(prometheus, engines):
+    """Burn windows of seconds (so this Prometheus holds the fast pair whole): the fast pair comes from
+    Prometheus — over-target ÷ requests ÷ (1 − objective) of the move — and pages; the slow pair's long
+    window is longer than Prometheus holds, and stays local, saying so."""
+    url, proc, log = prometheus
+    chat, batch = engines
+    cfg = Config(gpu=GpuConfig(nvml=False))
+    cfg.slo_classes = _classes()
+    cfg.prometheus = PrometheusConfig(url=url, timeout_s=5, engines=True, interval_s=1.0, window_s=10.0)
+    fleet = Fleet(cfg, prometheus=True, advisor=None, queues=False)
+    # the same watch the Fleet builds, over windows a Prometheus up for seconds holds whole
+    fleet.slo = SloWatch(cfg.slo_classes, pairs=(("fast", 20.0, 8.0), ("slow", 3600.0, 300.0)))
+    fleet.slo.prometheus_burn = True
+    try:
+        _wait("both engines' counters", lambda: _counts(url) == {"chat-model": 50.0, "batch-model": 30.0}, proc, log)
+        _wait("22 s of scrapes before the move", lambda: min(_counts(url, "count_over_time(vllm:time_to_first_"
+                                                                      "token_seconds_count[1m])").values()) >= 22,
+              proc, log)
+        chat.obs += [0.2] * 100 + [6.0] * 10  # 110 requests, the 10 at 6 s over chat's 1.5 s
+        _wait("the move scraped", lambda: _counts(url)["chat-model"] == 160.0, proc, log)
+        await asyncio.to_thread(fleet.collector.refresh)
+        fleet.joiner.observe()
+        fleet.build()  # the engines' classes, which the Prometheus counts join
+        await fleet.read_slo_range()
+        state = fleet.build()
+        by_class = {c["name"]: c for c in state.slo_report["classes"]}
+        fast, slow = by_class["chat"]["burn"]
+        assert (fast["long_source"], fast["short_source"], fast["long_s"], fast["short_s"]) == \
+            ("Prometheus", "Prometheus", 20.0, 8.0)
+        assert fast["long_requests"] == 110 and fast["short_requests"] == 110
+        assert fast["long_burn"] == pytest.approx(10 / 110 / 0.001) and fast["short_burn"] == fast["long_burn"]
+        assert fast["prometheus"] == "" and not fast["scaled"]
+        assert by_class["chat"]["fast_burn_firing"]  # from Prometheus' windows: the local history is seconds
+        assert any(v.kind == "slo-fast-burn" and v.subject == "slo:chat" for v in state.verdicts)
+        assert slow["long_source"] == "local" and slow["prometheus"].startswith("it holds ")
+        # batch had no request in the windows: Prometheus' zero is not taken, the local windows are
+        bfast = by_class["batch"]["burn"][0]
+        assert bfast["long_source"] == "local" and bfast["prometheus"].startswith("no request of this class")
+        text = "\n".join(slo_lines(state.slo_report))
+        assert "fast 90.9× over 20.0s / 90.9× over 8.00s (Prometheus), ≥14.4× FIRING" in text
     finally:
         await fleet.close()
 

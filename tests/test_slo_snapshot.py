@@ -59,6 +59,11 @@ def test_a_fast_burn_is_in_the_table_and_json_and_exits_5(scripted):
     write_json(st, buf)
     doc = json.loads(buf.getvalue())
     assert doc["slo_report"]["classes"][0]["fast_burn_firing"] is True
+    # each burn window says where it came from: no Prometheus here, the local history's (asked 1 h / 5 min)
+    fast_doc = doc["slo_report"]["classes"][0]["burn"][0]
+    assert (fast_doc["long_source"], fast_doc["short_source"], fast_doc["prometheus"]) == ("local", "local", None)
+    assert (fast_doc["asked_long_s"], fast_doc["asked_short_s"]) == (3600.0, 300.0)
+    assert fast_doc["history_s"] == fast_doc["long_s"]
     assert any(v["kind"] == "slo-fast-burn" and v["subject"] == "slo:chat" for v in doc["verdicts"])
     assert doc["slo_report"]["cost"]["models"][0]["cost_per_million_generated"] is not None
 

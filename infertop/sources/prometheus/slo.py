@@ -147,8 +147,13 @@ class PromSloReader:
 
     def _read(self, window_s: float, targets: Mapping[str, Sequence[float]], end: float) -> RangeCounts:
         n = min(MAX_POINTS, max(1, math.ceil(window_s / MIN_STEP_S)))
-        step_s = window_s / n
-        start = end - window_s  # n steps: the first point is the window's start, the last its end
+        # on Prometheus' millisecond grid (start, end and step are sent to the ms): n whole steps from
+        # start to end, so the last point is the window's end — a step rounded up put it past the end,
+        # and the answer's last point was a step early (missing the requests of the last step)
+        end_ms = math.floor(end * 1000.0)
+        step_ms = max(1, math.floor(window_s * 1000.0 / n))
+        start, step_s = (end_ms - n * step_ms) / 1000.0, step_ms / 1000.0
+        query_end = end_ms / 1000.0
         out: dict[str, dict[str, list[Bucket]]] = {}
         errors: list[str] = []
         first_t: float | None = None
@@ -172,7 +177,7 @@ class PromSloReader:
                     continue
                 result = prom.custom_query_range(
                     self._buckets_expr(hist, le_regex(texts)),
-                    start_time=datetime.fromtimestamp(start, UTC), end_time=datetime.fromtimestamp(end, UTC),
+                    start_time=datetime.fromtimestamp(start, UTC), end_time=datetime.fromtimestamp(query_end, UTC),
                     step=f"{step_s:.3f}", timeout=self.timeout_s)
                 sent += 1
             except Exception as exc:  # noqa: BLE001
