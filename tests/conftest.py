@@ -8,10 +8,10 @@ import os
 import shutil
 import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 
+from locations import CAPTURES, FIXTURES, capture_text  # noqa: F401 — tests/test_perf_paths.py still imports them from here
 from scripted_server import ScriptedServer
 
 # Tests never touch the user's own state: an engine the developer runs under
@@ -58,10 +58,6 @@ def _no_traffic_off_loopback(event: str, args: tuple) -> None:
 
 sys.addaudithook(_no_traffic_off_loopback)
 
-FIXTURES = Path(__file__).parent / "fixtures"
-CAPTURES = sorted(FIXTURES.glob("metrics_*.txt"))
-
-
 @pytest.fixture
 def scripted():
     servers: list[ScriptedServer] = []
@@ -74,10 +70,6 @@ def scripted():
     yield make
     for s in servers:
         s.stop()
-
-
-def capture_text(name: str) -> str:
-    return (FIXTURES / name).read_text()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import capture_text
+from locations import capture_text
 from infertop.domain.engine import DEGRADED, DOWN, UP
 from infertop.sources.vllm import EngineEndpoint, FleetCollector
 from vllm_text import v0_doc, v1_doc

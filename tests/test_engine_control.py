@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from ports import free_port
+from locations import FAKE_ENGINE, REPO
 
 from infertop.config import ProfileConfig
 from infertop.control import engines, logtail
@@ -45,7 +46,7 @@ from infertop.control.engines import (
     tail_file,
 )
 
-FAKE = str(Path(__file__).with_name("fake_engine.py").resolve())
+FAKE = str(FAKE_ENGINE)
 
 
 def alive(pid: int) -> bool:
@@ -818,7 +819,7 @@ def test_an_action_cut_short_leaves_an_unknown_outcome(env):
     cfg = _config(env, e=(free_port(), {"running": 1, "drain_s": 30}))
     base = ["--config", str(cfg), "--state-dir", str(env.state_dir), "--module", FAKE]
     cli = [sys.executable, "-m", "infertop", "engine"]
-    pyenv = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    pyenv = {**os.environ, "PYTHONPATH": str(REPO)}
     assert subprocess.run([*cli, "start", *base, "e"], env=pyenv, capture_output=True).returncode == 0
     stopper = subprocess.Popen([*cli, "stop", *base, "e"], env=pyenv, stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, text=True)
@@ -987,7 +988,7 @@ def test_a_restart_whose_outcome_cannot_be_audited_exits_1_and_says_so(env):
     cfg = _config(env, e=(free_port(), {"running": 1, "drain_s": 1}))
     base = ["--config", str(cfg), "--state-dir", str(env.state_dir), "--module", FAKE]
     cli = [sys.executable, "-m", "infertop", "engine"]
-    pyenv = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    pyenv = {**os.environ, "PYTHONPATH": str(REPO)}
     assert subprocess.run([*cli, "start", *base, "e"], env=pyenv, capture_output=True).returncode == 0
     try:
         restart = subprocess.Popen([*cli, "restart", *base, "e"], env=pyenv, stdout=subprocess.PIPE,

@@ -24,6 +24,7 @@ import httpx
 import pytest
 from ports import free_port
 from test_engine_control import FAKE, Env, alive, wait_until
+from locations import REPO
 
 from infertop.config import load_config
 from infertop.control.engines import cli as engine_cli
@@ -58,7 +59,7 @@ class Gateway:
                            "engines": engines},
                "profiles": profiles}
         self.config.write_text(json.dumps(doc))  # JSON is YAML
-        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))  # this tree's infertop
+        env = dict(os.environ, PYTHONPATH=str(REPO))  # this tree's infertop
         self.log = open(tmp / "gateway.log", "wb")  # noqa: SIM115 — closed in stop()
         self.proc = subprocess.Popen([sys.executable, "-m", "infertop", "gateway", "--config", str(self.config)],
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env)

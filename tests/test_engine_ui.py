@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from locations import FAKE_ENGINE
 
 from infertop.config import Config, ProfileConfig
 from infertop.ui.app import InfertopApp, Settings
@@ -20,7 +21,7 @@ from infertop.ui.widgets.engines_table import EnginesTable
 from pilot_wait import until
 from ports import free_port
 
-FAKE = str(Path(__file__).with_name("fake_engine.py").resolve())
+FAKE = str(FAKE_ENGINE)
 
 
 def settings(tmp_path, read_only=False) -> Settings:

@@ -7,7 +7,7 @@ import math
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import CAPTURES
+from locations import CAPTURES
 from infertop.sources.expfmt import ParseError, Parser, parse
 
 

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import capture_text
+from locations import capture_text
 from infertop.sim.exposition import query_names, restrict
 from infertop.sources.vllm import FILTERED_METRICS, EngineCollector, EngineEndpoint
 from infertop.sources.vllm_names import SCRAPE_NAMES

@@ -16,6 +16,7 @@ import textwrap
 import time
 
 import pytest
+from locations import REPO
 
 pty = pytest.importorskip("pty")
 
@@ -88,7 +89,7 @@ def _type_in_one_read(tmp_path, fields: int | str, typed: bytes) -> dict[str, li
     master, slave = pty.openpty()
     env = dict(os.environ, TERM="xterm-256color", COLUMNS="80", LINES="24")
     proc = subprocess.Popen([sys.executable, str(script), str(out), str(fields)], stdin=slave, stdout=slave, stderr=slave,
-                            close_fds=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
+                            close_fds=True, env=env, cwd=REPO)
     os.close(slave)
     try:
         deadline = time.monotonic() + 60

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pkgutil
 import subprocess
 import sys
+from locations import REPO
 
 import infertop
 
@@ -35,7 +36,7 @@ def test_the_import_linter_contracts_hold():
     imports textual/rich (.importlinter; its ignore_imports are today's known exceptions)."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = REPO
     lint = Path(sys.executable).with_name("lint-imports")
     out = subprocess.run([str(lint), "--no-cache", str(root / ".importlinter")], cwd=root, capture_output=True,
                          text=True, timeout=300)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import capture_text
+from locations import capture_text
 from infertop.sim.exposition import query_names, restrict
 from infertop.sources.kube.load import LOAD_FILTER, PodLoadScraper
 

@@ -10,9 +10,9 @@ import io
 import json
 import re
 import time
-from pathlib import Path
 
 import pytest
+from locations import FIXTURES, REPO
 
 from infertop.config import ConfigError, PrometheusConfig, parse_config
 from infertop.domain.engine import DOWN, UP
@@ -28,7 +28,7 @@ from infertop.state.fleet import FRESH, MISSING, STALE, FleetJoiner
 from infertop.state.history import HistoryStore
 from prom_api_server import PromApiServer
 
-FIX = Path(__file__).parent / "fixtures" / "prometheus_fleet"
+FIX = FIXTURES / "prometheus_fleet"
 META = json.loads((FIX / "README.json").read_text())
 RECORDED_AT = META["recorded_at"]
 LIVE = [f"127.0.0.1:36041/engine/{i}" for i in range(5)]  # the sim being scraped
@@ -483,7 +483,7 @@ def test_headless_record_reads_the_engines_from_prometheus(prom, tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("gpu:\n  nvml: false\nrefresh_s: 0.2\nwindow_s: 10\nprometheus: {interval_s: 0.2}\n")
     path = tmp_path / "rec.infertop"
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
     r = subprocess.run([sys.executable, "-m", "infertop", "--config", str(config), "record", str(path),
                         "--prometheus", prom.url, "--duration", "2s"], capture_output=True, text=True, timeout=120,
                        env=env)

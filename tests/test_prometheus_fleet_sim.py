@@ -7,10 +7,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import httpx
 import pytest
+from locations import REPO
 
 from infertop.sim import SimCluster
 from infertop.sim.cli import main as sim_main
@@ -94,7 +94,7 @@ def test_sim_flags_are_checked(argv, error, capsys):
 
 def test_sim_cli_writes_the_targets_file_before_ready(tmp_path):
     targets = tmp_path / "targets.json"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "infertop", "sim", "--engines", "20", "--shared-port", "0",
                              "--file-sd", str(targets), "--kubernetes-labels", "--lean"],
                             stdout=subprocess.PIPE, text=True, env=env)

@@ -6,10 +6,10 @@ Needs /usr/bin/prometheus (skipped without it unless INFERTOP_REQUIRE_REAL=1).""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import httpx
 import pytest
+from locations import FIXTURES
 
 from infertop.sources.expfmt import parse
 from infertop.sources.queues.collector import QueueEndpoint, metrics_url
@@ -20,7 +20,6 @@ from test_gpu_prometheus import _hostport, _require_prometheus, _wait, running_p
 from queue_gateway_fake import FakeGateway
 
 pytestmark = pytest.mark.real_prometheus
-FIXTURES = Path(__file__).parent / "fixtures"
 JOBS = {"epp-llmd": "epp_llmd.txt", "epp-gie": "epp_gie.txt"}
 
 

@@ -6,10 +6,10 @@ failures, and the queue state inside the one fleet state."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from aiohttp import web
+from locations import FIXTURES
 
 from infertop.config import Config, ConfigError, QueueEppConfig, QueueGatewayConfig, load_config
 from infertop.sources.expfmt import parse
@@ -21,7 +21,6 @@ from infertop.domain.queues import QueueSource
 from infertop.state.queues import join_queues, queue_totals
 from queue_gateway_fake import TOKEN, FakeGateway
 
-FIXTURES = Path(__file__).parent / "fixtures"
 EPP_TOKEN = "epp-metrics-token"
 
 

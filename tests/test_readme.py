@@ -3,9 +3,11 @@
 import re
 from pathlib import Path
 
+from locations import REPO
+
 from infertop.ui.actions import ACTIONS, key_display
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 README = (ROOT / "README.md").read_text()
 KEYS_DOC = (ROOT / "docs" / "keys.md").read_text()
 LINK = re.compile(r"\]\(([^)\s]+)\)")

@@ -14,11 +14,11 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from locations import FIXTURES, REPO
 
 from infertop.sim import SimCluster, SimGpu, render_dcgm, render_metrics
 from infertop.sim.load import LoadGenerator
@@ -26,8 +26,6 @@ from infertop.sim.metrics import format_value
 from infertop.sim.model import EngineModel, SimRequest, build_1_2_5_buckets
 from infertop.sources import expfmt
 
-FIXTURES = Path(__file__).parent / "fixtures"
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _capture(name: str = "metrics_under_load.txt") -> str:

@@ -10,11 +10,11 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from fake_pynvml import FakeNvml, h100, l4
+from locations import FAKE_ENGINE
 from infertop.analysis.triage import Evidence, Remedy, Verdict
 from infertop.config import Config, GpuConfig, ProfileConfig
 from infertop.domain.engine import DOWN, UP, EngineStats
@@ -38,7 +38,7 @@ from ports import free_port
 from vllm_text import v1_doc
 
 T0 = 1_796_025_600.0  # a wall-clock time (replay refuses others)
-FAKE = str(Path(__file__).with_name("fake_engine.py").resolve())
+FAKE = str(FAKE_ENGINE)
 
 
 class Clock:

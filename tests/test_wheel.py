@@ -13,8 +13,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from locations import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 PILOT = textwrap.dedent("""
     import asyncio, infertop

@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 from ports import free_port
+from locations import REPO
 
 from infertop.config import PrometheusConfig
 from infertop.sim import SimCluster
@@ -234,7 +235,7 @@ async def test_values_match_a_direct_scrape_of_the_same_engines(prometheus, sim)
     assert state.fleet.ttft_p99_s is not None
     out = subprocess.run([sys.executable, "-m", "infertop", "snapshot", "--json", "--config", os.devnull,
                           "--prometheus", prometheus.url], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
     doc = json.loads(out.stdout)
     assert {e["url"] for e in doc["engines"]} == set(by_url) and all(e["state"] == "up" for e in doc["engines"])
     proms = {s["name"]: s for s in doc["sources"] if s["kind"] == "prometheus"}

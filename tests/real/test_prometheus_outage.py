@@ -11,9 +11,9 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from locations import REPO
 
 from infertop.analysis.triage import Triage
 from infertop.snapshot import print_table
@@ -90,7 +90,7 @@ def test_snapshot_against_a_stopped_prometheus_says_the_metrics_are_stale(promet
     empty.write_text("{}\n")
     out = subprocess.run([sys.executable, "-m", "infertop", "snapshot", "--config", str(empty),
                           "--prometheus", prometheus.url], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.returncode not in (0, 70), out.stderr
     assert "metrics stale: Prometheus unreachable since" in out.stdout and "(connection refused)" in out.stdout
     assert "every engine within its SLO targets" not in out.stdout, out.stdout

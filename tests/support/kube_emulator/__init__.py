@@ -1,6 +1,6 @@
 """The Kubernetes API emulator now lives in the package (``infertop.sim.kube``), so that
 ``infertop sim --kube-port`` can serve it; this is a thin re-export so the tests keep
-importing ``kube_emulator`` / ``tests.kube_emulator`` (and their submodules) as before."""
+importing ``kube_emulator`` (and its submodules) from tests/support/ as before."""
 
 import importlib
 import sys

@@ -5,7 +5,7 @@ Accepts the command line of ``python -m vllm.entrypoints.openai.api_server``
 ignored), prints vLLM-looking log lines, and serves ``/health``,
 ``/metrics`` (vLLM V1 gauge and counter names), ``/v1/models`` and
 ``/version`` over stdlib HTTP.  Run it as a script
-(``python tests/fake_engine.py --port 8123``) or as a module
+(``python tests/support/fake_engine.py --port 8123``) or as a module
 (``python -m fake_engine`` with ``tests`` on PYTHONPATH).
 
 Behaviour, from environment variables (or the same-named ``--fake-*``
