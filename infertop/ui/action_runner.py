@@ -319,8 +319,8 @@ class ActionRunner:
     # ----- keys that cannot act say why
     def action_denied_reason(self, action: str) -> str | None:
         """Why ``action`` cannot run now (None: it can, or it has nothing to say)."""
-        for attr in ("engine_denied_reason", "kube_denied_reason"):
-            fn = getattr(self, attr, None)
+        for fn in (getattr(getattr(self, "engines_ctl", None), "denied_reason", None),
+                   getattr(self, "kube_denied_reason", None)):
             if fn is not None:
                 why = fn(action)
                 if why:

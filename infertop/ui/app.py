@@ -35,7 +35,7 @@ from .app_changes import ChangeLogMixin
 from .app_collection import CollectionMixin
 from .app_navigation import PANES, NavigationMixin
 from .app_paint import PaintMixin
-from .engine_actions import ENGINE_ACTIONS, EngineActions
+from .controllers.engines import ENGINE_ACTIONS, EngineController
 from .kube_actions import KUBE_ACTIONS, KubeActions
 from .controllers.queues import QUEUE_ACTIONS, QueueController
 from .controllers.advisor import ADVISOR_ACTIONS, AdvisorController
@@ -48,6 +48,7 @@ from .commands import InfertopCommands
 from . import fastpaint
 from .screens.help import HelpScreen
 from .themes import load_themes
+from ..control.engines import EngineManager, EngineRecord
 from ..state.advisor import Advisor
 from .widgets.autoscaler import AutoscalerPane
 from .widgets.cluster import ClusterPane
@@ -92,7 +93,7 @@ class Settings:
 
 
 class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, RemedyActions,
-                  EngineActions, KubeActions, App[None]):
+                  KubeActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
@@ -157,6 +158,11 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
         self.state_log = StateLog(settings.record_path, refresh_s=cfg.refresh_s,
                                   spill_dir=str(settings.state_dir or default_state_dir()))
         self.log_lines: deque[str] = deque(maxlen=2000)
+        self.engines_ctl = EngineController(
+            self, settings, self.fleet.collector, local=self.fleet.joiner.local, board=self.action_board,
+            selected=lambda: self.selected_engine_name(), snapshot=lambda: self.snapshot,
+            unfinished=self.unfinished_actions, report_unfinished=self.report_unfinished,
+            replay=settings.replay is not None)
         self.replay_ctl = ReplayController(
             self, self.player, self.history, refresh_s=cfg.refresh_s, show_state=self.show_state,
             render_top=self._render_top, note_replayed=self.note_replayed, state=lambda: self.state,
@@ -246,11 +252,11 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
     def _init_engines(self) -> None:
         """Re-adopt local engines started earlier (reads state files and /proc)."""
         try:
-            records = self.init_engines()
+            records = self.engines_ctl.init()
         except Exception as e:  # noqa: BLE001 — the rest of infertop works without it
             self.call_from_thread(self.log_event, f"[yellow]local engine control unavailable: {e}[/yellow]")
             return
-        self.call_from_thread(self.adopt_engines, records)
+        self.call_from_thread(self.engines_ctl.adopt, records)
         self.call_from_thread(self.refresh_bindings)
 
     # The fleet's parts, by the names the controllers use (each is the Fleet's own object).
@@ -277,6 +283,15 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
     @property
     def triage(self) -> Triage:
         return self.fleet.triage
+
+    @property
+    def engine_manager(self) -> EngineManager | None:
+        """The manager of the engines infertop started (None until it read their state files)."""
+        return self.engines_ctl.manager
+
+    def managed(self, name: str | None) -> EngineRecord | None:
+        """The live record of an engine infertop started, or None."""
+        return self.engines_ctl.managed(name)
 
     @property
     def advisor(self) -> Advisor | None:
@@ -307,7 +322,7 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
         if action in REPLAY_ACTIONS:
             return self.player is not None  # hidden outside a replay
         if action in ENGINE_ACTIONS:
-            return self.engine_action_state(action)
+            return self.engines_ctl.action_state(action)
         if action in KUBE_ACTIONS:
             return self.kube_action_state(action)
         if action in QUEUE_ACTIONS:
@@ -366,13 +381,19 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
 
     # On the Triage pane a remedy's key opens the selected verdict's remedy (pre-filled); elsewhere it is the
     # key of its own pane. Both go through the same pipeline (remedy_actions.py).
+    def action_engine_new(self) -> None:
+        self.engines_ctl.new()
+
+    def action_engine_stop(self) -> None:
+        self.engines_ctl.stop()
+
     def action_engine_set_seqs(self) -> None:
         if not self.remedy_key("m"):
-            super().action_engine_set_seqs()
+            self.engines_ctl.set_seqs(self.selected_engine_name())
 
     def action_engine_restart(self) -> None:
         if not self.remedy_key("r"):
-            super().action_engine_restart()
+            self.engines_ctl.restart(self.selected_engine_name())
 
     def action_kube_scale(self) -> None:
         if not self.remedy_key("S"):

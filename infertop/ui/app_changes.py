@@ -121,18 +121,18 @@ class ChangeLogMixin:
             if prev is None and s.state == UNKNOWN:
                 continue  # not polled yet (the first ticks, a pod's engine that just joined): nothing to tell
             if prev == s.state and (s.name in self.joiner.local  # type: ignore[attr-defined]
-                                    or s.name in self.__dict__.get("_watched_pids", {})):
+                                    or s.name in self.engines_ctl.watched_pids):  # type: ignore[attr-defined]
                 # orphaned: read its record again now and then, so the word goes when stop cleaned it up;
                 # a managed engine: another console or ``engine set`` may have restarted it between two
                 # polls (no down seen), so its record (pid, max_num_seqs) is read again as often
                 now, checked = time.monotonic(), self.__dict__.setdefault("_orphan_checked_at", {})
                 if now - checked.get(s.name, 0.0) >= ORPHAN_RECHECK_S:
                     checked[s.name] = now
-                    self.engine_state_changed(s.name)  # type: ignore[attr-defined]
+                    self.engines_ctl.state_changed(s.name)  # type: ignore[attr-defined]
             if prev != s.state:
                 self._states[s.name] = s.state
                 if prev is not None:
-                    self.engine_state_changed(s.name)  # type: ignore[attr-defined]
+                    self.engines_ctl.state_changed(s.name)  # type: ignore[attr-defined]
                 if prev is not None or s.state != "up":
                     why = f": {s.error}" if s.error else ""
                     self.log_event(Text(f"{s.name} {prev or 'new'} → {s.state}{why}"))

@@ -45,7 +45,7 @@ class PaintMixin:
             self._join_cluster()
             self.show_state(self.fleet.build() if self.player is None else self.joiner.build())
         self.advisor_ctl.after_tick()  # type: ignore[attr-defined]
-        self.discover_engines()  # type: ignore[attr-defined]
+        self.engines_ctl.discover()  # type: ignore[attr-defined]
 
     def _join_cluster(self) -> None:
         """Hand the Cluster pane's latest read (or its error) to the fleet state."""

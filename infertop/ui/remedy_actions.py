@@ -123,9 +123,9 @@ class RemedyActions:
                 self.notify(why, severity="warning", timeout=6, markup=False)  # type: ignore[attr-defined]
                 return
         if r.key == "m":
-            self.engine_set_seqs_of(target, r.value)  # type: ignore[attr-defined]
+            self.engines_ctl.set_seqs(target, r.value)  # type: ignore[attr-defined]
         elif r.key == "r":
-            self.engine_restart_of(target)  # type: ignore[attr-defined]
+            self.engines_ctl.restart(target)  # type: ignore[attr-defined]
         elif r.key == "S":
             self._scale_remedy(target, r.value)
         elif r.key == "N":

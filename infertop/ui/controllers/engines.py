@@ -1,4 +1,5 @@
-"""Local vLLM engine actions for the app: new from profile, stop, restart, change max_num_seqs.
+"""The local engines' controller: new from profile, stop, restart, change max_num_seqs; re-adoption,
+discovery and the watch of the engines infertop started.
 
 Each is an :class:`EngineAction` (a kind of the one action pipeline,
 :mod:`infertop.control.pipeline`): planned, checked, confirmed with ``y`` in
@@ -11,35 +12,53 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from typing import Any
 
 from rich.markup import escape
 from rich.text import Text
 
-from ..config import ProfileConfig, default_state_dir
-from ..control.audit import AuditLog
-from ..control.engines import EngineError, EngineManager, EngineRecord, StopResult
-from ..control.engines.kind import EngineAction, owner_of
-from ..control.gateway_drain import UndrainLeft, drains_left, gateway_refs
-from ..control.pipeline import Outcome
-from ..domain.engine import EngineStats
-from ..sources.vllm import EngineEndpoint
-from .action_runner import ActionRunner, _pid_alive
-from .screens.engine_dialogs import ArgsDialog, ProfilePicker
+from ...config import ProfileConfig, default_state_dir
+from ...control.audit import AuditLog
+from ...control.engines import EngineError, EngineManager, EngineRecord, StopResult
+from ...control.engines.kind import EngineAction, owner_of
+from ...control.gateway_drain import UndrainLeft, drains_left, gateway_refs
+from ...control.pipeline import ActionBoard, Outcome
+from ...domain.engine import EngineStats
+from ...sources.vllm import EngineEndpoint
+from ..action_runner import _pid_alive
+from ..screens.engine_dialogs import ArgsDialog, ProfilePicker
+from .host import ConsoleHost
 
 ENGINE_ACTIONS = {"engine_new", "engine_stop", "engine_restart", "engine_set_seqs"}
 DISCOVER_EVERY_S = 5.0  # how often the managed engines are listed for ones started elsewhere
 
 
-class EngineActions(ActionRunner):
-    """Mixin for InfertopApp. Needs ``settings``, ``collector``, ``log_event``."""
+class EngineController:
+    """The engines infertop started, for one console.
 
-    engine_manager: EngineManager | None = None
-    _unfinished: list[dict] = []
+    ``collector`` is the Fleet's engine collector (the controller adds and removes the endpoints of the
+    engines it watches); ``local`` the fleet joiner's per-engine notes (an orphan's word); ``selected``
+    the engine selected on the Engines pane; ``snapshot`` the fresh engines on screen;
+    ``unfinished`` / ``report_unfinished`` the audit's intents an earlier run left without an outcome."""
+
+    def __init__(self, host: ConsoleHost, settings: Any, collector: Any, *, local: dict, board: ActionBoard,
+                 selected: Callable[[], str | None], snapshot: Callable[[], Any],
+                 unfinished: Callable[[], list[dict]], report_unfinished: Callable[[list[dict]], None],
+                 replay: bool) -> None:
+        self.host, self.settings, self.collector, self.local, self.board = host, settings, collector, local, board
+        self._selected, self._snapshot, self.replay = selected, snapshot, replay
+        self._read_unfinished, self._report_unfinished = unfinished, report_unfinished
+        self.manager: EngineManager | None = None
+        self._unfinished: list[dict] = []
+        self._drains_left: list[dict] = []
+        self.watched_pids: dict[str, int] = {}  # engine → the pid watched (a new one: restarted elsewhere)
+        self._discovered_at = -DISCOVER_EVERY_S
 
     def drains_left_behind(self) -> list[dict]:
         """Gateway drains an earlier infertop's engine action made and never undid (blocking: reads the
         audit log). Each gets a ``gateway.undrain`` outcome ``unknown`` now, so it is reported once."""
-        audit = self.audit_log()  # type: ignore[attr-defined]
+        audit = self.host.audit_log()
         try:
             found = [e for e in drains_left(audit.entries())
                      if not (isinstance(e.get("pid"), int) and e["pid"] > 0 and _pid_alive(e["pid"]))]
@@ -57,102 +76,102 @@ class EngineActions(ActionRunner):
         for e in entries:
             target = str(e.get("target"))
             engine = target.split(" at ")[0].removeprefix("engine ")  # its name at the gateway
-            self.log_event(  # type: ignore[attr-defined]
+            self.host.log_event(
                 f"[yellow]gateway: {escape(target)} may still be drained[/yellow] — an engine action drained it "
                 f"({escape(str(e.get('time', '?')))}, infertop pid {e.get('pid', '?')}) and ended before undraining "
                 f"it: requests for it wait there. Undrain it with d on the Queue pane, or POST "
                 f"/admin/engines/{escape(engine)}/undrain")
-        s = self.settings  # type: ignore[attr-defined]
+        s = self.settings
         offer = [e for e in entries if any(str(e.get("target")).endswith(f" at {r.label}")
                                            for r in gateway_refs(s.config))]  # a gateway the config reaches
-        if offer and not s.read_only and getattr(self, "player", None) is None:
+        if offer and not s.read_only and not self.replay:
             # offer the undrain of the first (one confirmation at a time; the Log names the others)
             e = offer[0]
             target = str(e.get("target"))
-            self.start_action(UndrainLeft(target, target.split(" at ")[0].removeprefix("engine "),  # type: ignore[attr-defined]
-                                          s.config, str(e.get("time", "?"))), preflight_name="check")
+            self.host.start_action(UndrainLeft(target, target.split(" at ")[0].removeprefix("engine "),
+                                               s.config, str(e.get("time", "?"))), preflight_name="check")
 
-    def init_engines(self) -> list[EngineRecord]:
+    def init(self) -> list[EngineRecord]:
         """Create the manager (blocking: re-adopts engines an earlier infertop
         started, reading state files and /proc); returns the live ones. Also
         reads the audit log for actions an earlier run left without an outcome."""
-        s = self.settings  # type: ignore[attr-defined]
-        self._unfinished = self.unfinished_actions()
+        s = self.settings
+        self._unfinished = self._read_unfinished()
         self._drains_left = self.drains_left_behind()
         state_dir = s.state_dir or default_state_dir()
-        audit = AuditLog(self.audit_log().path)
+        audit = AuditLog(self.host.audit_log().path)
         kwargs = {"module": s.engine_module} if s.engine_module else {}
-        self.engine_manager = EngineManager(state_dir, audit, profiles=s.config.profiles, **kwargs)
-        return [rec for rec in self.engine_manager.list() if rec.alive]
+        self.manager = EngineManager(state_dir, audit, profiles=s.config.profiles, **kwargs)
+        return [rec for rec in self.manager.list() if rec.alive]
 
-    def adopt_engines(self, records: list[EngineRecord]) -> None:
-        """On the UI thread: watch engines found by :meth:`init_engines`; report unfinished actions."""
-        self.report_unfinished(self._unfinished)
+    def adopt(self, records: list[EngineRecord]) -> None:
+        """On the UI thread: watch engines found by :meth:`init`; report unfinished actions."""
+        self._report_unfinished(self._unfinished)
         self.report_drains_left(self._drains_left)
         for rec in records:
-            self._watch(rec)
+            self.watch(rec)
             owner = owner_of(rec) or "started by infertop earlier"
-            self.log_event(escape(f"{rec.name}: re-adopted engine {owner} (pid {rec.pid})"))  # type: ignore[attr-defined]
+            self.host.log_event(escape(f"{rec.name}: re-adopted engine {owner} (pid {rec.pid})"))
 
-    def discover_engines(self) -> None:
+    def discover(self) -> None:
         """Now and then (each tick asks; at most every :data:`DISCOVER_EVERY_S`): engines infertop started
         that this console does not watch yet — ``infertop engine start`` or another console after this one
         started — are watched from then on (the manager's list reads state files and /proc: a thread)."""
-        if self.engine_manager is None or getattr(self, "player", None) is not None:
+        if self.manager is None or self.replay:
             return
         now = time.monotonic()
-        if now - self.__dict__.get("_discovered_at", -DISCOVER_EVERY_S) < DISCOVER_EVERY_S:
+        if now - self._discovered_at < DISCOVER_EVERY_S:
             return
         self._discovered_at = now
-        mgr = self.engine_manager
+        mgr = self.manager
 
         async def work() -> None:
             try:
                 records = await asyncio.to_thread(lambda: [r for r in mgr.list() if r.alive])
             except Exception:  # noqa: BLE001 — unreadable state files: tried again next time
                 return
-            watched = self.__dict__.setdefault("_watched_pids", {})
+            watched = self.watched_pids
             for rec in records:
                 if rec.name not in watched:
-                    self._watch(rec)
+                    self.watch(rec)
                     owner = owner_of(rec)
                     if owner:  # not this console's own start (its action watches it as it ends)
-                        self.log_event(escape(f"{rec.name}: engine {owner} (pid {rec.pid}): watching it"))  # type: ignore[attr-defined]
+                        self.host.log_event(escape(f"{rec.name}: engine {owner} (pid {rec.pid}): watching it"))
 
-        self.run_worker(work(), group="engine-discover", exclusive=True, exit_on_error=False)  # type: ignore[attr-defined]
+        self.host.run_worker(work(), group="engine-discover", exclusive=True, exit_on_error=False)
 
     def _configured(self) -> dict[str, EngineEndpoint]:
-        return {e.name: e for e in self.settings.endpoints}  # type: ignore[attr-defined]
+        return {e.name: e for e in self.settings.endpoints}
 
-    def _watch(self, rec: EngineRecord) -> None:
+    def watch(self, rec: EngineRecord) -> None:
         """Watch a managed engine with the timeout configured for it (``engines[].timeout_s``), if any."""
-        known = {c.endpoint.name: c.endpoint for c in self.collector.collectors}  # type: ignore[attr-defined]
+        known = {c.endpoint.name: c.endpoint for c in self.collector.collectors}
         base = known.get(rec.name) or self._configured().get(rec.name)
         timeout_s = base.timeout_s if base is not None else EngineEndpoint(rec.name, rec.url).timeout_s
         ep = EngineEndpoint(rec.name, rec.url, rec.max_num_seqs, timeout_s)
-        self.__dict__.setdefault("_watched_pids", {})[rec.name] = rec.pid
+        self.watched_pids[rec.name] = rec.pid
         if known.get(rec.name) != ep:
-            self.collector.add_endpoint(ep)  # type: ignore[attr-defined]
+            self.collector.add_endpoint(ep)
 
-    def engine_state_changed(self, name: str) -> None:
+    def state_changed(self, name: str) -> None:
         """A watched engine went down or came back: an engine infertop started may have been restarted by
         another infertop or by ``infertop engine set`` with other arguments (max_num_seqs, port), so its
         record is read again (in a thread) and the engine watched as it now runs."""
-        if self.engine_manager is not None:
-            self.run_worker(self._reread_engine(name), group=f"engine-reread:{name}",  # type: ignore[attr-defined]
-                            exclusive=True, exit_on_error=False)
+        if self.manager is not None:
+            self.host.run_worker(self._reread(name), group=f"engine-reread:{name}",
+                                 exclusive=True, exit_on_error=False)
 
-    async def _reread_engine(self, name: str) -> None:
+    async def _reread(self, name: str) -> None:
         rec = await asyncio.to_thread(self.managed, name)
-        pids: dict[str, int] = self.__dict__.setdefault("_watched_pids", {})
+        pids = self.watched_pids
         was = pids.get(name)
         if rec is not None:
             if was is not None and was != rec.pid:  # restarted elsewhere (engine set, another console)
-                known = {c.endpoint.name: c.endpoint for c in self.collector.collectors}  # type: ignore[attr-defined]
+                known = {c.endpoint.name: c.endpoint for c in self.collector.collectors}
                 seqs = known[name].max_num_seqs if name in known else None
                 what = f", max_num_seqs {seqs} → {rec.max_num_seqs}" if seqs != rec.max_num_seqs else ""
-                self.log_event(Text(f"{name}: restarted (pid {was} → {rec.pid}{what})"))  # type: ignore[attr-defined]
-            self._watch(rec)
+                self.host.log_event(Text(f"{name}: restarted (pid {was} → {rec.pid}{what})"))
+            self.watch(rec)
         else:
             pids.pop(name, None)  # stopped (here or elsewhere): nothing of ours to read again
         self._note_orphan(name, rec)
@@ -161,112 +180,106 @@ class EngineActions(ActionRunner):
         """An engine whose main process died while its workers live on (holding GPU memory) is
         "orphaned" in its row and alert — as ``engine status`` says — not just "connection refused";
         the Log says once that ``x`` stops what is left."""
-        local = self.joiner.local  # type: ignore[attr-defined]
+        local = self.local
         was = (local.get(name) or {}).get("phase")
         if rec is not None and rec.phase == "orphaned":
             local[name] = {"phase": "orphaned", "detail": rec.detail, "pids": list(rec.pids)}
             if was != "orphaned":
-                self.log_event(Text(f"{name}: orphaned — {rec.detail or 'main process exited'}; "  # type: ignore[attr-defined]
-                                    "x stops what is left", style="bold red"))
+                self.host.log_event(Text(f"{name}: orphaned — {rec.detail or 'main process exited'}; "
+                                         "x stops what is left", style="bold red"))
         elif was is not None:
             local.pop(name, None)
 
     def managed(self, name: str | None) -> EngineRecord | None:
         """The live record of an engine infertop started, or None (never raises: any name is shown)."""
-        if name is None or self.engine_manager is None:
+        if name is None or self.manager is None:
             return None
         try:
-            rec = self.engine_manager.status(name)
+            rec = self.manager.status(name)
         except Exception:  # noqa: BLE001 — a name that is no state file name (URL, spaces) is simply not ours
             return None
         return rec if rec is not None and rec.alive else None
 
-    def engine_denied_reason(self, action: str) -> str | None:
+    def denied_reason(self, action: str) -> str | None:
         """Why a local-engine key cannot act now (shown when it is pressed)."""
         if action not in ENGINE_ACTIONS:
             return None
-        if self.settings.read_only:  # type: ignore[attr-defined]
+        if self.settings.read_only:
             return "read-only mode: nothing can be changed"
-        if self.engine_manager is None:
+        if self.manager is None:
             return "local engine control is not ready"
         if action == "engine_new":
-            if not self.settings.config.profiles:  # type: ignore[attr-defined]
+            if not self.settings.config.profiles:
                 return "no launch profiles in the config: add a 'profiles:' section (see README)"
             return None
-        name = self.selected_engine_name()  # type: ignore[attr-defined]
+        name = self._selected()
         if name is None:
             return "select an engine in the Engines pane first"
         if self.managed(name) is None:
             return f"{name} was not started by infertop: it can be watched, not stopped or changed"
         return None
 
-    def engine_action_state(self, action: str) -> bool | None:
+    def action_state(self, action: str) -> bool | None:
         """For check_action: None hides (read-only), False greys out (not applicable here)."""
-        if self.settings.read_only:  # type: ignore[attr-defined]
+        if self.settings.read_only:
             return None
-        return self.engine_denied_reason(action) is None
+        return self.denied_reason(action) is None
 
     # ----- actions -------------------------------------------------------
-    def action_engine_new(self) -> None:
-        profiles = self.settings.config.profiles  # type: ignore[attr-defined]
+    def new(self) -> None:
+        profiles = self.settings.config.profiles
         if not profiles:
-            self.notify(self.engine_denied_reason("engine_new") or "", severity="warning", markup=False)  # type: ignore[attr-defined]
+            self.host.notify(self.denied_reason("engine_new") or "", severity="warning", markup=False)
             return
-        self.push_screen(ProfilePicker(profiles), self._start_profile)  # type: ignore[attr-defined]
+        self.host.push_screen(ProfilePicker(profiles), self._start_profile)
 
     def _start_profile(self, name: str | None) -> None:
-        if not name or self.engine_manager is None:
+        if not name or self.manager is None:
             return
-        profile = self.settings.config.profiles[name]  # type: ignore[attr-defined]
-        self._engine_flow(EngineAction(self.engine_manager, "start", name, profile=profile, profile_name=name))
+        profile = self.settings.config.profiles[name]
+        self._engine_flow(EngineAction(self.manager, "start", name, profile=profile, profile_name=name))
 
     def _profile_of(self, rec: EngineRecord) -> ProfileConfig | None:
-        return self.settings.config.profiles.get(rec.profile_name)  # type: ignore[attr-defined]
+        return self.settings.config.profiles.get(rec.profile_name)
 
-    def action_engine_stop(self) -> None:
-        rec = self.managed(self.selected_engine_name())  # type: ignore[attr-defined]
-        if rec is not None and self.engine_manager is not None:
-            self._engine_flow(EngineAction(self.engine_manager, "stop", rec.name, profile=self._profile_of(rec),
+    def stop(self) -> None:
+        rec = self.managed(self._selected())
+        if rec is not None and self.manager is not None:
+            self._engine_flow(EngineAction(self.manager, "stop", rec.name, profile=self._profile_of(rec),
                                            stats=lambda r: self._latest_stats(r.name),
-                                           config=self.settings.config))  # type: ignore[attr-defined]
+                                           config=self.settings.config))
 
-    def action_engine_restart(self) -> None:
-        self.engine_restart_of(self.selected_engine_name())  # type: ignore[attr-defined]
-
-    def engine_restart_of(self, name: str | None) -> None:
+    def restart(self, name: str | None) -> None:
         """Restart engine ``name`` (the selected one, or a triage remedy's) through the one pipeline."""
         rec = self.managed(name)
-        if rec is not None and self.engine_manager is not None:
-            self._engine_flow(EngineAction(self.engine_manager, "restart", rec.name, profile=self._profile_of(rec),
+        if rec is not None and self.manager is not None:
+            self._engine_flow(EngineAction(self.manager, "restart", rec.name, profile=self._profile_of(rec),
                                            stats=lambda r: self._latest_stats(r.name),
-                                           config=self.settings.config))  # type: ignore[attr-defined]
+                                           config=self.settings.config))
 
-    def action_engine_set_seqs(self) -> None:
-        self.engine_set_seqs_of(self.selected_engine_name())  # type: ignore[attr-defined]
-
-    def engine_set_seqs_of(self, name: str | None, value: int | None = None) -> None:
+    def set_seqs(self, name: str | None, value: int | None = None) -> None:
         """The max_num_seqs dialog of engine ``name``, ``value`` filled in (a triage remedy's proposal)."""
         rec = self.managed(name)
         if rec is None:
             return
-        busy = next((r for r in self.action_board.runs() if r.kind.object_key == f"engine:{rec.name}"), None)
+        busy = next((r for r in self.board.runs() if r.kind.object_key == f"engine:{rec.name}"), None)
         if busy is not None:
-            self.notify(f"{busy.title} is still running: one action at a time on it", severity="warning",  # type: ignore[attr-defined]
-                        markup=False)
+            self.host.notify(f"{busy.title} is still running: one action at a time on it", severity="warning",
+                             markup=False)
             return
 
         def chosen(changes: dict | None, rec: EngineRecord = rec) -> None:
-            if changes and self.engine_manager is not None:
-                self._engine_flow(EngineAction(self.engine_manager, "set", rec.name, profile=self._profile_of(rec),
+            if changes and self.manager is not None:
+                self._engine_flow(EngineAction(self.manager, "set", rec.name, profile=self._profile_of(rec),
                                                changes=changes, stats=lambda r: self._latest_stats(r.name),
-                                               config=self.settings.config))  # type: ignore[attr-defined]
+                                               config=self.settings.config))
 
-        self.push_screen(ArgsDialog(rec.name, "max_num_seqs", rec.max_num_seqs, value=value), chosen)  # type: ignore[attr-defined]
+        self.host.push_screen(ArgsDialog(rec.name, "max_num_seqs", rec.max_num_seqs, value=value), chosen)
 
     def _latest_stats(self, name: str) -> EngineStats | None:
         """The collector's view when it is current; None makes the manager scrape
         the engine itself (right after a restart the snapshot still says down)."""
-        snap = self.snapshot  # type: ignore[attr-defined]
+        snap = self._snapshot()
         s = None if snap is None else snap.by_name().get(name)
         return s if s is not None and s.state == "up" and s.running is not None else None
 
@@ -277,9 +290,9 @@ class EngineActions(ActionRunner):
             if isinstance(result, EngineError):  # aborted or failed half-way: watch what runs now, if anything
                 rec = self.managed(kind.name)
             if isinstance(rec, EngineRecord) and rec.alive:
-                self._watch(rec)
+                self.watch(rec)
             if isinstance(result, StopResult) and result.name not in self._configured():
-                self.collector.remove_endpoint(result.name)  # type: ignore[attr-defined]
-            self.refresh_bindings()  # type: ignore[attr-defined]
+                self.collector.remove_endpoint(result.name)
+            self.host.refresh_bindings()
 
-        self.start_action(kind, on_done=done)
+        self.host.start_action(kind, on_done=done)
