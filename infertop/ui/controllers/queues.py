@@ -155,8 +155,8 @@ class QueueController:
         def chosen(values: dict | None) -> None:
             if not values:
                 return
-            changes = {k: _positive(values.get(k, ""), k)[0] for k in ("weight", "max_wait_s")}
-            changes = {k: v for k, v in changes.items() if v is not None
+            given = {k: _positive(values.get(k, ""), k)[0] for k in ("weight", "max_wait_s")}
+            changes = {k: v for k, v in given.items() if v is not None
                        and (c is None or getattr(c, k) is None or not math.isclose(getattr(c, k), v))}
             if not changes:
                 self.host.notify("nothing to change", timeout=3)

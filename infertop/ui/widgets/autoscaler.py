@@ -11,7 +11,7 @@ stabilisation remaining, and the decision log newest first.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -61,7 +61,7 @@ class AutoscalerPane(Vertical):
         super().__init__(**kwargs)
         self.views: list[dict] = []
         self._rows: dict[str, list[str]] = {}
-        self.series: dict[str, Sequence[tuple]] = {}
+        self.series: Mapping[str, Sequence[tuple]] = {}
 
     def compose(self) -> ComposeResult:
         yield QuietStatic(id="as-header")
@@ -104,7 +104,7 @@ class AutoscalerPane(Vertical):
     def show_message(self, text: str, style: str = "yellow") -> None:
         self.query_one("#as-header", QuietStatic).show(Text(text, style=style))
 
-    def show(self, views: Sequence[dict], header: Text, series: dict[str, Sequence[tuple]] | None = None) -> None:
+    def show(self, views: Sequence[dict], header: Text, series: Mapping[str, Sequence[tuple]] | None = None) -> None:
         """Render the views (FleetState.autoscalers); ``series``: workload → (t, queue depth, p99 s) samples."""
         self.views = list(views)
         self.series = series or {}
