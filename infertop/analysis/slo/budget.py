@@ -69,16 +69,19 @@ def stage_lines(stats, cls: SloClass) -> tuple[StageLine, ...]:
     v = {stage: getattr(stats, attr) for stage, (_, _, attr) in STAGES.items()}
     edges = getattr(stats, "quantile_edges", None) or {}
     over = {s: v[s] is not None and v[s] > cls.target_s(s) for s in STAGES}
+    # a queue p99 under its first bucket bound is a bound, not a time: it cannot be split off the TTFT
+    # (at rest "queue 247ms (100 %)" would blame a queue that is near zero)
+    queue_known = v["queue"] is not None and edges.get(STAGES["queue"][2], "") != "<"
     out = []
     for stage, (_, pct, attr) in STAGES.items():
         value, target = v[stage], cls.target_s(stage)
         parts: tuple[tuple[str, float, float], ...] = ()
-        if stage == "ttft" and value and v["queue"] is not None:
+        if stage == "ttft" and value and queue_known:
             queue = min(v["queue"], value)
             parts = _shares(value, (("queue", queue), ("prefill", value - queue)))
         elif stage == "e2e" and value and v["ttft"] is not None:
             ttft = min(v["ttft"], value)
-            queue = min(v["queue"], ttft) if v["queue"] is not None else None
+            queue = min(v["queue"], ttft) if queue_known else None
             pieces = (("queue", queue), ("prefill", ttft - queue)) if queue is not None else (("TTFT", ttft),)
             parts = _shares(value, (*pieces, ("decode", value - ttft)))
         broke = _broke(stage, parts, over) if over[stage] else None

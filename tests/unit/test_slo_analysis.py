@@ -58,6 +58,17 @@ def test_e2e_over_with_every_earlier_stage_in_budget_is_the_decode():
     assert e2e.over and e2e.broke == "decode"  # TPOT 50 ms over its 40 ms
 
 
+def test_a_queue_under_its_first_bucket_is_not_split_off_the_ttft():
+    """At rest the queue p99 is "<300ms" (under the first bucket bound: a bound, not a time): the TTFT is
+    not split into "queue 247ms (100 %), prefill 0µs" — nothing is blamed on a queue near zero."""
+    s = EngineStats("e1", "u", state="up", queue_p99_s=0.3, ttft_p99_s=0.247, itl_p95_s=0.030, e2e_p99_s=3.0,
+                    quantile_edges={"queue_p99_s": "<"})
+    lines = {x.stage: x for x in stage_lines(s, CHAT)}
+    assert lines["ttft"].parts == () and lines["ttft"].text == "TTFT p99 247ms of 2.00s"
+    assert [n for n, *_ in lines["e2e"].parts] == ["TTFT", "decode"]
+    assert lines["queue"].text.startswith("queue p99 <300ms")
+
+
 def feed(tracker: BurnTracker, start: float, seconds: float, per_10s: float, bad_per_10s: float) -> float:
     t = start
     while t < start + seconds:
