@@ -51,6 +51,25 @@ def time_ticks(n: int, step_s: float) -> tuple[list[float], list[str]]:
     return out_x, out_l
 
 
+def value_ticks(lo: float, hi: float, target: float | None = None, most: int = 4) -> tuple[list[float], list[str]]:
+    """Round ticks (1, 2, 2.5, 5 × 10ⁿ apart) inside [lo, hi], the target among them at its own value, so
+    that the target line sits on a row labelled with it (not on a neighbour's "1.83")."""
+    span = hi - lo
+    if not (span > 0 and math.isfinite(span)):
+        return ([target], [_tick_text(target)]) if target is not None else ([], [])
+    raw = span / most
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    ticks = [k * step for k in range(math.ceil(lo / step), math.floor(hi / step) + 1)]
+    if target is not None and lo <= target <= hi:
+        ticks = sorted([t for t in ticks if abs(t - target) > step / 2] + [target])
+    return ticks, [_tick_text(t) for t in ticks]
+
+
+def _tick_text(v: float) -> str:
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
 def _ago(s: float) -> str:
     if s >= 3600:
         return f"-{s / 3600:.1f}h"
@@ -97,6 +116,9 @@ class SloPlot(PlotextPlot):
         # fitted to the data and the target, not from zero (a 85–95 % KV cache is not a solid slab)
         self.ylim = (lo - pad if lo - pad > 0 or lo < 0 else max(0.0, lo - pad), hi + pad)
         plt.ylim(*self.ylim)
+        ty, tyl = value_ticks(*self.ylim, target)
+        if ty:
+            plt.yticks(ty, tyl)
         tx, tl = time_ticks(max(n, 1), step_s)
         plt.xticks(tx, tl)
         plt.xlim(min(tx[0], -step_s), 0.0)  # one point still spans an axis (plotext divides by its width)
