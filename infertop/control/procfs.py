@@ -58,7 +58,7 @@ def boot_id() -> str:
 
 def live_processes(keep) -> list[ProcStat]:
     """Live (not zombie) processes whose stat ``keep`` accepts."""
-    out = []
+    out: list[ProcStat] = []
     try:
         entries = os.listdir("/proc")
     except OSError:

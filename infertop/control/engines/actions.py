@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from ...config import ProfileConfig
+from ..audit import AuditLog
 from .audit import _Audit, _r
 from .command import _safe_args, effective_args, normalize_overrides
 from .errors import AuditRefusedError, EngineBusyError, EngineError, InvalidArgsError, NotOurProcessError
@@ -125,10 +126,10 @@ class _ActionsMixin(_LifecycleMixin):
         """The gateway step for a running engine (nothing to drain for one already gone, or not ours)."""
         if gateway is None or self._identity(st)[0] != "alive":
             return None
-        audit = self.audit
+        audit: AuditLog | None = self.audit
         if unaudited:
             try:
-                audit.check_writable()
+                self.audit.check_writable()
             except OSError:
                 audit = None
         return GatewayStep(gateway, str(st["name"]), audit, emit, abort, min(self.poll_interval_s, 0.25))
@@ -199,10 +200,10 @@ class _ActionsMixin(_LifecycleMixin):
         names = [n for n in st.get("env_names") or [] if isinstance(n, str)]
         if not names:
             return prof
-        pname = st.get("profile_name") or st.get("name")
+        pname = str(st.get("profile_name") or st["name"])
         cfg = self.profiles.get(pname)
         missing = [n for n in names if cfg is None or n not in cfg.env]
-        if missing:
+        if missing or cfg is None:  # (cfg is None only with names missing)
             raise EngineError(f"profile {pname!r}: the value of {', '.join(missing)} is not in the config "
                               "(environment values are not stored with the engine's state); "
                               "add the profile back to the config")

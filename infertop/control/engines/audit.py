@@ -6,12 +6,18 @@ Part of :mod:`infertop.control.engines`.  No UI imports.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import AuditRefusedError, EngineAborted, EngineError, NotOurProcessError
 
 if TYPE_CHECKING:
-    from .manager import EngineManager
+    from ..audit import AuditLog
+
+
+class _Audited(Protocol):
+    """What :class:`_Audit` needs of the manager (its parts call it with themselves)."""
+
+    audit: AuditLog
 
 
 def _r(x: float | None) -> float | None:
@@ -26,7 +32,7 @@ class _Audit:
     ``unaudited`` (then the outcome says so).
     """
 
-    def __init__(self, mgr: EngineManager, action: str, target: str, unaudited: bool) -> None:
+    def __init__(self, mgr: _Audited, action: str, target: str, unaudited: bool) -> None:
         self.mgr, self.action, self.target, self.unaudited = mgr, action, target, unaudited
         self.op: str | None = None
         self.intended = False

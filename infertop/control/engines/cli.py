@@ -29,7 +29,7 @@ import json
 import sys
 import time
 from dataclasses import asdict
-from typing import Any
+from typing import Any, NoReturn
 
 from ...config import ConfigError, default_config_path, default_state_dir, load_config
 from ..audit import AuditLog, default_audit_path
@@ -49,7 +49,7 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
         raise _UsageError(f"{self.prog}: {message}")
 
 
@@ -282,27 +282,27 @@ def _act(args: argparse.Namespace, cfg, audit_holder: list) -> int:
         if args.action == "set":
             cur = mgr.status(args.name)
             profile = cfg.profiles.get(cur.profile_name) if cur is not None else None
-            res = mgr.set_args(args.name, overrides, progress, grace_s=args.grace, timeout_s=args.timeout,
-                               rollback=not args.no_rollback, profile=profile, unaudited=unaudited,
-                               gateway=_gateway_for(cfg, mgr, args.name))
-            if not res.changed:
-                print(f"{res.name}: unchanged ({', '.join(f'{k}={v}' for k, v in res.new.items())})")
+            done = mgr.set_args(args.name, overrides, progress, grace_s=args.grace, timeout_s=args.timeout,
+                                rollback=not args.no_rollback, profile=profile, unaudited=unaudited,
+                                gateway=_gateway_for(cfg, mgr, args.name))
+            if not done.changed:
+                print(f"{done.name}: unchanged ({', '.join(f'{k}={v}' for k, v in done.new.items())})")
                 return EXIT_OK
-            changes = ", ".join(f"{k}: {res.old.get(k)} → {v}" for k, v in res.new.items())
-            print(f"{res.name}: {changes}; verified in /proc/{res.record.pid}/cmdline; "
-                  f"{res.total_s:.1f} s end to end (healthy after {res.startup_s:.1f} s)")
-            if res.stop is not None:
-                print(f"{res.name}: drain: {res.stop.reason}")
-                if res.stop.gateway:
-                    print(f"{res.name}: gateway: {res.stop.gateway}")
+            changes = ", ".join(f"{k}: {done.old.get(k)} → {v}" for k, v in done.new.items())
+            print(f"{done.name}: {changes}; verified in /proc/{done.record.pid}/cmdline; "
+                  f"{done.total_s:.1f} s end to end (healthy after {done.startup_s:.1f} s)")
+            if done.stop is not None:
+                print(f"{done.name}: drain: {done.stop.reason}")
+                if done.stop.gateway:
+                    print(f"{done.name}: gateway: {done.stop.gateway}")
             return EXIT_OK
         if args.action == "status":
             if args.name:
-                rec = mgr.status(args.name)
-                if rec is None:
+                found = mgr.status(args.name)
+                if found is None:
                     print(f"error: no engine named {args.name!r}", file=sys.stderr)
                     return EXIT_FAILED
-                _print_status([rec], args.json)
+                _print_status([found], args.json)
             else:
                 _print_status(mgr.list(), args.json)
             return EXIT_OK

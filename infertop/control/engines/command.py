@@ -179,9 +179,9 @@ def build_command(
 
     extra = _items([str(a) for a in profile.extra_args])
     in_extra = {k for k, _ in extra if k is not None}
-    for key in ("model", *FLAG_FIELDS):
-        if key not in overrides and key not in in_extra:
-            add(key, args.get(key))
+    for field in ("model", *FLAG_FIELDS):
+        if field not in overrides and field not in in_extra:
+            add(field, args.get(field))
     last: dict[str, int] = {}
     for i, (key, _) in enumerate(extra):
         if key is not None and key in ARG_TYPES:

@@ -204,7 +204,7 @@ class _LifecycleMixin(_StoreMixin):
         st.update(phase="running", healthy_at=time.time(), startup_s=startup)
         self._write_state_or_stop(name, st, log_path)
         emit("healthy", f"healthy after {startup:.1f} s (pid {proc.pid}, port {port})", pid=proc.pid, force=True)
-        return self._record(st)
+        return self._record_or_raise(st)
 
     def _write_state_or_stop(self, name: str, st: dict, log_path) -> None:
         """Write the engine's state file; an engine that cannot be tracked would be an
@@ -507,17 +507,6 @@ class _LifecycleMixin(_StoreMixin):
             deadline = time.monotonic() + self.kill_wait_s
             while self._live_group(st) and time.monotonic() < deadline:
                 time.sleep(0.05)
-
-    def _owned_rc(self, pid: int) -> int | None:
-        with self._lock:
-            proc = self._children.get(pid)
-        if proc is None:
-            return None
-        for _ in range(50):
-            if proc.returncode is not None:
-                return proc.returncode
-            time.sleep(0.02)
-        return proc.returncode
 
     def _signal(self, st: Mapping[str, Any], sig: int) -> None:
         """Signal the engine's group — only after checking it is still ours."""

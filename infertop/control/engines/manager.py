@@ -15,7 +15,6 @@ from .command import DEFAULT_MODULE
 from .queries import _QueriesMixin
 from .reconfigure import _ReconfigureMixin
 from .state import EngineRecord
-from .store import _file_stem
 
 class EngineManager(_ReconfigureMixin, _QueriesMixin):
     """Starts, stops, restarts and re-configures local engines.
@@ -69,16 +68,3 @@ class EngineManager(_ReconfigureMixin, _QueriesMixin):
         if adopt:
             self.adopt()
 
-    # -- paths
-
-    def state_path(self, name: str) -> Path:
-        return self.engines_dir / f"{_file_stem(name)}.json"
-
-    def log_path(self, name: str) -> Path:
-        return self.engines_dir / f"{_file_stem(name)}.log"
-
-    def history_path(self, name: str) -> Path:
-        return self.engines_dir / f"{_file_stem(name)}.history.jsonl"
-
-    def lock_path(self, name: str) -> Path:
-        return self.engines_dir / f"{_file_stem(name)}.lock"

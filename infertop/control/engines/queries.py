@@ -6,6 +6,7 @@ Part of :mod:`infertop.control.engines`.  No UI imports.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import time
@@ -39,7 +40,7 @@ class _QueriesMixin(_StoreMixin):
 
         Returns the names adopted.  Called on construction.
         """
-        adopted = []
+        adopted: list[str] = []
         try:
             names = self._state_names()
         except OSError:
@@ -100,11 +101,12 @@ class _QueriesMixin(_StoreMixin):
                 out[name] = rec
         return sorted(out.values(), key=lambda r: (not r.alive, r.name))
 
-    def tail_log(self, name: str, n: int = 50) -> list[str]:
+    # builtins.list: below the method `list`, a bare `list` in an annotation names the method
+    def tail_log(self, name: str, n: int = 50) -> builtins.list[str]:
         """The last ``n`` lines of the engine's log (read from the end of the file)."""
         return [clean_line(line, 1000) for line in tail_file(self.log_path(name), n)]
 
-    def history(self, name: str, n: int = 50) -> list[dict]:
+    def history(self, name: str, n: int = 50) -> builtins.list[dict]:
         """The last ``n`` lifecycle events (start, stop, restart, set, exited…), oldest first."""
         out = []
         for line in tail_file(self.history_path(name), n):
@@ -129,7 +131,4 @@ class _QueriesMixin(_StoreMixin):
         kind, why = self._identity(st)
         if kind == "mismatch":
             raise NotOurProcessError(self._set_stale(st, why))
-        rec = self._record(st)
-        if rec is None:
-            raise EngineNotFound(f"engine {name!r} has just stopped")
-        return rec
+        return self._record_or_raise(st)

@@ -87,13 +87,13 @@ class _ReconfigureMixin(_ActionsMixin):
                 if kind == "mismatch":
                     raise NotOurProcessError(self._set_stale(st, why))
                 if old_vals == new_vals and kind == "alive":
-                    rec = self._record(st)
+                    rec = self._record_or_raise(st)
                     self._audit("engine.set", name, "ok", old=old_vals, new=new_vals, reason="unchanged")
                     return SetResult(name, False, old_vals, new_vals, rec, {}, None, None, None, None,
                                      time.monotonic() - t0)
                 old_over = dict(st.get("overrides") or {})
                 new_over = normalize_overrides(prof, {**old_over, **changes})
-                before = self._stats(self._record(st), stats) if kind == "alive" else None
+                before = self._stats(self._record_or_raise(st), stats) if kind == "alive" else None
                 step = self._gateway_step(gateway, st, emit, abort, unaudited)
                 try:
                     if step is not None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from ...config import ProfileConfig
 from ...sources.vllm import EngineEndpoint
 from ..audit import AuditLog
 from .command import cmdline_value, expected_value
@@ -57,6 +58,41 @@ class _StoreMixin:
     _boot_id: str
     _tracked_at: dict[str, float]
     _stale: dict[str, tuple[dict, str, str | None]]
+    module: str
+    poll_interval_s: float
+    kill_wait_s: float
+    failure_grace_s: float
+    metrics_interval_s: float
+    http_close_s: float
+    observe_timeout_s: float
+    orphan_grace_s: float
+    profiles: Mapping[str, ProfileConfig]
+
+    # -- paths
+
+    def state_path(self, name: str) -> Path:
+        return self.engines_dir / f"{_file_stem(name)}.json"
+
+    def log_path(self, name: str) -> Path:
+        return self.engines_dir / f"{_file_stem(name)}.log"
+
+    def history_path(self, name: str) -> Path:
+        return self.engines_dir / f"{_file_stem(name)}.history.jsonl"
+
+    def lock_path(self, name: str) -> Path:
+        return self.engines_dir / f"{_file_stem(name)}.lock"
+
+    def _owned_rc(self, pid: int) -> int | None:
+        """The exit status of our own child ``pid`` (waiting up to a second for it to be reaped), else None."""
+        with self._lock:
+            proc = self._children.get(pid)
+        if proc is None:
+            return None
+        for _ in range(50):
+            if proc.returncode is not None:
+                return proc.returncode
+            time.sleep(0.02)
+        return proc.returncode
 
     # -- internals: identity
 
@@ -109,8 +145,10 @@ class _StoreMixin:
         t0 = int(t0)
         if sid:
             cands = [m for m in session_members(int(sid)) if m.starttime >= t0]
-        else:
+        elif pgid:
             cands = [m for m in group_members(int(pgid)) if m.starttime >= t0]
+        else:
+            return []
         if not cands:
             return []
         recorded = {(int(p["pid"]), int(p["starttime"])) for p in st.get("procs") or []
@@ -365,6 +403,13 @@ class _StoreMixin:
                     self._history(st["name"], "exited", "failed", reason=detail, pid=rec.pid)
             except EngineBusyError:
                 return replace(rec, phase=st.get("phase", "running"), detail=None, exit_code=None)
+        return rec
+
+    def _record_or_raise(self, st: dict) -> EngineRecord:
+        """The record of an engine that must still be there; EngineNotFound when it has just stopped."""
+        rec = self._record(st)
+        if rec is None:
+            raise EngineNotFound(f"engine {st['name']!r} has just stopped")
         return rec
 
     def _build_record(self, st: Mapping[str, Any], phase: str, detail: str | None,

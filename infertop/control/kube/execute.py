@@ -101,8 +101,8 @@ class KubeControl(KubeFollower):
         return self._list(self.session.core.list_namespaced_service, namespace)
 
     def configmaps(self, namespace: str) -> list[str]:
-        return sorted(_meta(o).get("name") for o in self._list(self.session.core.list_namespaced_config_map,
-                                                               namespace))
+        return sorted(n for o in self._list(self.session.core.list_namespaced_config_map, namespace)
+                      if isinstance(n := _meta(o).get("name"), str))
 
     def pods_on_node(self, node: str) -> list[dict]:
         try:
@@ -118,7 +118,8 @@ class KubeControl(KubeFollower):
     def pdbs_of(self, pods: list[dict]) -> tuple[list[dict] | None, str]:
         """The PodDisruptionBudgets of the namespaces of ``pods``; (None, why) when one cannot be listed."""
         out: list[dict] = []
-        for ns in sorted({_meta(p).get("namespace") for p in pods if _meta(p).get("namespace")}):
+        namespaces = {_meta(p).get("namespace") for p in pods}
+        for ns in sorted(n for n in namespaces if isinstance(n, str) and n):
             try:
                 out += self._list(self.session.policy.list_namespaced_pod_disruption_budget, ns)
             except KubeError as e:
@@ -252,7 +253,7 @@ class KubeControl(KubeFollower):
                     self.session.raw(fn, plan.params["owner"], plan.namespace, {"spec": {"replicas": n - 1}},
                                      dry_run="All", _content_type=MERGE)
                 self._delete_pod(plan.namespace, plan.name, plan.params.get("uid"), dry_run=True)
-                warnings = ()
+                warnings: tuple[str, ...] = ()
                 load = self.pod_load(self.read("Pod", plan.namespace, plan.name))
                 if load.in_flight is None:
                     warnings = (f"the pod's in-flight requests cannot be read now ({load.error}): the drain takes "
@@ -289,7 +290,7 @@ class KubeControl(KubeFollower):
             return DryRun(False, str(e), e.status)
 
     def _send_patch_pod(self, plan: Plan, body: dict, *, dry_run: bool = False) -> dict:
-        kw = {"dry_run": "All"} if dry_run else {}
+        kw: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
         return self.session.raw(self._fn("patch", "Pod"), plan.name, plan.namespace, body, **kw)
 
     # ----- audit
@@ -347,7 +348,7 @@ class KubeControl(KubeFollower):
             return self._drain_pod(plan, progress, abort)
         if a == "drain_node":
             return self._drain_node(plan, progress, abort)
-        before: set[str] = set()
+        before: set[str | None] = set()
         if a == "scale":  # the pods there were: problems of new ones tell why a scale-up is stuck
             before = {_meta(p).get("uid") for p in self.pods_of(plan.kind, self.read(plan.kind, plan.namespace,
                                                                                      plan.name))}

@@ -411,16 +411,16 @@ class KubeFollower:
                                               f"{len(pending)} left; the node stays cordoned")
         # wait until the evicted pods are gone
         while True:
-            left = [f"{ns}/{name}" for ns, name, uid in evicted if not self._pod_gone(ns, name, uid)]
-            if not left:
+            terminating = [f"{ns}/{name}" for ns, name, uid in evicted if not self._pod_gone(ns, name, uid)]
+            if not terminating:
                 break
-            progress(Progress(f"waiting for {len(left)} pod(s) to terminate: {', '.join(left[:3])}",
-                              0.8 + 0.2 * (1 - len(left) / total), countdown_s=deadline - self.clock()))
+            progress(Progress(f"waiting for {len(terminating)} pod(s) to terminate: {', '.join(terminating[:3])}",
+                              0.8 + 0.2 * (1 - len(terminating) / total), countdown_s=deadline - self.clock()))
             if self.clock() >= deadline:
-                return Outcome("timeout", f"drain of node {node}: {len(left)} pod(s) still terminating")
+                return Outcome("timeout", f"drain of node {node}: {len(terminating)} pod(s) still terminating")
             if self._wait(abort):
                 return Outcome("aborted", f"drain of node {node}: evictions done, stopped waiting for "
-                                          f"{len(left)} pod(s) to terminate")
+                                          f"{len(terminating)} pod(s) to terminate")
         progress(Progress(f"node {node} drained", 1.0))
         extra = f" after {retries} retr{'y' if retries == 1 else 'ies'} on disruption budgets" if retries else ""
         return Outcome("ok", f"node {node} cordoned and drained: {len(evicted)} pod(s) evicted{extra}")

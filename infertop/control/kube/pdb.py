@@ -73,7 +73,7 @@ def check_pdbs(evictions: list[dict], pdbs: list[dict]) -> PdbCheck:
         if k <= allowed:
             fits.append(f"{where} allows {_plural(allowed, 'disruption')}: {_plural(k, 'eviction')} within it")
             continue
-        names = [_meta(p).get("name") for p in healthy_hit]
+        names = [str(_meta(p).get("name") or "?") for p in healthy_hit]
         left = healthy - k
         if spec.get("maxUnavailable") is not None:
             bound = f"makes {expected - left} unavailable of maxUnavailable {spec['maxUnavailable']}"

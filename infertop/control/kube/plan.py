@@ -484,7 +484,7 @@ def plan_drain_pod(pod: dict, services: list[dict], owner: dict | None = None, o
     steps.append("wait until vllm:num_requests_running + waiting reach 0 on the pod")
     if then == "delete":
         steps.append("delete the pod" + (f" ({owner_kind} {_meta(owner)['name']} replaces it)" if owner else ""))
-    else:
+    elif owner is not None:  # scale-down, whose owner was required above
         replicas = (owner.get("spec") or {}).get("replicas", 1)
         steps.append(f"scale {owner_kind} {_meta(owner)['name']} {replicas} → {replicas - 1}"
                      + (" and delete the pod" if owner_kind == "Deployment" else ""))
