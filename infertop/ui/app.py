@@ -17,7 +17,7 @@ from textual.app import App, ComposeResult
 from textual.binding import ActiveBinding, Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, OptionList, TabbedContent, TabPane
+from textual.widgets import Footer, Input, OptionList, RichLog, TabbedContent, TabPane
 
 from ..config import Config, default_state_dir
 from ..domain.engine import FleetSnapshot
@@ -26,12 +26,11 @@ from ..sources.queues.collector import QueueFleet
 from ..sources.vllm import EngineEndpoint
 from ..state.fleet import FleetJoiner, FleetState
 from ..state.service import Fleet
-from ..state.membership import FleetMembership
 from ..state.history import HistoryStore
-from ..state.recording.state_log import StateLog
+from ..state.recording.state_log import BUNDLE_S, StateLog
 from ..text import plain
 from .actions import ACTIONS, bindings, footer_panes, key_display
-from .app_changes import ChangeLogMixin
+from .controllers.changes import ChangeLog
 from .app_collection import CollectionMixin
 from .app_navigation import PANES, NavigationMixin
 from .app_paint import PaintMixin
@@ -92,7 +91,7 @@ class Settings:
     no_auto: bool = False  # --no-auto: the scaling advisor never applies by itself
 
 
-class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, RemedyActions,
+class InfertopApp(PaintMixin, NavigationMixin, CollectionMixin, RemedyActions,
                   KubeActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
@@ -145,11 +144,6 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
             session=lambda: getattr(self, "kube_session", None),
             pane_on_view=lambda: self.current_pane if self.screen is self.main else None,
             replay=settings.replay is not None)
-        self._gpu_states: dict[str, str] = {}
-        self._gpu_logged_at: dict[str, float] = {}
-        self._states: dict[str, str] = {}
-        self._membership = FleetMembership()  # engines that joined or left (a rescale), for the Log pane
-        self.verdicts: tuple[Verdict, ...] = ()
         self.player = settings.replay
         if self.player is not None:
             self.poll = False
@@ -163,9 +157,14 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
             selected=lambda: self.selected_engine_name(), snapshot=lambda: self.snapshot,
             unfinished=self.unfinished_actions, report_unfinished=self.report_unfinished,
             replay=settings.replay is not None)
+        self.changes_ctl = ChangeLog(
+            self, clear_log=self._clear_log, local=self.fleet.joiner.local,
+            watched=lambda: self.engines_ctl.watched_pids, state_changed=self.engines_ctl.state_changed,
+            save_bundle=lambda because: self.bundle_ctl.save(because=because),
+            recorded_ticks=lambda: len(self.state_log.window(BUNDLE_S)), replay=settings.replay is not None)
         self.replay_ctl = ReplayController(
             self, self.player, self.history, refresh_s=cfg.refresh_s, show_state=self.show_state,
-            render_top=self._render_top, note_replayed=self.note_replayed, state=lambda: self.state,
+            render_top=self._render_top, note_replayed=self.changes_ctl.note_replayed, state=lambda: self.state,
             running=lambda: self.is_running)
         self.bundle_ctl = BundleController(self, settings, self.state_log, lambda: list(self.log_lines))
 
@@ -283,6 +282,26 @@ class InfertopApp(PaintMixin, ChangeLogMixin, NavigationMixin, CollectionMixin, 
     @property
     def triage(self) -> Triage:
         return self.fleet.triage
+
+    @property
+    def verdicts(self) -> tuple[Verdict, ...]:
+        """The verdicts on screen (the Log told each once)."""
+        return self.changes_ctl.verdicts
+
+    def log_event(self, text: str | Text) -> None:
+        """A line in the Log pane. A ``str`` is infertop's own markup; anything that
+        comes from outside (names, labels, errors) must be passed as a ``Text``."""
+        # in a replay, the time of the recorded tick (not today's clock)
+        state = self.state
+        at = self.changes_ctl.log_at or (state.taken_at if self.player is not None and state is not None else None)
+        line = Text(time.strftime("%H:%M:%S", time.localtime(at)) + " ", style="dim")
+        line.append(text if isinstance(text, Text) else Text.from_markup(text))
+        self.log_lines.append(line.plain)
+        self.main.query_one("#log-view", RichLog).write(line)
+
+    def _clear_log(self) -> None:
+        self.main.query_one("#log-view", RichLog).clear()
+        self.log_lines.clear()
 
     @property
     def engine_manager(self) -> EngineManager | None:

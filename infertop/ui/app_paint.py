@@ -74,7 +74,7 @@ class PaintMixin:
         record_state(self.history, state)
         record_slo(self.history, state)
         record_history(self.history, flatten(state.gpus))
-        self._note_changes(previous, state)
+        self.changes_ctl.note_changes(previous, state)  # type: ignore[attr-defined]
         self._paint(state)
 
     def _paint(self, state: FleetState) -> None:
