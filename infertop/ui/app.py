@@ -31,7 +31,7 @@ from ..state.recording.state_log import BUNDLE_S, StateLog
 from ..text import plain
 from .actions import ACTIONS, bindings, footer_panes, key_display
 from .controllers.changes import ChangeLog
-from .app_collection import CollectionMixin
+from .controllers.collection import Collection
 from .app_navigation import PANES, NavigationMixin
 from .app_paint import PaintMixin
 from .controllers.engines import ENGINE_ACTIONS, EngineController
@@ -91,7 +91,7 @@ class Settings:
     no_auto: bool = False  # --no-auto: the scaling advisor never applies by itself
 
 
-class InfertopApp(PaintMixin, NavigationMixin, CollectionMixin, RemedyActions,
+class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
                   KubeActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
@@ -157,6 +157,7 @@ class InfertopApp(PaintMixin, NavigationMixin, CollectionMixin, RemedyActions,
             selected=lambda: self.selected_engine_name(), snapshot=lambda: self.snapshot,
             unfinished=self.unfinished_actions, report_unfinished=self.report_unfinished,
             replay=settings.replay is not None)
+        self.collection = Collection(self, self.fleet, tick=self.tick, engine_manager=lambda: self.engine_manager)
         self.changes_ctl = ChangeLog(
             self, clear_log=self._clear_log, local=self.fleet.joiner.local,
             watched=lambda: self.engines_ctl.watched_pids, state_changed=self.engines_ctl.state_changed,
@@ -240,12 +241,7 @@ class InfertopApp(PaintMixin, NavigationMixin, CollectionMixin, RemedyActions,
             self.kube_setup()
         if self.poll:
             self.call_after_refresh(_freeze_startup_objects)
-            self.start_collection()
-            self.start_gpu_collection()
-            if self.fleet.slo_reader is not None:
-                self.start_slo_range_collection()
-            if self.queue_fleet.collectors:
-                self.start_queue_collection()
+            self.collection.start()
 
     @work(thread=True, exclusive=True, group="engines-init", exit_on_error=False)
     def _init_engines(self) -> None:
@@ -298,6 +294,20 @@ class InfertopApp(PaintMixin, NavigationMixin, CollectionMixin, RemedyActions,
         line.append(text if isinstance(text, Text) else Text.from_markup(text))
         self.log_lines.append(line.plain)
         self.main.query_one("#log-view", RichLog).write(line)
+
+    # ----- collecting (controllers/collection.py)
+    async def poll_now(self) -> None:
+        """Poll every engine (and queue source) once and render a new tick (tests and Ctrl+R)."""
+        await self.collection.poll_now()
+
+    async def poll_gpus_now(self) -> None:
+        """Poll the GPU sources once and render a new tick."""
+        await self.collection.poll_gpus_now()
+
+    async def action_refresh_now(self) -> None:
+        if self.player is None:
+            self.run_worker(self.kube_refresh_now(), group="kube-refresh-now", exclusive=True, exit_on_error=False)
+        await self.collection.refresh_now(lambda: self.state)
 
     def _clear_log(self) -> None:
         self.main.query_one("#log-view", RichLog).clear()
