@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench screenshots clean
+.PHONY: install demo test test-fast test-unit bench screenshots clean
 
 install: $(STAMP)
 
@@ -22,9 +22,13 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
-# Unit and loopback tests only (no real Prometheus / vLLM).
+# Every tier but the real ones (no real Prometheus / vLLM).
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not real_vllm and not real_prometheus"
+
+# The unit tier alone: no sockets, no subprocesses, no Pilot (under a minute).
+test-unit: install
+	$(BIN)/python -m pytest -q tests/unit
 
 bench: install
 	$(BIN)/python benchmarks/bench_parser.py

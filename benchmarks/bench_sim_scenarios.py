@@ -5,7 +5,7 @@
 Each scenario plays on engine vllm-1 of a healthy 4-engine fleet (seed 7, bursty load, no hot
 engine, no throttled GPU) from 90 s after the start; every virtual second the simulator advances,
 infertop's real collectors scrape the engines and the dcgm exporter over loopback HTTP, the fleet
-state is built and fed to the triage (tests/sim_fleet_clock.py, what tests/test_sim_scenarios.py
+state is built and fed to the triage (tests/support/sim_fleet_clock.py, what tests/loopback/test_sim_scenarios.py
 asserts on). Printed per scenario: the verdict it should raise, seconds from onset to it and
 from the start of recovery to its clear, and every other verdict seen during the run.
 """

@@ -7,7 +7,7 @@ Each what-if runs one simulated engine (max_num_seqs 4, steady Poisson load, FCF
 600 s of 1 s ticks scraped over loopback HTTP into the SLO watch, whose capacity answer (every 10 s) gives
 the prediction (the median over the answers); then the change is made in the simulator, 120 s to settle,
 and 1500 s of requests measured, each by its own arrival, first scheduling and first token
-(tests/test_capacity_vs_sim.py asserts the bound on the same runs). The model predicts no TTFT p50: that
+(tests/unit/test_capacity_vs_sim.py asserts the bound on the same runs). The model predicts no TTFT p50: that
 column shows the measured value only.
 """
 
@@ -18,7 +18,7 @@ import asyncio
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "unit"))
 
 from test_capacity_vs_sim import run_what_if  # noqa: E402
 

@@ -11,7 +11,6 @@ import tempfile
 
 import pytest
 
-from locations import CAPTURES, FIXTURES, capture_text  # noqa: F401 — tests/test_perf_paths.py still imports them from here
 from scripted_server import ScriptedServer
 
 # Tests never touch the user's own state: an engine the developer runs under

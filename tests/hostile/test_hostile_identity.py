@@ -1,6 +1,6 @@
 """Engine identity and counter/histogram windows under hostile input (issue 29, items 11, 12, 14).
 
-Engines are scripted loopback servers (tests/scripted_server.py) polled by the real
+Engines are scripted loopback servers (tests/support/scripted_server.py) polled by the real
 collector with a clock the test advances one second a poll; the Log lines come from
 the real :class:`FleetMembership` fed the collector's stats tick by tick.
 """

@@ -1,6 +1,6 @@
 """The GPUs pane, GPU tiles, GPU detail and `snapshot --dcgm`, through the Pilot and a subprocess.
 
-NVML is the fake module of tests/fake_pynvml.py, handed to the app's
+NVML is the fake module of tests/support/fake_pynvml.py, handed to the app's
 GpuCollector; dcgm-exporter is the simulator's, over loopback HTTP.
 """
 

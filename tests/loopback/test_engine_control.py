@@ -1,6 +1,6 @@
 """Local engine lifecycle (infertop.control.engines) against the fake engine.
 
-Every engine here is ``tests/fake_engine.py`` run by this interpreter; it
+Every engine here is ``tests/support/fake_engine.py`` run by this interpreter; it
 speaks the api_server command line and serves /health and /metrics.
 """
 

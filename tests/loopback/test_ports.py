@@ -1,4 +1,4 @@
-"""tests/ports.py: ports for children that bind later come from outside the ephemeral range."""
+"""tests/support/ports.py: ports for children that bind later come from outside the ephemeral range."""
 
 from __future__ import annotations
 

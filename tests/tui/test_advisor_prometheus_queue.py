@@ -1,6 +1,6 @@
 """Queue depth per Deployment from Prometheus (issue 12): the queue query's series, each
 attributed to a workload, feed the advisor — through a loopback server speaking the
-Prometheus API (tests/prom_api_server.py), the recorded engine answers of
+Prometheus API (tests/support/prom_api_server.py), the recorded engine answers of
 tests/fixtures/prometheus_fleet, and a cluster read of two Deployments.
 
 Deployment ``llama`` owns the four Llama engines' pods, ``qwen`` the Qwen one. The

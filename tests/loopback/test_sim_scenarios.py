@@ -4,7 +4,7 @@ not its look-alikes, and clears after recovery (issue 24 items 2 and 7).
 Every run: a healthy fleet of 4 engines (seed 7, bursty load; models llama, llama, qwen, llama),
 the scenario on vllm-1 from ``onset`` virtual seconds after the start; every virtual second the
 simulator advances, infertop's collectors scrape the engines' /metrics and the dcgm exporter over
-loopback HTTP, the fleet state is built and fed to :class:`Triage` (tests/sim_fleet_clock.py).
+loopback HTTP, the fleet state is built and fed to :class:`Triage` (tests/support/sim_fleet_clock.py).
 Times are virtual seconds. Onset → verdict and recovery → clear are printed (``-s``) and
 collected in :data:`FIGURES`; benchmarks/bench_sim_scenarios.py prints the same table.
 """

@@ -1,4 +1,4 @@
-"""NVML source against the fake pynvml (tests/fake_pynvml.py), and process → engine mapping
+"""NVML source against the fake pynvml (tests/support/fake_pynvml.py), and process → engine mapping
 with real processes."""
 
 from __future__ import annotations

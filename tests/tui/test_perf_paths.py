@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyte
 import pytest
+from locations import REPO, SUPPORT
 from rich.text import Text
 from textual.app import App
 from textual.geometry import Region
@@ -35,7 +36,6 @@ from infertop.ui.fastpaint.lean import LeanTable
 from infertop.ui.widgets.panels import QuietStatic, Trend, bars
 from overview_view import tile
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 # ----- cell-diffed output ------------------------------------------------------------
@@ -115,12 +115,12 @@ def test_random_frames_of_bars_box_lines_and_marks_paint_what_they_paint_raw():
 
 
 def run_child_in_pty(out: Path, state_dir: Path, deadline_s: float = 120.0) -> int:
-    """tests/driver_child.py in a 120x40 pseudo-terminal; its output is drained here."""
+    """tests/support/driver_child.py in a 120x40 pseudo-terminal; its output is drained here."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: a terminal of 120x40, then the TUI
         try:
             fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-            os.execv(sys.executable, [sys.executable, str(REPO / "tests" / "driver_child.py"), str(out),
+            os.execv(sys.executable, [sys.executable, str(SUPPORT / "driver_child.py"), str(out),
                                       str(state_dir)])
         finally:
             os._exit(127)
@@ -149,7 +149,7 @@ def test_cell_diffed_stream_paints_the_same_screen_as_the_app_wrote(tmp_path, mo
     # the app wrote it and as it was sent. Replayed through a terminal emulator, both
     # give the same screen (characters and attributes) after every write: through
     # ticks, pane switches, the help screen opening and closing and a resize.
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(REPO / "tests")]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(SUPPORT)]))
     monkeypatch.setenv("TERM", "xterm-256color")
     monkeypatch.setenv("COLORTERM", "truecolor")
     monkeypatch.delenv("TEXTUAL_DRIVER", raising=False)
@@ -572,7 +572,7 @@ async def test_a_body_over_the_limit_is_not_kept_alive_by_its_error():
 
 
 def test_lazy_values_give_the_extractor_the_same_samples_as_full_conversion():
-    from conftest import CAPTURES
+    from locations import CAPTURES
     from infertop.sources.expfmt import Parser
     from infertop.sources.vllm_names import Extractor
 
@@ -589,7 +589,7 @@ def test_lazy_values_give_the_extractor_the_same_samples_as_full_conversion():
 
 
 def test_a_value_that_is_no_number_is_an_error_when_read_with_its_line():
-    from conftest import CAPTURES
+    from locations import CAPTURES
     from infertop.sources.expfmt import ParseError, Parser
     from infertop.sources.vllm_names import Extractor
 

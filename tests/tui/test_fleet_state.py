@@ -322,16 +322,16 @@ async def test_no_data_is_a_dash_and_a_down_source_is_a_cross(scripted):
     async with app.run_test(size=(120, 40)) as pilot:
         # the first frame, before any poll: no data is not zero
         app.tick()
-        await pilot.pause()
+        await until(pilot, lambda: tile(app, "rps") == "—", "the first frame's rps tile")
         assert tile(app, "rps") == "—"
         assert tile(app, "running") == "—"
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: tile(app, "running") == "4", "the polled running count")
         assert tile(app, "running") == "4"
         assert "✓ 1/1 engines ok" in text_of(app, "#statusbar")
         srv.hang.add("/metrics")
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: tile(app, "running") == "—", "the running tile of a fleet that is down")
         assert tile(app, "running") == "—"  # nothing is up: not 0, not the old value
         assert tile(app, "engines") == "0/1"
         status = text_of(app, "#statusbar")
@@ -360,14 +360,14 @@ async def test_tui_and_snapshot_render_the_same_numbers_from_one_recorded_state(
         app.show_state(state)
         await pilot.press("2")  # the Engines pane
         await until(pilot, lambda: app.query_one("#panes").active == "engines", "the engines pane")
-        await pilot.pause()
+        await until(pilot, lambda: {"alpha", "beta"} <= cells(app, "#engines-table").keys(), "both engines' rows")
         tui = cells(app, "#engines-table")
         for name in ("alpha", "beta"):
             t = table[name]
             assert [tui[name]["run"], tui[name]["wait"], tui[name]["kv"]] == [t[3], t[4], t[5]]
         await pilot.press("1")
         await until(pilot, lambda: app.query_one("#panes").active == "overview", "the overview pane")
-        await pilot.pause()
+        await until(pilot, lambda: tile(app, "running") == "9", "the overview's running tile")
         assert tile(app, "running") == count_human(state.fleet.running) == "9"
         assert tile(app, "kv") == f"{pct_human(30.0)}/{pct_human(50.0)}"
 

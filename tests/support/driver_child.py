@@ -1,7 +1,7 @@
 """Run the infertop TUI in the terminal it was started in, with the cell-diffing
 driver, and keep every write: what the app wrote and what was sent (JSON, argv[1]).
 
-Started by tests/test_perf_paths.py in a pseudo-terminal. The fleet state changes
+Started by tests/tui/test_perf_paths.py in a pseudo-terminal. The fleet state changes
 every step; the run switches panes, opens and closes the help screen, and
 resizes its own terminal, then quits.
 """

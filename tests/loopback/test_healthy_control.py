@@ -3,7 +3,7 @@ bursts raises no alert and no verdict, and the Log gets no alert/cleared line.
 
 The fleet is what ``infertop --demo`` runs (6 engines, seed 7, no hot engine, no throttled GPU),
 with the default SLO targets, watched through the real collectors over loopback HTTP on the
-simulator's virtual clock (tests/sim_fleet_clock.py): 1800 ticks, one a virtual second, from
+simulator's virtual clock (tests/support/sim_fleet_clock.py): 1800 ticks, one a virtual second, from
 midnight through noon (20x the night's rate, bursts of 2.4x) of the compressed 30-minute day.
 Before the defaults fitted a healthy fleet it showed permanent ITL p95 / E2E p99 alerts on every
 engine and alert/cleared pairs at each burst.

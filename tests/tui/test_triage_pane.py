@@ -408,7 +408,7 @@ async def test_replay_shows_what_was_recorded_and_evaluates_nothing_again(tmp_pa
 
 
 class FlappingEngine:
-    """tests/fake_engine.py as a process on one loopback port: killed (down, connection refused) and started
+    """tests/support/fake_engine.py as a process on one loopback port: killed (down, connection refused) and started
     again (up) as a crashing engine is."""
 
     def __init__(self, name: str) -> None:
