@@ -63,7 +63,7 @@ class AlertHold:
     def __init__(self, for_s: float = ALERT_FOR_S, clear_for_s: float = ALERT_CLEAR_S) -> None:
         from .triage.debounce import Debouncer  # (triage is a sibling: no cycle at import time)
 
-        self._debounce = Debouncer(for_s, clear_for_s)
+        self._debounce: Debouncer[tuple[str, str]] = Debouncer(for_s, clear_for_s)
         self._last: dict[tuple[str, str], Alert] = {}
 
     def apply(self, alerts: Iterable[Alert], now: float) -> list[Alert]:

@@ -207,15 +207,16 @@ def _workload_context(snap: ClusterSnapshot, w: WorkloadView) -> _Workload:
     pending = [p for p in snap.pods_of(w) if not p.terminating and p.phase == "Pending" and p.unschedulable_message
                and "nvidia.com/gpu" in p.unschedulable_message]
     message = short_unschedulable(pending[0].unschedulable_message or "") if pending else None
+    stuck = len(pending)
     if not pending:  # the pods may be gone from view, their FailedScheduling events are not
         for e in snap.events:
             if e.reason == "FailedScheduling" and "nvidia.com/gpu" in e.message and e.kind == "Pod" \
                     and e.namespace == w.namespace and e.name.startswith(w.name + "-") \
                     and any(p.name == e.name and p.phase == "Pending" for p in snap.pods):
                 message = short_unschedulable(e.message)
-                pending = [e]
+                stuck = 1
                 break
-    return _Workload(w, len(pending), message)
+    return _Workload(w, stuck, message)
 
 
 def _recent(events: list[EventView], now: float | None) -> list[EventView]:

@@ -151,7 +151,7 @@ def explain_variant(va: VariantAutoscalerView, snap: ClusterSnapshot, wl: _Workl
         notes.append(f"accelerator {va.accelerator}")
     if va.last_run_time and now is not None and (t := _parse_time(va.last_run_time)) is not None:
         notes.append(f"optimised {_fmt_s(now - t)} ago")
-    metrics = ()
+    metrics: tuple[MetricLine, ...] = ()
     if va.metric_desired_replicas is not None:
         metrics = (MetricLine("wva_desired_replicas", "External", f"{va.metric_desired_replicas:g}", None, None),)
     events = sorted((e for e in snap.events if e.kind == "VariantAutoscaling" and e.name == va.name

@@ -152,7 +152,7 @@ def explain_hpa(h: HpaView, snap: ClusterSnapshot, wl: _Workload, now: float | N
 
     stabilised = able is not None and able.status == "True" and able.reason in ("ScaleDownStabilized",
                                                                                    "ScaleUpStabilized")
-    if stabilised:
+    if stabilised and able is not None:
         d = "down" if able.reason == "ScaleDownStabilized" else "up"
         why.append(WhyNot(STABILISING, f"inside the scale-{d} stabilisation window ({_window_s(h, d)} s)"
                           + (f": {able.message}" if able.message else "")))
@@ -160,12 +160,12 @@ def explain_hpa(h: HpaView, snap: ClusterSnapshot, wl: _Workload, now: float | N
             and metric_problem is None and not (able is not None and able.reason == "ReadyForNewScale"):
         # no word from the controller: the metrics would move it, and it scaled less than a window ago
         last = _parse_time(h.last_scale_time)
-        d = "up" if above else "down" if below else None
+        way = "up" if above else "down" if below else None
         would = math.ceil(current * max(ratios)) if ratios else current
-        if d is not None and would != current and last is not None and now - last < _window_s(h, d):
-            left = _window_s(h, d) - (now - last)
-            why.append(WhyNot(STABILISING, f"inside the scale-{d} stabilisation window: last scaled "
-                                           f"{_fmt_s(now - last)} ago, {_fmt_s(left)} left of {_window_s(h, d)} s"))
+        if way is not None and would != current and last is not None and now - last < _window_s(h, way):
+            left = _window_s(h, way) - (now - last)
+            why.append(WhyNot(STABILISING, f"inside the scale-{way} stabilisation window: last scaled "
+                                           f"{_fmt_s(now - last)} ago, {_fmt_s(left)} left of {_window_s(h, way)} s"))
 
     if (ratios and len(ratios) == len(metrics) and metric_problem is None and desired == current
             and all(1 - _tolerance(h, "down") <= r <= 1 + _tolerance(h, "up") for r in ratios)):

@@ -125,12 +125,12 @@ def explain_workloads(cluster_state: Any, now: float | None = None) -> list[Work
         owner_of = {so.hpa_name or f"keda-hpa-{so.name}": so for so in sos}
         hpa_lines: dict[str, AutoscalerExplanation] = {}
         for h in hpas:
-            so = owner_of.get(h.name) if h.owner_kind in (None, "ScaledObject") else None
+            owner = owner_of.get(h.name) if h.owner_kind in (None, "ScaledObject") else None
             if h.owner_kind == "ScaledObject" and h.owner_name:
-                so = next((s for s in sos if s.name == h.owner_name), so)
-            line = explain_hpa(h, snap, wl, now, paused_by=so if so is not None and so.paused else None)
-            if so is not None and line.managed_by is None:
-                line = _with_manager(line, f"ScaledObject {so.name}")
+                owner = next((s for s in sos if s.name == h.owner_name), owner)
+            line = explain_hpa(h, snap, wl, now, paused_by=owner if owner is not None and owner.paused else None)
+            if owner is not None and line.managed_by is None:
+                line = _with_manager(line, f"ScaledObject {owner.name}")
             hpa_lines[h.name] = line
         lines: list[AutoscalerExplanation] = []
         for so in sos:

@@ -56,7 +56,7 @@ def derived_fields(window: CounterWindow, gauges: dict[str, float]) -> dict[str,
     else:
         v0 = gauges.get("prefix_hit_rate_v0")
         prefix_pct = 100.0 * v0 if v0 is not None and v0 >= 0 else None
-    fields = {
+    fields: dict[str, Any] = {
         "running": gauges.get("running"),
         "waiting": gauges.get("waiting"),
         "kv_cache_pct": None if kv is None else 100.0 * kv,
@@ -71,25 +71,23 @@ def derived_fields(window: CounterWindow, gauges: dict[str, float]) -> dict[str,
     }
     buckets = all_window_buckets(window)  # one pass over the samples, not one per quantile
     prepared: dict[str, Prepared | None] = {}  # each histogram sorted once for its quantiles
-    edges: dict[str, str] = {}
+    quantile_edges: dict[str, str] = {}
     for hist, q, attr in QUANTILES:
-        p = prepared.get(hist, _NONE)
-        if p is _NONE:
+        if hist in prepared:
+            p = prepared[hist]
+        else:
             b = buckets.get(hist)
             p = prepared[hist] = prepare(b) if b else None
-        v = prepared_quantile(q, p) if p is not None else None  # type: ignore[arg-type]
-        if v is not None and not math.isnan(v):
-            edge = prepared_edge(q, p)  # type: ignore[arg-type]
+        v = prepared_quantile(q, p) if p is not None else None
+        if p is not None and v is not None and not math.isnan(v):
+            edge = prepared_edge(q, p)
             if edge:
-                edges[attr] = edge
+                quantile_edges[attr] = edge
                 if edge == "<":
-                    v = p[0][0]  # type: ignore[index]  # "< 300ms": the bound, not an interpolation from 0
+                    v = p[0][0]  # "< 300ms": the bound, not an interpolation from 0
         fields[attr] = None if v is None or math.isnan(v) else v
-    fields["quantile_edges"] = edges
+    fields["quantile_edges"] = quantile_edges
     return fields
-
-
-_NONE = object()
 
 
 _RATE_KEYS = ("prompt_tokens", "generation_tokens", "requests", "preemptions", "prefix_hits", "prefix_queries")
@@ -132,17 +130,20 @@ def all_window_buckets(window: CounterWindow) -> dict[str, list[tuple[float, flo
 
 def _split(key: str) -> tuple[str, float] | None:
     """"ttft@0.5" → ("ttft", 0.5); None for a key that is no bucket."""
-    split = _LE.get(key, False)
-    if split is False:
-        hist, sep, le = key.partition("@")
-        try:
-            split = (hist, float(le)) if sep else None
-        except ValueError:
-            split = None  # not a bucket
-        if len(_LE) >= _LE_MAX:
-            _LE.clear()
-        _LE[key] = split
-    return split  # type: ignore[return-value]
+    try:
+        return _LE[key]
+    except KeyError:
+        pass
+    hist, sep, le = key.partition("@")
+    split: tuple[str, float] | None
+    try:
+        split = (hist, float(le)) if sep else None
+    except ValueError:
+        split = None  # not a bucket
+    if len(_LE) >= _LE_MAX:
+        _LE.clear()
+    _LE[key] = split
+    return split
 
 
 def _buckets(first: dict[str, float], last: dict[str, float]) -> dict[str, list[tuple[float, float]]]:

@@ -251,7 +251,7 @@ class ScalingPolicy:
         if not present:
             why = ", ".join(f"{s.name} missing ({s.why or 'no data'})" for s in missing)
             return record(rule=STALE, action=REFUSED, reason=f"refused: {why}")
-        ratio = max(s.value / s.target for s in present)  # type: ignore[operator]
+        ratio = max(s.value / s.target for s in present if s.value is not None)  # (all of them: narrows)
         if missing and ratio <= 1 + p.tolerance + 1e-9:
             why = ", ".join(f"{s.name} missing ({s.why or 'no data'})" for s in missing)
             return record(ratio=ratio, rule=STALE, action=REFUSED,

@@ -148,7 +148,7 @@ def engine_context(state) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
         sel = pools.get((obj.namespace, obj.pool))
         if not sel:
             continue
-        for pod in snap.pods:
+        for pod in getattr(snap, "pods", ()) or ():
             eng = engine_of.get((pod.namespace, pod.name))
             if eng is not None and pod.namespace == obj.namespace and all(pod.labels.get(k) == v for k, v in sel):
                 got = gateway.setdefault(eng, [])

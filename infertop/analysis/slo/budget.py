@@ -124,13 +124,14 @@ def _text(stage, pct, value, target, edge, parts, broke) -> str:
 def worst(lines_by_engine: dict[str, tuple[StageLine, ...]]) -> dict[str, tuple[str, StageLine]]:
     """stage → (engine, its line) with the highest value ÷ target, among engines that have the value."""
     out: dict[str, tuple[str, StageLine]] = {}
+    top: dict[str, float] = {}  # stage → the value ÷ target of its line in out
     for name, lines in lines_by_engine.items():
         for line in lines:
             if line.value_s is None:
                 continue
-            cur = out.get(line.stage)
-            if cur is None or line.value_s / line.target_s > cur[1].value_s / cur[1].target_s:  # type: ignore[operator]
-                out[line.stage] = (name, line)
+            ratio = line.value_s / line.target_s
+            if line.stage not in top or ratio > top[line.stage]:
+                out[line.stage], top[line.stage] = (name, line), ratio
     return out
 
 

@@ -9,16 +9,17 @@ within each target come from those, not from the percentiles.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
+from typing import Protocol
 
 from ...format import seconds_human
 from .assign import Assigner, engine_context
-from .budget import class_counts, count_within, stage_lines, worst
+from .budget import Bucket, class_counts, count_within, stage_lines, worst
 from .burn import PAIRS, BurnTracker, WindowCount, with_prometheus
 from .capacity import RunningMean, answer, inputs_of
 from .cost import IdleMeter, model_costs
-from .targets import STAGE_LABEL, classes_from
+from .targets import STAGE_LABEL, SloClass, classes_from
 
 COUNT_HOW = ("requests over target counted from the objective stage's histogram buckets; a target between two "
              "bounds is interpolated linearly inside its bucket (as histogram_quantile), requests past the "
@@ -26,6 +27,23 @@ COUNT_HOW = ("requests over target counted from the objective stage's histogram 
 ENGINE_BURN_KEEP_S = 3600.0  # an engine's own burn: the fast pair only (memory at 500 engines)
 CAPACITY_EVERY_S = 10.0  # a class's capacity answer is recomputed this often (its inputs are window rates)
 BURN_READ_MAX_AGE_S = 180.0  # a Prometheus read of a burn window older than this (3 missed reads): local again
+
+
+class RangeRead(Protocol):
+    """What the report reads of one Prometheus read over a window (sources' ``RangeCounts``)."""
+
+    @property
+    def asked_s(self) -> float: ...
+    @property
+    def end(self) -> float: ...
+    @property
+    def step_s(self) -> float: ...
+    @property
+    def used_s(self) -> float: ...
+    @property
+    def buckets(self) -> Mapping[str, Mapping[str, Sequence[Bucket]]]: ...
+    @property
+    def errors(self) -> tuple[str, ...]: ...
 
 
 def flat(obj) -> dict:
@@ -38,17 +56,20 @@ _SPLIT_MAX = 4096
 
 
 def _split(key: str) -> tuple[str, float] | None:
-    got = _SPLIT.get(key, False)
-    if got is False:
-        hist, sep, le = key.partition("@")
-        try:
-            got = (hist, float(le)) if sep else None
-        except ValueError:
-            got = None
-        if len(_SPLIT) >= _SPLIT_MAX:
-            _SPLIT.clear()
-        _SPLIT[key] = got
-    return got  # type: ignore[return-value]
+    try:
+        return _SPLIT[key]
+    except KeyError:
+        pass
+    hist, sep, le = key.partition("@")
+    got: tuple[str, float] | None
+    try:
+        got = (hist, float(le)) if sep else None
+    except ValueError:
+        got = None
+    if len(_SPLIT) >= _SPLIT_MAX:
+        _SPLIT.clear()
+    _SPLIT[key] = got
+    return got
 
 
 def cumulative_buckets(window, which: int = -1, wanted=None) -> dict[str, list[tuple[float, float]]]:
@@ -109,11 +130,11 @@ class SloWatch:
         self.idle = IdleMeter()
         self._cap: dict[str, tuple] = {}  # class → (computed at, its engines, answer)
         self._running: dict[str, RunningMean] = {}  # class → its running requests over the rates' window
-        self._class_of: dict[str, object] = {}  # engine → its class at the last tick (joins Prometheus counts)
-        self._range_counts: dict[float, object] = {}  # objective window (s) → the last Prometheus read of it
+        self._class_of: dict[str, SloClass] = {}  # engine → its class at the last tick (joins Prometheus counts)
+        self._range_counts: dict[float, RangeRead] = {}  # objective window (s) → the last Prometheus read of it
         self._range_cache: tuple | None = None
         self.prometheus_burn = False  # the burn windows are read from Prometheus too (set by the Fleet)
-        self._burn_counts: dict[float, object] = {}  # burn window (s) → the last Prometheus read of it
+        self._burn_counts: dict[float, RangeRead] = {}  # burn window (s) → the last Prometheus read of it
         self._burn_cache: tuple | None = None
 
     def update(self, state, buckets: Mapping[str, Mapping[str, list]], *, troubled=frozenset(),
@@ -214,7 +235,7 @@ class SloWatch:
             hists.setdefault(c.objective_stage, []).append(c.target_s(c.objective_stage))
         return plan
 
-    def set_range(self, counts) -> None:
+    def set_range(self, counts: RangeRead) -> None:
         """A Prometheus read over an objective window (``RangeCounts``, duck-typed), kept for the ticks
         after it: each tick joins its counts to the engines' classes of that tick."""
         self._range_counts[counts.asked_s] = counts
@@ -230,7 +251,7 @@ class SloWatch:
         return {w: {h: list(t) for h, t in hists.items()} for _, long_s, short_s in self.pairs
                 for w in (long_s, short_s)}
 
-    def set_burn(self, counts) -> None:
+    def set_burn(self, counts: RangeRead) -> None:
         """A Prometheus read over a burn window (``RangeCounts``, duck-typed), kept for the ticks after it."""
         self._burn_counts[counts.asked_s] = counts
         self._burn_cache = None
@@ -259,7 +280,7 @@ class SloWatch:
         self._burn_cache = (*self._burn_cache[:3], now, docs)
         return docs
 
-    def _joined(self, counts) -> dict:
+    def _joined(self, counts: RangeRead) -> dict:
         """Engine → class for a read's engines: the classes of this tick, else by the name's match."""
         class_of = dict(self._class_of)
         for name in counts.buckets:

@@ -228,6 +228,6 @@ def _engines_of(state, snap) -> dict[str, list[str]]:
     for pod in snap.pods:
         engine = engine_of_pod(pod, by_url, names)
         w = snap.workload_of(pod) if engine is not None and not pod.terminating else None
-        if w is not None and engine not in out.setdefault(w.key, []):
+        if w is not None and engine is not None and engine not in out.setdefault(w.key, []):
             out[w.key].append(engine)
     return out

@@ -127,7 +127,7 @@ def peer_medians(signals: dict[str, Signals], models: dict[str, str], signal: st
             by_model.setdefault(models.get(n, "?"), []).append(v)
     for values in by_model.values():
         values.sort()
-    out = {}
+    out: dict[str, tuple[float | None, int]] = {}
     whole = {model: ((values[(len(values) - 1) // 2] + values[len(values) // 2]) / 2, len(values))
              for model, values in by_model.items() if len(values) > EXACT_PEERS_UNDER}
     for n, v in values_of.items():

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass
@@ -13,18 +16,18 @@ class _Track:
     last_seen: float = 0.0
 
 
-class Debouncer:
-    """Per key: raise once the condition has held ``for_s`` seconds; clear once it has not held
+class Debouncer(Generic[K]):
+    """Per key (a ``K``): raise once the condition has held ``for_s`` seconds; clear once it has not held
     for ``clear_for_s`` seconds (a gap shorter than that keeps the raised state and its onset)."""
 
     def __init__(self, for_s: float, clear_for_s: float) -> None:
         self.for_s, self.clear_for_s = for_s, clear_for_s
-        self._tracks: dict[Hashable, _Track] = {}
+        self._tracks: dict[K, _Track] = {}
 
-    def update(self, holding: Iterable[Hashable], now: float) -> tuple[set[Hashable], set[Hashable]]:
+    def update(self, holding: Iterable[K], now: float) -> tuple[set[K], set[K]]:
         """Feed the keys whose condition holds at ``now``; returns (raised now, cleared now)."""
-        raised: set[Hashable] = set()
-        cleared: set[Hashable] = set()
+        raised: set[K] = set()
+        cleared: set[K] = set()
         seen = set(holding)
         for key in seen:
             t = self._tracks.get(key)
@@ -44,10 +47,10 @@ class Debouncer:
                 del self._tracks[key]
         return raised, cleared
 
-    def active(self) -> dict[Hashable, float]:
+    def active(self) -> dict[K, float]:
         """Raised keys → since when their condition has held."""
         return {k: t.active_since for k, t in self._tracks.items() if t.active_since is not None}
 
-    def is_active(self, key: Hashable) -> bool:
+    def is_active(self, key: K) -> bool:
         t = self._tracks.get(key)
         return t is not None and t.active_since is not None

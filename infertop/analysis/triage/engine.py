@@ -58,7 +58,8 @@ class Triage:
     def __init__(self, timing: dict[str, tuple[float, float]] | None = None, *,
                  crash_window_s: float = CRASH_WINDOW_S, crash_loop_downs: int = CRASH_LOOP_DOWNS) -> None:
         self.timing = {**TIMING, **(timing or {})}
-        self._debounce = {kind: Debouncer(*t) for kind, t in self.timing.items()}
+        self._debounce: dict[str, Debouncer[tuple[str, str]]] = {  # kind → its (kind, subject) keys
+            kind: Debouncer(*t) for kind, t in self.timing.items()}
         self._latest: dict[tuple[str, str], Finding] = {}
         self.crash_window_s, self.crash_loop_downs = crash_window_s, crash_loop_downs
         self._last_state: dict[str, str] = {}
@@ -111,12 +112,12 @@ class Triage:
                 self._changes.pop(key, None)
                 self._cleared_at[key] = now
             for key, since in d.active().items():
-                f = self._latest.get(key)
-                if f is not None and not (kind == "engine-down" and key[1] in looping):  # the loop says more
+                latest = self._latest.get(key)
+                if latest is not None and not (kind == "engine-down" and key[1] in looping):  # the loop says more
                     if records is not None:
-                        self._changes[key] = changes_before(since, records, subject=f.subject)
-                    out.append(Verdict(f.kind, f.subject, f.severity, since, f.explanation, f.evidence, f.remedies,
-                                       self._changes.get(key, ())))
+                        self._changes[key] = changes_before(since, records, subject=latest.subject)
+                    out.append(Verdict(latest.kind, latest.subject, latest.severity, since, latest.explanation,
+                                       latest.evidence, latest.remedies, self._changes.get(key, ())))
         for key in [k for k, t in self._cleared_at.items() if now - t > CLEARED_MEMORY_S]:
             del self._cleared_at[key]
         out.sort(key=lambda v: (_SEVERITY.get(v.severity, 1), v.since, v.kind, v.subject))

@@ -101,9 +101,11 @@ def long_prompts(state, active, ctx: RuleContext) -> list[Finding]:
             continue  # the prompts grew and TTFT did not: nothing is slow for it
         base_itl = ctx.own(name, "itl_p50_s")
         itl = sig.reliable("itl_p50_s")
-        itl_x = None if itl is None or not base_itl else itl / base_itl
-        if not holding and itl_x is not None and itl_x >= ITL_FLAT_BELOW_X and itl - base_itl >= ITL_SLOWER_MIN_S:
-            continue  # decode slowed too: another cause (KV, GPU) speaks
+        itl_x = None
+        if itl is not None and base_itl:
+            itl_x = itl / base_itl
+            if not holding and itl_x >= ITL_FLAT_BELOW_X and itl - base_itl >= ITL_SLOWER_MIN_S:
+                continue  # decode slowed too: another cause (KV, GPU) speaks
         ev = [Evidence("prompt tokens / request", f"{prompt:.0f}", f"baseline {base_prompt:.0f} (×{grown:.1f})",
                        sig.prompt_window), ttft]
         if itl_x is not None:
