@@ -20,7 +20,9 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -101,7 +103,7 @@ class _Acc:
     gi: int | None
     labels: dict[str, str]
     values: dict[str, float]
-    pods: set[tuple[tuple[str, str], ...]] | frozenset  # distinct pod label sets seen
+    pods: AbstractSet[tuple[tuple[str, str], ...]]  # distinct pod label sets seen (frozen in a layout plan)
 
 
 def _is_blank(v: float) -> bool:
@@ -163,9 +165,10 @@ def build_rows(triples: Iterable[tuple[str, dict[str, str], float]], *, source: 
     a parent with no series of its own is made from their labels.
     """
     accs: dict[tuple, _Acc] = {}
+    pod_sets: dict[tuple, set[tuple[tuple[str, str], ...]]] = {}  # each acc's pods, as a set to add to
     entries = cache.entries if cache is not None else None
-    if entries is not None and len(entries) > cache.max_entries:  # type: ignore[union-attr]
-        entries.clear()
+    if cache is not None and len(cache.entries) > cache.max_entries:
+        cache.entries.clear()
     fields_get = FIELDS.get
     for metric, labels, value in triples:
         spec = fields_get(metric)
@@ -182,7 +185,7 @@ def build_rows(triples: Iterable[tuple[str, dict[str, str], float]], *, source: 
             key, pods = _identity(labels, host_labels, default_host)
         acc = accs.get(key)
         if acc is None:
-            acc = accs[key] = _Acc(key[0], key[1], key[2], key[3], labels, {}, set())
+            acc = accs[key] = _Acc(key[0], key[1], key[2], key[3], labels, {}, pod_sets.setdefault(key, set()))
         fname, scale = spec
         # first metric for a field wins; NaN, ±Inf and DCGM's "blank" sentinels = no data
         if fname not in acc.values and value == value and not _is_blank(value):
@@ -190,7 +193,7 @@ def build_rows(triples: Iterable[tuple[str, dict[str, str], float]], *, source: 
             if math.isfinite(scaled):
                 acc.values[fname] = scaled
         if pods:
-            acc.pods.add(pods)
+            pod_sets[key].add(pods)
     return _rows(accs, source, source_url)
 
 
@@ -227,7 +230,7 @@ def _fint(x: float) -> int | None:
 def _row(acc: _Acc, source: str, source_url: str | None) -> GpuStats:
     v = acc.values
     lab = acc.labels
-    kw: dict[str, object] = {}
+    kw: dict[str, Any] = {}  # GpuStats fields of several types
     for k, x in v.items():
         if k.startswith("_"):
             continue
@@ -252,9 +255,9 @@ def _row(acc: _Acc, source: str, source_url: str | None) -> GpuStats:
         kw["pstate"] = None
     pod_sets: dict[str, set[str]] = {}
     for pod_labels in acc.pods:
-        for k, x in pod_labels:
-            pod_sets.setdefault(k, set()).add(x)
-    pods = {k: ",".join(sorted(x)) for k, x in pod_sets.items()}
+        for label, text in pod_labels:
+            pod_sets.setdefault(label, set()).add(text)
+    pods = {label: ",".join(sorted(texts)) for label, texts in pod_sets.items()}
     profile = lab.get("GPU_I_PROFILE") or None
     name = lab.get("modelName") or None
     if name and profile and acc.gi is not None:
@@ -264,7 +267,7 @@ def _row(acc: _Acc, source: str, source_url: str | None) -> GpuStats:
         pci_bus_id=lab.get("pci_bus_id") or None, driver_version=lab.get("DCGM_FI_DRIVER_VERSION") or None,
         mig_profile=profile if acc.gi is not None else None, gpu_instance_id=acc.gi,
         pod=pods.get("pod"), namespace=pods.get("namespace"), container=pods.get("container"),
-        **kw,  # type: ignore[arg-type]
+        **kw,
     ))
 
 

@@ -35,7 +35,7 @@ from functools import partial
 from itertools import repeat
 from operator import getitem, itemgetter
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 __all__ = ["Sample", "Family", "Exposition", "Layout", "ParseError", "Parser", "parse", "picker"]
 
@@ -168,7 +168,7 @@ class Exposition:
                  raw: list[str] | None = None) -> None:
         self.layout = layout
         self._values = values
-        self._raw = raw  # the value texts, when values are converted as they are read
+        self._raw: list[str] = raw if raw is not None else []  # the value texts, when values are read lazily
         self.timestamps = timestamps
         self._by_name: dict[str, list[Sample]] = {}
 
@@ -254,7 +254,8 @@ class Parser:
             # C-level loops only: every sample line starts with its head and a space; cut the value off.
             sample_lines = lay._sample_get(lines)
             if all(map(str.startswith, sample_lines, lay._head_space)):
-                raw = list(map(getitem, sample_lines, lay._value_cut))
+                # a str cut by a slice is a str (typeshed's getitem answers Sequence)
+                raw = cast("list[str]", list(map(getitem, sample_lines, lay._value_cut)))
                 if self.lazy_values:
                     if _NOT_NUMBER_RE.search("\n".join(raw)) is None and "" not in raw:
                         return Exposition(lay, None, raw=raw)

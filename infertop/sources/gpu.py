@@ -16,6 +16,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import fields, replace
 from typing import Any
 
@@ -88,8 +89,8 @@ class GpuCollector:
             use_prom = False
         self.prom: PromGpuSource | None = (
             PromGpuSource(prometheus.url, prometheus.timeout_s, prometheus.token_file, clock=clock,
-                          stale_after_s=prometheus.stale_after_s)  # type: ignore[union-attr,arg-type]
-            if use_prom else None
+                          stale_after_s=prometheus.stale_after_s)
+            if use_prom and prometheus is not None and prometheus.url else None  # (use_prom says both: narrows)
         )
         self.engines: list[EngineRef] = [e if isinstance(e, EngineRef) else EngineRef(*e) for e in engines]
         self._client: LeanHttpClient | None = None
@@ -205,7 +206,7 @@ class GpuCollector:
         self.close_blocking()
 
 
-def assign_pod_engines(rows: list, pod_engines: dict[str, str], engine_names: set[str] = frozenset()) -> list:
+def assign_pod_engines(rows: list, pod_engines: dict[str, str], engine_names: AbstractSet[str] = frozenset()) -> list:
     """GPU → pod → engine: rows whose ``pod`` label (dcgm-exporter ``-k``) is a known
     engine's pod, or is itself an engine's name, get that engine. Rows already
     mapped (NVML process ownership) keep theirs; MIG children are mapped too."""

@@ -266,7 +266,8 @@ async def _body(reader: asyncio.StreamReader, headers: dict[str, str], limit: in
             raise too_large(limit, n)
         return await reader.readexactly(n), True
     # Neither: the body ends when the server closes the connection.
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         chunk = await reader.read(65536)
         if not chunk:
@@ -279,7 +280,8 @@ async def _body(reader: asyncio.StreamReader, headers: dict[str, str], limit: in
 
 
 async def _chunked(reader: asyncio.StreamReader, limit: int) -> bytes:
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         line = await reader.readuntil(b"\r\n")
         n_text = line.split(b";", 1)[0].strip()

@@ -124,7 +124,7 @@ class NvmlSource:
         self._initialised = False
         self._permanent = False  # unavailable for good (no driver / no binding)
         self._memo: dict[int, _GpuMemo] = {}
-        self._unsupported: set[tuple[str, str]] = set()  # (gpu key, field)
+        self._unsupported: set[tuple[str, ...]] = set()  # (gpu key, field); ("log", gpu key, field) once logged
         self._event_set: Any = None
         self._last_xid: dict[str, int] = {}
         self._health = SourceHealth(name="nvml", kind="nvml", ok=False)
@@ -599,7 +599,7 @@ def owner_engine(pid: int, engines: Iterable[EngineRef | tuple], proc_root: str 
 
 
 def _ancestors(pid: int, proc_root: str, cache: dict) -> list[int]:
-    chain = []
+    chain: list[int] = []
     p: int | None = pid
     while p and p > 1 and p not in chain and len(chain) < 64:
         chain.append(p)

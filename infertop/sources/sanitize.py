@@ -51,12 +51,13 @@ def io_url(url: str) -> str:
     return _IO_URLS.get(url, url)
 
 
-def finite(v: object) -> float | None:
+def finite(v: Any) -> float | None:
     """``v`` as a finite float, or None (NaN, ±Inf, not a number)."""
+    # Any, not object: whatever a source hands over goes to float(), whose TypeError is the answer
     if v is None or isinstance(v, bool):
         return None
     try:
-        f = float(v)  # type: ignore[arg-type]
+        f = float(v)
     except (TypeError, ValueError, OverflowError):
         return None
     return f if math.isfinite(f) else None
@@ -99,9 +100,9 @@ def clean_engine(s: EngineStats) -> EngineStats:
     for name in _ENGINE_TEXT:
         v = getattr(s, name)
         if v is not None:
-            c = plain_or_none(v)
-            if c != v:
-                changes[name] = c
+            text = plain_or_none(v)
+            if text != v:
+                changes[name] = text
     if s.error is not None:
         e = error_text(s.error)
         if e != s.error:

@@ -20,6 +20,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import cast
 from urllib.parse import urlencode
 
 import httpx
@@ -251,7 +252,7 @@ class EngineCollector:
         self._tokens: float | None = None  # prompt and generated tokens counted at the last poll
         self._serving = False  # those counters moved between the last two polls
         self._client: LeanHttpClient | None = None
-        self._last_text: tuple[int, int] | None = None  # (length, hash) of the last /metrics body
+        self._last_text: tuple[int, int | None] | None = None  # (length, hash or None) of the last /metrics body
         self._last_read: tuple[str, list[EngineSample]] | None = None
         # Ask /metrics for only the samples infertop reads (prometheus_client's name[] filter):
         # about a fifth of vLLM's document, to send, receive and parse every second.
@@ -303,7 +304,9 @@ class EngineCollector:
                                 get_health(client, base + "/health") if want_health else _none()]
                         if want_meta:
                             jobs.append(self._meta(client, base))
-                        text, health = (await asyncio.gather(*jobs, return_exceptions=True))[:2]
+                        got = await asyncio.gather(*jobs, return_exceptions=True)
+                        # gather over a list types every answer as the union of them all: say which is which
+                        text, health = cast("str | BaseException", got[0]), got[1]
                     else:  # most polls: /metrics alone, without a task per request
                         text, health = await get_text(client, metrics_url), None
                 filtered = self.filtered_scrape

@@ -143,9 +143,9 @@ def _plan(layout: Layout, max_keys: int = MAX_LABEL_SETS) -> _Plan:
                 break
     cache_config: dict[Key, dict[str, str]] = {}
     for i in index.get(CACHE_CONFIG, ()):
-        k = _key(labels[i])
-        if k in keys:
-            cache_config[k] = labels[i]
+        key = _key(labels[i])
+        if key in keys:
+            cache_config[key] = labels[i]
     has_engine = any(k[1] for k in keys)
     v0 = any(n in index for n in V0_ONLY) or (keys and not has_engine)
     # only the samples read are converted to numbers (see Exposition.values_at)
@@ -201,6 +201,6 @@ class Extractor:
             for fld, idx in summed:  # already in place with its first value: it keeps its position
                 counters[fld] = sum(values[i] for i in idx)
             out.append(EngineSample(key=k, counters=counters, cache_config=plan.cache_config.get(k, {})))
-        for k, fld, i in plan.gauges:
-            out[k].gauges[fld] = values[i]
+        for at, fld, i in plan.gauges:  # at: the engine's place in out
+            out[at].gauges[fld] = values[i]
         return plan.version, out

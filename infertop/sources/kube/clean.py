@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import MISSING, fields, is_dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance  # the stubs' "any dataclass instance" (no runtime module)
 
 from ..sanitize import plain_text
 
@@ -20,7 +23,7 @@ MAX_TEXT_CHARS = 2000  # an Event message or condition message shown in the deta
 MAX_COUNT = 1_000_000  # no replica, restart or GPU count gets near this
 MAX_FLOAT = 1e15
 
-T = TypeVar("T")
+T = TypeVar("T", bound="DataclassInstance")  # a view: a frozen dataclass
 
 
 def _default(f: Any) -> Any:
@@ -42,13 +45,14 @@ def _clean_value(v: Any, default: Any) -> Any:
         return tuple(_clean_value(x, None) for x in v)
     if isinstance(v, dict):
         return {plain_text(k, MAX_TEXT_CHARS): _clean_value(x, None) for k, x in v.items()}
-    if is_dataclass(v):
+    if is_dataclass(v) and not isinstance(v, type):  # an instance (a view), not a dataclass itself
         return clean_view(v)
     return v
 
 
-_SCALARS = {"str": str, "str | None": str, "int": int, "int | None": int, "float | None": (int, float),
-            "float": (int, float), "bool": bool}
+_SCALARS: dict[str, type | tuple[type, ...]] = {
+    "str": str, "str | None": str, "int": int, "int | None": int, "float | None": (int, float),
+    "float": (int, float), "bool": bool}
 
 
 def _typed(v: Any, type_name: str, default: Any) -> Any:
@@ -71,11 +75,11 @@ def clean_view(view: T, *, deep: bool = True) -> T:
     ``deep=False`` leaves tuples of views alone (each view was cleaned as it was built).
     """
     changes = {}
-    for f in fields(view):  # type: ignore[arg-type]
+    for f in fields(view):
         old = getattr(view, f.name)
         if not deep and _views_inside(old):
             continue
         new = _clean_value(_typed(old, str(f.type), _default(f)), _default(f))
         if new is not old and new != old:
             changes[f.name] = new
-    return replace(view, **changes) if changes else view  # type: ignore[type-var]
+    return replace(view, **changes) if changes else view

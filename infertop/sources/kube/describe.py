@@ -247,9 +247,9 @@ def _node(node: dict, pods: list[dict], now: float) -> list[str]:
     mine = [p for p in pods if (p.get("spec") or {}).get("nodeName") == node["metadata"]["name"] and _live(p)]
     lines.append(f"Pods:         {len(mine)}")
     for p in mine[:50]:
-        req = pod_requests(p)
+        asks = pod_requests(p)
         lines.append(f"  {p['metadata'].get('namespace')}/{p['metadata'].get('name')}  "
-                     + ", ".join(f"{k} {quantity_text(k, v)}" for k, v in sorted(req.items())))
+                     + ", ".join(f"{k} {quantity_text(k, v)}" for k, v in sorted(asks.items())))
     return lines
 
 

@@ -98,10 +98,10 @@ def attribute_by_selector(pods: list[PodView], deployments: list[dict]) -> list[
     out = []
     for p in pods:
         if p.owner_kind is None:
-            d = next((d for d in by_ns.get(p.namespace, ())
-                      if selector_matches((d.get("spec") or {}).get("selector"), p.labels)), None)
-            if d is not None:
-                p = dataclasses.replace(p, owner_kind="Deployment", owner_name=_meta(d).get("name"))
+            owner = next((d for d in by_ns.get(p.namespace, ())
+                          if selector_matches((d.get("spec") or {}).get("selector"), p.labels)), None)
+            if owner is not None:
+                p = dataclasses.replace(p, owner_kind="Deployment", owner_name=_meta(owner).get("name"))
         out.append(p)
     return out
 

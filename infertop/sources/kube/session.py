@@ -130,7 +130,7 @@ def describe_api_error(exc: BaseException, timeout_s: float | None = None) -> st
     if isinstance(exc, KubeError):
         return str(exc)
     if _is_api_exception(exc):
-        status = exc.status or 0  # type: ignore[attr-defined]
+        status = getattr(exc, "status", None) or 0  # (the client is imported lazily: no static type)
         message, reason, details = _status_message(exc)
         causes = [c.get("message") or c.get("reason") for c in (details.get("causes") or []) if isinstance(c, dict)]
         if status == 401:
@@ -177,7 +177,7 @@ def as_kube_error(exc: BaseException, timeout_s: float | None = None) -> KubeErr
     if isinstance(exc, KubeError):
         return exc
     api = _is_api_exception(exc)
-    status = exc.status if api else 0  # type: ignore[attr-defined]
+    status = getattr(exc, "status", None) if api else 0
     reason = _status_message(exc)[1] if api else ""
     return KubeError(describe_api_error(exc, timeout_s), status or 0, reason)
 
@@ -281,7 +281,7 @@ class KubeSession:
             raise KubeError(f"no usable kubeconfig at {where}: {_one_line(str(e), 160)}") from None
         by_name = {c["name"]: c for c in contexts or []}
         name = context or (active or {}).get("name")
-        if name not in by_name:
+        if name is None or name not in by_name:
             known = ", ".join(sorted(by_name)) or "none"
             raise KubeError(f"context {name!r} is not in the kubeconfig (contexts: {known})")
         ctx = by_name[name].get("context") or {}

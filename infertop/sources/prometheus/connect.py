@@ -59,10 +59,10 @@ class BoundedPrometheus:
         import urllib3  # noqa: PLC0415
 
         deadline = time.monotonic() + timeout_s
-        kw = {"data": args} if self.method == "POST" else {"params": args}
+        data, params = (args, None) if self.method == "POST" else (None, args)
         try:
-            resp = self._session.request(self.method, url, stream=True, timeout=(timeout_s, timeout_s),
-                                         verify=False, **kw)
+            resp = self._session.request(self.method, url, params=params, data=data, stream=True,
+                                         timeout=(timeout_s, timeout_s), verify=False)
         except requests.exceptions.Timeout:
             raise PromAnswerError(f"timeout after {timeout_s:g} s") from None
         with resp:

@@ -353,12 +353,13 @@ class PromFleetSource:
         model_label, engine_label = self.cfg.model_label, self.cfg.engine_label
         rank = key[idx[engine_label]] if engine_label in idx else ""
         extra = {n: plain_text(row.labels[n]) for n in self.target_labels if row.labels.get(n)}
+        measured: dict[str, Any] = {f: v.get(f) for f in _STAT_FIELDS}  # EngineStats fields (numbers)
         stats = EngineStats(
             name=eng.endpoint.name, url=eng.endpoint.url, state=UP,
             model=plain_or_none(key[idx[model_label]] if model_label in idx else ""),
             engine_label=plain_or_none(rank), metrics_version="v1" if rank else "v0",
             scraped_at=sampled_at, window_s=self.window_s,
-            extra=extra, **{f: v.get(f) for f in _STAT_FIELDS},
+            extra=extra, **measured,
         )
         return clean_engine(stats)
 

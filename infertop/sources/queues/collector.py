@@ -319,7 +319,8 @@ class QueueCollector:
                 metrics_headers = {}
                 if ep.kind == EPP and ep.has_token:
                     metrics_headers["Authorization"] = f"Bearer {ep.token()}"
-                admin_job = self._admin(client) if ep.kind == GATEWAY and ep.admin_url and ep.has_token else None
+                admin_job = (self._admin(client, ep.admin_url) if ep.kind == GATEWAY and ep.admin_url and ep.has_token
+                             else None)
                 text_job = self._metrics(client, metrics_headers)
                 if admin_job is not None:
                     text, admin = await asyncio.gather(text_job, admin_job)
@@ -352,14 +353,14 @@ class QueueCollector:
             raise ScrapeError(f"HTTP {status}" + (": the token was refused" if status in (401, 403) else ""))
         return body.decode("utf-8", errors="replace")
 
-    async def _admin(self, client: LeanHttpClient) -> tuple[dict | None, str, str | None]:
+    async def _admin(self, client: LeanHttpClient, admin_url: str) -> tuple[dict | None, str, str | None]:
         """(state, admin word, error) — the admin API is optional: its failure is a warning, not a down source."""
         ep = self.endpoint
         try:
             token = ep.token()
         except TokenError as e:
             return None, "error", error_text(f"admin API: {e}")
-        url = ep.admin_url.rstrip("/") + "/admin/state"  # type: ignore[union-attr]
+        url = admin_url.rstrip("/") + "/admin/state"
         try:
             status, body = await fetch_bounded(client, url, ADMIN_MAX_BYTES, {"Authorization": f"Bearer {token}"})
             if status == 401:

@@ -20,6 +20,7 @@ judged here; :mod:`.queues` cleans them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..sanitize import non_negative, plain_text
 
@@ -146,11 +147,10 @@ def extract(series: "SeriesSource", kind: str) -> QueueSample:
     return extract_gateway(series) if kind == GATEWAY else extract_epp(series)
 
 
-class SeriesSource:
+class SeriesSource(Protocol):
     """Anything with ``series(name) -> [(labels, value)]`` (an :class:`~.expfmt.Exposition`)."""
 
-    def series(self, name: str) -> list[tuple[dict[str, str], float]]:  # pragma: no cover — protocol
-        raise NotImplementedError
+    def series(self, name: str) -> list[tuple[dict[str, str], float]]: ...
 
 
 def extract_gateway(exp: SeriesSource) -> QueueSample:
