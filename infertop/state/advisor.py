@@ -108,7 +108,7 @@ def workload_engines(state: Any, snap: ClusterSnapshot,
             continue
         engine = _pod_engine(pod, by_url, names, engine_pods or {})
         w = snap.workload_of(pod) if engine is not None else None
-        if w is not None and engine not in out.setdefault(w.key, []):
+        if w is not None and engine is not None and engine not in out.setdefault(w.key, []):
             out[w.key].append(engine)
     return out
 
@@ -173,9 +173,10 @@ def _queue_from_prometheus(att: QueueAttribution, w: WorkloadView, now: float,
     if seen is not None and not att.error:
         seen[w.key] = (d.kind, now)
     age = None if att.sampled_at is None else max(0.0, now - att.sampled_at)
-    status, why = ("fresh", None) if not att.error else (STALE_STATUS, f"Prometheus queue query: {att.error}")
+    status = STALE_STATUS if att.error else "fresh"
+    problem = f"Prometheus queue query: {att.error}" if att.error else None
     labels = [dict(s.get("labels") or {}) for s in d.series]
-    return (Signal("queue depth", d.depth, 0.0, status=status, age_s=age, why=why),
+    return (Signal("queue depth", d.depth, 0.0, status=status, age_s=age, why=problem),
             {"from": "prometheus", "queue": d.kind, "series": len(d.series), "labels": labels[:3],
              "also": [k for k in d.kinds if k != d.kind], "text": source_text(d.kind, len(d.series), labels)})
 

@@ -85,8 +85,8 @@ class Attributor:
         self.model_workload: dict[str, str | None] = {}
         for name, model in engine_models.items():
             if model:
-                w = engine_workload.get(name)
-                self.model_workload[model] = w if self.model_workload.get(model, w) == w else None
+                wkey = engine_workload.get(name)
+                self.model_workload[model] = wkey if self.model_workload.get(model, wkey) == wkey else None
 
     def _named(self, name: str, ns: str | None, kinds: tuple[str, ...] | None = None) -> str | None:
         found = [w for w in self.by_name.get(name, ()) if (ns is None or w.namespace == ns)
@@ -156,7 +156,7 @@ class WorkloadDepth:
 
     kind: str  # the queue it is (gateway, epp, promql, vllm)
     depth: float
-    series: tuple[dict, ...]  # the series summed
+    series: tuple[Mapping[str, Any], ...]  # the series summed
     kinds: tuple[str, ...]  # every queue kind the workload has series of, nearest first
 
 

@@ -59,10 +59,10 @@ class ChangeRecords:
         for ev in snap.events:
             if ev.type != "Warning" and ev.reason not in NORMAL_REASONS:
                 continue  # a rollout's routine steps: the rescale line above says the change itself
-            key = (ev.namespace, ev.kind, ev.name, ev.reason, ev.last_seen_ts, ev.count)
-            if key in self._seen_events:
+            seen = (ev.namespace, ev.kind, ev.name, ev.reason, ev.last_seen_ts, ev.count)
+            if seen in self._seen_events:
                 continue
-            self._seen_events[key] = None
+            self._seen_events[seen] = None
             if len(self._seen_events) > MAX_SEEN:
                 del self._seen_events[next(iter(self._seen_events))]
             at = ev.last_seen_ts if ev.last_seen_ts is not None else now

@@ -19,7 +19,7 @@ An engine down while its pod is still there is an outage and stays on screen.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..domain.kube import ClusterSnapshot
@@ -39,7 +39,7 @@ def _collector_url(collector: Any) -> str:
 
 def _engine_name(collector: Any) -> str:
     """The engine a collector's endpoint is (its one engine's name; the endpoint's for several)."""
-    stats = getattr(collector, "stats", None) or ()
+    stats: Sequence[Any] = getattr(collector, "stats", None) or ()
     if len(stats) == 1:
         return stats[0].name
     return collector.endpoint.name

@@ -58,7 +58,7 @@ def missing_reasons(s: EngineStats, fresh: Freshness) -> dict[str, str]:
         elif fresh.status == STALE and s.scraped_at is None:
             out[name] = fresh.reason or "stale"
         elif name in _QUANTILE_FIELDS:
-            if BUCKETS_RESTARTED in (s.error or "") and name.split("_")[0] in s.error:  # e.g. "… (ttft)"
+            if s.error is not None and BUCKETS_RESTARTED in s.error and name.split("_")[0] in s.error:  # "… (ttft)"
                 out[name] = BUCKETS_RESTARTED
             else:
                 out[name] = "not enough history yet" if not s.window_s else "no requests finished in the window"
@@ -277,7 +277,7 @@ class FleetJoiner:
         last = self._last_good.get(name)
         age = None if last is None else max(0.0, mono - self._last_good_at[name])
         sampled_at = None if age is None else now - age
-        if fresh_poll and s.state in (UP, DEGRADED) and last is not None:
+        if fresh_poll and s.state in (UP, DEGRADED) and last is not None and age is not None:
             status = FRESH if age <= self.stale_after_s else STALE
             fresh = Freshness(status, src, sampled_at, age, None if status == FRESH else sampled_at,
                               None if status == FRESH else f"no new sample for {age:.0f} s")
@@ -362,8 +362,9 @@ class FleetJoiner:
         )
         computed = getattr(self.collector, "fleet_values", None)  # Prometheus: over every engine's buckets
         if computed is not None:
-            view = replace(view, **{k: _clean(computed.get(k)) for k in ("ttft_p50_s", "ttft_p99_s", "itl_p95_s",
-                                                                         "e2e_p99_s")})
+            quantiles: dict[str, Any] = {k: _clean(computed.get(k)) for k in ("ttft_p50_s", "ttft_p99_s", "itl_p95_s",
+                                                                              "e2e_p99_s")}
+            view = replace(view, **quantiles)
         missing = {f.name: "no engine up exports it, or no requests finished in the window"
                    for f in fields(FleetView) if f.name not in ("missing",) and getattr(view, f.name) is None}
         return replace(view, missing=missing)
@@ -385,12 +386,12 @@ class FleetJoiner:
         for e in engines:
             if e.fresh or e.name in kept:
                 continue
-            f = e.freshness
-            if f.status == MISSING and (f.reason or "").startswith(("connecting", "not polled yet")):
+            fr = e.freshness
+            if fr.status == MISSING and (fr.reason or "").startswith(("connecting", "not polled yet")):
                 continue  # start-up: it has not answered yet, nothing is known to be wrong
-            since = time.strftime("%H:%M:%S", time.localtime(f.since)) if f.since else None
+            down_since = time.strftime("%H:%M:%S", time.localtime(fr.since)) if fr.since else None
             word = e.stats.state if e.stats.state in (DOWN, DEGRADED) else "no data"
-            text = f"{word} since {since}: {f.reason}" if since else f"{word}: {f.reason}"
+            text = f"{word} since {down_since}: {fr.reason}" if down_since else f"{word}: {fr.reason}"
             alerts.append(Alert(CRITICAL, e.name, text))
         alerts.sort(key=lambda a: (a.severity != CRITICAL, a.target))
         return alerts

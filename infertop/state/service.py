@@ -109,7 +109,7 @@ class Fleet:
         self.changes.note_state(state)
         if not self.watch and self.state is None:
             windows = engine_windows(getattr(self.collector, "collectors", ()))
-            spans = [w.edges() for w in windows.values() if w.edges() is not None]
+            spans = [edge for w in windows.values() if (edge := w.edges()) is not None]
             span_s = max((e[1][0] - e[0][0] for e in spans), default=0.0)
             self.slo.update(state, buckets_of(windows, 0), now=state.taken_at - span_s)
         state = self.with_slo(state)

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Protocol
 
+from ...domain.window import CounterWindow
 from ...format import seconds_human
 from .assign import Assigner, engine_context
 from .budget import Bucket, class_counts, count_within, stage_lines, worst
@@ -89,10 +90,10 @@ def cumulative_buckets(window, which: int = -1, wanted=None) -> dict[str, list[t
     return out
 
 
-def engine_windows(collectors) -> dict[str, object]:
+def engine_windows(collectors) -> dict[str, CounterWindow]:
     """Engine name → its counter window, over the collectors that answered their last poll (duck-typed:
     ``health.ok``, ``stats``, ``windows``; an endpoint with several label sets names them in ``_names``)."""
-    out: dict[str, object] = {}
+    out: dict[str, CounterWindow] = {}
     for c in collectors:
         health, windows, stats = getattr(c, "health", None), getattr(c, "windows", None) or {}, getattr(c, "stats", ())
         if health is None or not health.ok or not windows or not stats:
@@ -108,7 +109,7 @@ def engine_windows(collectors) -> dict[str, object]:
     return out
 
 
-def buckets_of(windows: Mapping[str, object], which: int = -1, wanted=("queue", "ttft", "e2e")) -> dict[str, dict[str, list]]:
+def buckets_of(windows: Mapping[str, CounterWindow], which: int = -1, wanted=("queue", "ttft", "e2e")) -> dict[str, dict[str, list]]:
     """Engine → its cumulative buckets of the histograms an objective can count by."""
     wanted = frozenset(wanted) if wanted is not None else None
     return {name: cumulative_buckets(w, which, wanted) for name, w in windows.items()}

@@ -217,7 +217,7 @@ def write_bundle(path: str, states: Iterable[tuple[float, dict]], log_lines: lis
     n = 0
     try:
         with Recorder(tmp, retention_s=None, precision=precision) as rec:
-            rec._conn.execute("PRAGMA secure_delete = ON")  # rewritten blocks leave no old bytes behind
+            rec._db().execute("PRAGMA secure_delete = ON")  # rewritten blocks leave no old bytes behind
             for ts, doc in states:
                 rec.append(ts, scrub(doc, secrets))
                 n += 1

@@ -506,6 +506,12 @@ class Recorder:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _db(self) -> sqlite3.Connection:
+        """The open connection (the callers hold the lock and have checked it is open)."""
+        if self._conn is None:
+            raise RecordingError(f"{self.path}: recorder is closed")
+        return self._conn
+
     def _write_pending(self, final: bool = False) -> None:
         # An interim flush is rewritten within the minute: compress it cheaply.
         codec = self.codec if final else "zlib-fast"
@@ -514,7 +520,7 @@ class Recorder:
         except (ValueError, TypeError, OverflowError, MemoryError) as e:
             raise RecordingError(f"{self.path}: cannot encode a block: {type(e).__name__}: {e}") from None
         try:
-            self._conn.execute(
+            self._db().execute(
                 "INSERT OR REPLACE INTO blocks (id, t0, t1, n, codec, nbytes, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (self._pending_id, self._pending.ts[0], self._pending.ts[-1], len(self._pending), codec,
                  len(data), data),
@@ -537,19 +543,19 @@ class Recorder:
     def _drop_old_blocks(self, now_ts: float) -> None:
         dropped = 0
         if self.retention_s is not None:
-            dropped += self._conn.execute("DELETE FROM blocks WHERE t1 < ?", (now_ts - self.retention_s,)).rowcount
+            dropped += self._db().execute("DELETE FROM blocks WHERE t1 < ?", (now_ts - self.retention_s,)).rowcount
         if self.max_bytes is not None:
-            total = self._conn.execute("SELECT coalesce(sum(nbytes), 0) FROM blocks").fetchone()[0]
+            total = self._db().execute("SELECT coalesce(sum(nbytes), 0) FROM blocks").fetchone()[0]
             if total > self.max_bytes:
                 # Oldest first, keeping at least the newest complete block.
-                for bid, nbytes in self._conn.execute("SELECT id, nbytes FROM blocks ORDER BY id").fetchall()[:-1]:
+                for bid, nbytes in self._db().execute("SELECT id, nbytes FROM blocks ORDER BY id").fetchall()[:-1]:
                     if total <= self.max_bytes:
                         break
-                    self._conn.execute("DELETE FROM blocks WHERE id = ?", (bid,))
+                    self._db().execute("DELETE FROM blocks WHERE id = ?", (bid,))
                     total -= nbytes
                     dropped += 1
         if dropped:
-            self._conn.execute("PRAGMA incremental_vacuum")
+            self._db().execute("PRAGMA incremental_vacuum")
 
 
 def record_all(path: str, ticks: Iterable[tuple[float, dict]], **kwargs) -> int:

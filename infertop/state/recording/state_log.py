@@ -76,7 +76,7 @@ def _fast_reducer(cls: type) -> Callable[[Any], tuple] | None:
         return None
     get = operator.attrgetter(*names)
     one = len(names) == 1
-    newobj, args = copyreg.__newobj__, (cls,)
+    newobj, args = copyreg.__newobj__, (cls,)  # type: ignore[attr-defined]  # in copyreg, not in its stub
     return (lambda o: (newobj, args, (get(o),))) if one else (lambda o: (newobj, args, get(o)))
 
 
@@ -209,8 +209,11 @@ class StateLog:
                     self._held_ticks -= len(blocks.popleft().ts)
                 blocks.append(_Block())
             block = blocks[-1]
-            block.held.append(doc)  # the item first: a reader pairs times with items up to the shorter list
-            block.ts.append(ts)
+            held, times = block.held, block.ts
+            if not isinstance(held, list) or not isinstance(times, list):
+                raise RuntimeError("the open block was packed")  # never: only sealed blocks are packed
+            held.append(doc)  # the item first: a reader pairs times with items up to the shorter list
+            times.append(ts)
             self._held_ticks += 1
             full = len(block.ts) >= self.block_ticks
             if full:
@@ -279,8 +282,9 @@ class StateLog:
         block.ts = tuple(block.ts)  # a tuple of floats: the garbage collector stops tracking it
         try:
             # one reference swap: a reader sees the objects, or where they lie once written
-            block.held = self._spill.write(data, block.ts[0], block.ts[-1])
-            return
+            if self._spill is not None:  # (always: blocks are packed only with a spill file)
+                block.held = self._spill.write(data, block.ts[0], block.ts[-1])
+                return
         except Exception as e:  # noqa: BLE001 — a full or read-only disk must not stop the console
             if self.spill_error is None:  # said once
                 self.spill_error = (f"incident bundle: cannot write the recent ticks to a temporary file ({e}); "
@@ -318,8 +322,12 @@ class StateLog:
             packed = PackedBlock(raw, ends) if raw is not None else None  # None: its segment was reused
             loose = loose or {}
             for i, t in enumerate(ts):
-                if t >= start and (i in loose or packed is not None):
-                    ticks.append((t, loose[i] if i in loose else Packed(packed, i)))
+                if t < start:
+                    continue
+                if i in loose:
+                    ticks.append((t, loose[i]))
+                elif packed is not None:
+                    ticks.append((t, Packed(packed, i)))
         return ticks
 
     def flush(self) -> None:
@@ -331,7 +339,7 @@ class StateLog:
             with self._lock:
                 block = self._blocks[-1] if self._blocks else None
                 seal = block is not None and not block.sealed
-                if seal:
+                if block is not None and seal:
                     block.sealed = True
             if seal:
                 self._queue.put(("block", block))
