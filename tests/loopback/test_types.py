@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-TYPED = ["infertop/domain", "infertop/format.py", "infertop/config.py", "infertop/config_load.py", "infertop/text.py"]
+TYPED = ["infertop/domain", "infertop/format.py", "infertop/config.py", "infertop/config_load.py", "infertop/text.py",
+         "infertop/sources", "infertop/analysis", "infertop/state", "infertop/control"]
 
 
 def test_the_typed_modules_pass_mypy():
