@@ -168,22 +168,22 @@ class Exposition:
                  raw: list[str] | None = None) -> None:
         self.layout = layout
         self._values = values
-        self._raw: list[str] = raw if raw is not None else []  # the value texts, when values are read lazily
+        self._raw = raw  # the value texts, when values are converted as they are read
         self.timestamps = timestamps
         self._by_name: dict[str, list[Sample]] = {}
 
     @property
     def values(self) -> list[float]:
         """Every sample's value, in document order."""
-        if self._values is None:
-            self._values = _floats(self._raw, self.layout)
+        if self._values is None:  # then the raw texts are there
+            self._values = _floats(self._raw or [], self.layout)
         return self._values
 
     def values_at(self, getter: Callable[[Sequence], tuple]) -> tuple[float, ...]:
         """The values ``getter`` picks (see :func:`picker`), converting only those."""
         if self._values is not None:
             return getter(self._values)
-        raw = getter(self._raw)
+        raw = getter(self._raw or [])
         try:
             return tuple(map(float, raw))
         except ValueError:
