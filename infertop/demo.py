@@ -27,10 +27,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .config import default_state_dir
 from .private_fs import private_dir
 from .sources.vllm import EngineEndpoint
+
+if TYPE_CHECKING:
+    from .gateway.demo import DemoGateway  # imported when a demo starts one (the gateway stands alone)
 
 
 def demo_state_dir() -> Path:
@@ -73,7 +77,7 @@ class Demo:
     kubeconfig: str | None = None  # the simulated cluster's, when it serves one
     kube_context: str | None = None
     kube_namespace: str | None = None
-    gateway: object | None = None  # infertop.gateway.demo.DemoGateway: the gateway and its load
+    gateway: DemoGateway | None = None  # the gateway and its load
     lines: queue.Queue[str] = field(default_factory=queue.Queue)  # the simulator's stdout, line by line
     _control: threading.Lock = field(default_factory=threading.Lock)
 
@@ -143,8 +147,10 @@ def start_demo(n_engines: int = 6, seed: int = 7, load: str = "bursty", timeout_
     demo = Demo(proc)
     lines = demo.lines
 
+    out = proc.stdout  # a pipe (stdout=PIPE): never None
+
     def pump() -> None:  # a thread, because buffered pipes and select() do not mix
-        for line in proc.stdout:
+        for line in out or ():
             lines.put(line)
         lines.put("")
 

@@ -50,7 +50,7 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
 
 async def record_loop(endpoints, cfg, path: str, *, retention_s: float, duration_s: float | None,
                       dcgm_urls=None, engine_pods=None, mode: str = "live", stop: asyncio.Event | None = None,
-                      prometheus: bool = False, on_tick=None) -> int:
+                      prometheus: bool = False, on_tick=None) -> tuple[int, int, str | None]:
     """Poll like the TUI, append one fleet state per tick; returns (ticks seen, ticks written to the file,
     why the last write failed or None). ``on_tick(state)`` sees each state once it is appended. A failed
     write is said once on stderr and retried with the next block ("recording again" once it works)."""
@@ -99,7 +99,7 @@ def _say(news: list[str]) -> None:
 def record_main(args: argparse.Namespace, cfg, endpoints, *, dcgm_urls, engine_pods, mode: str,
                 prometheus: bool = False) -> int:
     """Run the recorder until stopped; one line at the end says how many ticks."""
-    async def run() -> int:
+    async def run() -> tuple[int, int, str | None]:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

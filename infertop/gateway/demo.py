@@ -52,11 +52,14 @@ def start_demo_gateway(engine_urls: list[str], *, timeout_s: float = 30.0) -> De
                             text=True, env={**os.environ, TOKEN_ENV: token}, start_new_session=True)
     import selectors
 
+    out = proc.stdout
+    if out is None:  # never with stdout=PIPE
+        raise RuntimeError("the demo gateway has no output pipe")
     sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
+    sel.register(out, selectors.EVENT_READ)
     ready = sel.select(timeout_s)
     sel.close()
-    line = proc.stdout.readline().split() if ready else []
+    line = out.readline().split() if ready else []
     if len(line) < 4 or line[0] != "gateway":
         proc.kill()
         proc.wait(timeout=5)

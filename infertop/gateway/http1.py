@@ -64,6 +64,13 @@ class App(TypingProtocol):
     def handle(self, request: Request, conn: HttpConnection) -> asyncio.Task | None: ...
 
 
+class Relay(TypingProtocol):
+    """What feeds a relayed answer (the upstream connection): paused while the client reads slowly."""
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+
+
 class _HeadersTooLarge(Exception):
     pass
 
@@ -88,7 +95,7 @@ class HttpConnection(asyncio.Protocol):
         self.task: asyncio.Task | None = None  # answering ``current``
         self.framing = 0
         self.write_paused = False
-        self.relay = None  # the upstream connection feeding the answer: paused while the client reads slowly
+        self.relay: Relay | None = None  # the upstream connection feeding the answer
         self._req: Request | None = None  # being parsed
         self._header_bytes = 0
         self._header_count = 0

@@ -216,7 +216,7 @@ class Policy:
         routable = {e.name for e in self.engines.values() if e.awaited}
         for c in self.classes.values():
             for fid, q in list(c.flows.items()):
-                keep = deque()
+                keep: deque[Pending] = deque()
                 for p in q:
                     if p.cancelled:
                         continue
