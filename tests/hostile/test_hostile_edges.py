@@ -14,6 +14,7 @@ import termios
 import time
 
 import pytest
+from pilot_wait import until
 
 from infertop.config import parse_config
 from infertop.sources.sanitize import io_url, plain_text, redact_url
@@ -184,5 +185,5 @@ async def test_a_broken_theme_file_whose_problem_looks_like_markup_is_a_log_line
     app = InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False)), endpoints=[],
                                state_dir=str(tmp_path / "state")), poll=False)
     async with app.run_test(size=(100, 30)) as pilot:  # MarkupError on mount before
-        await pilot.pause()
+        await until(pilot, lambda: any("bad.yaml" in line and "[/red]" in line for line in app.log_lines), 'any("bad.yaml" in line and "[/red]" in line for line in a…')
         assert any("bad.yaml" in line and "[/red]" in line for line in app.log_lines), list(app.log_lines)

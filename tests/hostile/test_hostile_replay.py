@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pilot_wait import until
+
 from infertop.domain.engine import EngineStats
 from infertop.domain.gpu import GpuStats
 from infertop.domain.codec import from_doc, to_doc
@@ -419,7 +421,7 @@ async def test_the_header_says_rec_failing_while_writes_fail_and_the_log_says_re
             app.show_state(next(states))
             log.flush()
         app.show_state(next(states))
-        await pilot.pause()
+        await until(pilot, lambda: "● rec" in text_of(app, "#topbar") and log.ticks_written >= 7, '"● rec" in text_of(app, "#topbar") and log.ticks_written …')
         assert "● rec" in text_of(app, "#topbar") and log.ticks_written >= 7
         assert any("rec failing: cannot write the recording" in line for line in app.log_lines)
         assert any("recording again" in line for line in app.log_lines)

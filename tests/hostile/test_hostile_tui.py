@@ -14,6 +14,7 @@ from infertop.sources.gpu import GpuCollector
 from infertop.sources.vllm import EngineEndpoint
 from infertop.ui.app import InfertopApp, Settings
 from overview_view import alert_lines
+from pilot_wait import until
 
 
 def cells(app, selector: str) -> list[list[str]]:
@@ -63,7 +64,7 @@ async def test_every_hostile_engine_at_once_in_the_tui(healthy, scripted):
         assert any(ESC_SHOWN in r for r in flat)  # control characters visible, never sent raw
         assert not any("\x1b" in r or "\x07" in r for r in flat)
         await pilot.press("3")  # the Log pane renders its lines once it has a size
-        await pilot.pause()
+        await until(pilot, lambda: "markup-metric" in log_text(app) and "garbage /metrics (line 1: invalid metric name 'foo[/x]')" in log_text(app), '"markup-metric" in log_text(app) and "garbage /metrics (l…')
         log = log_text(app)
         assert "markup-metric" in log and "garbage /metrics (line 1: invalid metric name 'foo[/x]')" in log
         assert "many-series/m#0" in log and "too many series (20000) — showing the first 64" in log

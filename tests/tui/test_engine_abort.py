@@ -140,5 +140,5 @@ async def test_keys_typed_ahead_in_the_running_actions_list_close_it_once(tmp_pa
         await pilot.pause()
         listing.query_one("#actions-list").action_select()  # Enter…
         listing.action_close()  # …and `a`, handled before the list is gone
-        await pilot.pause()
+        await until(pilot, lambda: app.is_running and len(app.screen_stack) == 1 and len(picked) == 1, 'app.is_running and len(app.screen_stack) == 1 and len(pic…')
         assert app.is_running and len(app.screen_stack) == 1 and len(picked) == 1  # one answer, one pop

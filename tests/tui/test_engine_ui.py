@@ -203,7 +203,7 @@ async def test_engines_named_like_urls_never_crash_and_keys_say_why(tmp_path, na
         await until(pilot, lambda: app.engine_manager is not None, what="engine manager")
         await app.poll_now()
         await pilot.press("2")
-        await pilot.pause()
+        await until(pilot, lambda: app.query_one("#engines-table", EnginesTable).selected_engine == name, 'app.query_one("#engines-table", EnginesTable).selected_en…')
         assert app.query_one("#engines-table", EnginesTable).selected_engine == name
         assert app.check_action("engine_stop", ()) is False
         await pilot.press("enter")
@@ -214,7 +214,7 @@ async def test_engines_named_like_urls_never_crash_and_keys_say_why(tmp_path, na
         why = f"{name} was not started by infertop: it can be watched, not stopped or changed"
         assert notices(app) == [why]
         await pilot.press("escape", "r", "m", "n")
-        await pilot.pause()
+        await until(pilot, lambda: notices(app) == [why, why, why, "no launch profiles in the config: add a 'profiles:' section (see README)"], 'notices(app) == [why, why, why, "no launch profiles in th…')
         assert notices(app) == [why, why, why, "no launch profiles in the config: add a 'profiles:' section (see README)"]
         assert len(app.screen_stack) == 1 and app.is_running
 

@@ -24,6 +24,7 @@ from infertop.ui.screens.gpu_detail import GpuDetailScreen
 from infertop.ui.widgets.gpus import COLUMNS, GpusTable
 from infertop.ui.widgets.panels import Trend
 from overview_view import tile, tiles
+from pilot_wait import until
 
 MiB = 1024 * 1024
 
@@ -59,7 +60,7 @@ async def test_throttling_gpu_with_reason_and_lost_gpu_failed_while_others_updat
         assert tile(app, "gpus") == "2/1/0"
         assert tile(app, "gpu_temp") == "84°C"
         await pilot.press("4")
-        await pilot.pause()
+        await until(pilot, lambda: app.query_one("#panes").active == "gpus", 'app.query_one("#panes").active == "gpus"')
         assert app.query_one("#panes").active == "gpus"
         rows = gpu_rows(app)
         assert list(rows) == ["gpu0", "gpu1", "gpu2"]
@@ -78,7 +79,7 @@ async def test_throttling_gpu_with_reason_and_lost_gpu_failed_while_others_updat
         nv.gpus[0].util = 40
         nv.gpus[0].temp = 58
         await app.poll_gpus_now()
-        await pilot.pause()
+        await until(pilot, lambda: gpu_rows(app)["gpu2"]["status"] == "failed (GPU is lost)", 'gpu_rows(app)["gpu2"]["status"] == "failed (GPU is lost)"')
         rows = gpu_rows(app)
         assert rows["gpu2"]["status"] == "failed (GPU is lost)"
         assert rows["gpu2"]["util"] == "—"
@@ -90,7 +91,7 @@ async def test_throttling_gpu_with_reason_and_lost_gpu_failed_while_others_updat
         assert "gpu2: NVML: GPU is lost" in notice
         # the Overview tiles, painted from the same state when the pane is shown
         await pilot.press("1")
-        await pilot.pause()
+        await until(pilot, lambda: tile(app, "gpus") == "1/1/1", 'tile(app, "gpus") == "1/1/1"')
         assert tile(app, "gpus") == "1/1/1"
         assert "gpu2 failed" in tile(app, "gpu_errors")
         # the state change is in the log
@@ -104,7 +105,7 @@ async def test_throttling_gpu_with_reason_and_lost_gpu_failed_while_others_updat
         # Overview tile show the same value), and the trend label beside it agrees
         nv.gpus[0].util = 41
         await app.poll_gpus_now()
-        await pilot.pause()
+        await until(pilot, lambda: gpu_rows(app)["gpu0"]["util"].startswith("41%"), 'gpu_rows(app)["gpu0"]["util"].startswith("41%")')
         assert gpu_rows(app)["gpu0"]["util"].startswith("41%")
         nv.gpus[0].util = 60
         await app.poll_gpus_now()
@@ -122,7 +123,7 @@ async def test_gpu_detail_processes_owned_by_engines_and_mig_rows():
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.press("4")
             await app.poll_gpus_now()
-            await pilot.pause()
+            await until(pilot, lambda: list(gpu_rows(app)) == ["gpu0", "gpu1", "└ gpu1/mig2", "└ gpu1/mig3", "└ gpu1/mig9"], 'list(gpu_rows(app)) == ["gpu0", "gpu1", "└ gpu1/mig2", "└…')
             rows = gpu_rows(app)
             assert list(rows) == ["gpu0", "gpu1", "└ gpu1/mig2", "└ gpu1/mig3", "└ gpu1/mig9"]
             assert rows["gpu0"]["engine"] == "alpha"
@@ -146,14 +147,14 @@ async def test_gpu_detail_processes_owned_by_engines_and_mig_rows():
             await app.poll_gpus_now()
             assert "GPU 71°C" in text_of(screen, "#detail-body")
             await pilot.press("escape")
-            await pilot.pause()
+            await until(pilot, lambda: not isinstance(app.screen, GpuDetailScreen), 'not isinstance(app.screen, GpuDetailScreen)')
             assert not isinstance(app.screen, GpuDetailScreen)
             # Enter on the MIG parent row opens it, with the MIG device's process
             await pilot.press("4")  # focuses the table
             app.query_one("#gpus-table", GpusTable).move_cursor(row=1)
             await pilot.pause()
             await pilot.press("enter")
-            await pilot.pause()
+            await until(pilot, lambda: isinstance(app.screen, GpuDetailScreen) and app.screen.label.endswith("gpu1"), 'isinstance(app.screen, GpuDetailScreen) and app.screen.la…')
             assert isinstance(app.screen, GpuDetailScreen) and app.screen.label.endswith("gpu1")
             procs = text_of(app.screen, "#detail-procs")
             assert "gpu1/mig2" in procs and str(os.getpid()) in procs
@@ -207,7 +208,7 @@ async def test_gpus_pane_at_80x24():
             assert w.region.height == 3 and w.region.right <= 80 and w.region.width >= 19
         assert app.query_one("#statusbar").region.bottom <= 23
         await pilot.press("1")
-        await pilot.pause()
+        await until(pilot, lambda: tiles(app).tile_region("gpus").bottom <= 24, 'tiles(app).tile_region("gpus").bottom <= 24')
         assert tiles(app).tile_region("gpus").bottom <= 24
 
 
@@ -226,7 +227,7 @@ async def test_app_reads_dcgm_exporter(sim):
     async with app.run_test(size=(120, 40)) as pilot:
         await app.poll_gpus_now()
         await pilot.press("4")
-        await pilot.pause()
+        await until(pilot, lambda: list(gpu_rows(app)) == ["gpu0", "gpu1", "◆ gpu2"], 'list(gpu_rows(app)) == ["gpu0", "gpu1", "◆ gpu2"]')
         rows = gpu_rows(app)
         assert list(rows) == ["gpu0", "gpu1", "◆ gpu2"]  # XID 79 is a gpu-fault verdict at once: its row is marked
         assert rows["gpu1"]["status"].startswith("throttled (")

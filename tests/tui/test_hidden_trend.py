@@ -33,7 +33,7 @@ async def test_a_hidden_trend_is_not_repainted_and_shows_its_latest_values_when_
         assert trend.title_text() == "Requests/s"  # nothing written yet
         app.screen.add_class("shown")
         await pilot.pause()
-        await pilot.pause()
+        await until(pilot, lambda: trend.title_text() == "Requests/s  9", 'trend.title_text() == "Requests/s  9"')
         assert trend.title_text() == "Requests/s  9"
         rows = trend.bar_rows()
         assert rows[0].startswith("9.0▕") and rows[-1].endswith("█")

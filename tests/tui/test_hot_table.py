@@ -96,7 +96,7 @@ async def test_the_engine_furthest_over_its_slo_comes_before_a_short_queue():
         table = app.query_one(HotTable)
         table.update_state(state([stats("q1", waiting=1.0), stats("q2", waiting=1.0), stats("ok"),
                                   stats("ttft", ttft_p99_s=3.48), stats("itl", itl_p95_s=0.06)]))
-        await pilot.pause()
+        await until(pilot, lambda: table.engine_names == ["ttft", "itl"], 'table.engine_names == ["ttft", "itl"]')
         assert table.engine_names == ["ttft", "itl"]  # 1.74x and 1.5x over their targets; q1 and q2 below
 
 
@@ -117,7 +117,7 @@ async def test_rows_keep_their_places_between_resorts():
     async with app.run_test(size=(120, 12)) as pilot:
         table = app.query_one(HotTable)
         table.update_state(state([stats("a", waiting=5.0), stats("b", waiting=1.0)], tick=1))
-        await pilot.pause()
+        await until(pilot, lambda: table.engine_names == ["a", "b"], 'table.engine_names == ["a", "b"]')
         assert table.engine_names == ["a", "b"]
         clock.now = 4.0  # b is now the more queued, but the rows stay put under the operator's eye
         table.update_state(state([stats("a", waiting=0.0), stats("b", waiting=9.0)], tick=2))
@@ -126,7 +126,7 @@ async def test_rows_keep_their_places_between_resorts():
         clock.now = 5.5
         table.update_state(state([stats("a", waiting=0.0), stats("b", waiting=9.0)], tick=3))
         assert table.engine_names == ["b", "a"]
-        await pilot.pause()
+        await until(pilot, lambda: [ln.split()[0] for ln in lines(table)[1:]] == ["b", "a"], '[ln.split()[0] for ln in lines(table)[1:]] == ["b", "a"]')
         assert [ln.split()[0] for ln in lines(table)[1:]] == ["b", "a"]
 
 
@@ -135,7 +135,7 @@ async def test_at_80_columns_whole_columns_only_and_the_engine_first():
     async with app.run_test(size=(80, 12)) as pilot:
         table = app.query_one(HotTable)
         table.update_state(state([stats("vllm-llama-70b-0"), stats("vllm-llama-70b-1", waiting=3.0)]))
-        await pilot.pause()
+        await until(pilot, lambda: table.columns_shown()[0] == "name" and len(table.columns_shown()) < len(HOT_COLUMNS), 'table.columns_shown()[0] == "name" and len(table.columns_…')
         shown = table.columns_shown()
         assert shown[0] == "name" and len(shown) < len(HOT_COLUMNS)
         assert shown == list(HOT_COLUMNS[: len(shown)])
@@ -193,7 +193,7 @@ async def test_wide_characters_and_markup_in_names_keep_the_columns_aligned():
     async with app.run_test(size=(80, 12)) as pilot:
         table = app.query_one(HotTable)
         table.update_state(state([stats("モデル-7b", waiting=2.0), stats("[red]x[/red]", waiting=1.0), stats("a")]))
-        await pilot.pause()
+        await until(pilot, lambda: table.engine_names == ["モデル-7b", "[red]x[/red]", "a"], 'table.engine_names == ["モデル-7b", "[red]x[/red]", "a"]')
         assert table.engine_names == ["モデル-7b", "[red]x[/red]", "a"]
         header = lines(table)[0]
         for y in range(4):

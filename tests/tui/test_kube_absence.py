@@ -92,7 +92,7 @@ async def test_the_pane_says_forbidden_and_not_served_instead_of_an_empty_table(
             assert absent.display and text(absent).startswith(why), view
             assert not pane.query_one("#cluster-switcher").display  # no empty table under it
         pane.set_view("workloads")
-        await pilot.pause()
+        await until(pilot, lambda: not pane.query_one("#cluster-absent").display and pane.query_one("#cluster-switcher").display, 'not pane.query_one("#cluster-absent").display and pane.qu…')
         assert not pane.query_one("#cluster-absent").display and pane.query_one("#cluster-switcher").display
 
 

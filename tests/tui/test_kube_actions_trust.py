@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from pilot_wait import until
 
 from infertop.config import KubeConfig
 from infertop.control.audit import AuditLog
@@ -369,7 +370,7 @@ async def test_at_80x24_the_targets_form_and_a_drain_confirmation_fit_or_scroll(
             box = screen.query_one("#confirm-box")
             if box.max_scroll_y:
                 await pilot.press("pagedown")
-                await pilot.pause()
+                await until(pilot, lambda: box.scroll_y > 0, 'box.scroll_y > 0')
                 assert box.scroll_y > 0
     finally:
         sim.stop()

@@ -70,12 +70,12 @@ async def test_cycling_the_new_views_shows_replicasets_services_pdbs_and_configm
         assert seen["replicasets"].startswith(f"ReplicaSet {rs.name} (revision 1 of Deployment vllm): 2 ready")
         assert "no pod matches its selector: it sends traffic nowhere" in seen["services"]  # 'nowhere' sorts first
         pane.select("services", f"{NS}/vllm")
-        await pilot.pause()
+        await until(pilot, lambda: "stray-0 " in text(pane.query_one("#cluster-detail")), '"stray-0 " in text(pane.query_one("#cluster-detail"))')
         assert "stray-0 " in text(pane.query_one("#cluster-detail"))
         assert "receives traffic" in text(pane.query_one("#cluster-detail"))
         assert "1 disruption(s) allowed now: 3 healthy of 3 pods, 2 required" in seen["pdbs"]
         assert "MAX_NUM_SEQS, MODEL" in seen["configmaps"]
         assert "PDBs 1" in text(pane.query_one("#cluster-tabs"))
         pane.select("pods", f"{NS}/stray-0")
-        await pilot.pause()
+        await until(pilot, lambda: "traffic: Service vllm sends it traffic" in text(pane.query_one("#cluster-detail")), '"traffic: Service vllm sends it traffic" in text(pane.que…')
         assert "traffic: Service vllm sends it traffic" in text(pane.query_one("#cluster-detail"))

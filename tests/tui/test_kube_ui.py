@@ -113,7 +113,7 @@ async def test_without_kubernetes_the_pane_says_how_to_enable_it(tmp_path):
     app = make_app(tmp_path, enabled=None)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("5")
-        await pilot.pause()
+        await until(pilot, lambda: "Kubernetes is not configured" in text(app.query_one(ClusterPane).query_one("#cluster-header")), '"Kubernetes is not configured" in text(app.query_one(Clus…')
         pane = app.query_one(ClusterPane)
         assert "Kubernetes is not configured" in text(pane.query_one("#cluster-header"))
         assert "--context" in text(pane.query_one("#cluster-header"))
@@ -228,7 +228,7 @@ async def test_the_pane_shows_workloads_pods_nodes_hpas_and_events(emu, tmp_path
             assert p["huge"][1] == "Pending"
             crashy = next(k for k in rows(pane, "pods") if "crashy" in k)
             assert pane.select("pods", crashy)
-            await pilot.pause()
+            await until(pilot, lambda: "why: CrashLoopBackOff" in text(pane.query_one("#cluster-detail")), '"why: CrashLoopBackOff" in text(pane.query_one("#cluster-…')
             assert "why: CrashLoopBackOff" in text(pane.query_one("#cluster-detail"))
             await pilot.press("v")
             n = rows(pane, "nodes")
@@ -262,7 +262,7 @@ async def test_a_change_made_while_the_pane_is_hidden_shows_when_it_comes_on_vie
         await pilot.pause()
         assert len(rows(pane, "pods")) == 1  # no CPU spent on a table nobody sees
         await pilot.press("5")
-        await pilot.pause()
+        await until(pilot, lambda: len(rows(pane, "pods")) == 3, 'len(rows(pane, "pods")) == 3')
         assert len(rows(pane, "pods")) == 3
         assert "3 pods" in text(pane.query_one("#cluster-header"))
 
@@ -501,7 +501,7 @@ async def test_read_only_offers_nothing(emu, tmp_path):
             assert app.check_action(action, ()) is False, action
         for view, keys in (("workloads", ("S", "H", "A", "R", "M")), ("pods", ("D", "ctrl+d")), ("nodes", ("C", "N"))):
             pane.set_view(view)
-            await pilot.pause()
+            await until(pilot, lambda: pane.selected()[1] is not None, 'pane.selected()[1] is not None')
             assert pane.selected()[1] is not None  # a target is selected: only read-only stands in the way
             await pilot.press(*keys)  # a dialog would stay open
             assert len(app.screen_stack) == 1, view
@@ -721,7 +721,7 @@ async def test_quit_during_a_rollout_asks_and_the_next_start_reports_it(emu, tmp
         ask = await until(pilot, lambda: isinstance(app.screen, QuitScreen) and app.screen)
         assert ask.question.startswith("1 action in flight: quit anyway? y/n")
         await pilot.press("n")
-        await pilot.pause()
+        await until(pilot, lambda: app.is_running and screen.state == "running", 'app.is_running and screen.state == "running"')
         assert app.is_running and screen.state == "running"
         await pilot.press("q")
         await until(pilot, lambda: isinstance(app.screen, QuitScreen))

@@ -103,7 +103,7 @@ async def test_engine_column_stays_pinned_after_scrolling_right(engines):
         assert table.show_horizontal_scrollbar  # ... and the table says so
         assert "Model" not in line_text(table, 0)
         table.scroll_to(x=table.max_scroll_x, animate=False)
-        await pilot.pause()
+        await until(pilot, lambda: table.scroll_x > 0, 'table.scroll_x > 0')
         assert table.scroll_x > 0
         header, first = line_text(table, 0), line_text(table, 1)
         assert header.lstrip().startswith("Engine") and "Model" in header and "State" not in header
@@ -150,13 +150,13 @@ async def test_sort_picker_sorts_reverses_and_the_selected_engine_stays_selected
         docs["beta"] = v1_doc(engines={"0": {"running": 9}}, model="qwen-7b")
         now[0] = 1.0
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: order(app) == ["beta", "alpha", "gone"], 'order(app) == ["beta", "alpha", "gone"]')
         assert order(app) == ["beta", "alpha", "gone"]
         assert str(table.get_cell("beta", "run")) == "9"  # values update in place
         # ... then re-sort, and the cursor follows beta to its new row
         now[0] = 6.0
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: order(app) == ["alpha", "beta", "gone"], 'order(app) == ["alpha", "beta", "gone"]')
         assert order(app) == ["alpha", "beta", "gone"]
         await until(pilot, lambda: table.cursor_row == 1, "the cursor following beta to row 1")
         assert table.selected_engine == "beta"
@@ -174,14 +174,14 @@ async def test_footer_at_80x24_shows_the_panes_keys_and_quit(engines):
         await app.poll_now()
         for pane in ("1", "2", "3", "4", "5"):
             await pilot.press(pane)
-            await pilot.pause()
+            await until(pilot, lambda: "Quit" in footer(app) and footer(app)["Quit"].region.right <= 80 and footer(app)["Quit"].region.width > 0, '"Quit" in footer(app) and footer(app)["Quit"].region.righ…')
             keys = footer(app)
             assert "Quit" in keys and keys["Quit"].region.right <= 80 and keys["Quit"].region.width > 0, pane
             assert not any("palette" in d for d in keys), pane
             assert ("Sort" in keys) == (pane == "2") and ("Filter" in keys) == (pane == "2"), pane
             assert ("View" in keys) == (pane == "5"), pane
         await pilot.press("2")
-        await pilot.pause()
+        await until(pilot, lambda: footer(app)["Detail"].key_display == "Enter", 'footer(app)["Detail"].key_display == "Enter"')
         assert footer(app)["Detail"].key_display == "Enter"
 
 
@@ -206,7 +206,7 @@ async def test_alerts_that_do_not_fit_say_how_many_more_at_80x24(scripted):
     app = make_app(endpoints)
     async with app.run_test(size=(80, 24)) as pilot:
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: len(alert_lines(app)) >= 2, 'len(alert_lines(app)) >= 2')
         texts = alert_lines(app)
         assert len(texts) >= 2
         shown = sum(t.startswith("● dead-") for t in texts)

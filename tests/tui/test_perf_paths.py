@@ -35,6 +35,7 @@ from infertop.ui.fastpaint.driver import CellDiff
 from infertop.ui.fastpaint.lean import LeanTable
 from infertop.ui.widgets.panels import QuietStatic, Trend, bars
 from overview_view import tile
+from pilot_wait import until
 
 
 
@@ -216,7 +217,7 @@ async def test_a_scrolling_trend_repaints_only_its_newest_columns():
         assert [row[:-2] for row in now] == [row[:-2] for row in painted]
         # another engine's series: everything is drawn again
         trend.show([1.0] * 120, "1")
-        await pilot.pause()
+        await until(pilot, lambda: trend.bar_rows()[1].endswith("█" * 10), 'trend.bar_rows()[1].endswith("█" * 10)')
         assert trend.bar_rows()[1].endswith("█" * 10)
 
 
@@ -246,7 +247,7 @@ async def test_fixed_lines_repaint_without_layout_and_others_still_grow():
         assert not auto._layout_required  # one line, never wrapped: the same height
         auto.show("two\nlines")
         assert auto._layout_required
-        await pilot.pause()
+        await until(pilot, lambda: str(fixed.render()) == "two" and auto.size.height == 2, 'str(fixed.render()) == "two" and auto.size.height == 2')
         assert str(fixed.render()) == "two" and auto.size.height == 2
 
 
@@ -279,7 +280,7 @@ async def test_a_wider_cell_widens_its_column_and_the_other_cells_update():
         t.add_row("a", "1", "5%", key="a")
         await pilot.pause()
         t.set_cells("a", {"run": "123456789", "kv": "7%"})
-        await pilot.pause()
+        await until(pilot, lambda: t.columns["run"].content_width >= 9, "the run column widened")
         assert [str(c) for c in t.get_row("a")] == ["a", "123456789", "7%"]
         assert t.columns["run"].content_width >= 9
 
@@ -321,7 +322,7 @@ async def test_a_row_handed_to_another_engine_keeps_its_place_without_relayout()
         t.rename_row("b", "z")
         t.set_cells("z", {"name": "z", "run": "9"})
         assert not app.screen._layout_required  # the table's size did not change
-        await pilot.pause()
+        await until(pilot, lambda: [r.key.value for r in t.ordered_rows] == ["a", "z", "c"], '[r.key.value for r in t.ordered_rows] == ["a", "z", "c"]')
         assert [r.key.value for r in t.ordered_rows] == ["a", "z", "c"]
         assert [str(c) for c in t.get_row("z")] == ["z", "9"]
         assert "".join(seg.text for seg in t.render_line(2)).split()[:2] == ["z", "9"]
@@ -358,7 +359,7 @@ async def test_a_pane_shown_later_shows_the_state_on_screen_at_once(tmp_path):
     async with app.run_test(size=(120, 40)) as pilot:
         app.show_state(app.joiner.build())
         await pilot.press("2")
-        await pilot.pause()
+        await until(pilot, lambda: run_cell(app, "alpha") == "1", 'run_cell(app, "alpha") == "1"')
         assert run_cell(app, "alpha") == "1"
         await pilot.press("1")
         for running in (2, 3, 4):  # ticks while the Engines pane is out of view

@@ -86,7 +86,7 @@ async def test_a_weight_edited_in_the_pane_changes_the_gateways_shares(gateway, 
         assert [(e.name, e.cap) for e in q.engines] == [("a", 1), ("b", 1)]
         # w on batch: weight 2 → 8
         pane.classes_table.move_cursor(row=1)
-        await pilot.pause()
+        await until(pilot, lambda: pane.selected_class == ("gw", "batch"), 'pane.selected_class == ("gw", "batch")')
         assert pane.selected_class == ("gw", "batch")
         await pilot.press("w")
         form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen)

@@ -75,7 +75,7 @@ async def test_the_queue_pane_reflects_a_burst_and_goes_stale(gateway, tmp_path)
         gateway.burst("realtime", 25, oldest_s=1.5)
         gateway.engines["a"].in_flight = 8
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: cell(classes, 0, "depth") == "25" and cell(classes, 0, "oldest") == "1.50s", message='cell(classes, 0, "depth") == "25" and cell(classes, 0, "o…')
         assert cell(classes, 0, "depth") == "25" and cell(classes, 0, "oldest") == "1.50s"
         assert cell(classes, 0, "p99") == "— / 1.00s"  # no request left the queue yet: no p99, never 0
         engines = pane.engines_table
@@ -86,7 +86,7 @@ async def test_the_queue_pane_reflects_a_burst_and_goes_stale(gateway, tmp_path)
         # the burst drains: dispatches show as shares and waits against the budget
         gateway.dispatch("realtime", "a", 25, wait_s=1.8)
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: cell(classes, 0, "share") == "100%" and cell(classes, 0, "depth") == "0", message='cell(classes, 0, "share") == "100%" and cell(classes, 0, …')
         assert cell(classes, 0, "share") == "100%" and cell(classes, 0, "depth") == "0"
         # an empty queue's oldest wait reads 0, as in its table, not "0µs"
         empty = pane.query_one("#queue-header").render().plain
@@ -97,7 +97,7 @@ async def test_the_queue_pane_reflects_a_burst_and_goes_stale(gateway, tmp_path)
         gateway.burst("batch", 7, oldest_s=12.0)
         await app.poll_now()
         await pilot.press("1")
-        await pilot.pause()
+        await until(pilot, lambda: tile(app, "queued").startswith("7"), message='tile(app, "queued").startswith("7")')
         assert tile(app, "queued").startswith("7")
         assert tile(app, "queue_oldest") == "12.0s"
         # the gateway stops answering: the last values stay, dimmed, with why
@@ -119,7 +119,7 @@ async def test_at_80_columns_the_classes_scroll_right_with_source_and_class_pinn
         await app.poll_now()
         classes = app.query_one(QueuePane).classes_table
         await until(pilot, lambda: classes.row_count == 3 and classes.has_focus, message="the classes, focused")
-        await pilot.pause()
+        await until(pilot, lambda: classes.virtual_size.width > classes.size.width, message='classes.virtual_size.width > classes.size.width')
         assert classes.virtual_size.width > classes.size.width  # more columns than fit
         assert classes.show_horizontal_scrollbar  # … and the table says so
         first = classes.render_line(1).text  # the header row under no scroll
@@ -143,7 +143,7 @@ async def test_editing_a_weight_goes_through_the_pipeline_and_a_401_is_a_clear_r
         await pilot.pause()
         pane = app.query_one(QueuePane)
         pane.classes_table.move_cursor(row=1)  # batch
-        await pilot.pause()
+        await until(pilot, lambda: pane.selected_class == ("gw", "batch"), message='pane.selected_class == ("gw", "batch")')
         assert pane.selected_class == ("gw", "batch")
         await pilot.press("w")
         form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen)
@@ -165,7 +165,7 @@ async def test_editing_a_weight_goes_through_the_pipeline_and_a_401_is_a_clear_r
         assert TOKEN not in (tmp_path / "audit.jsonl").read_text()
         await pilot.press("escape")
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: cell(pane.classes_table, 1, "weight") == "6", message='cell(pane.classes_table, 1, "weight") == "6"')
         assert cell(pane.classes_table, 1, "weight") == "6"
         # the gateway no longer takes our token: a clear refusal, nothing sent
         gateway.token = "rotated"
@@ -202,7 +202,7 @@ async def test_draining_an_engine_follows_in_flight_to_zero_then_undrains(gatewa
         assert gateway.engines["b"].draining and gateway.engines["b"].in_flight == 0
         await pilot.press("escape")
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: cell(pane.engines_table, 1, "state") == "drained", message='cell(pane.engines_table, 1, "state") == "drained"')
         assert cell(pane.engines_table, 1, "state") == "drained"
         await pilot.press("d")  # the same key undrains a drained engine
         screen = await dry_run(pilot, app)

@@ -18,6 +18,7 @@ from infertop.state.recording.recorder import Recorder
 from infertop.state.recording.replay import Player, Replay
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.widgets.engines_table import EnginesTable
+from pilot_wait import until
 from vllm_text import v1_doc
 from overview_view import tile
 
@@ -118,7 +119,7 @@ async def test_replay_paints_the_recorded_state_as_live_did(tmp_path):
         app.player.pause()
         app.player.seek(states[25].taken_at)
         app.replay_ctl.jump()
-        await pilot.pause()
+        await until(pilot, lambda: app.state.tick == states[25].tick, 'app.state.tick == states[25].tick')
         assert app.state.tick == states[25].tick
         replayed = await cells_then_overview(app, pilot)
         # the sparkline history was rebuilt from the ticks before the position
@@ -153,7 +154,7 @@ async def test_replay_plays_on_at_its_speed(tmp_path):
         first = app.state.tick
         clock.mono += 2.0  # two seconds at 2x: four recorded ticks later
         app.replay_ctl.tick()
-        await pilot.pause()
+        await until(pilot, lambda: app.state.tick == first + 4, 'app.state.tick == first + 4')
         assert app.state.tick == first + 4
 
 
@@ -325,7 +326,7 @@ async def test_after_a_seek_the_log_holds_what_happened_before_the_new_position(
         assert not [line for line in app.log_lines if "→ down" in line], list(app.log_lines)
         app.player.seek(states[25].taken_at)
         app.replay_ctl.jump()
-        await pilot.pause()
+        await until(pilot, lambda: len([line for line in app.log_lines if "beta up → down" in line]) == 1, 'len([line for line in app.log_lines if "beta up → down" i…')
         assert len([line for line in app.log_lines if "beta up → down" in line]) == 1
 
 
@@ -378,7 +379,7 @@ async def test_a_critical_verdict_saves_an_incident_bundle_by_itself_once(tmp_pa
         assert not list(state_dir.glob("incident-*"))
         hung.add("one")
         await ticks(20)
-        await pilot.pause()
+        await until(pilot, lambda: len((list(state_dir.glob("incident-auto-*.infertop")))) == 1, 'len((list(state_dir.glob("incident-auto-*.infertop")))) == 1')
         bundles = list(state_dir.glob("incident-auto-*.infertop"))
         assert len(bundles) == 1, ([v.kind for v in app.verdicts], list(app.log_lines)[-6:])
         [bundle] = bundles

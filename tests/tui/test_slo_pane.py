@@ -49,7 +49,7 @@ async def test_the_slo_pane_plots_against_their_targets(scripted, size):
             clock.t += 1.0
         await pilot.press("9")
         await until(pilot, lambda: app.query_one("#panes").active == "slo", "the SLO pane")
-        await pilot.pause()
+        await until(pilot, lambda: any(v.kind == "slo-fast-burn" and v.subject == "slo:chat" for v in app.state.verdicts), 'any(v.kind == "slo-fast-burn" and v.subject == "slo:chat"…')
         assert any(v.kind == "slo-fast-burn" and v.subject == "slo:chat" for v in app.state.verdicts)
         text = str(app.query_one("#slo-text").render())
         assert "chat: 99.9 % of requests within TTFT 1 s over 30 days" in text and "FIRING" in text

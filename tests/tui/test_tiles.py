@@ -77,7 +77,7 @@ async def test_tiles_fit_their_columns_with_an_ellipsis_and_extra_tiles_append()
         grid = app.grid
         grid.set_value("k0", "123", note="≤2s")
         grid.set_value("k1", "a value far too long for a tile")
-        await pilot.pause()
+        await until(pilot, lambda: grid.value_text("k0") == "123 ≤2s", "k0's value with its note")
         assert column_offsets(31, 3) == [0, 10, 20, 31]
         assert grid.value_text("k0") == "123 ≤2s"
         assert grid.value_text("k1") == "a value …"  # 10 cells less the left padding
@@ -90,7 +90,7 @@ async def test_tiles_fit_their_columns_with_an_ellipsis_and_extra_tiles_append()
         grid.set_columns(9)
         await until(pilot, lambda: grid.region.height == 2, "one row of nine")
         grid.show_extra(False)
-        await pilot.pause()
+        await until(pilot, lambda: grid.label_text("k5") == "L…", 'grid.label_text("k5") == "L…"')
         assert grid.label_text("k5") == "L…"  # 9 columns of 3 or 4 cells
 
 

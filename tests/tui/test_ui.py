@@ -52,7 +52,7 @@ async def test_overview_and_engines_show_live_values(two_engines):
     app = make_app(two_engines)
     async with app.run_test(size=(120, 40)) as pilot:
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: tile(app, "engines") == "2/3", 'tile(app, "engines") == "2/3"')
         assert tile(app, "engines") == "2/3"
         assert tile(app, "running") == "9"
         assert tile(app, "waiting") == "3"
