@@ -13,7 +13,7 @@ TTFT p50 (the two p99s come from histograms of different bounds: under a long qu
 a bucket's width of noise, and the median request's whole TTFT bounds its prefill). ρ ≥ 1: the queue
 grows without bound.
 
-Checked against the simulator (tests/test_capacity_vs_sim.py, benchmarks/capacity_vs_sim.py): fed the
+Checked against the simulator (tests/unit/test_capacity_vs_sim.py, benchmarks/capacity_vs_sim.py): fed the
 true λ and S, M/M/c overstates the wait's p99 by 1.3–1.4× at ρ 0.6–0.9 (vLLM's service times vary less
 than an exponential's); through the SLO watch's 60 s windows, predicted ÷ measured p99 was 0.75–1.35
 after "arrival ×1.5" and "max_num_seqs 4 → 8". The mean wait is understated at light load (×0.5).

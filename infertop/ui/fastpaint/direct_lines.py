@@ -65,7 +65,7 @@ class DirectLines:
     does not have; for the dozen lines the Overview changes each tick that was a large
     part of a frame's CPU. Here a line is what the widget's ``render_line`` returns,
     padded to the content width and with the app's line filters applied — what the
-    styles cache paints for such a box (tests/test_direct_lines.py compares the two).
+    styles cache paints for such a box (tests/tui/test_direct_lines.py compares the two).
     A row whose ``render_line`` returns the same strip as last frame is reused as painted.
     Any other box is painted by Textual as usual.
     """
