@@ -69,6 +69,21 @@ def test_a_queue_under_its_first_bucket_is_not_split_off_the_ttft():
     assert lines["queue"].text.startswith("queue p99 <300ms")
 
 
+def test_a_queue_under_its_first_bucket_leaves_the_whole_ttft_to_prefill_in_the_capacity_inputs():
+    """The demo at rest: queue p99 "<300ms" against TTFT p99 219 ms. Taken as 300 ms it left prefill 0 and
+    every what-if predicted "TTFT p99 0µs"; as a bound it counts as no queue, prefill is the TTFT."""
+    from infertop.analysis.slo.capacity import inputs_of
+
+    at_rest = EngineStats("e1", "u", state="up", requests_per_s=15.0, generation_tokens_per_s=750.0,
+                          ttft_p50_s=0.016, itl_p50_s=0.009, ttft_p99_s=0.219, queue_p99_s=0.3, running=6,
+                          max_num_seqs=64, quantile_edges={"queue_p99_s": "<"})
+    assert inputs_of([at_rest]).prefill_p99_s == pytest.approx(0.219)
+    queued = EngineStats("e2", "u", state="up", requests_per_s=15.0, generation_tokens_per_s=750.0,
+                         ttft_p50_s=0.5, itl_p50_s=0.009, ttft_p99_s=3.1, queue_p99_s=2.6, running=64,
+                         max_num_seqs=64)
+    assert inputs_of([queued]).prefill_p99_s == pytest.approx(0.5)
+
+
 def feed(tracker: BurnTracker, start: float, seconds: float, per_10s: float, bad_per_10s: float) -> float:
     t = start
     while t < start + seconds:

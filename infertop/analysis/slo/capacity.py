@@ -182,6 +182,13 @@ class RunningMean:
         return sum(v for _, v in reads) / len(reads) if len(reads) >= self.MIN_READS else None
 
 
+def mean_of(engines, attr: str) -> float | None:
+    """``attr`` of the engines, weighted by their arrival rates; None where none has it."""
+    vals = [(getattr(s, attr), s.requests_per_s or 0.0) for s in engines if getattr(s, attr) is not None]
+    w = sum(r for _, r in vals)
+    return sum(v * r for v, r in vals) / w if vals and w > 0 else None
+
+
 def inputs_of(engines, prefer_running: bool = True, running_mean: float | None = None) -> CapacityInputs | None:
     """The model's inputs from the EngineStats of one class's fresh, up engines; None without traffic.
     ``running_mean``: their running requests averaged over the rates' window (:class:`RunningMean`),
@@ -194,9 +201,7 @@ def inputs_of(engines, prefer_running: bool = True, running_mean: float | None =
     out_tokens = gen / lam
 
     def mean(attr: str) -> float | None:
-        vals = [(getattr(s, attr), s.requests_per_s or 0.0) for s in engines if getattr(s, attr) is not None]
-        w = sum(r for _, r in vals)
-        return sum(v * r for v, r in vals) / w if vals and w > 0 else None
+        return mean_of(engines, attr)
 
     ttft50, itl50 = mean("ttft_p50_s") or 0.0, mean("itl_p50_s") or 0.0
     residence = ttft50 + out_tokens * itl50
@@ -208,7 +213,11 @@ def inputs_of(engines, prefer_running: bool = True, running_mean: float | None =
     else:
         service, how = residence, "TTFT p50 + output tokens × ITL p50"
     seqs = [s.max_num_seqs for s in engines if s.max_num_seqs]
-    ttft99, queue99 = mean("ttft_p99_s"), mean("queue_p99_s")
+    ttft99 = mean("ttft_p99_s")
+    # a queue p99 under its first bucket bound ("<300ms") is a bound, not a wait: it would take the whole
+    # TTFT (prefill 0, and every what-if's "TTFT p99 0µs"); such an engine's queue counts as none
+    known = [s for s in engines if (getattr(s, "quantile_edges", None) or {}).get("queue_p99_s") != "<"]
+    queue99 = mean_of(known, "queue_p99_s") if known else 0.0
     prefill = max(0.0, (ttft99 or 0.0) - (queue99 or 0.0))
     pre50 = min(prefill, ttft50) if ttft50 > 0 else None
     return CapacityInputs(lam, service, len(engines), min(seqs) if seqs else None, prefill, residence or service, how,

@@ -382,10 +382,14 @@ def capacity_text(a, c) -> str:
     if a.note:
         return f"{head}; {a.note}"
     hold = (f"holds queue p99 {seconds_human(c.queue_p99_s)} and TTFT p99 {seconds_human(c.ttft_p99_s)} at "
-            f"{a.replicas_to_hold} replicas" if a.replicas_to_hold else "no replica count holds the TTFT target "
+            f"{_replicas(a.replicas_to_hold)}" if a.replicas_to_hold else "no replica count holds the TTFT target "
             "(prefill alone is over it)")
     seqs = (f", or max_num_seqs {a.max_num_seqs_to_hold} at {inp.replicas}" if a.max_num_seqs_to_hold else "")
-    return f"{head}: {a.replicas_for_concurrency} replicas of {inp.max_num_seqs} for the slots; {hold}{seqs}"
+    return f"{head}: {_replicas(a.replicas_for_concurrency)} of {inp.max_num_seqs} for the slots; {hold}{seqs}"
+
+
+def _replicas(n: int) -> str:
+    return f"{n} replica{'' if n == 1 else 's'}"
 
 
 def stage_text(stage: str) -> str:
