@@ -30,13 +30,17 @@ SHOTS_BIG = [
     ("queue", ["6"], []),
     ("autoscaler", ["7"], []),
     ("log", ["3"], []),
+    ("triage-at-rest", ["8"], []),
+    ("slo", ["9"], []),
     ("help", ["question_mark"], ["escape"]),
 ]
 SHOTS_SMALL = [("overview-80x24", ["1"], []), ("engines-80x24", ["2"], []), ("gpus-80x24", ["4"], []),
-               ("cluster-80x24", ["5"], []), ("queue-80x24", ["6"], []), ("autoscaler-80x24", ["7"], [])]
-SHOTS_WIDE = [("overview-200x60", ["1"], [])]
+               ("cluster-80x24", ["5"], []), ("queue-80x24", ["6"], []), ("autoscaler-80x24", ["7"], []),
+               ("slo-80x24", ["9"], [])]
+SHOTS_WIDE = [("overview-200x60", ["1"], []), ("slo-200x60", ["9"], [])]
 # after an incident is injected into the demo: the Triage pane and a verdict's evidence
-SHOTS_INCIDENT = [("triage", ["8"], []), ("verdict-detail", ["8", "enter"], ["escape"]), ("overview-incident", ["1"], [])]
+SHOTS_INCIDENT = [("triage", ["8"], []), ("verdict-detail", ["8", "enter"], ["escape"]), ("overview-incident", ["1"], []),
+                  ("slo-incident", ["9"], [])]
 INCIDENT = "queue-bound"
 
 
