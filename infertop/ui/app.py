@@ -160,7 +160,7 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
         self.collection = Collection(self, self.fleet, tick=self.tick, engine_manager=lambda: self.engine_manager)
         self.changes_ctl = ChangeLog(
             self, clear_log=self._clear_log, local=self.fleet.joiner.local,
-            watched=lambda: self.engines_ctl.watched_pids, state_changed=self.engines_ctl.state_changed,
+            state_changed=self.engines_ctl.state_changed,
             save_bundle=lambda because: self.bundle_ctl.save(because=because),
             recorded_ticks=lambda: len(self.state_log.window(BUNDLE_S)), replay=settings.replay is not None)
         self.replay_ctl = ReplayController(

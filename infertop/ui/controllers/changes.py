@@ -22,21 +22,21 @@ from .host import ConsoleHost
 GPU_THROTTLE_LOG_EVERY_S = 60.0
 VERDICT_LINES_PER_TICK = 20  # raised (and cleared) verdicts told one line each per tick, the rest counted
 AUTO_BUNDLE_MIN_TICKS = 30  # a critical verdict saves a bundle by itself once this much was recorded
-ORPHAN_RECHECK_S = 5.0  # an orphaned or managed engine's record is read again this often
+ORPHAN_RECHECK_S = 5.0  # an orphaned engine's record is read again this often
 
 
 class ChangeLog:
     """What the Log pane says changed, for one console.
 
     ``log_event`` writes a line (the console's); ``clear_log`` empties the pane (a replay's seek);
-    ``local`` / ``watched`` the engines whose records are read again now and then (orphans, managed ones),
+    ``local`` the engines whose records are read again now and then (orphans),
     ``state_changed(name)`` reads one again; ``save_bundle(because)`` / ``recorded_ticks()`` the incident
     bundle a critical verdict saves by itself; ``replay`` whether this console replays a recording."""
 
     def __init__(self, host: ConsoleHost, *, clear_log: Callable[[], None], local: dict,
-                 watched: Callable[[], dict], state_changed: Callable[[str], None],
+                 state_changed: Callable[[str], None],
                  save_bundle: Callable[[str], bool], recorded_ticks: Callable[[], int], replay: bool) -> None:
-        self.host, self._clear_log, self.local, self._watched = host, clear_log, local, watched
+        self.host, self._clear_log, self.local = host, clear_log, local
         self._state_changed, self._save_bundle, self._recorded_ticks = state_changed, save_bundle, recorded_ticks
         self.replay = replay
         self.verdicts: tuple[Verdict, ...] = ()
@@ -137,10 +137,9 @@ class ChangeLog:
             prev = self._states.get(s.name)
             if prev is None and s.state == UNKNOWN:
                 continue  # not polled yet (the first ticks, a pod's engine that just joined): nothing to tell
-            if prev == s.state and (s.name in self.local or s.name in self._watched()):
-                # orphaned: read its record again now and then, so the word goes when stop cleaned it up;
-                # a managed engine: another console or ``engine set`` may have restarted it between two
-                # polls (no down seen), so its record (pid, max_num_seqs) is read again as often
+            if prev == s.state and s.name in self.local:
+                # orphaned: read its record again now and then, so the word goes when stop cleaned it up
+                # (a restart between two polls is told by the engines' own discovery list)
                 now, checked = time.monotonic(), self._checked_at
                 if now - checked.get(s.name, 0.0) >= ORPHAN_RECHECK_S:
                     checked[s.name] = now

@@ -137,6 +137,8 @@ class EngineController:
                     owner = owner_of(rec)
                     if owner:  # not this console's own start (its action watches it as it ends)
                         self.host.log_event(escape(f"{rec.name}: engine {owner} (pid {rec.pid}): watching it"))
+                else:  # the same list tells a restart elsewhere between two polls (no down seen)
+                    self._follow(rec.name, rec)
 
         self.host.run_worker(work(), group="engine-discover", exclusive=True, exit_on_error=False)
 
@@ -163,6 +165,12 @@ class EngineController:
 
     async def _reread(self, name: str) -> None:
         rec = await asyncio.to_thread(self.managed, name)
+        self._follow(name, rec)
+        self._note_orphan(name, rec)
+
+    def _follow(self, name: str, rec: EngineRecord | None) -> None:
+        """Watch ``name`` as its record says it runs now; a new pid is a restart elsewhere (engine set,
+        another console), said with the max_num_seqs it now runs with."""
         pids = self.watched_pids
         was = pids.get(name)
         if rec is not None:
@@ -174,7 +182,6 @@ class EngineController:
             self.watch(rec)
         else:
             pids.pop(name, None)  # stopped (here or elsewhere): nothing of ours to read again
-        self._note_orphan(name, rec)
 
     def _note_orphan(self, name: str, rec: EngineRecord | None) -> None:
         """An engine whose main process died while its workers live on (holding GPU memory) is
