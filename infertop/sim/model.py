@@ -39,9 +39,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-from collections import OrderedDict, deque
 from dataclasses import fields, replace
-from typing import Any
+from typing import Any, Callable
 
 # The engine's parts live in sibling modules; the names below are re-exported
 # here because callers import them from ``infertop.sim.model``.
@@ -60,8 +59,8 @@ from .histograms import (
     Histogram,
     build_1_2_5_buckets,
 )
-from .kv_cache import KvCacheMixin
-from .requests import FINISHED, FINISHED_REASONS, PENDING, RUNNING, WAITING, SimRequest, _PrefixEntry
+from .kv_cache import KvBlocks, WaitingQueue
+from .requests import FINISHED, FINISHED_REASONS, PENDING, RUNNING, WAITING, SimRequest
 
 __all__ = [
     "DEFAULT_EPOCH_S",
@@ -78,7 +77,7 @@ __all__ = [
 DEFAULT_EPOCH_S = 1_795_937_400.0
 
 
-class EngineModel(KvCacheMixin):
+class EngineModel:
     """One simulated vLLM engine. Not thread-safe: callers serialise access."""
 
     def __init__(self, config: EngineConfig | None = None, *, seed: int = 0, epoch_s: float = DEFAULT_EPOCH_S,
@@ -112,20 +111,16 @@ class EngineModel(KvCacheMixin):
         self.created_t = self.now
         self.running: list[SimRequest] = []
         self._prefilling: list[SimRequest] = []
-        self._waiting_fifo: deque[SimRequest] = deque()
-        self._waiting_heap: list[tuple[int, float, int, SimRequest]] = []
-        self.num_waiting = 0
+        self.waiting = WaitingQueue(priority=c.scheduling_policy == "priority")
         self._pending: list[tuple[float, int, SimRequest]] = []
-        self._watched: dict[SimRequest, None] = {}
+        # requests streaming their tokens, with their callbacks (insertion order: submission)
+        self._watched: dict[SimRequest, Callable[[SimRequest, int, float], Any]] = {}
         self.g = 0
         self._buckets: list[set[SimRequest]] = [set() for _ in range(c.block_size)]
         self._finish_heap: list[tuple[int, int, int, SimRequest]] = []
         self._n_dec = 0
         self._ctx_dec = 0
-        self._own_blocks = 0
-        self._prefixes: OrderedDict[str, _PrefixEntry] = OrderedDict()
-        self._prefix_ref_blocks = 0
-        self._prefix_unref_blocks = 0
+        self.kv = KvBlocks(c.num_gpu_blocks, c.block_size, prefix_caching=c.enable_prefix_caching)
         # current iteration
         self._it_active = False
         self._dec_alloc = False
@@ -186,7 +181,7 @@ class EngineModel(KvCacheMixin):
         nothing is counted). ``config_changes`` apply new engine arguments,
         e.g. ``restart(max_num_seqs=32)``.
         """
-        inflight = list(self.running) + self._waiting_list() + [p[2] for p in self._pending]
+        inflight = list(self.running) + self.waiting.requests() + [p[2] for p in self._pending]
         if config_changes:
             if "max_num_seqs" in config_changes and "max_num_batched_tokens" not in config_changes:
                 config_changes["max_num_batched_tokens"] = max(self.config.max_num_batched_tokens,
@@ -238,12 +233,12 @@ class EngineModel(KvCacheMixin):
         req.target = target
         req.seq = next(self._seq)
         if req.on_token is not None:
-            self._watched[req] = None
+            self._watched[req] = req.on_token
         if req.arrival_t <= self.now:
             # it is here: waiting from this moment (as vLLM's scheduler has it), not at the next step,
             # so /metrics never shows an accepted request as neither waiting nor running
             req.state = WAITING
-            self._push_waiting(req, front=False)
+            self.waiting.push(req, front=False)
         else:
             heapq.heappush(self._pending, (req.arrival_t, req.seq, req))
         return True
@@ -257,7 +252,7 @@ class EngineModel(KvCacheMixin):
             self._pending = [p for p in self._pending if p[2] is not req]
             heapq.heapify(self._pending)
         elif req.state == WAITING:
-            self._remove_waiting(req)
+            self.waiting.remove(req)
         elif req.state == RUNNING:
             self._release_running(req)
             if req in self._prefilling:
@@ -282,8 +277,12 @@ class EngineModel(KvCacheMixin):
         return len(self._pending)
 
     @property
+    def num_waiting(self) -> int:
+        return self.waiting.count
+
+    @property
     def used_blocks(self) -> int:
-        return self._own_blocks + self._prefix_ref_blocks
+        return self.kv.used
 
     @property
     def kv_cache_usage(self) -> float:
@@ -313,7 +312,7 @@ class EngineModel(KvCacheMixin):
 
     def requests(self) -> list[SimRequest]:
         """Running, then waiting, then not-yet-arrived requests."""
-        return list(self.running) + self._waiting_list() + [p[2] for p in sorted(self._pending)]
+        return list(self.running) + self.waiting.requests() + [p[2] for p in sorted(self._pending)]
 
     def output_tokens_of(self, req: SimRequest) -> int:
         if req.decoding:
@@ -337,7 +336,7 @@ class EngineModel(KvCacheMixin):
                 self._start_iteration()
             else:
                 self._admit_arrivals(self.now)
-                if (self.running or self.num_waiting) and self.sleep_level == 0 and self._start_iteration():
+                if (self.running or self.waiting.count) and self.sleep_level == 0 and self._start_iteration():
                     continue
                 if pending and pending[0][0] <= target:
                     self.now = max(self.now, pending[0][0])
@@ -366,10 +365,60 @@ class EngineModel(KvCacheMixin):
         while pending and pending[0][0] <= t:
             req = heapq.heappop(pending)[2]
             req.state = WAITING
-            self._push_waiting(req, front=False)
+            self.waiting.push(req, front=False)
 
-    # Waiting queue, KV blocks, prefix cache, preemption and check_invariants:
-    # see KvCacheMixin (infertop.sim.kv_cache).
+    # The waiting queue and the KV blocks (prefix cache included) are the model's parts
+    # (infertop.sim.kv_cache); taking a request out of the batch and preemption are below.
+
+    # the batch -----------------------------------------------------------------
+
+    def _dec_own_blocks(self, req: SimRequest, out: int) -> int:
+        """Blocks a decoder with ``out`` output tokens holds beside its shared prefix."""
+        shared = req.entry.blocks if req.entry is not None else 0
+        return -(-(req.prompt_tokens + out - 1) // self.config.block_size) - shared
+
+    def _release_running(self, req: SimRequest) -> int:
+        """Take a running request out of the batch; returns its output count."""
+        kv = self.kv
+        if req.decoding:
+            out = req.o0 + (self.g - req.g0)
+            own = self._dec_own_blocks(req, out)
+            if self._dec_alloc and req.phase == (1 - self.g) % self.config.block_size:
+                own += 1  # the block allocated for this step's token
+            if self._it_active:
+                self._it_n_dec -= 1  # leaves the step in flight: no token from it
+            kv.own -= own
+            self._buckets[req.phase].discard(req)
+            self._ctx_dec -= req.prompt_tokens + out
+            self._n_dec -= 1
+            req.decoding = False
+            req.epoch += 1
+            req.out = out
+        else:
+            out = req.out
+            kv.own -= req.blocks
+            req.blocks = 0
+        kv.unref_entry(req)
+        self.running.remove(req)
+        return out
+
+    def _pick_victim(self) -> SimRequest:
+        """The request preemption takes: the newest, or the lowest priority under the priority policy."""
+        if self.config.scheduling_policy == "priority":
+            return max(self.running, key=lambda r: (r.priority, r.arrival_t or 0.0, r.seq))
+        return self.running[-1]
+
+    def _preempt(self, victim: SimRequest) -> None:
+        """Free ``victim``'s blocks and queue it at the front, to be recomputed."""
+        if not victim.decoding and victim in self._prefilling:
+            self._prefilling.remove(victim)
+        self._release_running(victim)
+        victim.computed = 0
+        victim.last_token_t = self._prev_end if victim.out else None
+        victim.num_preemptions += 1
+        self.num_preemptions_total += 1
+        victim.state = WAITING
+        self.waiting.push(victim, front=True)
 
     # iterations --------------------------------------------------------------
 
@@ -385,11 +434,11 @@ class EngineModel(KvCacheMixin):
         if self._n_dec:
             while True:
                 need = len(self._buckets[(1 - self.g) % bs])
-                if self._ensure_free(need) or not self.running:
+                if self.kv.ensure_free(need) or not self.running:
                     break
                 self._preempt(self._pick_victim())
                 preempted = True
-            self._own_blocks += len(self._buckets[(1 - self.g) % bs])
+            self.kv.own += len(self._buckets[(1 - self.g) % bs])
             self._dec_alloc = True
         n_dec = self._n_dec
         budget -= n_dec
@@ -403,7 +452,7 @@ class EngineModel(KvCacheMixin):
             shared = req.entry.blocks if req.entry is not None else 0
             while True:
                 need = -(-(req.computed + chunk) // bs) - shared - req.blocks
-                if self._ensure_free(need):
+                if self.kv.ensure_free(need):
                     break
                 victim = self._pick_victim()
                 self._preempt(victim)
@@ -412,7 +461,7 @@ class EngineModel(KvCacheMixin):
                     break
             if req.state != RUNNING:
                 continue
-            self._own_blocks += need
+            self.kv.own += need
             req.blocks += need
             prefills.append((req, chunk))
             budget -= chunk
@@ -420,33 +469,23 @@ class EngineModel(KvCacheMixin):
         # 3. waiting requests, unless this step had to preempt.
         if not preempted:
             while budget > 0 and len(self.running) < c.max_num_seqs:
-                req = self._peek_waiting()
-                if req is None:
+                head = self.waiting.peek()
+                if head is None:
                     break
-                hit = 0
-                entry = None
-                if c.enable_prefix_caching and req.prefix_id is not None:
-                    entry = self._prefixes.get(req.prefix_id)
-                    if entry is not None and entry.tokens < req.prompt_tokens:
-                        hit = entry.tokens
-                    else:
-                        entry = None
+                req = head
+                entry = self.kv.match(req)
+                hit = entry.tokens if entry is not None else 0
                 todo = req.prompt_tokens + req.out
                 chunk = min(todo - hit, budget)
                 need = -(-(hit + chunk) // bs) - (entry.blocks if entry is not None else 0)
-                if not self._ensure_free(need):
+                if not self.kv.ensure_free(need):
                     break
-                if entry is not None and self._prefixes.get(req.prefix_id) is not entry:
+                if entry is not None and not self.kv.holds(entry):
                     # evicted by the call above to make room: recompute without it
                     continue
-                self._pop_waiting()
+                self.waiting.pop()
                 if entry is not None:
-                    if entry.ref == 0:
-                        self._prefix_unref_blocks -= entry.blocks
-                        self._prefix_ref_blocks += entry.blocks
-                    entry.ref += 1
-                    self._prefixes.move_to_end(entry.prefix_id)
-                    req.entry = entry
+                    self.kv.ref_entry(req, entry)
                 if c.enable_prefix_caching:
                     self.prefix_cache_queries_total += todo
                     self.prefix_cache_hits_total += hit
@@ -457,7 +496,7 @@ class EngineModel(KvCacheMixin):
                 req.computed = hit
                 req.prefill_target = todo
                 req.blocks = need
-                self._own_blocks += need
+                self.kv.own += need
                 self.running.append(req)
                 self._prefilling.append(req)
                 prefills.append((req, chunk))
@@ -496,9 +535,9 @@ class EngineModel(KvCacheMixin):
             self.generation_tokens_total += n
         # token callbacks for watched decoders (before prefill completions join)
         if self._watched:
-            for req in list(self._watched):
+            for req, on_token in list(self._watched.items()):
                 if req.decoding and req.g0 < self.g:
-                    req.on_token(req, req.o0 + (self.g - req.g0), t)
+                    on_token(req, req.o0 + (self.g - req.g0), t)
         pf_tokens = 0
         bs = self.config.block_size
         for req, chunk in self._it_prefills:
@@ -511,6 +550,7 @@ class EngineModel(KvCacheMixin):
             # prefill done: this step sampled a token
             self._prefilling.remove(req)
             self.generation_tokens_total += 1
+            assert req.arrival_t is not None  # set by submit
             if req.out == 0:
                 req.first_token_t = t
                 self.h_ttft.observe(t - req.arrival_t)
@@ -524,24 +564,25 @@ class EngineModel(KvCacheMixin):
                     self.prompt_tokens_cached_total += hit
                     self.prompt_tokens_cached_by_source["device"] += hit
             else:
+                assert req.last_token_t is not None  # a request with output keeps its last token's time
                 h_itl.observe(t - req.last_token_t)
             req.out += 1
             req.last_token_t = t
-            self._register_prefix(req)
+            self.kv.register_prefix(req)
             if req.on_token is not None:
                 req.on_token(req, req.out, t)
             if req.out >= req.target:
                 self._finish(req, t)
                 continue
             # becomes a decoder (holds ceil((P + out - 1) / bs) blocks, as now)
-            self._own_blocks -= req.blocks
+            self.kv.own -= req.blocks
             req.blocks = 0
             req.decoding = True
             req.o0 = req.out
             req.g0 = self.g
             req.phase = (req.prompt_tokens + req.o0 - req.g0) % bs
             self._buckets[req.phase].add(req)
-            self._own_blocks += self._dec_own_blocks(req, req.out)
+            self.kv.own += self._dec_own_blocks(req, req.out)
             heapq.heappush(self._finish_heap, (self.g + req.target - req.o0, req.seq, req.epoch, req))
             self._ctx_dec += req.prompt_tokens + req.out
             self._n_dec += 1
@@ -572,6 +613,7 @@ class EngineModel(KvCacheMixin):
         req.finished_reason = reason
         self.request_success[reason] += 1
         arrival = req.arrival_t
+        assert arrival is not None  # set by submit
         sched = req.first_scheduled_t if req.first_scheduled_t is not None else t
         first = req.first_token_t if req.first_token_t is not None else t
         self.h_e2e.observe(t - arrival)
@@ -589,6 +631,39 @@ class EngineModel(KvCacheMixin):
         self.h_prefill_kv_computed.observe(req.prompt_tokens - req.first_hit)
         if req.on_finish is not None:
             req.on_finish(req)
+
+    def check_invariants(self) -> None:
+        """Recompute the incremental bookkeeping from scratch; raise AssertionError if it drifted."""
+        c = self.config
+        bs = c.block_size
+        own = 0
+        n_dec = 0
+        ctx = 0
+        for r in self.running:
+            assert r.state == RUNNING, r
+            if r.decoding:
+                n_dec += 1
+                out = r.o0 + (self.g - r.g0)
+                own += self._dec_own_blocks(r, out)
+                if self._dec_alloc and r.phase == (1 - self.g) % bs:
+                    own += 1
+                ctx += r.prompt_tokens + out
+                assert r in self._buckets[r.phase]
+                assert out < r.target, (r, out)
+            else:
+                assert r in self._prefilling
+                shared = r.entry.blocks if r.entry is not None else 0
+                assert r.blocks + shared >= -(-r.computed // bs), r
+                own += r.blocks
+        assert own == self.kv.own, (own, self.kv.own)
+        assert n_dec == self._n_dec, (n_dec, self._n_dec)
+        assert ctx == self._ctx_dec, (ctx, self._ctx_dec)
+        assert sum(len(b) for b in self._buckets) == n_dec
+        self.kv.check_invariants(self.running)
+        assert len(self.running) <= c.max_num_seqs
+        waiting = self.waiting.requests()
+        assert len(waiting) == self.waiting.count, (len(waiting), self.waiting.count)
+        assert len(self._prefilling) == len(self.running) - n_dec
 
     # --------------------------------------------------------------- summary
 
