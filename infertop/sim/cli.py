@@ -181,7 +181,7 @@ def main(argv: list[str]) -> int:
             if args.scenario is not None:
                 cluster.play(args.scenario, engine=args.scenario_engine, onset_s=cluster.now + args.onset,
                              **({"hold_s": args.hold} if args.hold is not None else {}))
-            if args.file_sd:
+            if args.file_sd and cluster.fleet is not None:  # file_sd needs --shared-port (checked above)
                 _write_file_sd(args.file_sd, cluster.fleet.file_sd())
         except OSError as e:
             print(f"infertop sim: cannot listen or write: {e}", file=sys.stderr)
@@ -198,12 +198,12 @@ def main(argv: list[str]) -> int:
                     return 1
                 kube.wait_bound()
             out = sys.stdout
-            for e in cluster.engines:
+            for eng in cluster.engines:
                 if args.print_urls:
-                    out.write(e.url + "\n")
+                    out.write(eng.url + "\n")
                 else:
-                    pod = f" pod={e.gpu.pod}" if getattr(e.gpu, "pod", None) else ""
-                    out.write(f"engine {e.index} {e.url} model={e.model} max_num_seqs={e.max_num_seqs}{pod}\n")
+                    pod = f" pod={eng.gpu.pod}" if getattr(eng.gpu, "pod", None) else ""
+                    out.write(f"engine {eng.index} {eng.url} model={eng.model} max_num_seqs={eng.max_num_seqs}{pod}\n")
             if cluster.dcgm_url:
                 out.write((cluster.dcgm_url if args.print_urls else f"dcgm {cluster.dcgm_url}") + "\n")
             if args.file_sd and not args.print_urls:

@@ -138,6 +138,7 @@ class _Builder:
         self._getters.append(g)
 
     def _next_created(self) -> float:
+        assert self._created is not None  # callers add _created samples only when there is a time
         self._created_k += 1
         return self._created + self._created_k * 3.1e-05
 

@@ -18,6 +18,8 @@ __all__: list[str] = []
 
 
 class _QuietServer(ThreadingHTTPServer):
+    #: What the handlers serve (a SimEngine, DcgmServer or FleetServer): the listener's owner.
+    sim: object = None
     daemon_threads = True
     allow_reuse_address = True
     block_on_close = False
@@ -80,8 +82,9 @@ class _Listener:
                     raise
                 time.sleep(0.02)
         else:
-            raise last  # type: ignore[misc]
-        srv.sim = self.owner  # type: ignore[attr-defined]
+            assert last is not None  # each failed try kept its error
+            raise last
+        srv.sim = self.owner
         self.port = srv.server_address[1]
         self._server = srv
         self._thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
@@ -119,6 +122,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "uvicorn"
     sys_version = ""
     timeout = 120  # idle keep-alive connections
+    server: _QuietServer  # the stdlib types it BaseServer; ours always is a _QuietServer
 
     def setup(self) -> None:
         super().setup()

@@ -139,9 +139,9 @@ class ScenarioPlayer:
             scenario = SCENARIOS[scenario]
         if not 0 <= engine < len(cluster.engines):
             raise ValueError(f"engine {engine} is not one of the {len(cluster.engines)} simulated engines")
-        scenario = replace(scenario, **{k: float(v) for k, v in
-                                        (("ramp_s", ramp_s), ("hold_s", hold_s), ("recovery_s", recovery_s))
-                                        if v is not None})
+        scenario = replace(scenario, ramp_s=scenario.ramp_s if ramp_s is None else float(ramp_s),
+                           hold_s=scenario.hold_s if hold_s is None else float(hold_s),
+                           recovery_s=scenario.recovery_s if recovery_s is None else float(recovery_s))
         self.cluster = cluster
         self.scenario = scenario
         self.engine = engine

@@ -59,7 +59,9 @@ VLLM_VERSION = "0.32.0"
 
 class _EngineHandler(_OpenAIHandler):
     def _sim(self) -> SimEngine:
-        return self.server.sim  # type: ignore[attr-defined]
+        sim = self.server.sim
+        assert isinstance(sim, SimEngine)  # an engine's listener serves its SimEngine
+        return sim
 
     def _fault_gate(self) -> bool:
         """Apply the request-wide faults; True if the request was handled."""
@@ -375,7 +377,8 @@ def _finish_unseen(req: SimRequest) -> None:
 
 class _DcgmHandler(_Handler):
     def do_GET(self) -> None:  # noqa: N802
-        srv: DcgmServer = self.server.sim  # type: ignore[attr-defined]
+        srv = self.server.sim
+        assert isinstance(srv, DcgmServer)
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             self._send(200, srv.render().encode(), _dcgm.CONTENT_TYPE)
@@ -439,7 +442,8 @@ class _FleetHandler(_EngineHandler):
 
     def _route(self) -> bool:
         """Pick the engine and strip its prefix; False when the request was answered here."""
-        fleet: FleetServer = self.server.sim  # type: ignore[attr-defined]
+        fleet = self.server.sim
+        assert isinstance(fleet, FleetServer)
         path = self.path
         if path.split("?", 1)[0] == "/dcgm/metrics":
             self._send(200, fleet.render_dcgm().encode(), _dcgm.CONTENT_TYPE)
