@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from . import errors as E
+from .emulator_state import EmulatorState
 from .resources import ResourceType
 
 Rule = tuple  # (verb, group, resource, subresource, namespace); see KubeEmulator.set_rules
@@ -39,7 +40,7 @@ def _normalize_rule(rule: Any) -> tuple:
     return (verb, group, resource, sub, namespace)
 
 
-class AccessControl:
+class AccessControl(EmulatorState):
     """Authentication and authorisation, as methods of the emulator (its ``token``,
     ``username`` and ``_rules``)."""
 

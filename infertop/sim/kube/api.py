@@ -9,6 +9,7 @@ raise :class:`~.errors.ApiError`; the HTTP layer turns it into a Status.
 
 from __future__ import annotations
 
+import builtins
 import copy
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -42,10 +43,11 @@ def _strip_rv(obj: dict) -> dict:
     return obj
 
 
-class Api(Subresources):
+class Api:
     def __init__(self, emu: "KubeEmulator"):
         self.emu = emu
         self.store = emu.store
+        self.subresources = Subresources(self)  # /scale, eviction, access review
         self.events = EventRecorder(self)
         self._cluster_ip = 0
 
@@ -170,7 +172,7 @@ class Api(Subresources):
     def get(self, rt: ResourceType, namespace: str | None, name: str, subresource: str | None = None) -> dict:
         obj = self.get_current(rt, namespace, name)
         if subresource == "scale":
-            return self.scale_view(rt, obj)
+            return self.subresources.scale_view(rt, obj)
         return self.with_type(rt, obj)
 
     def list(self, rt: ResourceType, namespace: str | None, label_pred=None, field_pred=None) -> list[dict]:
@@ -191,7 +193,7 @@ class Api(Subresources):
         if not isinstance(body, dict):
             raise E.bad_request(f"the body of the request does not decode into a {rt.kind}")
         if subresource == "scale":
-            return self.update_scale(rt, namespace, name, body, dry_run=dry_run, patching=patching)
+            return self.subresources.update_scale(rt, namespace, name, body, dry_run=dry_run, patching=patching)
         self._typecheck(rt, body, patching=patching, name=name)
         with self.store.lock:
             old = current if current is not None else self.get_current(rt, namespace, name)
@@ -266,7 +268,7 @@ class Api(Subresources):
                     return self.create(rt, namespace, body, dry_run=dry_run), True
             if current is None:
                 raise E.not_found(rt, name)
-            doc = self.scale_view(rt, current) if subresource == "scale" else self.with_type(rt, clone(current))
+            doc = self.subresources.scale_view(rt, current) if subresource == "scale" else self.with_type(rt, clone(current))
             try:
                 if content_type == JSON_PATCH:
                     patched = json_patch(doc, patch_body)
@@ -372,7 +374,7 @@ class Api(Subresources):
         return self.store.put(PODS, pod)
 
     def delete_collection(self, rt: ResourceType, namespace: str | None, label_pred, field_pred,
-                          options: dict, *, dry_run: bool = False) -> list[dict]:
+                          options: dict, *, dry_run: bool = False) -> builtins.list[dict]:  # list: a method here
         with self.store.lock:
             out = []
             for obj in self.list(rt, namespace, label_pred, field_pred):

@@ -34,6 +34,10 @@ class Cause:
         "FieldValueTooLong": "Too long",
     }
 
+    # what a type error decoded and into which Go type (type_invalid sets them): the 400 "cannot unmarshal"
+    got: str = "value"
+    go_type: str = "object"
+
     def __init__(self, field: str, reason: str, detail: str = "", value: Any = ...):
         self.field = field
         self.reason = reason

@@ -193,7 +193,7 @@ class HpaController:
                           "the desired count is within the acceptable range", ts)
         status["desiredReplicas"] = desired
         if desired != current:
-            ctl.api.update_scale(target_rt, ns, target["metadata"]["name"], {"spec": {"replicas": desired}})
+            ctl.api.subresources.update_scale(target_rt, ns, target["metadata"]["name"], {"spec": {"replicas": desired}})
             status["lastScaleTime"] = ts
             why = f"{'pods' if metric else 'All'} metric {metric} above target" if desired > current else \
                 "All metrics below target"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from . import errors as E
 from . import resources as R
+from .emulator_state import EmulatorState
 
 if TYPE_CHECKING:
     from .http_server import Handler
@@ -44,11 +45,8 @@ class ContainerLog:
         self.instance += 1
 
 
-class PodLogs:
+class PodLogs(EmulatorState):
     """The emulator's container logs (a base of the emulator; ``self._logs``, ``self.clock``)."""
-
-    _logs: dict[tuple[str, str, str], ContainerLog]
-    _logs_changed: threading.Condition
 
     def _log(self, namespace: str, pod: str, container: str) -> ContainerLog:
         key = (namespace, pod, container)
@@ -59,7 +57,7 @@ class PodLogs:
 
     def _first_container(self, namespace: str, pod: str) -> str:
         try:
-            obj = self.api.get_current(R.BY_KIND["Pod"], namespace, pod)  # type: ignore[attr-defined]
+            obj = self.api.get_current(R.BY_KIND["Pod"], namespace, pod)
             return (obj["spec"].get("containers") or [{}])[0].get("name") or ""
         except E.ApiError:
             return ""
@@ -76,7 +74,7 @@ class PodLogs:
     def append_pod_log(self, pod_name: str, text: str, namespace: str = "default",
                        container: str | None = None) -> None:
         """Lines the container writes now (stamped with the emulator's clock); followers get them."""
-        now = self.clock()  # type: ignore[attr-defined]
+        now = self.clock()
         with self._logs_changed:
             log = self._log(namespace, pod_name, container or self._first_container(namespace, pod_name))
             for line in text.splitlines(keepends=True):
@@ -95,12 +93,12 @@ class PodLogs:
         with self._logs_changed:
             self._log(namespace, pod_name, name).rotate()
             self._logs_changed.notify_all()
-        with self.store.lock:  # type: ignore[attr-defined]
-            pod = self.api.get_current(pods, namespace, pod_name)  # type: ignore[attr-defined]
+        with self.store.lock:
+            pod = self.api.get_current(pods, namespace, pod_name)
             from .store import clone
             from .util import format_time
             pod = clone(pod)
-            now = format_time(self.clock())  # type: ignore[attr-defined]
+            now = format_time(self.clock())
             for cs in (pod.get("status") or {}).get("containerStatuses") or []:
                 if cs.get("name") == name:
                     started = ((cs.get("state") or {}).get("running") or {}).get("startedAt") or now
@@ -108,8 +106,8 @@ class PodLogs:
                     cs["lastState"] = {"terminated": {"exitCode": exit_code, "reason": reason, "startedAt": started,
                                                       "finishedAt": now, "containerID": cs.get("containerID", "")}}
                     cs["state"] = {"running": {"startedAt": now}}
-            self.store.put(pods, pod)  # type: ignore[attr-defined]
-        self._poke()  # type: ignore[attr-defined]
+            self.store.put(pods, pod)
+        self._poke()
 
     def _rotate_crashed(self, namespace: str, pod: str, container: str, argv: list[str], reason: str,
                         exit_code: int, at: float) -> None:
@@ -123,7 +121,7 @@ class PodLogs:
 
     # ------------------------------------------------------------ reads
     def _log_target(self, namespace: str, name: str, query: dict) -> tuple[dict, str]:
-        pod = self.api.get_current(R.BY_KIND["Pod"], namespace, name)  # type: ignore[attr-defined]
+        pod = self.api.get_current(R.BY_KIND["Pod"], namespace, name)
         names = [c["name"] for c in pod["spec"].get("containers") or []]
         container = query.get("container")
         if not container:
@@ -180,8 +178,7 @@ class PodLogs:
             lines = list(log.previous if previous else log.current)
         return self._render(lines, query)
 
-    def _follow_log(self: "KubeEmulator", handler: "Handler", namespace: str, name: str,  # type: ignore[misc]
-                    query: dict) -> None:
+    def _follow_log(self, handler: Handler, namespace: str, name: str, query: dict) -> None:
         """``follow=true``: what there is (after ``tailLines``), then each line as it is written, in
         HTTP chunks, until the container restarts, the pod goes, the client leaves or the emulator stops."""
         log, _ = self._select(namespace, name, query)

@@ -83,7 +83,7 @@ class PodRuntime(PodLogs):
         self._allocator = allocate
 
     def _endpoint_for(self, namespace: str, name: str) -> tuple[str, int | None] | str | None:
-        allocate = getattr(self, "_allocator", None)
+        allocate = self._allocator
         if allocate is not None:
             got = allocate(namespace, name)
             if got is not None:

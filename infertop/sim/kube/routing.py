@@ -138,7 +138,7 @@ class Dispatch:
         if rt.kind == "SelfSubjectAccessReview":
             if method != "POST" or name is not None:
                 raise E.method_not_allowed()
-            return 201, api.access_review(self.body())
+            return 201, api.subresources.access_review(self.body())
         verb = self._verb(name, watch)
         if verb not in rt.verbs and not sub:
             raise E.method_not_allowed()
@@ -166,7 +166,7 @@ class Dispatch:
             if name is None:
                 return 201, api.create(rt, namespace, self.body(), dry_run=self.dry_run())
             if sub == "eviction":
-                return 201, api.evict(namespace, name, self.body(), dry_run=self.dry_run())
+                return 201, api.subresources.evict(namespace, name, self.body(), dry_run=self.dry_run())
             raise E.method_not_allowed()
         if sub == "log":
             raise E.method_not_allowed()

@@ -5,12 +5,13 @@ VariantAutoscalings. :class:`AutoscalerSeeding` is a base of the emulator."""
 from __future__ import annotations
 
 from . import resources as R
+from .emulator_state import EmulatorState
 from .hpa import HpaController, MetricSource
 from .resources import resource_type
 from .util import format_time
 
 
-class AutoscalerSeeding:
+class AutoscalerSeeding(EmulatorState):
     """Autoscaler builders and knobs, as methods of the emulator."""
 
     def add_hpa(self, namespace: str, name: str, target: str, *, target_kind: str = "Deployment",
@@ -224,7 +225,7 @@ class AutoscalerSeeding:
                 target = self.api.get_current(target_rt, namespace, ref["name"])
                 old = target["spec"].get("replicas", 1)
                 if old != n:
-                    self.api.update_scale(target_rt, namespace, ref["name"], {"spec": {"replicas": n}})
+                    self.api.subresources.update_scale(target_rt, namespace, ref["name"], {"spec": {"replicas": n}})
                     status["lastScaleTime"] = format_time(self.clock())
                     self.api.events.record(rt, hpa, "Normal", "SuccessfulRescale",
                                            f"New size: {n}; reason: pods metric above target",

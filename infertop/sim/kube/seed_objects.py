@@ -7,12 +7,13 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from . import resources as R
+from .emulator_state import EmulatorState
 from .resources import resource_type
 from .store import clone
 from .util import format_time, set_condition
 
 
-class ObjectSeeding:
+class ObjectSeeding(EmulatorState):
     """Builders of the objects a cluster starts with, as methods of the emulator (its
     ``api``, ``store``, ``clock`` and ``rng``)."""
 

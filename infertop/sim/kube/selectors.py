@@ -25,7 +25,9 @@ _VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 def _split_top(text: str) -> list[str]:
     """Split on commas that are not inside parentheses."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1
@@ -66,7 +68,7 @@ def parse_label_selector(text: str | None) -> Matcher:
     """Return a predicate over a labels dict."""
     if not text or not text.strip():
         return lambda labels: True
-    reqs: list[Matcher] = []
+    reqs: list[Callable[..., bool]] = []  # matchers with their operands bound as defaults
     for raw in _split_top(text):
         term = raw.strip()
         if not term:

@@ -22,6 +22,7 @@ pod failure modes, endpoints and logs in ``pod_runtime.py``.
 
 from __future__ import annotations
 
+import builtins
 import fnmatch
 import json
 import random
@@ -34,6 +35,7 @@ from typing import Any, Callable, Iterable
 from .access import AccessControl
 from .api import JSON_PATCH, MERGE, STRATEGIC, Api
 from .controllers import Controllers
+from .emulator_state import EndpointAllocator
 from .hpa import HpaController
 from .http_server import EmulatorHTTPServer, Request
 from .pod_runtime import PodRuntime
@@ -106,8 +108,9 @@ class KubeEmulator(AccessControl, ObjectSeeding, AutoscalerSeeding, PodRuntime):
         self._requests_lock = threading.Lock()
         self._rules: list[tuple] | None = None
         self._image_failures: list[tuple[str, str]] = []
-        self._args_failures: list[tuple[Any, str, int]] = []
+        self._args_failures: list[tuple[Any, str, int, str]] = []  # (match, reason, exit code, termination reason)
         self._endpoints: list[tuple[str, str | None, str, int | None]] = []
+        self._allocator: EndpointAllocator | None = None
         self._ready_overrides: dict[tuple[str, str], bool] = {}
         self._hpa_pinned: dict[tuple[str, str], set] = {}
         self.hpa_controller: HpaController | None = None  # set_hpa_metrics() turns it on
@@ -353,7 +356,7 @@ class KubeEmulator(AccessControl, ObjectSeeding, AutoscalerSeeding, PodRuntime):
         return self.api.delete(rt, self._ns(rt, namespace), name, options)
 
     def events(self, namespace: str | None = None, involved_name: str | None = None,
-               reason: str | None = None) -> list[dict]:
+               reason: str | None = None) -> builtins.list[dict]:  # list: a method here
         out = []
         for ev in self.list("events", namespace):
             if involved_name is not None and ev["involvedObject"].get("name") != involved_name:

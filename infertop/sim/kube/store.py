@@ -11,6 +11,7 @@ reconcile loop and :meth:`KubeEmulator.wait_until` after each write.
 
 from __future__ import annotations
 
+import builtins
 import json
 import threading
 from collections import deque
@@ -117,7 +118,7 @@ class Store:
         self.changed.notify_all()
 
     # ------------------------------------------------------------- watch
-    def events_after(self, rv: int, key: tuple[str, str] | None = None) -> list[WatchEvent]:
+    def events_after(self, rv: int, key: tuple[str, str] | None = None) -> builtins.list[WatchEvent]:  # list: a method here
         """Events with resourceVersion > rv (hold the lock)."""
         if rv < self._floor:
             raise Expired(rv, self._floor + 1)

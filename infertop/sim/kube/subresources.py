@@ -1,18 +1,21 @@
 """The subresources and review verbs of the API: ``/scale`` (read and write),
 pod eviction (checked against PodDisruptionBudgets) and SelfSubjectAccessReview.
 
-:class:`Subresources` is a base of :class:`~.api.Api`: it uses the Api's store,
-``get_current``, ``now`` and pod deletion."""
+:class:`Subresources` belongs to an :class:`~.api.Api` (``api.subresources``): it uses the Api's
+store, ``get_current``, ``now`` and pod deletion."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import errors as E
 from .resources import BY_KIND, ResourceType, resource_type
 from .selectors import format_label_selector, selector_from_label_selector
 from .store import clone
 from .typecheck import go_unmarshal_message, type_errors
+
+if TYPE_CHECKING:
+    from .api import Api
 
 PODS = resource_type("pods")
 PDBS = resource_type("poddisruptionbudgets")
@@ -21,7 +24,10 @@ SCALABLE = ("Deployment", "StatefulSet", "ReplicaSet")
 
 
 class Subresources:
-    """Scale, eviction and access review, as methods of the Api."""
+    """Scale, eviction and access review, on the objects of ``api``."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
 
     # -------------------------------------------------------------- scale
     def scale_view(self, rt: ResourceType, obj: dict) -> dict:
@@ -50,8 +56,8 @@ class Subresources:
             if patching:
                 raise E.invalid_object(scale_rt, "Scale", name, causes)
             raise E.bad_request(go_unmarshal_message("Scale", "autoscaling/v1", causes[0]))
-        with self.store.lock:
-            current = self.get_current(rt, namespace, name)
+        with self.api.store.lock:
+            current = self.api.get_current(rt, namespace, name)
             meta = body.get("metadata") or {}
             if meta.get("name") not in (None, name):
                 raise E.bad_request(f"the name of the object ({meta.get('name')}) does not match the name on "
@@ -68,7 +74,7 @@ class Subresources:
                 new["spec"]["replicas"] = replicas
                 new["metadata"]["generation"] = new["metadata"].get("generation", 1) + 1
                 if not dry_run:
-                    new = self.store.put(rt, new)
+                    new = self.api.store.put(rt, new)
             return self.scale_view(rt, new)
 
     # ----------------------------------------------------------- eviction
@@ -80,13 +86,13 @@ class Subresources:
             raise E.bad_request("name in URL does not match name in Eviction object")
         options = body.get("deleteOptions") or {}
         dry_run = dry_run or "All" in (options.get("dryRun") or [])
-        with self.store.lock:
-            pod = self.get_current(PODS, namespace, name)
+        with self.api.store.lock:
+            pod = self.api.get_current(PODS, namespace, name)
             ok = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
             if pod["metadata"].get("deletionTimestamp"):
                 return ok
             labels = pod["metadata"].get("labels") or {}
-            pdbs = [p for p in self.store.iter(PDBS, namespace)
+            pdbs = [p for p in self.api.store.iter(PDBS, namespace)
                     if selector_from_label_selector((p.get("spec") or {}).get("selector"))(labels)]
             if len(pdbs) > 1:
                 raise E.ApiError(500, "InternalError",
@@ -94,8 +100,8 @@ class Subresources:
                                  "does not support.")
             if pdbs:
                 pdb = clone(pdbs[0])
-                status = self.emu.controllers.pdb_status(pdb)
-                ready = self.emu.controllers.pod_ready(pod)
+                status = self.api.emu.controllers.pdb_status(pdb)
+                ready = self.api.emu.controllers.pod_ready(pod)
                 healthy_enough = status["currentHealthy"] >= status["desiredHealthy"]
                 if ready or not healthy_enough:
                     if status["disruptionsAllowed"] <= 0:
@@ -112,11 +118,11 @@ class Subresources:
                         )
                     if not dry_run:
                         status["disruptionsAllowed"] -= 1
-                        status.setdefault("disruptedPods", {})[name] = self.now()
+                        status.setdefault("disruptedPods", {})[name] = self.api.now()
                         pdb["status"] = status
-                        self.store.put(PDBS, pdb)
+                        self.api.store.put(PDBS, pdb)
             if not dry_run:
-                self._delete_pod(pod, options, dry_run=False)
+                self.api._delete_pod(pod, options, dry_run=False)
             return ok
 
     # ------------------------------------------------------ access review
@@ -127,7 +133,7 @@ class Subresources:
         spec = body["spec"]
         attrs = spec.get("resourceAttributes")
         if attrs:
-            allowed = self.emu.is_allowed(
+            allowed = self.api.emu.is_allowed(
                 attrs.get("verb") or "", attrs.get("group") or "", attrs.get("resource") or "",
                 attrs.get("subresource") or "", attrs.get("namespace") or "",
             )

@@ -153,7 +153,6 @@ def go_unmarshal_message(kind: str, api_version: str, cause: Cause) -> str:
     field = cause.field
     parent = field.rsplit(".", 1)[0] if "." in field else ""
     struct = kind + (parent.split(".")[-1].split("[")[0].capitalize() if parent else "")
-    got = getattr(cause, "got", "value")
-    go_type = getattr(cause, "go_type", "object")
+    got, go_type = cause.got, cause.go_type
     return (f'{kind} in version "{api_version.split("/")[-1]}" cannot be handled as a {kind}: '
             f"json: cannot unmarshal {got} into Go struct field {struct}.{field} of type {go_type}")
