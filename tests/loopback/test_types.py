@@ -12,7 +12,7 @@ TYPED = ["infertop/domain", "infertop/format.py", "infertop/config.py", "inferto
          "infertop/sources", "infertop/analysis", "infertop/state", "infertop/control", "infertop/gateway",
          "infertop/__init__.py", "infertop/__main__.py", "infertop/cli.py", "infertop/crash.py", "infertop/demo.py",
          "infertop/event_loop.py", "infertop/flight_cli.py", "infertop/gpu_snapshot.py", "infertop/pipes.py",
-         "infertop/private_fs.py", "infertop/snapshot.py", "infertop/ui/controllers"]
+         "infertop/private_fs.py", "infertop/snapshot.py", "infertop/ui/controllers", "infertop/sim"]
 
 
 def test_the_typed_modules_pass_mypy():

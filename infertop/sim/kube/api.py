@@ -55,7 +55,13 @@ class Api:
     def now(self) -> str:
         return format_time(self.emu.clock())
 
-    def _check_namespace(self, rt: ResourceType, namespace: str | None, *, creating: bool,
+    def _remove_present(self, rt: ResourceType, namespace: str, name: str) -> dict:
+        """Delete an object the caller has just read under the store lock (so it is there)."""
+        gone = self.store.remove(rt, namespace, name)
+        assert gone is not None, (rt.key, namespace, name)
+        return gone
+
+    def _check_namespace(self, rt: ResourceType, namespace: str, *, creating: bool,
                          name: str = "") -> None:
         if not rt.namespaced:
             return
@@ -318,7 +324,7 @@ class Api:
                 return self.with_type(rt, self._delete_pod(current, options, dry_run=dry_run))
             if rt.kind == "Service" and not dry_run:
                 # the real API answers a Service delete with the Service, not a Status
-                return self.with_type(rt, self.store.remove(rt, namespace or "", name))
+                return self.with_type(rt, self._remove_present(rt, namespace or "", name))
             if rt.kind == "Namespace":
                 if not meta.get("deletionTimestamp"):
                     meta["deletionTimestamp"] = self.now()
@@ -331,7 +337,7 @@ class Api:
                 return self._success(rt, current)
             if options.get("propagationPolicy") == "Orphan":
                 self._orphan_dependents(meta["uid"], namespace)
-            gone = self.store.remove(rt, namespace or "", name)
+            gone = self._remove_present(rt, namespace or "", name)
             return self._success(rt, gone)
 
     @staticmethod
@@ -364,7 +370,7 @@ class Api:
         if dry_run:
             return pod
         if grace == 0 or not scheduled or terminal:
-            return self.store.remove(PODS, meta["namespace"], meta["name"])
+            return self._remove_present(PODS, meta["namespace"], meta["name"])
         if meta.get("deletionTimestamp"):
             return pod
         now = self.emu.clock()

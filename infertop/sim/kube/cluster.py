@@ -268,7 +268,9 @@ class SimKube:
         """(engines whose pod is gone, engines whose pod left the Service — terminating or drained —,
         engines whose pod is back in it); hold the store lock. No copies: a few dict lookups per pod."""
         pods = self.emu.store._objects[("", "pods")]
-        gone, leaving, back = [], [], []
+        gone: list[int] = []
+        leaving: list[int] = []
+        back: list[int] = []
         with self._lock:
             for pod_name, i in list(self.bound.items()):
                 pod = pods.get((self.namespace, pod_name))

@@ -104,6 +104,7 @@ class ControllerBase:
         if not min_ready_seconds:
             return True
         cond = find_condition(pod["status"].get("conditions"), "Ready")
+        assert cond is not None  # pod_ready found it
         since = parse_time(cond.get("lastTransitionTime"))
         return since is None or self.now - since >= min_ready_seconds
 

@@ -201,7 +201,7 @@ class Controllers(ControllerBase):
         pinned = self.emu._hpa_pinned.get((meta["namespace"], meta["name"]), set())
         ref = spec.get("scaleTargetRef") or {}
         kinds = {"Deployment": DEPLOYMENTS, "StatefulSet": STATEFULSETS, "ReplicaSet": REPLICASETS}
-        target_rt = kinds.get(ref.get("kind"))
+        target_rt = kinds.get(ref.get("kind", ""))
         target = self.store.peek(target_rt, meta["namespace"], ref.get("name", "")) if target_rt else None
         now = self.ts()
         conditions = status.setdefault("conditions", [])

@@ -4,6 +4,8 @@ limit, rollback by template, and the Deployment's status and conditions."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from .controller_base import DEPLOYMENTS, REPLICASETS, ControllerBase, controller_uid, is_active, omit_zero, owner_ref
 from .quantities import resolve_intstr
 from .store import clone
@@ -132,7 +134,7 @@ class DeploymentController(ControllerBase):
         tpl.setdefault("metadata", {}).setdefault("labels", {})["pod-template-hash"] = h
         selector = clone(spec["selector"])
         selector.setdefault("matchLabels", {})["pod-template-hash"] = h
-        rs = {
+        rs: dict[str, Any] = {
             "apiVersion": "apps/v1",
             "kind": "ReplicaSet",
             "metadata": {
@@ -211,12 +213,10 @@ class DeploymentController(ControllerBase):
                           f'Created new replica set "{rs_name}"', now, update_time=True)
         elif new["metadata"].get("generation") != old_status.get("observedGeneration"):
             set_condition(conditions, "Progressing", "True", "FoundNewReplicaSet",
-                          f'Found new replica set "{rs_name}"', now, update_time=True)
-            find_condition(conditions, "Progressing")["lastUpdateTime"] = now
+                          f'Found new replica set "{rs_name}"', now, update_time=True)["lastUpdateTime"] = now
         elif progressed or prog is None:
             set_condition(conditions, "Progressing", "True", "ReplicaSetUpdated",
-                          f'ReplicaSet "{rs_name}" is progressing.', now, update_time=True)
-            find_condition(conditions, "Progressing")["lastUpdateTime"] = now
+                          f'ReplicaSet "{rs_name}" is progressing.', now, update_time=True)["lastUpdateTime"] = now
         elif prog.get("status") == "True" and prog.get("reason") != "NewReplicaSetAvailable":
             deadline = spec.get("progressDeadlineSeconds", 600)
             last = parse_time(prog.get("lastUpdateTime")) or self.now

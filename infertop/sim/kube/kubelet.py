@@ -5,12 +5,15 @@ modes, pod conditions, removal of terminated pods, and the kubelet's Events."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .controller_base import NODES, PODS, ControllerBase, is_terminating
 from .pod_runtime import WAIT
 from .store import clone
 from .util import format_time, parse_time, set_condition
+
+if TYPE_CHECKING:
+    from .server import KubeEmulator
 
 
 def _sha(text: str) -> str:
@@ -20,7 +23,7 @@ def _sha(text: str) -> str:
 class Kubelet(ControllerBase):
     """Runs every node's pods; remembers when each started and when each terminating one goes."""
 
-    def __init__(self, emu):
+    def __init__(self, emu: KubeEmulator) -> None:
         super().__init__(emu)
         self.terminating: dict[str, float] = {}  # pod uid -> when the kubelet removes it
         self.started: dict[str, float] = {}  # pod uid -> when its sandbox started (float precision)
@@ -31,7 +34,7 @@ class Kubelet(ControllerBase):
         mapped = self.emu._endpoint_for(pod["metadata"]["namespace"], pod["metadata"]["name"])
         if mapped == WAIT:
             return None
-        if mapped is not None:
+        if isinstance(mapped, tuple):
             return mapped
         while True:
             self._ip_counter += 1

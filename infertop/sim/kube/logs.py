@@ -5,7 +5,6 @@ chunked text stream that ends when the container restarts or the pod goes)."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from typing import TYPE_CHECKING
@@ -16,7 +15,6 @@ from .emulator_state import EmulatorState
 
 if TYPE_CHECKING:
     from .http_server import Handler
-    from .server import KubeEmulator
 
 LOG_RING_LINES = 10_000  # per container instance: a kubelet rotates its log files, this drops the oldest
 
@@ -175,7 +173,9 @@ class PodLogs(EmulatorState):
         log, _ = self._select(namespace, name, query)
         previous = query.get("previous") in ("true", "1", "True")
         with self._logs_changed:
-            lines = list(log.previous if previous else log.current)
+            kept = log.previous if previous else log.current
+            assert kept is not None  # _select answered 400 for a previous instance that never was
+            lines = list(kept)
         return self._render(lines, query)
 
     def _follow_log(self, handler: Handler, namespace: str, name: str, query: dict) -> None:

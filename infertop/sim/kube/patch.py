@@ -215,11 +215,11 @@ def _walk(doc: Any, tokens: list[str], pointer: str) -> Any:
     return node
 
 
-def _get(doc: Any, pointer: str) -> Any:
+def _get(doc: Any, pointer: Any) -> Any:  # pointer: the client's JSON (_parse_pointer checks it)
     return _walk(doc, _parse_pointer(pointer), pointer)
 
 
-def _add(doc: Any, pointer: str, value: Any) -> Any:
+def _add(doc: Any, pointer: Any, value: Any) -> Any:
     tokens = _parse_pointer(pointer)
     if not tokens:
         return copy.deepcopy(value)
@@ -234,7 +234,7 @@ def _add(doc: Any, pointer: str, value: Any) -> Any:
     return doc
 
 
-def _remove(doc: Any, pointer: str) -> tuple[Any, Any]:
+def _remove(doc: Any, pointer: Any) -> tuple[Any, Any]:
     tokens = _parse_pointer(pointer)
     if not tokens:
         raise PatchError("cannot remove the document root")

@@ -104,7 +104,7 @@ class PodRuntime(PodLogs):
             if ip is None:
                 raise LookupError(f"pod {pod_name} has no IP yet (not scheduled/started)")
             mapped = self._endpoint_for(pod["metadata"]["namespace"], pod_name)
-            if mapped is not None and mapped != WAIT and mapped[1] is not None:
+            if isinstance(mapped, tuple) and mapped[1] is not None:  # not None, not WAIT
                 return ip, mapped[1]
             for c in pod["spec"].get("containers") or []:
                 for p in c.get("ports") or []:

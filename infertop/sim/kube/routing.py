@@ -147,6 +147,7 @@ class Dispatch:
             if sub == "eviction":
                 raise E.method_not_allowed()
             if sub == "log":
+                assert namespace is not None and name is not None  # a pod's subresource path names both (run)
                 if bool_param(self.query.get("follow")):
                     self.emu._follow_log(self.handler, namespace, name, self.query)
                     return None
@@ -166,6 +167,7 @@ class Dispatch:
             if name is None:
                 return 201, api.create(rt, namespace, self.body(), dry_run=self.dry_run())
             if sub == "eviction":
+                assert namespace is not None  # a pod's subresource path names it (run)
                 return 201, api.subresources.evict(namespace, name, self.body(), dry_run=self.dry_run())
             raise E.method_not_allowed()
         if sub == "log":

@@ -38,11 +38,11 @@ class Scheduler(ControllerBase):
 
     def run(self) -> None:
         nodes = list(self.store.iter(NODES))
-        used: Counter = Counter()
+        used: dict[str, float] = {}  # GPUs taken per node (quantities may be fractional)
         for pod in self.store.iter(PODS):
             node = pod["spec"].get("nodeName")
             if node and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-                used[node] += pod_gpus(pod)
+                used[node] = used.get(node, 0.0) + pod_gpus(pod)
         for pod in list(self.store.iter(PODS)):
             if pod["spec"].get("nodeName") or is_terminating(pod):
                 continue
@@ -73,7 +73,7 @@ class Scheduler(ControllerBase):
                     reasons["node(s) didn't match Pod's node affinity/selector"] += 1
                     continue
                 alloc = (node.get("status") or {}).get("allocatable") or {}
-                free = parse_quantity(alloc.get(GPU, 0)) - used[node["metadata"]["name"]]
+                free = parse_quantity(alloc.get(GPU, 0)) - used.get(node["metadata"]["name"], 0.0)
                 if need > 0 and free < need:
                     reasons[f"Insufficient {GPU}"] += 1
                     continue
@@ -85,7 +85,7 @@ class Scheduler(ControllerBase):
             if chosen is not None:
                 node_name = chosen["metadata"]["name"]
                 new["spec"]["nodeName"] = node_name
-                used[node_name] += need
+                used[node_name] = used.get(node_name, 0.0) + need
                 set_condition(conds, "PodScheduled", "True", None, None, self.ts(), probe=True)
                 self.store.put(PODS, new)
                 self._event(PODS, new, "Normal", "Scheduled",

@@ -4,7 +4,7 @@ conditions, cordons), workloads, pods, ConfigMaps, Services and PodDisruptionBud
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from . import resources as R
 from .emulator_state import EmulatorState
@@ -53,7 +53,7 @@ class ObjectSeeding(EmulatorState):
             return {"type": ctype, "status": status, "reason": reason, "message": message,
                     "lastHeartbeatTime": now, "lastTransitionTime": now}
 
-        node = {
+        node: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": name, "labels": node_labels},
@@ -157,7 +157,7 @@ class ObjectSeeding(EmulatorState):
         }
         if template_annotations:
             template["metadata"]["annotations"] = dict(template_annotations)
-        obj = {
+        obj: dict[str, Any] = {
             "apiVersion": "apps/v1",
             "kind": kind,
             "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
@@ -228,7 +228,7 @@ class ObjectSeeding(EmulatorState):
                     ports: Iterable[int | dict] = (8000,), *, type: str = "ClusterIP",  # noqa: A002
                     labels: dict | None = None) -> dict:
         self._ensure_namespace(namespace)
-        port_list = []
+        port_list: list[dict[str, Any]] = []
         for p in ports:
             port_list.append(dict(p) if isinstance(p, dict) else {"name": f"port-{p}", "port": p, "targetPort": p})
         if len(port_list) == 1 and port_list[0].get("name", "").startswith("port-"):
@@ -253,6 +253,7 @@ class ObjectSeeding(EmulatorState):
         obj = self.api.create(R.BY_KIND["PodDisruptionBudget"], namespace, pdb)
         with self.store.lock:  # compute the status right away
             live = self.store.get(R.BY_KIND["PodDisruptionBudget"], namespace, name)
+            assert live is not None  # created just above
             live["status"] = self.controllers.pdb_status(live)
             obj = self.store.put(R.BY_KIND["PodDisruptionBudget"], live)
         return obj

@@ -144,7 +144,7 @@ class Subresources:
                                    [E.invalid("spec.resourceAttributes", None,
                                               "exactly one of nonResourceAttributes or resourceAttributes "
                                               "must be specified")])
-        status = {"allowed": allowed}
+        status: dict[str, Any] = {"allowed": allowed}
         status["reason"] = "allowed by the emulator's rules" if allowed else ""
         if not allowed:
             status["denied"] = False  # not allowed by a rule, not explicitly denied (as RBAC)

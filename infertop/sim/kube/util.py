@@ -80,9 +80,9 @@ def find_condition(conditions: list | None, ctype: str) -> dict | None:
 
 
 def set_condition(conditions: list, ctype: str, status: str, reason: str | None, message: str | None,
-                  now: str, *, probe: bool = False, update_time: bool = False) -> None:
+                  now: str, *, probe: bool = False, update_time: bool = False) -> dict:
     """Set a condition in place, keeping lastTransitionTime when the status
-    does not change (and lastUpdateTime when nothing changes)."""
+    does not change (and lastUpdateTime when nothing changes); returns it."""
     cur = find_condition(conditions, ctype)
     if cur is None:
         cur = {"type": ctype}
@@ -104,6 +104,7 @@ def set_condition(conditions: list, ctype: str, status: str, reason: str | None,
         cur.setdefault("lastProbeTime", None)
     if update_time and (changed or "lastUpdateTime" not in cur):
         cur["lastUpdateTime"] = now
+    return cur
 
 
 def bool_param(value: str | None) -> bool:
