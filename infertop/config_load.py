@@ -1,4 +1,9 @@
-"""A YAML reader with limits: bounded size, depth, alias expansion and scalar length.
+"""The one YAML reader, with limits: bounded size, depth, alias expansion and scalar length.
+
+Every YAML file infertop reads comes through here: the config (``compose``, whose nodes
+config.py walks for its line numbers), the gateway's API-keys and weights files, themes and the
+config text an incident bundle scrubs (``load`` / ``read_file``, plain data as ``yaml.safe_load``
+gives). Each problem is one :class:`ConfigError` line naming the file and the line.
 
 PyYAML composes a document into a node graph in which an alias is the
 *same* node object as its anchor, so a 300-byte "billion laughs" file is a
@@ -16,6 +21,8 @@ files), else from PyYAML's pure-Python parser; composition is PyYAML's own
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 
 import yaml
@@ -159,11 +166,15 @@ def to_bytes(text: str | bytes, path: str) -> bytes:
         raise ConfigError(path, text.count("\n", 0, e.start) + 1, "", "not UTF-8 text") from None
 
 
+def _size_text(n_bytes: int) -> str:
+    return f"{n_bytes // 2**20} MiB" if n_bytes >= 2**20 else f"{n_bytes // 2**10} KiB"
+
+
 def compose(data: bytes, path: str, limits: Limits = DEFAULT_LIMITS, *, pure_python: bool = False):
     """Compose ``data`` into a node graph (None for an empty document) and a
     loader whose constructor turns scalar nodes into values; ConfigError otherwise."""
     if len(data) > limits.max_bytes:
-        raise ConfigError(path, None, "", f"larger than {limits.max_bytes // 2**20} MiB")
+        raise ConfigError(path, None, "", f"larger than {_size_text(limits.max_bytes)}")
     cls = _PyLoader if pure_python else _Loader
     try:
         loader = cls(data, limits)  # PyYAML's reader checks the characters here
@@ -202,3 +213,46 @@ def scalar_value(node: ScalarNode, loader, path: str, field_path: str):
         kind = node.tag.rsplit(":", 1)[-1]
         why = "a number too large" if "digits" in str(e) else f"not a valid {kind}: {node.value!r}"
         raise ConfigError(path, node.start_mark.line + 1, field_path, f"invalid value: {why}") from None
+
+
+def load(text: str | bytes, path: str, limits: Limits = DEFAULT_LIMITS, *, pure_python: bool = False) -> object:
+    """The plain data of one YAML document (what ``yaml.safe_load`` returns: dicts, lists,
+    scalars; None when empty), read within ``limits``; ConfigError and nothing else."""
+    node, loader = compose(to_bytes(text, path), path, limits, pure_python=pure_python)
+    if node is None:
+        return None
+    try:
+        return loader.construct_document(node)
+    except yaml.MarkedYAMLError as e:  # an unknown tag, an unhashable key, a bad timestamp…
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark is not None else None
+        raise ConfigError(path, line, "", f"invalid value: {e.problem or e.context}") from None
+    except RecursionError:  # unreachable with the depth limit; never a traceback
+        raise ConfigError(path, None, "", "too deeply nested") from None
+    except Exception as e:  # noqa: BLE001 — constructors fail their own ways: a 5000-digit int
+        why = "a number too large" if "digits" in str(e) else one_line(str(e), 120)
+        raise ConfigError(path, None, "", f"invalid value: {why}") from None
+
+
+def read_file(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS) -> object:
+    """:func:`load` of the file at ``path``, never reading past ``limits.max_bytes``; a FIFO,
+    device or directory is refused before it is read (it could block or never end)."""
+    name = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise ConfigError(name, None, "", f"cannot read: {e.strerror or e}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(name, None, "", "not a regular file (a FIFO, device or directory)")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
+            fd = -1  # the file object owns it now
+            data = f.read(limits.max_bytes + 1)
+    except OSError as e:
+        raise ConfigError(name, None, "", f"cannot read: {e.strerror or e}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return load(data, name, limits)
+

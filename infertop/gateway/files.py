@@ -6,26 +6,23 @@ from __future__ import annotations
 import math
 import os
 
-import yaml
+from ..config_load import ConfigError, Limits, read_file
 
 MAX_FILE_BYTES = 1024 * 1024
+# A keys file of 50 000 keys is 100 000 nodes; an alias bomb expands past the cap and is refused.
+FILE_LIMITS = Limits(max_bytes=MAX_FILE_BYTES, max_nodes=1_000_000)
 WEIGHT_KEYS = ("weight", "max_wait_s")
 
 
 def _read_yaml(path: str) -> object:
+    """The file's data, read with limits; ValueError with one line naming file and line."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read: {e.strerror or e}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ValueError(f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB")
-    try:
-        return yaml.safe_load(data)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise ValueError(f"{path}{where}: not valid YAML") from None
+        return read_file(path, FILE_LIMITS)
+    except ConfigError as e:
+        if e.message.startswith("invalid"):  # the parser's words can quote the text: never a key
+            where = f":{e.line}" if e.line else ""
+            raise ValueError(f"{e.path}{where}: not valid YAML") from None
+        raise ValueError(str(e)) from None
 
 
 def load_api_keys(path: str) -> dict[str, str]:

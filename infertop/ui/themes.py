@@ -6,11 +6,13 @@ import importlib.util
 import os
 from pathlib import Path
 
-import yaml
 from textual.color import Color
 from textual.theme import Theme
 
-from ..config_load import one_line
+from ..config_load import ConfigError, Limits, one_line, read_file
+
+# A theme is a dozen colours: anything near these limits is not one (an alias bomb is refused).
+THEME_LIMITS = Limits(max_bytes=256 * 2**10, max_depth=8, max_nodes=10_000, max_scalar_chars=4096)
 
 _FIELDS = {"name", "primary", "secondary", "warning", "error", "success", "accent", "foreground",
            "background", "surface", "panel", "boost", "dark", "variables"}
@@ -45,7 +47,7 @@ def load_themes() -> tuple[list[Theme], list[str]]:
             try:
                 theme = _load(f)
             except Exception as e:  # noqa: BLE001
-                problems.append(f"theme {f}: {one_line(str(e), 200)}")
+                problems.append(_problem(f, e))
             else:
                 themes[theme.name] = theme
     return list(themes.values()), problems
@@ -53,7 +55,7 @@ def load_themes() -> tuple[list[Theme], list[str]]:
 
 def _load(f: Path) -> Theme:
     """The theme in ``f``; raises (ValueError for a field that is wrong, naming it)."""
-    data = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
+    data = read_file(f, THEME_LIMITS) or {}
     if not isinstance(data, dict):
         raise ValueError("not a mapping")
     unknown = set(data) - _FIELDS
@@ -68,6 +70,13 @@ def _load(f: Path) -> Theme:
     return Theme(**data)
 
 
+def _problem(f: Path, e: Exception) -> str:
+    """One line: ``theme FILE:LINE: why`` for the YAML itself (its error names file and line)."""
+    if isinstance(e, ConfigError):
+        return f"theme {one_line(str(e), 400)}"
+    return f"theme {f}: {one_line(str(e), 200)}"
+
+
 def broken_theme(wanted: str) -> str | None:
     """One line on why the theme file named ``wanted`` cannot be used; None when it can
     (or when no file has that name: a built-in theme)."""
@@ -77,6 +86,6 @@ def broken_theme(wanted: str) -> str | None:
             try:
                 _load(f)
             except Exception as e:  # noqa: BLE001
-                return f"theme {f}: {one_line(str(e), 200)}"
+                return _problem(f, e)
             return None
     return None

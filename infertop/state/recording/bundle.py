@@ -19,8 +19,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import yaml
-
+from ...config_load import ConfigError, load
 from .recorder import Recorder, RecordingError, connect
 
 REDACTED = "<redacted>"
@@ -130,10 +129,11 @@ def _mask_block_line(body: str) -> str:
 
 
 def config_secrets(text: str) -> set[str]:
-    """Secret strings the YAML of ``text`` holds (empty when it does not parse)."""
+    """Secret strings the YAML of ``text`` holds (empty when it does not parse or breaks the
+    reader's limits: the line-by-line redaction still runs)."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
+        data = load(text, "<config>")
+    except ConfigError:
         return set()
     found: set[str] = set()
     _collect(data, False, found)
