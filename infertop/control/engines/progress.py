@@ -17,6 +17,7 @@ import httpx
 
 from ...domain.engine import EngineStats
 from ...sources.expfmt import ParseError, Parser
+from ...sources.http_client import HttpError, blocking_get
 from ...sources.vllm import EngineEndpoint, FleetCollector
 
 Progress = Callable[["EngineProgress"], None]
@@ -121,15 +122,12 @@ def drain_counts(url: str, timeout_s: float = 2.0, client: httpx.Client | None =
     requests the stop cut short.
     """
     try:
-        if client is not None:
-            resp = client.get(url + "/metrics", timeout=timeout_s)
-        else:
-            with httpx.Client(timeout=timeout_s, trust_env=False) as c:
-                resp = c.get(url + "/metrics")
-        if resp.status_code != 200 or len(resp.content) > _METRICS_MAX_BYTES:
+        status, body = blocking_get(url + "/metrics", _METRICS_MAX_BYTES, timeout_s=timeout_s, client=client,
+                                    error_body=False)
+        if status != 200:
             return None, None
-        expo = Parser().parse(resp.text)
-    except (httpx.HTTPError, ParseError, ValueError, UnicodeDecodeError):
+        expo = Parser().parse(body.decode("utf-8", errors="replace"))
+    except (httpx.HTTPError, HttpError, ParseError, ValueError, UnicodeDecodeError):
         return None, None
 
     def total(name: str, pred=lambda labels: True) -> float | None:
