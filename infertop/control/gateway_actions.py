@@ -6,7 +6,7 @@ maximum wait, :class:`EngineDrain` drains or undrains an engine at the gateway
 and follows its in-flight count down to 0. Each plans from a fresh
 ``/admin/state`` read (pure diff), checks with ``?dry_run=1`` before
 anything changes, and is audited by the pipeline (intent, then outcome).
-Blocking (httpx, sync): the pipeline runs them in threads.
+Blocking (sources/http_client.blocking_request, bounded): the pipeline runs them in threads.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import httpx
 
+from ..sources.http_client import ResponseTooLarge, blocking_request
 from ..sources.queues.collector import QueueEndpoint, TokenError
 from ..sources.sanitize import error_text, plain_text
 from .pipeline import ActionRefused, Outcome, Preflight, Progress, ProgressFn, Review
@@ -54,27 +55,24 @@ class GatewayAdmin:
             raise ActionRefused(f"gateway {self.name}: {e}") from None
         url = self.base + path + ("?dry_run=1" if dry_run else "")
         try:
-            with httpx.Client(timeout=self.timeout_s, trust_env=False) as client, client.stream(
-                    method, url, json=body, headers={"Authorization": f"Bearer {token}"}) as resp:
-                raw = b""
-                for chunk in resp.iter_bytes():  # bounded: an answer past the limit is not kept
-                    raw += chunk
-                    if len(raw) > MAX_ANSWER_BYTES:
-                        break
+            status, raw = blocking_request(method, url, MAX_ANSWER_BYTES, timeout_s=self.timeout_s,
+                                           headers={"Authorization": f"Bearer {token}"}, json_body=body)
+        except ResponseTooLarge as e:
+            raise ActionRefused(f"gateway {self.name}: admin API: {e}") from None
         except httpx.TimeoutException:
             raise ActionRefused(f"gateway {self.name}: admin API timed out after {self.timeout_s:g} s") from None
         except httpx.HTTPError as e:
             why = "connection refused" if "refused" in str(e).lower() else type(e).__name__
             raise ActionRefused(f"gateway {self.name}: cannot reach the admin API at {self.base}: {why}") from None
         doc = _json(raw)
-        if resp.status_code == 401:
+        if status == 401:
             raise ActionRefused(f"gateway {self.name} refused the admin token (401): check token_env / token_file "
                                 "— nothing was changed", 401)
-        if resp.status_code >= 400:
+        if status >= 400:
             err = doc.get("error") if isinstance(doc, dict) else None
             msg = err.get("message") if isinstance(err, dict) else None
-            raise ActionRefused(error_text(f"gateway {self.name}: {resp.status_code}: {msg or 'error'}"),
-                                resp.status_code)
+            raise ActionRefused(error_text(f"gateway {self.name}: {status}: {msg or 'error'}"),
+                                status)
         if not isinstance(doc, dict):
             raise ActionRefused(f"gateway {self.name}: the admin API answered something that is not a JSON object")
         return doc
@@ -107,7 +105,7 @@ def _seg(name: str) -> str:
 
 
 def _json(raw: bytes) -> Any:
-    if not raw or len(raw) > MAX_ANSWER_BYTES:
+    if not raw:
         return None
     try:
         return json.loads(raw)

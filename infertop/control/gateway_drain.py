@@ -13,6 +13,7 @@ never appear in a message, a repr or the audit log. No UI imports.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -21,7 +22,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ..sources.http_client import ResponseTooLarge, blocking_request
+
 __all__ = ["GatewayDrain", "GatewayError", "GatewayRef", "find_gateway", "gateway_refs"]
+
+MAX_ANSWER_BYTES = 1024 * 1024  # /admin/state lists every engine and class: a few KiB
 
 
 class GatewayError(Exception):
@@ -118,18 +123,19 @@ class GatewayDrain:
     def _request(self, method: str, path: str, body: dict | None = None) -> Any:
         headers = {"Authorization": f"Bearer {self.ref.token}"} if self.ref.token else {}
         try:
-            timeout = httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s)
-            with httpx.Client(timeout=timeout, trust_env=False) as c:
-                r = c.request(method, self.ref.admin_url + path, headers=headers, json=body)
+            status, raw = blocking_request(method, self.ref.admin_url + path, MAX_ANSWER_BYTES, timeout_s=self.timeout_s,
+                                           connect_timeout_s=self.connect_timeout_s, headers=headers, json_body=body)
+        except ResponseTooLarge as e:
+            raise GatewayError(f"{self.label}: admin API: {e}") from None
         except httpx.HTTPError as e:
             raise GatewayError(f"{self.label}: admin API unreachable ({type(e).__name__})") from None
         try:
-            body = r.json()
-        except ValueError:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
             body = None
-        if r.status_code != 200:
+        if status != 200:
             msg = _get(_get(body, "error") or {}, "message") if isinstance(body, dict) else None
-            raise GatewayError(f"{self.label}: {method} {path.split('?')[0]} → HTTP {r.status_code}"
+            raise GatewayError(f"{self.label}: {method} {path.split('?')[0]} → HTTP {status}"
                                + (f": {str(msg)[:200]}" if msg else ""))
         if not isinstance(body, dict):
             raise GatewayError(f"{self.label}: {path} answered something that is not a JSON object")

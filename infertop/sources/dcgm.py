@@ -32,7 +32,7 @@ from ..domain.source import SourceHealth
 from .expfmt import Exposition, Layout, ParseError, Parser
 from .http_client import LeanHttpClient
 from .sanitize import clean_gpu
-from .vllm import MAX_BODY_BYTES, ScrapeError, describe_error, fetch_text, get_text
+from .vllm import MAX_BODY_BYTES, ScrapeError, describe_error, get_text
 
 MiB = 1024 * 1024
 MAX_GPU_ROWS = 256  # GPUs per exporter; more is a broken or hostile exporter
@@ -388,10 +388,7 @@ class DcgmEndpoint:
             client = self.client()
         try:
             async with asyncio.timeout(self.timeout_s):
-                if isinstance(client, LeanHttpClient):
-                    text = await get_text(client, self.url, limit)
-                else:
-                    text = await fetch_text(client, self.url, limit)
+                text = await get_text(client, self.url, limit)  # the lean client, or an httpx one: one GET
             last = self._last_body
             if last is not None and last[0] == text:
                 rows = last[1]

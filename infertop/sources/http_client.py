@@ -14,6 +14,16 @@ endless chunked body is cut at the limit), the status line and headers are
 at most :data:`MAX_HEAD_BYTES`, and every request is bounded in time (connect,
 then the whole exchange). Errors are :class:`HttpError` whose text is what
 the UI shows, or ``TimeoutError``.
+
+Every other GET that reads a body goes through the two httpx helpers at the
+end, with the same bounds: :func:`httpx_get` (async, for a caller that hands
+an ``httpx.AsyncClient``: scripts, tests) and :func:`blocking_request` /
+:func:`blocking_get` (the actions' reads, which run in threads: /health
+probes, a drain's /metrics, the gateway's admin API, the autoscaler's
+metrics). Redirects are never followed (a 3xx is a status like any other).
+Outside this module on purpose: the Kubernetes client (its own session and
+body bound, ``sources/kube/session.py``) and Prometheus (``sources/prometheus/
+connect.py``: requests, through prometheus-api-client).
 """
 
 from __future__ import annotations
@@ -22,7 +32,11 @@ import asyncio
 import re
 import socket
 import ssl
+import time
+from typing import Any
 from urllib.parse import urlsplit
+
+import httpx
 
 MAX_HEAD_BYTES = 64 * 1024  # status line and headers
 MAX_IDLE = 4  # kept-alive connections per client
@@ -299,3 +313,79 @@ async def _chunked(reader: asyncio.StreamReader, limit: int) -> bytes:
         chunks.append(await reader.readexactly(n))
         if await reader.readexactly(2) != b"\r\n":
             raise HttpError("bad HTTP response (chunk end)")
+
+
+# ----- the httpx helpers: the same bounds for every other GET ----------------------------------
+
+def _declared_too_large(headers: httpx.Headers, limit: int) -> None:
+    declared = headers.get("content-length", "")
+    if _DIGITS.fullmatch(declared.encode("latin-1", "replace")) and int(declared) > limit:
+        raise too_large(limit, int(declared))
+
+
+async def httpx_get(client: httpx.AsyncClient, url: str, limit: int, *, any_status: bool = False) -> tuple[int, bytes]:
+    """:meth:`LeanHttpClient.get` over an httpx client: (status, body), at most ``limit`` bytes read
+    (an endless body costs ``limit`` bytes and is "response too large", not a timeout). A status
+    other than 200 raises ``HttpError("HTTP <status>")`` unless ``any_status`` (the body not read)."""
+    async with client.stream("GET", url, follow_redirects=False) as resp:
+        status = resp.status_code
+        if status != 200:
+            if any_status:
+                return status, b""
+            raise HttpError(f"HTTP {status}")
+        _declared_too_large(resp.headers, limit)
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in resp.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                chunks.clear()
+                raise too_large(limit)
+            chunks.append(chunk)
+    return status, b"".join(chunks)
+
+
+def blocking_request(method: str, url: str, limit: int, *, timeout_s: float, connect_timeout_s: float | None = None,
+                     headers: dict[str, str] | None = None, params: dict[str, str] | None = None,
+                     json_body: Any = None, client: httpx.Client | None = None,
+                     error_body: bool = True) -> tuple[int, bytes]:
+    """(status, body) of one blocking request; the body of an answer other than 200 is read only
+    with ``error_body`` (an admin API's error message), else it is ``b""``.
+
+    At most ``limit`` bytes are read (a larger declared length is refused before reading, an
+    endless body cut at the limit: :class:`ResponseTooLarge`); the whole exchange takes at most
+    about ``timeout_s`` (httpx's timeout bounds each read, so a body dripping a byte a second
+    would never end: the sum is bounded here); redirects are not followed. httpx's own errors
+    (``httpx.HTTPError``: refused, timeout…) pass through: each caller words them as it always has.
+    ``client``: a kept-alive httpx client (a poll loop); one of its own otherwise.
+    """
+    timeout = httpx.Timeout(timeout_s, connect=timeout_s if connect_timeout_s is None else connect_timeout_s)
+    own = client is None
+    c = httpx.Client(timeout=timeout, trust_env=False) if client is None else client
+    deadline = time.monotonic() + timeout_s
+    try:
+        with c.stream(method, url, params=params, json=json_body, headers=headers, timeout=timeout,
+                      follow_redirects=False) as resp:
+            if resp.status_code != 200 and not error_body:
+                return resp.status_code, b""
+            _declared_too_large(resp.headers, limit)
+            chunks: list[bytes] = []
+            size = 0
+            for chunk in resp.iter_bytes():
+                size += len(chunk)
+                if size > limit:
+                    chunks.clear()
+                    raise too_large(limit)
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    chunks.clear()
+                    raise httpx.ReadTimeout(f"the answer took longer than {timeout_s:g} s")
+            return resp.status_code, b"".join(chunks)
+    finally:
+        if own:
+            c.close()
+
+
+def blocking_get(url: str, limit: int, **kwargs: Any) -> tuple[int, bytes]:
+    """:func:`blocking_request` with GET."""
+    return blocking_request("GET", url, limit, **kwargs)

@@ -30,7 +30,7 @@ from ..domain.engine import DEGRADED, DOWN, UP, EngineStats, FleetSnapshot
 from ..domain.source import SourceHealth
 from ..domain.window import BUCKETS_RESTARTED, CounterWindow
 from .expfmt import ParseError, Parser
-from .http_client import HttpError, LeanHttpClient
+from .http_client import HttpError, LeanHttpClient, httpx_get
 from .sanitize import clean_engine, error_text, plain_text
 from .vllm_names import MAX_LABEL_SETS, SCRAPE_NAMES, EngineSample, Extractor
 
@@ -106,67 +106,30 @@ def _describe(exc: BaseException, timeout_s: float) -> str:
     return f"{type(exc).__name__}: {exc}"[:120]
 
 
-def _size_text(n: int) -> str:
-    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
+async def _get(client: LeanHttpClient | httpx.AsyncClient, url: str, limit: int, *,
+               any_status: bool = False) -> tuple[int, bytes]:
+    """One bounded GET (:mod:`.http_client`): the lean client of the polls, or an httpx client
+    (scripts, tests) with the same bounds and errors."""
+    if isinstance(client, LeanHttpClient):
+        return await client.get(url, limit, any_status=any_status)
+    return await httpx_get(client, url, limit, any_status=any_status)
 
 
-async def fetch_bytes(client: httpx.AsyncClient, url: str, limit: int, *, any_status: bool = False) -> tuple[int, bytes]:
-    """GET ``url``: (status, body), reading at most ``limit`` bytes of it.
-
-    The limit is enforced while streaming, so an endless body costs ``limit``
-    bytes and is reported as "response too large", not as a timeout. A status
-    other than 200 raises ScrapeError unless ``any_status`` (the body is then not read).
-    """
-    async with client.stream("GET", url) as resp:
-        status = resp.status_code
-        if status != 200:
-            if any_status:
-                return status, b""
-            raise ScrapeError(f"HTTP {status}")
-        declared = resp.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            raise ScrapeError(f"response too large ({_size_text(int(declared))}, limit {_size_text(limit)})")
-        chunks = []
-        size = 0
-        async for chunk in resp.aiter_bytes():
-            size += len(chunk)
-            if size > limit:
-                raise ScrapeError(f"response too large (> {_size_text(limit)})")
-            chunks.append(chunk)
-    return status, b"".join(chunks)
-
-
-async def fetch_text(client: httpx.AsyncClient, url: str, limit: int = MAX_BODY_BYTES) -> str:
+async def get_text(client: LeanHttpClient | httpx.AsyncClient, url: str, limit: int = MAX_BODY_BYTES) -> str:
     """GET ``url`` and return its body, refusing bodies over ``limit`` bytes."""
-    _, body = await fetch_bytes(client, url, limit)
+    _, body = await _get(client, url, limit)
     return body.decode("utf-8", errors="replace")
 
 
-async def fetch_json(client: httpx.AsyncClient, url: str, limit: int) -> object:
+async def get_json(client: LeanHttpClient | httpx.AsyncClient, url: str, limit: int) -> object:
     """GET ``url`` as JSON (any shape; the caller checks it), at most ``limit`` bytes."""
-    _, body = await fetch_bytes(client, url, limit)
+    _, body = await _get(client, url, limit)
     return json.loads(body)
 
 
-async def check_health(client: httpx.AsyncClient, url: str) -> bool:
+async def get_health(client: LeanHttpClient | httpx.AsyncClient, url: str) -> bool:
     """True when ``/health`` answers 200 (its body, bounded, is ignored)."""
-    status, _ = await fetch_bytes(client, url, SMALL_MAX_BYTES, any_status=True)
-    return status == 200
-
-
-async def get_text(client: LeanHttpClient, url: str, limit: int = MAX_BODY_BYTES) -> str:
-    """:func:`fetch_text` over the lean client (the engines' per-second polls)."""
-    _, body = await client.get(url, limit)
-    return body.decode("utf-8", errors="replace")
-
-
-async def get_json(client: LeanHttpClient, url: str, limit: int) -> object:
-    _, body = await client.get(url, limit)
-    return json.loads(body)
-
-
-async def get_health(client: LeanHttpClient, url: str) -> bool:
-    status, _ = await client.get(url, SMALL_MAX_BYTES, any_status=True)
+    status, _ = await _get(client, url, SMALL_MAX_BYTES, any_status=True)
     return status == 200
 
 

@@ -15,6 +15,7 @@ Blocking, like the official client. This module never imports textual or rich.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -30,7 +31,10 @@ from ...domain.kube import (
     TriggerView,
     VariantAutoscalerView,
 )
+from ..http_client import HttpError, blocking_get
 from .session import CUSTOM_KINDS, KubeError, KubeSession
+
+WVA_MAX_BYTES = 8 * 1024 * 1024  # a /metrics document or a Prometheus answer: one series per variant
 
 __all__ = [
     "CUSTOM_KINDS",
@@ -236,16 +240,16 @@ def wva_desired_from_text(text: str) -> dict[tuple[str, str], float]:
 def read_wva_desired(url: str, timeout_s: float = 2.0) -> dict[tuple[str, str], float]:
     """``wva_desired_replicas`` from a /metrics URL, or from Prometheus when ``url`` is a Prometheus
     server's base URL (it answers ``/api/v1/query``). Raises KubeError with one line on failure."""
+    metrics = url.rstrip("/").endswith("/metrics")
+    target, params = (url, None) if metrics else (url.rstrip("/") + "/api/v1/query", {"query": "wva_desired_replicas"})
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=False) as client:
-            if url.rstrip("/").endswith("/metrics"):
-                resp = client.get(url)
-                resp.raise_for_status()
-                return wva_desired_from_text(resp.text)
-            resp = client.get(url.rstrip("/") + "/api/v1/query", params={"query": "wva_desired_replicas"})
-            resp.raise_for_status()
-            doc = resp.json()
-    except (httpx.HTTPError, ValueError) as e:
+        status, body = blocking_get(target, WVA_MAX_BYTES, timeout_s=timeout_s, params=params, error_body=False)
+        if not 200 <= status < 300:
+            raise KubeError(f"wva_desired_replicas from {url}: HTTP {status}")
+        if metrics:
+            return wva_desired_from_text(body.decode("utf-8", errors="replace"))
+        doc = json.loads(body)
+    except (httpx.HTTPError, HttpError, ValueError, RecursionError) as e:
         raise KubeError(f"wva_desired_replicas from {url}: {type(e).__name__}: {e}"[:240]) from None
     out: dict[tuple[str, str], float] = {}
     for r in ((doc.get("data") or {}).get("result") or []) if isinstance(doc, dict) else []:

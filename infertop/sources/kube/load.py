@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 import httpx
 
 from ..expfmt import ParseError, Parser
-from ..http_client import HttpError, LeanHttpClient
+from ..http_client import HttpError, LeanHttpClient, ResponseTooLarge, blocking_get
 
 __all__ = [
     "POD_METRICS_MAX_BYTES",
@@ -72,23 +72,16 @@ def fetch_pod_load(url: str, timeout_s: float = 2.0, client: httpx.Client | None
     """GET ``url``/metrics (blocking) → running and waiting; errors become ``PodLoad.error``."""
     from ..vllm import describe_error
 
-    own = client is None
-    c = client or httpx.Client(timeout=timeout_s, trust_env=False)
     try:
-        with c.stream("GET", url.rstrip("/") + "/metrics", timeout=timeout_s) as resp:
-            if resp.status_code != 200:
-                return PodLoad(error=f"HTTP {resp.status_code}")
-            body = bytearray()
-            for chunk in resp.iter_bytes():
-                body += chunk
-                if len(body) > POD_METRICS_MAX_BYTES:
-                    return PodLoad(error=f"response too large (> {POD_METRICS_MAX_BYTES >> 20} MB)")
-        return pod_load_from_text(body.decode("utf-8", errors="replace"))
+        status, body = blocking_get(url.rstrip("/") + "/metrics", POD_METRICS_MAX_BYTES, timeout_s=timeout_s,
+                                    client=client, error_body=False)
+    except ResponseTooLarge:
+        return PodLoad(error=f"response too large (> {POD_METRICS_MAX_BYTES >> 20} MB)")
     except Exception as e:  # noqa: BLE001
         return PodLoad(error=describe_error(e, timeout_s))
-    finally:
-        if own:
-            c.close()
+    if status != 200:
+        return PodLoad(error=f"HTTP {status}")
+    return pod_load_from_text(body.decode("utf-8", errors="replace"))
 
 
 class PodLoadScraper:
