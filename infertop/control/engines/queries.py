@@ -13,6 +13,7 @@ import time
 
 import httpx
 
+from ...sources.http_client import HttpError, blocking_get
 from .errors import EngineError, EngineNotFound, NotOurProcessError
 from .state import EngineRecord, clean_line
 from .store import _StoreMixin
@@ -60,9 +61,8 @@ class _QueriesMixin(_StoreMixin):
                 adopted.append(name)
                 if st.get("phase") == "starting" and kind == "alive" and not self._busy(name):
                     # Its starter is gone: settle the phase with one /health probe.
-                    with contextlib.suppress(httpx.HTTPError, OSError), \
-                            httpx.Client(timeout=1.0, trust_env=False) as c:
-                        if c.get(st["url"] + "/health").status_code == 200:
+                    with contextlib.suppress(httpx.HTTPError, HttpError, OSError):
+                        if _health_status(st["url"], 1.0) == 200:
                             st.update(phase="running", healthy_at=st.get("healthy_at") or time.time())
                             self._write_state(name, st)
             elif not self._busy(name):
@@ -120,9 +120,8 @@ class _QueriesMixin(_StoreMixin):
         if rec is None or not rec.alive:
             return False
         try:
-            with httpx.Client(timeout=timeout_s, trust_env=False) as c:
-                return c.get(rec.url + "/health").status_code == 200
-        except httpx.HTTPError:
+            return _health_status(rec.url, timeout_s) == 200
+        except (httpx.HTTPError, HttpError):
             return False
 
     def verify(self, name: str) -> EngineRecord:
@@ -132,3 +131,8 @@ class _QueriesMixin(_StoreMixin):
         if kind == "mismatch":
             raise NotOurProcessError(self._set_stale(st, why))
         return self._record_or_raise(st)
+
+
+def _health_status(url: str, timeout_s: float) -> int:
+    """The status of GET ``url``/health (its body, bounded, unread unless 200)."""
+    return blocking_get(url + "/health", 64 * 1024, timeout_s=timeout_s, error_body=False)[0]
