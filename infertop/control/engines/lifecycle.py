@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from ...config import ProfileConfig
+from ...sources.http_client import HttpError, blocking_get
 from ..audit import owner_info
 from .command import (
     _shell_quote,
@@ -249,10 +250,13 @@ class _LifecycleMixin(_StoreMixin):
                         reason = problem
                         break
                 try:
-                    resp = client.get(health_url)
-                    if resp.status_code == 200:
+                    status, _ = blocking_get(health_url, 64 * 1024, timeout_s=2.0, connect_timeout_s=1.0,
+                                             client=client, error_body=False)
+                    if status == 200:
                         break
-                    last_err = f"HTTP {resp.status_code}"
+                    last_err = f"HTTP {status}"
+                except HttpError as e:  # a body past its bound
+                    last_err = str(e)
                 except httpx.HTTPError as e:
                     last_err = _http_error(e)
                 elapsed = time.monotonic() - t_spawn
