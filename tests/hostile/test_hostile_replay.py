@@ -145,7 +145,7 @@ async def test_a_corrupt_later_block_stops_playback_in_place(tmp_path):
     from infertop.ui.app import InfertopApp, Settings
 
     path = tmp_path / "r.db"
-    from test_replay import recorded_states  # real states, as the live console records them
+    from recorded_fleet import recorded_states  # real states, as the live console records them
 
     with Recorder(str(path), retention_s=None, block_s=2.0) as rec:  # 4 ticks: two blocks
         for st in recorded_states(4):
@@ -292,7 +292,7 @@ def test_a_name_with_hash_or_question_mark_replays(tmp_path):
 
 
 def _recorded(path, n: int = 3, engines: int | None = None) -> None:
-    from test_replay import recorded_states  # real states, as the live console records them
+    from recorded_fleet import recorded_states  # real states, as the live console records them
 
     from infertop.state.recording.recorder import Recorder
 
@@ -388,7 +388,8 @@ async def test_the_header_says_rec_failing_while_writes_fail_and_the_log_says_re
     import os
     import resource
 
-    from test_replay import recorded_states, text_of
+    from overview_view import text_of
+    from recorded_fleet import recorded_states
 
     from infertop.config import Config, GpuConfig
     from infertop.ui.app import InfertopApp, Settings

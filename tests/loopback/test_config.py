@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
-import sys
 
 import pytest
+from cli_run import run_cli
 
 from infertop.config import ConfigError, load_config, parse_config
 
@@ -90,12 +89,6 @@ def test_empty_file_and_missing_default_mean_defaults(tmp_path, monkeypatch):
     assert cfg.source is None and cfg.refresh_s == 1.0
     with pytest.raises(ConfigError, match="no such file"):
         load_config(tmp_path / "nope.yaml")
-
-
-def run_cli(*args, env_extra=None):
-    env = dict(os.environ, **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "infertop", *args], capture_output=True, text=True, env=env,
-                          stdin=subprocess.DEVNULL, timeout=60)
 
 
 @pytest.mark.parametrize("text", ["engines:\n  - url: [oops\n", "engines:\n  - url: http://a:1\n    bogus: 1\n"])

@@ -19,7 +19,7 @@ import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from test_sim_kube import wait_for
+from poll_wait import wait_for
 
 from infertop.sim import SimCluster
 from infertop.sim.model import SimRequest

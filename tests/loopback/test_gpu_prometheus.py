@@ -8,16 +8,10 @@ Skipped without it, unless INFERTOP_REQUIRE_REAL=1 (then it fails).
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import subprocess
-import time
-from pathlib import Path
-
 import httpx
 import pytest
 from ports import free_port
+from prom_run import hostport, running_prometheus, wait_until_up
 
 from infertop.config import GpuConfig, PrometheusConfig
 from infertop.sim import SimCluster
@@ -27,78 +21,11 @@ from infertop.sources.prometheus.gpu import NO_SERIES, PromGpuSource
 
 pytestmark = pytest.mark.real_prometheus
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 COMPARED = ("host", "index", "uuid", "name", "util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes",
             "temp_c", "mem_temp_c", "power_w", "sm_clock_mhz", "mem_clock_mhz", "throttle_reasons", "last_xid",
             "retired_pages", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "gr_engine_active_pct",
             "tensor_active_pct", "dram_active_pct", "pod", "namespace", "container", "pci_bus_id", "driver_version",
             "ecc_corrected", "fan_pct", "power_limit_w")
-
-
-def _require_prometheus() -> None:
-    if os.path.exists(PROMETHEUS):
-        return
-    msg = (f"{PROMETHEUS} not found — install it: apt-get update && "
-           "DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus")
-    if os.environ.get("INFERTOP_REQUIRE_REAL") == "1":
-        pytest.fail(msg)
-    pytest.skip(msg)
-
-
-def _hostport(url: str) -> str:
-    return url.split("://", 1)[1].split("/", 1)[0]
-
-
-def _wait(what: str, cond, proc: subprocess.Popen, log: Path, timeout_s: float = 60.0):
-    """Poll ``cond`` (a bounded loop) until it returns something truthy."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"prometheus exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            last = cond()
-        except Exception as e:  # noqa: BLE001 — not up yet
-            last = e
-        else:
-            if last:
-                return last
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}; last: {last!r}\n{log.read_text()[-2000:]}")
-
-
-@contextlib.contextmanager
-def running_prometheus(tmp_path: Path, scrape_configs: str, targets_up: int | None = None):
-    """A real Prometheus on a free loopback port scraping ``scrape_configs`` every second; yields
-    (url, proc, log) — once ``targets_up`` targets are up, when given — and stops it on the way out."""
-    _require_prometheus()
-    port = free_port()
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n" + scrape_configs)
-    log = tmp_path / "prometheus.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=2h"],
-            stdout=fh, stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        if targets_up is not None:
-            def all_up():
-                r = httpx.get(f"{url}/api/v1/query", params={"query": "up"}, timeout=2, trust_env=False).json()
-                res = r["data"]["result"]
-                return len(res) == targets_up and all(x["value"][1] == "1" for x in res)
-
-            _wait(f"up == 1 for the {targets_up} targets", all_up, proc, log)
-        yield url, proc, log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -110,9 +37,9 @@ def sim():
 
 @pytest.fixture
 def prometheus(tmp_path, sim):
-    engines = ", ".join(f'"{_hostport(e.url)}"' for e in sim.engines)
+    engines = ", ".join(f'"{hostport(e.url)}"' for e in sim.engines)
     with running_prometheus(tmp_path,
-                            f"  - job_name: dcgm\n    static_configs:\n      - targets: [\"{_hostport(sim.dcgm_url)}\"]\n"
+                            f"  - job_name: dcgm\n    static_configs:\n      - targets: [\"{hostport(sim.dcgm_url)}\"]\n"
                             # the same GPUs again, through each engine's own endpoint: rows must not double
                             f"  - job_name: dcgm-per-engine\n    metrics_path: /dcgm/metrics\n"
                             f"    static_configs:\n      - targets: [{engines}]\n", targets_up=4) as running:
@@ -123,7 +50,7 @@ async def test_prometheus_rows_match_a_direct_dcgm_scrape(prometheus, sim):
     url, proc, log = prometheus
     src = PromGpuSource(url, timeout_s=5)
     # wait until every field's series has been scraped once
-    rows = _wait("3 GPUs with all fields", lambda: (r := src.collect()) and len(r) == 3
+    rows = wait_until_up("3 GPUs with all fields", lambda: (r := src.collect()) and len(r) == 3
                  and all(g.pcie_rx_bytes_per_s is not None and g.dram_active_pct is not None for g in r) and r,
                  proc, log)
     assert src.health.ok and src.health.kind == "prometheus" and src.health.last_error is None
@@ -147,7 +74,7 @@ async def test_prometheus_rows_match_a_direct_dcgm_scrape(prometheus, sim):
 
 async def test_prometheus_through_the_collector_and_its_errors(prometheus, sim):
     url, proc, log = prometheus
-    _wait("GPU series", lambda: len(PromGpuSource(url).collect()) == 3, proc, log)
+    wait_until_up("GPU series", lambda: len(PromGpuSource(url).collect()) == 3, proc, log)
     c = GpuCollector(GpuConfig(nvml=False), PrometheusConfig(url=url, timeout_s=5))
     rows, health = await c.poll()
     await c.aclose()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from test_engine_control import Env  # the fake-engine manager the engine tests use
+from engine_env import Env  # the fake-engine manager the engine tests use
 
 from infertop import cli
 

@@ -6,7 +6,6 @@ Needs /usr/bin/prometheus (skipped without it unless INFERTOP_REQUIRE_REAL=1).""
 
 from __future__ import annotations
 
-
 import httpx
 import pytest
 from locations import FIXTURES
@@ -16,7 +15,7 @@ from infertop.sources.queues.collector import QueueEndpoint, metrics_url
 from infertop.sources.queues.names import extract
 from infertop.sources.queues.prom import PromQueueCollector
 from scripted_server import ScriptedServer
-from test_gpu_prometheus import _hostport, _require_prometheus, _wait, running_prometheus
+from prom_run import hostport, require_prometheus, running_prometheus, wait_until_up
 from queue_gateway_fake import FakeGateway
 
 pytestmark = pytest.mark.real_prometheus
@@ -43,7 +42,7 @@ def sources():
 @pytest.fixture
 def prometheus(tmp_path, sources):
     servers, gw = sources
-    jobs = [(job, _hostport(s.url)) for job, s in servers.items()] + [("gateway", _hostport(gw.url))]
+    jobs = [(job, hostport(s.url)) for job, s in servers.items()] + [("gateway", hostport(gw.url))]
     with running_prometheus(tmp_path, "".join(
             f'  - job_name: {job}\n    static_configs:\n      - targets: ["{target}"]\n' for job, target in jobs),
             targets_up=3) as running:
@@ -55,7 +54,7 @@ def test_endpoint_picker_series_through_prometheus_match_a_direct_scrape(prometh
     url, proc, log = prometheus
     direct = extract(parse((FIXTURES / JOBS[job]).read_text()), "epp")
     src = PromQueueCollector(QueueEndpoint("epp", "epp", url), url, 60, selector=f'job="{job}"')
-    got = _wait("every series scraped", lambda: (s := src.query()) and s.pool and s.counters and len(s.engines) == 2
+    got = wait_until_up("every series scraped", lambda: (s := src.query()) and s.pool and s.counters and len(s.engines) == 2
                 and s, proc, log)
     assert got.generation == direct.generation
     assert got.classes == direct.classes and got.engines == direct.engines and got.pool == direct.pool
@@ -67,7 +66,7 @@ async def test_gateway_series_through_prometheus_and_a_missing_source(prometheus
     _, gw = sources
     direct = extract(parse(gw.metrics()), "gateway")
     src = PromQueueCollector(QueueEndpoint("gw", "gateway", metrics_url(gw.url)), url, 60, selector='job="gateway"')
-    got = _wait("gateway series", lambda: (s := src.query()) and len(s.engines) == 2 and s.counters and s, proc, log)
+    got = wait_until_up("gateway series", lambda: (s := src.query()) and len(s.engines) == 2 and s.counters and s, proc, log)
     assert got.classes == direct.classes and got.engines == direct.engines and got.counters == direct.counters
     view = await src.poll()
     assert src.health.ok and view.via == "prometheus" and view.klass("realtime").depth == 4
@@ -89,7 +88,7 @@ def test_the_default_queue_query_gives_one_tagged_series_per_queue_through_prome
     from infertop.sources.prometheus.fleet_map import fleet_depth, queue_series
     from infertop.sources.prometheus.fleet_query import FleetQueries
 
-    _require_prometheus()
+    require_prometheus()
     servers = []
     for text in ((FIXTURES / "epp_llmd.txt").read_text(),
                  (FIXTURES / "epp_gie.txt").read_text().replace("} 120", "} 100"),  # tells which one is read
@@ -103,11 +102,11 @@ def test_the_default_queue_query_gives_one_tagged_series_per_queue_through_prome
             ("epp", servers[1], {"namespace": "serving", "pod": "epp-gie-0"}),
             ("vllm", servers[2], {"namespace": "serving", "pod": "vllm-a"})]
     scrape = ("  - job_name: epp\n    static_configs:\n" + "".join(
-                  f'      - targets: ["{_hostport(s.url)}"]\n        labels: {labels}\n'
+                  f'      - targets: ["{hostport(s.url)}"]\n        labels: {labels}\n'
                   for job, s, labels in jobs if job == "epp")
-              + f'  - job_name: vllm\n    static_configs:\n      - targets: ["{_hostport(servers[2].url)}"]\n'
+              + f'  - job_name: vllm\n    static_configs:\n      - targets: ["{hostport(servers[2].url)}"]\n'
               f"        labels: {jobs[2][2]}\n"
-              f'  - job_name: gateway\n    static_configs:\n      - targets: ["{_hostport(gw.url)}"]\n')
+              f'  - job_name: gateway\n    static_configs:\n      - targets: ["{hostport(gw.url)}"]\n')
     promql = FleetQueries().queue()
     try:
         with running_prometheus(tmp_path, scrape) as (url, proc, log):
@@ -122,7 +121,7 @@ def test_the_default_queue_query_gives_one_tagged_series_per_queue_through_prome
                 got, dropped = queue_series(r["data"]["result"])
                 return len(got) == 3 and dropped == 0 and got
 
-            got = _wait("the three queues scraped", series, proc, log)
+            got = wait_until_up("the three queues scraped", series, proc, log)
     finally:
         gw.stop()
         for s in servers:
@@ -131,7 +130,7 @@ def test_the_default_queue_query_gives_one_tagged_series_per_queue_through_prome
     assert by_kind["epp"] == {"queue": "epp", "depth": 165.0, "labels": {
         "namespace": "serving", "inference_pool": "pool-a", "model_name": "llama", "target_model_name": "llama"}}
     assert by_kind["vllm"]["depth"] == 6.0 and by_kind["vllm"]["labels"] == {
-        "namespace": "serving", "pod": "vllm-a", "instance": _hostport(servers[2].url)}
+        "namespace": "serving", "pod": "vllm-a", "instance": hostport(servers[2].url)}
     assert by_kind["gateway"] == {"queue": "gateway", "depth": 4.0,
-                                  "labels": {"job": "gateway", "instance": _hostport(gw.url)}}
+                                  "labels": {"job": "gateway", "instance": hostport(gw.url)}}
     assert fleet_depth(got) == 4.0  # the fleet as one number: the queue nearest the client

@@ -16,6 +16,7 @@ import time
 import httpx
 import kubernetes
 import pytest
+from poll_wait import wait_for
 
 from infertop.analysis.autoscalers import AT_MAX, PENDING_GPU, explain_workloads
 from infertop.sim import SimCluster
@@ -31,17 +32,6 @@ def answers(url: str) -> bool:
         return httpx.get(url + "/health", timeout=1.0, trust_env=False).status_code == 200
     except httpx.HTTPError:
         return False
-
-
-def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 
 from infertop.config import ConfigError, parse_config
 
-from test_config import run_cli
+from cli_run import run_cli
 
 
 def test_defaults_are_product_md_budgets():

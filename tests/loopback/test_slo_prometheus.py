@@ -24,7 +24,7 @@ from infertop.config import Config, GpuConfig, PrometheusConfig, SloClassConfig,
 from infertop.sources.prometheus.slo import PromSloReader, bracketing, rises
 from infertop.sources.vllm import EngineEndpoint
 from infertop.state.service import Fleet
-from test_gpu_prometheus import _hostport, _wait, running_prometheus
+from prom_run import hostport, running_prometheus, wait_until_up
 from vllm_text import v1_doc
 
 CHAT_TTFT_S = 1.5  # between the 1.0 and 2.5 bounds
@@ -71,7 +71,7 @@ def engines(scripted):
 
 @pytest.fixture
 def prometheus(tmp_path, engines):
-    targets = ", ".join(f'"{_hostport(e.srv.url)}"' for e in engines)
+    targets = ", ".join(f'"{hostport(e.srv.url)}"' for e in engines)
     with running_prometheus(tmp_path, f"  - job_name: vllm\n    static_configs:\n      - targets: [{targets}]\n",
                             targets_up=2) as running:
         yield running
@@ -89,19 +89,19 @@ async def test_budget_from_a_range_query_equals_the_local_one_over_the_same_wind
         for _ in range(2):  # an engine's counts start at its second read (a counter window of two points)
             await local.poll_once()
             local.build()  # the local history starts here: counts before it are not in the window
-        _wait("Prometheus has the counters before the window",
+        wait_until_up("Prometheus has the counters before the window",
               lambda: _counts(url) == {"chat-model": 50.0, "batch-model": 30.0}, proc, log)
         start = time.time()
         # a scrape that began before ``start`` may be answered after the move below and so carry the moved
         # counts at a time before the window: wait for both engines' first scrape that began after it
-        _wait("a scrape of each engine inside the window",
+        wait_until_up("a scrape of each engine inside the window",
               lambda: min(_counts(url, "timestamp(vllm:time_to_first_token_seconds_count)").values(),
                           default=0.0) > start, proc, log)
         # the move inside the window: chat — 1.2 s (within 1.5), 2.0 s (interpolated inside 1.0…2.5: 1/3
         # of its bucket within), 6 s (over); batch — 3 s (2.5…5.0: 3/5 within at 4 s) and 8 s (over)
         chat.obs += [0.2] * 300 + [1.2] * 20 + [2.0] * 30 + [6.0] * 5
         batch.obs += [3.0] * 50 + [8.0] * 4
-        _wait("Prometheus has the counters after the move",
+        wait_until_up("Prometheus has the counters after the move",
               lambda: _counts(url) == {"chat-model": 405.0, "batch-model": 84.0}, proc, log)
         await local.poll_once()
         state = local.build()
@@ -116,7 +116,7 @@ async def test_budget_from_a_range_query_equals_the_local_one_over_the_same_wind
         les = {le for e in counts.buckets.values() for le, _ in e["ttft"]}
         assert les == {1.0, 2.5, 5.0, float("inf")}
         # Prometheus names the engines by instance: join them to the classes by their models
-        model_of = {"local:" + _hostport(e.srv.url).split(":")[1]: e.model for e in engines}
+        model_of = {"local:" + hostport(e.srv.url).split(":")[1]: e.model for e in engines}
         cls = {c.name: c for c in local.slo.classes}
         prom = class_counts(counts.buckets, {n: cls["chat" if model_of[n] == "chat-model" else "batch"]
                                              for n in counts.buckets})
@@ -143,11 +143,11 @@ async def test_a_prometheus_fleet_reports_the_budget_over_the_window_prometheus_
     cfg.prometheus = PrometheusConfig(url=url, timeout_s=5, engines=True, interval_s=1.0, window_s=10.0)
     fleet = Fleet(cfg, prometheus=True, advisor=None, queues=False)
     try:
-        _wait("both engines' counters", lambda: _counts(url) == {"chat-model": 50.0, "batch-model": 30.0}, proc, log)
-        _wait("5 scrapes before the move", lambda: min(_counts(url, "count_over_time(vllm:time_to_first_token_"
+        wait_until_up("both engines' counters", lambda: _counts(url) == {"chat-model": 50.0, "batch-model": 30.0}, proc, log)
+        wait_until_up("5 scrapes before the move", lambda: min(_counts(url, "count_over_time(vllm:time_to_first_token_"
                                                                 "seconds_count[1m])").values()) >= 5, proc, log)
         chat.obs += [0.2] * 100 + [6.0] * 10
-        _wait("the move scraped", lambda: _counts(url)["chat-model"] == 160.0, proc, log)
+        wait_until_up("the move scraped", lambda: _counts(url)["chat-model"] == 160.0, proc, log)
         await asyncio.to_thread(fleet.collector.refresh)
         fleet.joiner.observe()
         fleet.build()
@@ -186,12 +186,12 @@ async def test_burn_over_a_window_prometheus_holds_is_the_hand_computed_ratio(pr
     fleet.slo = SloWatch(cfg.slo_classes, pairs=(("fast", 20.0, 8.0), ("slow", 3600.0, 300.0)))
     fleet.slo.prometheus_burn = True
     try:
-        _wait("both engines' counters", lambda: _counts(url) == {"chat-model": 50.0, "batch-model": 30.0}, proc, log)
-        _wait("22 s of scrapes before the move", lambda: min(_counts(url, "count_over_time(vllm:time_to_first_"
+        wait_until_up("both engines' counters", lambda: _counts(url) == {"chat-model": 50.0, "batch-model": 30.0}, proc, log)
+        wait_until_up("22 s of scrapes before the move", lambda: min(_counts(url, "count_over_time(vllm:time_to_first_"
                                                                       "token_seconds_count[1m])").values()) >= 22,
               proc, log)
         chat.obs += [0.2] * 100 + [6.0] * 10  # 110 requests, the 10 at 6 s over chat's 1.5 s
-        _wait("the move scraped", lambda: _counts(url)["chat-model"] == 160.0, proc, log)
+        wait_until_up("the move scraped", lambda: _counts(url)["chat-model"] == 160.0, proc, log)
         await asyncio.to_thread(fleet.collector.refresh)
         fleet.joiner.observe()
         fleet.build()  # the engines' classes, which the Prometheus counts join

@@ -7,11 +7,11 @@ import asyncio
 import io
 import json
 
+from slo_engine import growing_engine
+
 from infertop.config import Config, GpuConfig, SloClassConfig, SloClassesConfig
 from infertop.snapshot import EXIT_FAST_BURN, EXIT_OK, collect_state, exit_code, print_table, write_json
 from infertop.sources.vllm import EngineEndpoint
-
-from vllm_text import v1_doc
 
 
 def _cfg() -> Config:
@@ -22,21 +22,6 @@ def _cfg() -> Config:
         queue_p99_s=1.0, ttft_p99_s=1.0, tpot_p95_s=0.04, e2e_p99_s=5.0, objective_stage="ttft", match=["*"])},
         gpu_hour_price=2.0, min_burn_history_s=0.0)  # a seconds-long window: the default waits 5 min of history
     return cfg
-
-
-def growing_engine(scripted, slow_share: float):
-    """Each scrape: 50 more finished requests, ``slow_share`` of them at 3 s TTFT (over 1 s), the rest 0.2 s."""
-    srv = scripted()
-    obs: list[float] = []
-
-    def metrics() -> str:
-        slow = round(50 * slow_share)
-        obs.extend([3.0] * slow + [0.2] * (50 - slow))
-        return v1_doc(engines={"0": {"running": 4, "success": len(obs), "gen": 100.0 * len(obs), "ttft": obs}})
-
-    srv.routes["/metrics"] = (200, metrics)
-    srv.routes["/health"] = (200, "")
-    return srv
 
 
 def test_a_fast_burn_is_in_the_table_and_json_and_exits_5(scripted):

@@ -30,8 +30,9 @@ import httpx
 import pytest
 
 from ports import free_port
-from test_engine_gateway_drain import TOKEN as GATEWAY_TOKEN
-from test_engine_gateway_drain import Gateway, wait_until
+from engine_env import wait_until
+from gateway_child import TOKEN as GATEWAY_TOKEN
+from gateway_child import Gateway
 
 from infertop.config import ProfileConfig, load_config
 from infertop.control.engines import cli as engine_cli

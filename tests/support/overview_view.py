@@ -1,4 +1,4 @@
-"""What the Overview's tiles and alert lines show on screen, for Pilot tests."""
+"""What the console shows on screen, for Pilot tests: the Overview's tiles and alert lines, a widget's text."""
 
 from __future__ import annotations
 
@@ -32,3 +32,8 @@ def hot(app) -> HotTable:
 def hot_rows(app) -> dict[str, dict[str, str]]:
     """The "Under most pressure" rows, top first: engine → column → text."""
     return hot(app).rows_text()
+
+
+def text_of(app, selector: str) -> str:
+    r = app.query_one(selector).render()
+    return str(getattr(r, "plain", r))

@@ -72,3 +72,14 @@ def v0_doc(*, running=0, waiting=0, kv=0.0, gen=0.0, tpot=(), model="old") -> st
         lines.append(f'vllm:time_per_output_token_seconds_bucket{{le="{_le(le)}",model_name="{model}"}} {float(sum(1 for o in tpot if o <= le))}')
     lines.append(f'vllm:time_per_output_token_seconds_count{{model_name="{model}"}} {float(len(tpot))}')
     return "\n".join(lines) + "\n"
+
+
+def perturb(text: str, k: float) -> str:
+    """Same series, new values — what the next scrape of an engine looks like."""
+    out = []
+    for line in text.split("\n"):
+        if line and not line.startswith("#"):
+            head, _, v = line.rpartition(" ")
+            line = f"{head} {float(v) + k!r}"
+        out.append(line)
+    return "\n".join(out)

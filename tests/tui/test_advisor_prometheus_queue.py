@@ -23,7 +23,7 @@ from infertop.sources.prometheus.fleet_query import FAST_FIELDS, LATENCY_FIELDS,
 from infertop.state.advisor import Advisor
 from infertop.state.fleet import FleetJoiner
 from prom_api_server import PromApiServer
-from test_prometheus_fleet import LIVE, RECORDED_AT, fixture
+from prom_fleet_fixture import LIVE, RECORDED_AT, fixture
 
 NS = "inference"
 LLAMA, QWEN = "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-7B-Instruct"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from pilot_wait import until
-from test_engine_control import Env, alive, wait_until
-from test_engine_ui import confirm_and_wait, settings
+from engine_env import Env, alive, wait_until
+from engine_ui import confirm_and_wait, settings
 
 from infertop.control.engines import EngineAborted
 from infertop.ui.app import InfertopApp

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_engine_control import Env, alive, wait_until
+from engine_env import Env, alive, wait_until
 
 from infertop.control.engines import EngineAborted, EngineError
 from infertop.control.engines.kind import EngineAction
@@ -70,8 +70,8 @@ def test_ui_start_action_aborted_after_spawn_is_aborted_not_ok(env):
 async def test_quit_mid_restart_aborts_it_and_undrains_at_the_gateway_before_exiting(env, tmp_path, monkeypatch):
     """r, y, q, y: the old code abandoned the restart and exited with the engine drained at the gateway."""
     from pilot_wait import until
-    from test_engine_control import FAKE
-    from test_engine_gateway_drain import TOKEN, Gateway, fake_profile
+    from engine_env import FAKE
+    from gateway_child import TOKEN, Gateway, fake_profile
 
     from infertop.config import load_config
     from infertop.control.audit import AuditLog
@@ -118,7 +118,7 @@ async def test_quit_mid_restart_aborts_it_and_undrains_at_the_gateway_before_exi
 
 def test_an_audit_log_that_fails_mid_restart_still_undrains_at_the_gateway(env, tmp_path, monkeypatch):
     """The old code's undrain was refused (nothing sent) when the audit log failed after the drain."""
-    from test_engine_gateway_drain import TOKEN, Gateway, fake_profile
+    from gateway_child import TOKEN, Gateway, fake_profile
 
     from infertop.config import load_config
     from infertop.control.gateway_drain import find_gateway
@@ -170,7 +170,7 @@ def test_drains_left_finds_a_step_drain_with_no_undrain_after_it(tmp_path):
 async def test_the_next_start_reports_an_engine_left_drained_once(tmp_path):
     """r, y, then infertop killed mid-restart: the old code's next start said only 'outcome unknown'."""
     from pilot_wait import until
-    from test_engine_ui import settings
+    from engine_ui import settings
 
     from infertop.control.audit import AuditLog
     from infertop.control.gateway_drain import STEP_DRAIN_WHY, drains_left

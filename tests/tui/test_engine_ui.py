@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import threading
 from pathlib import Path
 
 import pytest
-from locations import FAKE_ENGINE
+from engine_env import FAKE
+from engine_ui import confirm_and_wait, settings
 
-from infertop.config import Config, ProfileConfig
 from infertop.ui.app import InfertopApp, Settings
 from infertop.sources.vllm import EngineEndpoint
 from infertop.ui.screens.confirm import ConfirmScreen
@@ -19,28 +18,6 @@ from infertop.ui.screens.engine_dialogs import ArgsDialog, ProfilePicker
 from infertop.ui.screens.engine_detail import EngineDetailScreen
 from infertop.ui.widgets.engines_table import EnginesTable
 from pilot_wait import until
-from ports import free_port
-
-FAKE = str(FAKE_ENGINE)
-
-
-def settings(tmp_path, read_only=False) -> Settings:
-    cfg = Config()
-    cfg.profiles["fake"] = ProfileConfig(model="fake-model", served_model_name="fake", port=free_port(),
-                                         max_num_seqs=4, python=sys.executable, start_timeout_s=30.0,
-                                         stop_grace_s=5.0)
-    return Settings(config=cfg, endpoints=[], read_only=read_only, state_dir=str(tmp_path / "state"),
-                    engine_module=FAKE)
-
-
-async def confirm_and_wait(app, pilot) -> ConfirmScreen:
-    """The one confirmation screen: wait for its check, confirm with y, wait for the end."""
-    screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok is not None
-                         and app.screen, what="check")
-    assert screen.dry_run_ok, screen.dry_run_text
-    await pilot.press("y")
-    await until(pilot, lambda: screen.state == "done", what=f"done: {screen.progress_text}")
-    return screen
 
 
 async def test_start_change_max_num_seqs_and_stop_from_the_keyboard(tmp_path):

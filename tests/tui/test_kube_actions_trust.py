@@ -116,7 +116,7 @@ def test_a_scale_follow_whose_deadline_passes_in_an_outage_is_unknown_not_failed
 # ----------------------------------------------------------------- item 8 (Pilot: the app's auto mode)
 
 def _advisor_ui():
-    import test_advisor_ui as ui  # the Autoscaler pane's harness: fake wall clock, ticks driven by the test
+    import advisor_ui as ui  # the Autoscaler pane's harness: fake wall clock, ticks driven by the test
     return ui
 
 

@@ -14,7 +14,7 @@ import json
 
 from pilot_wait import until
 from ports import free_port
-from test_kube_ui import NS, TOKEN, audit, confirm, connected, make_app, ready, set_input
+from kube_ui import NS, TOKEN, audit, confirm, connected, make_app, ready, set_input
 
 from infertop.ui.screens.actions_list import ActionsListScreen
 from infertop.ui.screens.confirm import ConfirmScreen
@@ -112,7 +112,7 @@ async def test_a_follow_aborted_after_a_context_switch_is_audited_aborted(emu, t
 
 async def test_a_pod_drain_on_unreadable_metrics_warns_before_confirmation_and_counts_down(emu, tmp_path):
     """Issue 9: the pod drain said so only after confirmation, then waited 600 s without a countdown."""
-    from test_kube_ui import rows
+    from kube_ui import rows
 
     dead_port = free_port()  # nothing listens here: the pod's /metrics cannot be read
     emu.set_pod_endpoint("blind-*", "127.0.0.1", dead_port)

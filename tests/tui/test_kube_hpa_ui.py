@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 
 from pilot_wait import until
-from test_kube_ui import NS, TOKEN, audit, confirm, connected, make_app, ready, set_input, text
+from kube_ui import NS, TOKEN, audit, confirm, connected, make_app, ready, set_input, text
 
 from infertop.ui.screens.confirm import ConfirmScreen
 from infertop.ui.screens.kube_dialogs import FormDialog

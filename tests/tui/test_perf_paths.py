@@ -22,7 +22,7 @@ from locations import REPO, SUPPORT
 from rich.text import Text
 from textual.app import App
 from textual.geometry import Region
-from test_expfmt import perturb
+from vllm_text import perturb
 from textual.widgets import TabbedContent
 
 from infertop.config import Config, GpuConfig

@@ -12,7 +12,8 @@ import re
 import time
 
 import pytest
-from locations import FIXTURES, REPO
+from locations import REPO
+from prom_fleet_fixture import GONE, LIVE, RECORDED_AT, fixture
 
 from infertop.config import ConfigError, PrometheusConfig, parse_config
 from infertop.domain.engine import DOWN, UP
@@ -27,16 +28,6 @@ from infertop.sources.prometheus.fleet_query import (
 from infertop.state.fleet import FRESH, MISSING, STALE, FleetJoiner
 from infertop.state.history import HistoryStore
 from prom_api_server import PromApiServer
-
-FIX = FIXTURES / "prometheus_fleet"
-META = json.loads((FIX / "README.json").read_text())
-RECORDED_AT = META["recorded_at"]
-LIVE = [f"127.0.0.1:36041/engine/{i}" for i in range(5)]  # the sim being scraped
-GONE = [f"127.0.0.1:39121/engine/{i}" for i in range(5)]  # a stopped sim: rates still in the window
-
-
-def fixture(name: str) -> dict:
-    return json.loads((FIX / f"{name}.json").read_text())
 
 
 def answer_for(name: str, engines: dict | None = None) -> dict:

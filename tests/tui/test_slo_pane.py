@@ -12,7 +12,7 @@ from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.widgets.slo import SloPane, SloPlot
 from pilot_wait import until
 
-from test_slo_snapshot import growing_engine
+from slo_engine import growing_engine
 
 T0 = 1_796_025_600.0
 

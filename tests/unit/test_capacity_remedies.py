@@ -9,7 +9,7 @@ import dataclasses
 from infertop.analysis.slo.capacity import CapacityInputs, answer
 from infertop.analysis.slo.report import capacity_text
 from infertop.analysis.triage import Triage
-from test_triage import engine, fleet, run
+from triage_states import engine, fleet, run
 
 BUSY = dict(running=16.0, waiting=12.0, kv_cache_pct=40.0, requests_per_s=6.0, e2e_p95_s=6.0, queue_p99_s=3.0,
             ttft_p99_s=3.5)
@@ -87,7 +87,7 @@ def test_slo_burn_remedy_says_why_its_replica_count():
 
 def test_the_advisor_shows_the_capacity_answer_beside_its_proposal_and_decides_the_same():
     """The advisor's own line carries the class's capacity answer in its 'why'; its decision is unchanged."""
-    from test_advisor_state import T0, advisor, by_name, engine as adv_engine, state as adv_state
+    from advisor_states import T0, advisor, by_name, engine as adv_engine, state as adv_state
 
     engines = [adv_engine("chat-1", 8001, 6.0, 1.0), adv_engine("chat-2", 8002, 7.0, 2.5)]
     inp = CapacityInputs(arrival_per_s=12.0, service_s=4.0, replicas=2, max_num_seqs=16, prefill_p99_s=0.3,

@@ -8,6 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from locations import CAPTURES
+from vllm_text import perturb
 from infertop.sources.expfmt import ParseError, Parser, parse
 
 
@@ -32,17 +33,6 @@ def same(a: list[tuple], b: list[tuple]) -> bool:
         if not (x[2] == y[2] or (math.isnan(x[2]) and math.isnan(y[2]))):
             return False
     return True
-
-
-def perturb(text: str, k: float) -> str:
-    """Same series, new values — what the next scrape of an engine looks like."""
-    out = []
-    for line in text.split("\n"):
-        if line and not line.startswith("#"):
-            head, _, v = line.rpartition(" ")
-            line = f"{head} {float(v) + k!r}"
-        out.append(line)
-    return "\n".join(out)
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)

@@ -18,7 +18,7 @@ from infertop.domain.quantiles import histogram_quantile, prepare, prepared_quan
 from infertop.sources.dcgm import LabelCache, build_rows, parse_dcgm, triples_from_exposition
 from infertop.sources.expfmt import Parser
 from infertop.domain.window import CounterWindow
-from test_gpu_dcgm import H100_VALUES, exporter_text, gpu_labels
+from dcgm_text import H100_VALUES, exporter_text, gpu_labels
 
 
 def reference_quantile(q: float, buckets: list[tuple[float, float]]) -> float | None:

@@ -6,17 +6,17 @@ from __future__ import annotations
 import math
 
 import pytest
+from slo_states import state_at, stats
 
 from infertop.analysis.slo.budget import count_within, stage_lines
 from infertop.analysis.slo.burn import BurnTracker, WindowCount, with_prometheus
 from infertop.analysis.slo.capacity import CapacityInputs, answer, erlang_c, predict
 from infertop.analysis.slo.report import SloWatch, cumulative_buckets
-from infertop.analysis.slo.targets import SloClass, classes_from
+from infertop.analysis.slo.targets import classes_from
 from infertop.analysis.slo.text import slo_lines
 from infertop.config import SloClassesConfig, default_slo_classes
 from infertop.domain.engine import EngineStats
 from infertop.sources.prometheus.slo import RangeCounts
-from infertop.state.fleet import EngineState, FleetState, Freshness, Slo
 
 INF = math.inf
 HIST = [(0.5, 10.0), (1.0, 80.0), (2.0, 100.0), (INF, 110.0)]  # cumulative: 10 ≤ 0.5 s, 80 ≤ 1 s, 100 ≤ 2 s
@@ -156,17 +156,6 @@ def test_capacity_answer_holds_the_targets_with_the_fewest_replicas():
 
 
 # -- the watch over fleet states -----------------------------------------------------------------------
-
-def state_at(t: float, engines: list[EngineStats]) -> FleetState:
-    return FleetState(tick=int(t), taken_at=t, refresh_s=1.0, window_s=60.0, slo=Slo(2, 0.1, 60, 1, 90),
-                      engines=tuple(EngineState(s, Freshness("fresh")) for s in engines))
-
-
-def stats(name: str, model: str = "m", **kw) -> EngineStats:
-    base = dict(state="up", requests_per_s=5.0, running=8.0, generation_tokens_per_s=500.0, ttft_p50_s=0.2,
-                ttft_p99_s=0.8, itl_p50_s=0.02, itl_p95_s=0.03, e2e_p99_s=3.0, queue_p99_s=0.1, max_num_seqs=16)
-    base.update(kw)
-    return EngineStats(name, "http://127.0.0.1:1", model=model, **base)
 
 
 def test_engines_by_pattern_and_by_their_healthy_history():

@@ -10,7 +10,7 @@ from infertop.analysis.slo.report import SloWatch
 from infertop.analysis.triage import Triage
 from infertop.config import SloClassesConfig
 
-from test_slo_analysis import state_at, stats
+from slo_states import state_at, stats
 
 INF = math.inf
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from test_triage_autoscalers import cluster, engines, fleet, pod, run
+from autoscaler_states import cluster, engines, fleet, pod, run
 
 from infertop.domain.engine import DOWN
 
