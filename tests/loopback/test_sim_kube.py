@@ -211,3 +211,30 @@ def test_infertop_sim_serves_a_kubernetes_api_and_writes_a_private_kubeconfig(tm
     finally:
         proc.terminate()
         assert proc.wait(10) == 0
+
+
+def test_a_pods_log_reads_as_vllms_startup_and_stats_lines_from_its_engine(sim_kube):
+    """``l`` on a demo pod: the start-up lines name the engine's model, limit and port, then the periodic
+    stats line agrees with the engine's own state (running requests, tokens generated since the last)."""
+    sim, kube, session = sim_kube(1, hpa=False, stats_every_s=0.05)
+    (pod,) = read_cluster(session).pods
+    engine = sim.engines[kube.bound[pod.name]]
+    log = session.pod_log(NS, pod.name)
+    assert f"model='{engine.model}', max_num_seqs={engine.max_num_seqs}, port={engine.port}" in log
+    assert "Application startup complete." in log
+    for _ in range(3):
+        engine.core.submit(SimRequest(prompt_tokens=100, max_tokens=4000))
+    sim.advance(0.5)
+    running = engine.core.num_running
+    assert running == 3
+
+    def stats_lines() -> list[str]:
+        return [ln for ln in session.pod_log(NS, pod.name).splitlines() if "Engine 000:" in ln]
+
+    def generated(ln: str) -> float:
+        return float(ln.split("Avg generation throughput: ")[1].split(" ")[0])
+
+    # the line written after the advance carries the tokens the engine generated in it
+    line = wait_for(lambda: next((ln for ln in stats_lines() if f"Running: {running} reqs" in ln
+                                  and generated(ln) > 0), None), timeout=10, what="a stats line of the work")
+    assert "Waiting: 0 reqs" in line

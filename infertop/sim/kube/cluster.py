@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...private_fs import private_dir
+from .engine_logs import STATS_EVERY_S, StatsLine, startup_lines
 from .pod_runtime import WAIT
 from .server import KubeEmulator
 from .util import format_time
@@ -59,13 +60,15 @@ class SimKube:
 
     ``replicas``: the Deployment's starting size (default: every engine);
     ``hpa_max``: the HPA's maximum (default: engines + 2, more than the GPUs);
-    ``hpa_target_running``: the HPA's target for ``vllm:num_requests_running`` per pod.
+    ``hpa_target_running``: the HPA's target for ``vllm:num_requests_running`` per pod;
+    ``stats_every_s``: how often each pod's container logs its engine's stats line (vLLM's 10 s).
     """
 
     def __init__(self, sim: "SimCluster", *, port: int = 0, namespace: str = "inference", name: str = "vllm",
                  replicas: int | None = None, hpa_min: int = 1, hpa_max: int | None = None,
                  hpa_target_running: float = 8.0, hpa_sync_s: float = 5.0, scale_down_window_s: int = 60,
-                 termination_delay_s: float = 2.0, start_delay_s: float = 1.0, hpa: bool = True) -> None:
+                 termination_delay_s: float = 2.0, start_delay_s: float = 1.0, hpa: bool = True,
+                 stats_every_s: float = STATS_EVERY_S) -> None:
         self.sim = sim
         self.namespace = namespace
         self.name = name
@@ -84,6 +87,9 @@ class SimKube:
         self.hpa_sync_s = hpa_sync_s
         self.scale_down_window_s = scale_down_window_s
         self.bound: dict[str, int] = {}  # pod name → engine index
+        self._stats: dict[str, StatsLine] = {}  # pod name → its engine's periodic stats line
+        self.stats_every_s = stats_every_s
+        self._stats_at = time.monotonic()
         self._dying: set[int] = set()  # engines whose pod is gone, until their process is stopped
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -209,6 +215,11 @@ class SimKube:
         e.gpu.pod, e.gpu.namespace, e.gpu.container = pod_name, self.namespace, "vllm"
         if not e.alive or e.fault is not None:
             e.revive()  # a fresh engine process; the first pods take over the warmed-up engines as they are
+        now = self.emu.clock()
+        self.emu.append_pod_log(pod_name, startup_lines(now, model=e.model, max_num_seqs=e.max_num_seqs,
+                                                        port=e.port), self.namespace, "vllm")
+        with self._lock:
+            self._stats[pod_name] = StatsLine(e.core, now)
         return "127.0.0.1", e.port
 
     def _run(self) -> None:
@@ -232,11 +243,25 @@ class SimKube:
             if time.monotonic() - self._wva_at >= self.hpa_sync_s:
                 self._wva_at = time.monotonic()
                 self._optimise()
+            if time.monotonic() - self._stats_at >= self.stats_every_s:
+                self._stats_at = time.monotonic()
+                self._log_stats()
             for i in gone:
                 with self._lock:
                     if i in self._dying:  # else a new pod has taken (and restarted) it already
                         self._dying.discard(i)
                         self._stop_engine(i)
+
+    def _log_stats(self) -> None:
+        """Each bound pod's container writes its engine's stats line, as vLLM does every 10 s."""
+        now = self.emu.clock()
+        with self._lock:
+            lines = [(pod, stats.line(self.sim.engines[i].core, now)) for pod, i in self.bound.items()
+                     if (stats := self._stats.get(pod)) is not None]
+            for pod in set(self._stats) - set(self.bound):
+                del self._stats[pod]
+        for pod, line in lines:
+            self.emu.append_pod_log(pod, line, self.namespace, "vllm")
 
     def _stop_engine(self, i: int) -> None:
         """Its pod is gone: so is its engine process, and its GPU is no pod's (hold ``_lock``)."""
