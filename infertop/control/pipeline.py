@@ -6,9 +6,10 @@ plans (a fresh read and a pure diff), checks before anything is sent
 (a server dry run, whether a pod's in-flight count can be read…), and
 executes with progress callbacks and an abort event, within ``timeout_s``.
 The UI drives the confirmation (``y`` only) and shows the progress;
-:func:`execute_audited` writes the audit intent before the kind sends
-anything and the outcome once it is known; :class:`ActionBoard` keeps the
-actions in flight (one per object, any number on different objects).
+:func:`execute_audited` writes the audit (an :class:`AuditTrail`: the intent
+before the kind sends anything, the outcome once it is known) — the only
+writer of action lines; :class:`ActionBoard` keeps the actions in flight (one
+per object, any number on different objects).
 
 Pure: no UI imports, no I/O of its own beyond the audit log it is given.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -30,6 +31,8 @@ __all__ = [
     "ActionKind",
     "ActionRefused",
     "ActionRun",
+    "AuditTrail",
+    "IntentFn",
     "Outcome",
     "Preflight",
     "Progress",
@@ -93,6 +96,9 @@ class Outcome:
     # answering), undone (sent; an autoscaler or another client set it back)
     message: str
     status: int = 0  # HTTP status of a failure (409, 403, …)
+    # the outcome line's details in the kind's own words (a local engine's pid, drain counts, reason), written
+    # instead of message and reason, with its own "result" when given; None: the line says message and reason
+    audit: Mapping[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -100,6 +106,8 @@ class Outcome:
 
 
 ProgressFn = Callable[[Progress], None]
+#: writes the audit intent with these details (raises :class:`AuditUnavailable`: nothing may be sent)
+IntentFn = Callable[..., None]
 
 
 @runtime_checkable
@@ -110,8 +118,12 @@ class ActionKind(Protocol):
     :class:`ActionRefused`; ``execute`` blocks until the action and its follow
     end, reports through ``progress``, stops early when ``abort`` is set, and
     returns an :class:`Outcome` (``"conflict"`` means: plan and confirm again).
-    Kinds whose executor writes its own audit intent and outcome set
-    ``audits_itself``.
+
+    The pipeline writes the audit. A kind whose intent must carry what it
+    verified just before its first signal (a local engine: the pids, the
+    in-flight count) sets ``intent_at_send = True``; its ``execute`` then
+    takes a third argument, an :data:`IntentFn` it calls right before it
+    sends anything, and its outcome's ``audit`` words the outcome line.
     """
 
     action: str  # audit name: "kube.scale", "engine.stop"
@@ -119,7 +131,6 @@ class ActionKind(Protocol):
     object_key: str  # one action at a time per object
     abortable: bool
     timeout_s: float | None
-    audits_itself: bool
 
     def plan(self) -> Review: ...
 
@@ -130,27 +141,81 @@ class ActionKind(Protocol):
     def audit_details(self) -> dict[str, Any]: ...
 
 
+class AuditTrail:
+    """One action's audit lines: the intent before anything is sent, then the outcome (``op`` links them).
+
+    :meth:`intent` raises :class:`AuditUnavailable` when the log cannot be written (the action is refused:
+    nothing may be sent) — unless ``unaudited``: then the action goes on, and its outcome, a one-shot line,
+    says ``unaudited``. An outcome with no intent (the kind refused or failed before sending) is a one-shot
+    line; one that says nothing (``audit`` None) when nothing was sent is not written. An outcome that cannot
+    be written is kept in ``audit.unwritten`` for whoever ran the action (unless it was an ``ok`` that sent
+    nothing: nothing is hidden then)."""
+
+    def __init__(self, audit: AuditLog | None, action: str, target: str, details: Mapping[str, Any] | None = None,
+                 *, unaudited: bool = False) -> None:
+        self.audit, self.action, self.target = audit, action, target
+        self.details = dict(details or {})
+        self.unaudited = unaudited
+        self.op: str | None = None
+        self.intended = False  # the intent was asked for (written, or skipped when unaudited)
+        self.refused = False  # the intent could not be written: nothing was sent, nothing more is written
+
+    def intent(self, **details: Any) -> None:
+        """Write the intent: the trail's details and ``details`` (those that are not None)."""
+        self.intended = True
+        if self.audit is None:
+            return
+        try:
+            self.op = self.audit.intent(self.action, self.target, **{**self.details, **_given(details)})
+        except AuditUnavailable:
+            if not self.unaudited:
+                self.intended, self.refused = False, True
+                raise
+
+    def outcome(self, outcome: Outcome) -> None:
+        if self.audit is None or self.refused or (outcome.audit is None and not self.intended):
+            return
+        result = outcome.result
+        if outcome.audit is not None:
+            details = _given(outcome.audit)
+            result = str(details.pop("result", result))
+        else:
+            details = {"message": outcome.message, "reason": None if outcome.ok else outcome.message,
+                       **{k: self.details[k] for k in OUTCOME_KEYS if k in self.details}}
+        try:
+            if self.op is not None:
+                self.audit.outcome(self.op, self.action, self.target, result, **details)
+            else:
+                if self.intended:
+                    details["unaudited"] = True
+                self.audit.record(self.action, self.target, result, **details)
+        except AuditUnavailable as e:
+            if self.intended or result != "ok":  # the intent is on disk (or was skipped): the outcome is missed
+                self.audit.unwritten.append(f"outcome {self.action} {self.target} {result} not recorded: {e}")
+
+
+def _given(details: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in details.items() if v is not None}
+
+
 def run_audited(audit: AuditLog | None, action: str, target: str, details: dict[str, Any],
                 run: Callable[[], Outcome]) -> Outcome:
     """Intent on disk → ``run()`` → outcome. An audit log that cannot be written refuses the action
     (nothing is sent); an exception of ``run`` is a ``failed`` outcome, never a traceback."""
-    op = None
-    if audit is not None:
-        try:
-            op = audit.intent(action, target, **details)
-        except AuditUnavailable as e:
-            return Outcome("refused", f"nothing was sent: {e}")
+    trail = AuditTrail(audit, action, target, details)
+    try:
+        trail.intent()
+    except AuditUnavailable as e:
+        return Outcome("refused", f"nothing was sent: {e}")
+    return _run_into(trail, run)
+
+
+def _run_into(trail: AuditTrail, run: Callable[[], Outcome]) -> Outcome:
     try:
         outcome = run()
     except Exception as e:  # noqa: BLE001
         outcome = Outcome("failed", f"{type(e).__name__}: {e}")
-    if audit is not None and op is not None:
-        extra = {k: details[k] for k in OUTCOME_KEYS if k in details}
-        try:
-            audit.outcome(op, action, target, outcome.result, message=outcome.message,
-                          reason=None if outcome.ok else outcome.message, **extra)
-        except AuditUnavailable:
-            pass  # the intent is on disk: the next start reports this op as unknown
+    trail.outcome(outcome)
     return outcome
 
 
@@ -158,14 +223,22 @@ OUTCOME_KEYS = ("old", "new", "diff", "summary", "context", "kube_user", "server
 
 
 def execute_audited(kind: ActionKind, audit: AuditLog | None, progress: ProgressFn,
-                    abort: threading.Event, preflight: Preflight | None = None) -> Outcome:
-    """Run ``kind`` with its audit: by the pipeline, unless the kind's executor audits itself."""
-    if kind.audits_itself:
-        return run_audited(None, kind.action, kind.target, {}, lambda: kind.execute(progress, abort))
+                    abort: threading.Event, preflight: Preflight | None = None, *,
+                    unaudited: bool = False) -> Outcome:
+    """Run ``kind`` with its audit. The intent goes before ``execute``, or — ``intent_at_send`` — when the kind
+    calls it, just before its first signal; ``unaudited``: an unwritable log does not refuse the action."""
     details = kind.audit_details()
-    if preflight is not None:
+    if preflight is not None and preflight.message:
         details.setdefault("preflight", preflight.message)
-    return run_audited(audit, kind.action, kind.target, details, lambda: kind.execute(progress, abort))
+    trail = AuditTrail(audit, kind.action, getattr(kind, "audit_target", kind.target), details, unaudited=unaudited)
+    if getattr(kind, "intent_at_send", False):
+        execute: Any = kind.execute  # (progress, abort, intent): see ActionKind
+        return _run_into(trail, lambda: execute(progress, abort, trail.intent))
+    try:
+        trail.intent()
+    except AuditUnavailable as e:
+        return Outcome("refused", f"nothing was sent: {e}")
+    return _run_into(trail, lambda: kind.execute(progress, abort))
 
 
 def countdown_text(seconds: float) -> str:

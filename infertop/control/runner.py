@@ -4,9 +4,11 @@ Every kind of action goes through :func:`run`. Who confirms is the caller's part
 the console passes its confirmation screen (``y`` only), auto mode a :class:`StandingGrant` — the
 switch to auto mode, itself an audited action of this pipeline, is the operator's standing
 confirmation. The runner writes the audit: the intent before the kind sends anything, the outcome once
-known, a failed check (nothing was sent), and, for a standing grant, a change it refused to send.
-Kinds whose executor still writes its own lines (``audits_itself``: the local engine manager, whose
-intent carries the process it verified just before its first signal) are executed unaudited here.
+known, a failed check (nothing was sent), and, for a standing grant, a change it refused to send. A kind
+whose intent carries what it verified just before its first signal (a local engine: its pids, its
+in-flight count) is handed the intent writer (``intent_at_send``); its lines are still written here.
+``infertop engine`` runs its actions through :func:`run_blocking` with a :class:`CommandLine`: the
+command is the operator's confirmation.
 
 No UI imports: asyncio and threads only, so a test drives it without a Pilot.
 """
@@ -50,14 +52,8 @@ class Confirmer(Protocol):
     def finished(self, run: ActionRun, outcome: Outcome) -> None: ...
 
 
-class StandingGrant:
-    """Auto mode's confirmation: granted once (an audited ``advisor.mode`` action), within its bounds.
-
-    Says nothing while it runs; a conflict is not confirmed again by itself (the next tick decides
-    afresh), so :func:`run` returns it as the outcome."""
-
-    audits_refusals = True
-    reconfirms = False
+class _Silent:
+    """A confirmer that says nothing while it runs."""
 
     def planned(self, run: ActionRun, review: Review, note: str | None) -> None:
         pass
@@ -82,6 +78,26 @@ class StandingGrant:
 
     def finished(self, run: ActionRun, outcome: Outcome) -> None:
         pass
+
+
+class CommandLine(_Silent):
+    """A command typed by the operator (``infertop engine stop e``): the command is the confirmation.
+
+    The command prints its own progress and result; a refusal is the command's to print (a person
+    reads it), not an audit line; a conflict is returned (the command exits with it)."""
+
+    audits_refusals = False
+    reconfirms = False
+
+
+class StandingGrant(_Silent):
+    """Auto mode's confirmation: granted once (an audited ``advisor.mode`` action), within its bounds.
+
+    Says nothing while it runs; a conflict is not confirmed again by itself (the next tick decides
+    afresh), so :func:`run` returns it as the outcome."""
+
+    audits_refusals = True
+    reconfirms = False
 
 
 async def in_daemon_thread(fn: Callable[[], Any], name: str) -> Any:
@@ -135,18 +151,25 @@ def _details(kind: Any) -> dict[str, Any]:
 async def run(run: ActionRun, confirmer: Confirmer, *, audit: AuditLog | None,
               on_forbidden: Callable[[], None] | None = None, preflight_name: str = "check",
               log: Callable[[str, str], None] = lambda style, text: None,
-              changed: Callable[[float, str], None] | None = None) -> Outcome:
+              changed: Callable[[float, str], None] | None = None,
+              unaudited: bool = False, inline: bool = False) -> Outcome:
     """Take ``run.kind`` through the pipeline; its outcome (``cancelled`` when not confirmed).
 
     ``log(style, text)`` gets one plain line per step worth a Log line (a failed check, a conflict,
     the outcome); ``changed(wall_s, text)`` a line for "what changed" when the action succeeded.
-    The caller began ``run`` on its board and ends it there."""
+    ``unaudited``: an audit log that cannot be written does not refuse the action (the operator asked
+    for that: ``--unaudited``). ``inline``: plan, check and execute in the loop's own thread, progress
+    passed on at once (:func:`run_blocking`). The caller began ``run`` on its board and ends it there."""
     kind = run.kind
     note: str | None = None
+
+    async def off_loop(fn: Callable[[], Any]) -> Any:
+        return fn() if inline else await asyncio.to_thread(fn)
+
     try:
         while True:
             try:
-                review = await asyncio.to_thread(kind.plan)
+                review = await off_loop(kind.plan)
             except Exception as e:  # noqa: BLE001 — ActionRefused, KubeError, EngineError: one line
                 if getattr(e, "status", 0) == 403 and on_forbidden is not None:
                     on_forbidden()
@@ -158,7 +181,7 @@ async def run(run: ActionRun, confirmer: Confirmer, *, audit: AuditLog | None,
             run.review = review
             confirmer.planned(run, review, note)
             try:
-                pre = await asyncio.to_thread(kind.preflight)
+                pre = await off_loop(kind.preflight)
             except Exception as e:  # noqa: BLE001
                 pre = Preflight(False, str(e), getattr(e, "status", 0))
             run.preflight = pre
@@ -182,13 +205,18 @@ async def run(run: ActionRun, confirmer: Confirmer, *, audit: AuditLog | None,
                 if run.abandoned:
                     raise Abandoned()
                 run.set_progress(p)
+                if inline:
+                    confirmer.progressed(run)
+                    return
                 try:
                     loop.call_soon_threadsafe(confirmer.progressed, run)
                 except RuntimeError:
                     raise Abandoned() from None  # the loop is gone
 
-            outcome = await in_daemon_thread(lambda: execute_audited(kind, audit, progress, run.abort, pre),
-                                             f"action {kind.object_key}")
+            def execute(pre: Preflight = pre) -> Outcome:
+                return execute_audited(kind, audit, progress, run.abort, pre, unaudited=unaudited)
+
+            outcome = execute() if inline else await in_daemon_thread(execute, f"action {kind.object_key}")
             if outcome.result == "conflict" and confirmer.reconfirms:
                 note = f"⚠ {outcome.message} — {CONFLICT_NOTE}" if outcome.message else f"⚠ {CONFLICT_NOTE}"
                 run.progress = None
@@ -208,3 +236,15 @@ async def run(run: ActionRun, confirmer: Confirmer, *, audit: AuditLog | None,
         return Outcome("unknown", "abandoned: infertop quit with it in flight")
     finally:
         run.state = DONE
+
+
+def run_blocking(run_: ActionRun, confirmer: Confirmer, *, audit: AuditLog | None, unaudited: bool = False,
+                 **kw: Any) -> Outcome:
+    """:func:`run` for a command line, in the calling thread on an event loop of its own: the kind runs in
+    this thread, so Ctrl-C reaches it as it would a plain call (a start it interrupts stops what it spawned).
+    Not for a thread whose event loop is running."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(run(run_, confirmer, audit=audit, unaudited=unaudited, inline=True, **kw))
+    finally:
+        loop.close()

@@ -21,6 +21,7 @@ from engine_env import Env, alive, wait_until
 
 from infertop.control.engines import EngineAborted, EngineError
 from infertop.control.engines.kind import EngineAction
+from infertop.control.pipeline import execute_audited
 
 
 @pytest.fixture
@@ -202,7 +203,7 @@ def test_a_restart_that_cut_requests_says_how_many_in_its_result_and_audit(env):
     mgr = env.manager()
     mgr.start("e", env.profile(running=2, drain_s=1, aborted_on_term=3))
     action = EngineAction(mgr, "restart", "e")
-    outcome = action.execute(lambda p: None, threading.Event())
+    outcome = execute_audited(action, mgr.audit, lambda p: None, threading.Event())  # the pipeline audits it
     assert outcome.result == "ok" and "3 request(s) cut by the restart" in outcome.message, outcome
     last = env.audit()[-1]
     assert (last["action"], last["result"], last.get("requests_cut")) == ("engine.restart", "ok", 3), last

@@ -1,5 +1,6 @@
-"""Start, stop, restart and forget: the lifecycle actions of
-:class:`~infertop.control.engines.EngineManager`, audited and recorded in the history.
+"""Start, stop, restart and forget: :class:`Actions`, the lifecycle actions of
+:class:`~infertop.control.engines.EngineManager`, recorded in the engine's history; what their audit
+lines say goes to the pipeline through :class:`~.audit.AuditNotes`.
 
 Part of :mod:`infertop.control.engines`.  No UI imports.
 """
@@ -13,18 +14,28 @@ from typing import Any
 
 from ...config import ProfileConfig
 from ..audit import AuditLog
-from .audit import _Audit, _r
+from .audit import AuditNotes, _r
 from .command import _safe_args, effective_args, normalize_overrides
 from .errors import AuditRefusedError, EngineBusyError, EngineError, InvalidArgsError, NotOurProcessError
 from .gateway import GatewayStep
-from .lifecycle import _LifecycleMixin
+from .lifecycle import Lifecycle
 from .progress import Progress, _Emitter
 from .state import EngineRecord, StopResult, _profile_from_dict
+from .store import EngineStore
 from ..gateway_drain import GatewayDrain
 
 
-class _ActionsMixin(_LifecycleMixin):
-    """start, stop, restart and forget of :class:`~infertop.control.engines.EngineManager`."""
+class Actions:
+    """start, stop, restart and forget of local engines, given the store and the lifecycle.
+
+    Each action takes its :class:`~.audit.AuditNotes` (``notes``): the intent goes through it just before the
+    first signal or spawn, the outcome's result and details are noted on it. ``gateway_audit`` is where the
+    gateway steps around a stop (drain, undrain) are audited by the pipeline; ``profiles``: the config's
+    launch profiles (where a restart reads the values of the environment it recorded by name only)."""
+
+    def __init__(self, store: EngineStore, lifecycle: Lifecycle, profiles: Mapping[str, ProfileConfig],
+                 gateway_audit: AuditLog) -> None:
+        self.store, self.lifecycle, self.profiles, self.gateway_audit = store, lifecycle, profiles, gateway_audit
 
     # -- public: actions
 
@@ -37,7 +48,7 @@ class _ActionsMixin(_LifecycleMixin):
         overrides: Mapping[str, Any] | None = None,
         profile_name: str | None = None,
         timeout_s: float | None = None,
-        unaudited: bool = False,
+        notes: AuditNotes | None = None,
         abort: threading.Event | None = None,
     ) -> EngineRecord:
         """Spawn the engine and wait for /health 200.
@@ -51,12 +62,12 @@ class _ActionsMixin(_LifecycleMixin):
         if not isinstance(name, str) or not name.strip():
             raise InvalidArgsError("engine name: must not be empty")
         emit = _Emitter(progress, name, "start")
-        audit = _Audit(self, "engine.start", name, unaudited)
+        audit = notes or AuditNotes()
         try:
-            with self._operation(name):
+            with self.store.operation(name):
                 over = normalize_overrides(profile, overrides)
                 new = effective_args(profile, over)
-                rec = self._do_start(
+                rec = self.lifecycle.start(
                     name, profile, over, profile_name or name, emit, timeout_s, restarts=0,
                     before_spawn=lambda cmd: audit.intent(new=new, check={"port": "free"}, cmdline=cmd,
                                                           env_names=sorted(profile.env)),
@@ -64,16 +75,16 @@ class _ActionsMixin(_LifecycleMixin):
         except EngineError as e:
             audit.failed(e, new=_safe_args(profile, overrides))
             if not isinstance(e, (EngineBusyError, AuditRefusedError)):
-                self._history(name, "start", "failed", reason=e.reason)
+                self.store.add_history(name, "start", "failed", reason=e.reason)
             raise
         except OSError as e:
-            raise audit.fs_error(e) from None
+            raise audit.fs_error("engine.start", name, e) from None
         audit.ok(new=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s))
-        self._history(name, "start", "ok", args=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s))
+        self.store.add_history(name, "start", "ok", args=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s))
         return rec
 
     def stop(self, name: str, grace_s: float | None = None, progress: Progress | None = None, *,
-             unaudited: bool = False, abort: threading.Event | None = None,
+             notes: AuditNotes | None = None, abort: threading.Event | None = None,
              gateway: GatewayDrain | None = None) -> StopResult:
         """SIGTERM the main process (vLLM drains), SIGKILL the engine after ``grace_s``; nothing is left.
 
@@ -86,17 +97,17 @@ class _ActionsMixin(_LifecycleMixin):
         EngineBusyError, EngineStopError, AuditRefusedError, EngineAborted.
         """
         emit = _Emitter(progress, name, "stop")
-        audit = _Audit(self, "engine.stop", name, unaudited)
+        audit = notes or AuditNotes()
         old = None
         try:
-            with self._operation(name):
-                st = self._require_state(name)
+            with self.store.operation(name):
+                st = self.store.require_state(name)
                 old = st.get("args")
-                step = self._gateway_step(gateway, st, emit, abort, unaudited)
+                step = self.gateway_step(gateway, st, emit, abort, audit.unaudited)
                 try:
                     if step is not None:
-                        step.begin(self._grace_for(st, grace_s), int(st["pid"]))
-                    res = self._do_stop(st, grace_s, emit, abort=abort,
+                        step.begin(self.grace_for(st, grace_s), int(st["pid"]))
+                    res = self.lifecycle.stop(st, grace_s, emit, abort=abort,
                                         before_signal=lambda info: audit.intent(old=old, check=info,
                                                                                 grace_s=grace_s))
                 except EngineError as e:
@@ -111,28 +122,29 @@ class _ActionsMixin(_LifecycleMixin):
             audit.failed(e, old=old)
             raise
         except OSError as e:
-            raise audit.fs_error(e) from None
+            raise audit.fs_error("engine.stop", name, e) from None
         audit.ok(old=old, reason=res.reason, sigkill=res.sigkill, seconds=_r(res.seconds), pid=res.pid,
                  in_flight_before=res.in_flight_before, in_flight_after=res.in_flight_after, failed=res.failed)
-        self._history(name, "stop", "ok", reason=res.reason, pid=res.pid, sigkill=res.sigkill,
+        self.store.add_history(name, "stop", "ok", reason=res.reason, pid=res.pid, sigkill=res.sigkill,
                       stop_s=_r(res.seconds), exit_code=res.exit_code)
         return res
 
-    def _grace_for(self, st: Mapping[str, Any], grace_s: float | None) -> float:
-        return float(grace_s) if grace_s is not None else self._default_grace(st)
+    def grace_for(self, st: Mapping[str, Any], grace_s: float | None) -> float:
+        return float(grace_s) if grace_s is not None else self.lifecycle.default_grace(st)
 
-    def _gateway_step(self, gateway: GatewayDrain | None, st: Mapping[str, Any], emit: _Emitter,
+    def gateway_step(self, gateway: GatewayDrain | None, st: Mapping[str, Any], emit: _Emitter,
                       abort: threading.Event | None, unaudited: bool) -> GatewayStep | None:
         """The gateway step for a running engine (nothing to drain for one already gone, or not ours)."""
-        if gateway is None or self._identity(st)[0] != "alive":
+        if gateway is None or self.store.identity(st)[0] != "alive":
             return None
-        audit: AuditLog | None = self.audit
+        audit: AuditLog | None = self.gateway_audit
         if unaudited:
             try:
-                self.audit.check_writable()
+                self.gateway_audit.check_writable()
             except OSError:
                 audit = None
-        return GatewayStep(gateway, str(st["name"]), audit, emit, abort, min(self.poll_interval_s, 0.25))
+        return GatewayStep(gateway, str(st["name"]), audit, emit, abort,
+                           min(self.lifecycle.timings.poll_interval_s, 0.25))
 
     def restart(
         self,
@@ -143,7 +155,7 @@ class _ActionsMixin(_LifecycleMixin):
         progress: Progress | None = None,
         grace_s: float | None = None,
         timeout_s: float | None = None,
-        unaudited: bool = False,
+        notes: AuditNotes | None = None,
         abort: threading.Event | None = None,
         gateway: GatewayDrain | None = None,
     ) -> EngineRecord:
@@ -152,22 +164,22 @@ class _ActionsMixin(_LifecycleMixin):
         first, undrained once healthy (or on failure); ``abort`` as for :meth:`stop`,
         and while waiting for /health the new engine is left as it is."""
         emit = _Emitter(progress, name, "restart")
-        audit = _Audit(self, "engine.restart", name, unaudited)
+        audit = notes or AuditNotes()
         old = new = None
         try:
-            with self._operation(name):
-                st = self._require_state(name)
+            with self.store.operation(name):
+                st = self.store.require_state(name)
                 old = st.get("args")
-                prof = self._profile_for(st, profile)
+                prof = self.profile_for(st, profile)
                 over = normalize_overrides(prof, {**(st.get("overrides") or {}), **dict(overrides or {})})
                 new = effective_args(prof, over)
-                step = self._gateway_step(gateway, st, emit, abort, unaudited)
+                step = self.gateway_step(gateway, st, emit, abort, audit.unaudited)
                 try:
                     if step is not None:
-                        step.begin(self._grace_for(st, grace_s), int(st["pid"]))
-                    stopped = self._do_stop(st, grace_s, emit, abort=abort,
+                        step.begin(self.grace_for(st, grace_s), int(st["pid"]))
+                    stopped = self.lifecycle.stop(st, grace_s, emit, abort=abort,
                                             before_signal=lambda info: audit.intent(old=old, new=new, check=info))
-                    rec = self._do_start(name, prof, over, st.get("profile_name") or name, emit, timeout_s,
+                    rec = self.lifecycle.start(name, prof, over, st.get("profile_name") or name, emit, timeout_s,
                                          restarts=int(st.get("restarts", 0)) + 1, abort=abort,
                                          leave_on_abort=True)
                 except EngineError as e:
@@ -179,19 +191,19 @@ class _ActionsMixin(_LifecycleMixin):
         except EngineError as e:
             audit.failed(e, old=old, new=new)
             if not isinstance(e, (EngineBusyError, NotOurProcessError, AuditRefusedError)):
-                self._history(name, "restart", "failed", reason=e.reason, args=new)
+                self.store.add_history(name, "restart", "failed", reason=e.reason, args=new)
             raise
         except OSError as e:
-            raise audit.fs_error(e) from None
+            raise audit.fs_error("engine.restart", name, e) from None
         cut = stopped.failed  # vLLM's abort counter across the stop: requests cut, not finished
         if cut:
             emit("done", f"{cut} request(s) cut by the restart (aborted, or in flight when its drain ran out)",
                  pid=rec.pid, force=True)
         audit.ok(old=old, new=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s), requests_cut=cut)
-        self._history(name, "restart", "ok", args=rec.args, old=old, pid=rec.pid, startup_s=_r(rec.startup_s))
+        self.store.add_history(name, "restart", "ok", args=rec.args, old=old, pid=rec.pid, startup_s=_r(rec.startup_s))
         return rec
 
-    def _profile_for(self, st: Mapping[str, Any], given: ProfileConfig | None) -> ProfileConfig:
+    def profile_for(self, st: Mapping[str, Any], given: ProfileConfig | None) -> ProfileConfig:
         """The profile to start again from: ``given``, else the recorded one with its ``env``
         values read from the config's profile (only their names are stored)."""
         if given is not None:
@@ -209,23 +221,24 @@ class _ActionsMixin(_LifecycleMixin):
                               "add the profile back to the config")
         return replace(prof, env={n: cfg.env[n] for n in names})
 
-    def forget(self, name: str) -> bool:
+    def forget(self, name: str, notes: AuditNotes | None = None) -> bool:
         """Drop a stale state file without signalling anything; True if one was dropped."""
-        st = self._read_state(name)
+        audit = notes or AuditNotes()
+        st = self.store.read_state(name)
         if st is None:
-            with self._lock:
-                stale = self._stale.pop(name, None)
-                exited = self._exited.pop(name, None)
+            with self.store.lock:
+                stale = self.store.stale.pop(name, None)
+                exited = self.store.exited.pop(name, None)
             if stale is not None:
-                self._history(name, "forget", "ok", reason="stale", pid=stale[0].get("pid"))
-                self._audit("engine.forget", name, "ok", old={"pid": stale[0].get("pid")}, reason=stale[1])
+                self.store.add_history(name, "forget", "ok", reason="stale", pid=stale[0].get("pid"))
+                audit.ok(old={"pid": stale[0].get("pid")}, reason=stale[1])
             return stale is not None or exited is not None
-        kind, why = self._identity(st)
-        if kind == "alive" or (kind == "gone" and self._live_group(st)):
+        kind, why = self.store.identity(st)
+        if kind == "alive" or (kind == "gone" and self.store.live_group(st)):
             raise EngineError(f"engine {name!r} is running (pid {st['pid']}); stop it instead")
-        self._drop_state(name)
-        with self._lock:
-            self._exited.pop(name, None)
-        self._history(name, "forget", "ok", reason=why, pid=st.get("pid"))
-        self._audit("engine.forget", name, "ok", old={"pid": st.get("pid")}, reason=why)
+        self.store.drop_state(name)
+        with self.store.lock:
+            self.store.exited.pop(name, None)
+        self.store.add_history(name, "forget", "ok", reason=why, pid=st.get("pid"))
+        audit.ok(old={"pid": st.get("pid")}, reason=why)
         return True

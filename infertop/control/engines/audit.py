@@ -1,81 +1,66 @@
-"""One engine action's audit trail (intent, then outcome): :class:`_Audit`.
+"""What one engine action tells the pipeline's audit trail: :class:`AuditNotes`. It writes nothing itself.
 
 Part of :mod:`infertop.control.engines`.  No UI imports.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
+from ..pipeline import IntentFn, Outcome
 from .errors import AuditRefusedError, EngineAborted, EngineError, NotOurProcessError
-
-if TYPE_CHECKING:
-    from ..audit import AuditLog
-
-
-class _Audited(Protocol):
-    """What :class:`_Audit` needs of the manager (its parts call it with themselves)."""
-
-    audit: AuditLog
 
 
 def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 2)
 
 
-class _Audit:
-    """One action's audit trail: an intent before execution, then its outcome.
+class AuditNotes:
+    """An engine action's part of its audit: the intent just before its first signal or spawn, then what
+    its outcome line says.
 
-    Failures before the intent (refusals, checks) become one-shot entries;
-    an unwritable log refuses the action before anything is done, unless
-    ``unaudited`` (then the outcome says so).
+    ``send`` is the pipeline's intent writer (:meth:`~infertop.control.pipeline.AuditTrail.intent`); an
+    unwritable log refuses the action there, before anything is done (:class:`AuditRefusedError`).
+    ``ok`` / ``failed`` / ``fs_error`` note the outcome's result and details; :meth:`outcome` hands them
+    to the pipeline, which writes the line (a one-shot entry when no intent was written).
+    ``unaudited``: the operator asked to act even when the log cannot be written (the gateway step
+    then goes unaudited too).
     """
 
-    def __init__(self, mgr: _Audited, action: str, target: str, unaudited: bool) -> None:
-        self.mgr, self.action, self.target, self.unaudited = mgr, action, target, unaudited
-        self.op: str | None = None
-        self.intended = False
+    def __init__(self, send: IntentFn | None = None, *, unaudited: bool = False) -> None:
+        self.send, self.unaudited = send, unaudited
+        self.result: str | None = None  # None: nothing to say (nothing was done)
+        self.details: dict[str, Any] = {}
 
     def intent(self, **details: Any) -> None:
-        self.intended = True
+        if self.send is None:
+            return
         try:
-            self.op = self.mgr.audit.intent(self.action, self.target, **_clean(details))
+            self.send(**details)
         except OSError as e:
-            if not self.unaudited:
-                self.intended = False
-                raise AuditRefusedError(f"refused: {e}; nothing was done (run it with --unaudited "
-                                        "to act without an audit record)") from None
-
-    def _outcome(self, result: str, **details: Any) -> None:
-        details = _clean(details)
-        try:
-            if self.op is not None:
-                self.mgr.audit.outcome(self.op, self.action, self.target, result, **details)
-            else:
-                if self.intended:
-                    details["unaudited"] = True
-                self.mgr.audit.record(self.action, self.target, result, **details)
-        except OSError as e:  # the action is done; its result is still returned, and the caller told
-            self.mgr.audit.unwritten.append(f"outcome {self.action} {self.target} {result} not recorded: {e}")
+            raise AuditRefusedError(f"refused: {e}; nothing was done (run it with --unaudited "
+                                    "to act without an audit record)") from None
 
     def ok(self, **details: Any) -> None:
-        self._outcome("ok", **details)
+        self.result, self.details = "ok", details
 
     def failed(self, e: EngineError, **details: Any) -> None:
         if isinstance(e, AuditRefusedError):
             return  # nothing could be written, nothing was done
-        result = ("refused" if isinstance(e, NotOurProcessError)
-                  else "aborted" if isinstance(e, EngineAborted) else "failed")
-        self._outcome(result, reason=e.reason, **details)
+        self.result = ("refused" if isinstance(e, NotOurProcessError)
+                       else "aborted" if isinstance(e, EngineAborted) else "failed")
+        self.details = {"reason": e.reason, **details}
 
-    def fs_error(self, e: OSError) -> EngineError:
-        """A filesystem error (state directory, log) as one line; recorded as the outcome."""
+    def fs_error(self, action: str, target: str, e: OSError) -> EngineError:
+        """A filesystem error (state directory, log) as one line; noted as the outcome."""
         where = f" ({e.filename})" if getattr(e, "filename", None) else ""
-        err = EngineError(f"{self.action.split('.')[-1]} {self.target!r}: {e.strerror or e}{where}")
-        self._outcome("failed", reason=err.reason)
+        err = EngineError(f"{action.split('.')[-1]} {target!r}: {e.strerror or e}{where}")
+        self.result, self.details = "failed", {"reason": err.reason}
         return err
 
-
-def _clean(details: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in details.items() if v is not None}
+    def outcome(self, result: str, message: str) -> Outcome:
+        """The kind's outcome (``result``/``message``: its words for a person) carrying the noted line: its
+        own result (a busy engine is a ``failed`` line, a ``refused`` outcome) and details."""
+        if self.result is None:
+            return Outcome(result, message)
+        return Outcome(result, message, audit={"result": self.result, **self.details})

@@ -15,6 +15,10 @@ options, before or after the action: ``--config FILE``, ``--state-dir DIR``.
 ``--unaudited`` (mutating actions): act even when the audit log cannot be
 written (otherwise such an action is refused).
 
+Each mutating action runs through the one pipeline (:func:`~infertop.control.runner.run_blocking`,
+confirmed by the command itself: :class:`~infertop.control.runner.CommandLine`), which writes its
+audit lines.
+
 Exit status: 0 done; 1 the action failed (the reason is printed, with the
 engine's last log lines for a failed start); 2 configuration or usage
 error (one line); 3 refused (read-only mode, the audit log cannot be
@@ -34,6 +38,8 @@ from typing import Any, NoReturn
 from ...config import ConfigError, default_config_path, default_state_dir, load_config
 from ..audit import AuditLog, default_audit_path
 from ..gateway_drain import GatewayDrain, find_gateway
+from ..pipeline import ActionRun
+from ..runner import CommandLine, run_blocking
 from .command import DEFAULT_MODULE, parse_assignments
 from .errors import AuditRefusedError, EngineError, InvalidArgsError, NotOurProcessError
 from .manager import EngineManager
@@ -240,6 +246,14 @@ def _run(args: argparse.Namespace, cfg) -> int:
     return rc
 
 
+def _pipeline(mgr: EngineManager, verb: str, name: str, *args: Any, unaudited: bool = False, **kw: Any) -> Any:
+    """Run the action through the one pipeline, the command as its confirmation; the manager's result,
+    or its error raised again (printed by the caller)."""
+    kind = mgr.call(verb, name, *args, unaudited=unaudited, **kw)
+    run_blocking(ActionRun(kind, kind.target), CommandLine(), audit=mgr.audit, unaudited=unaudited)
+    return kind.returned()
+
+
 def _act(args: argparse.Namespace, cfg, audit_holder: list) -> int:
     state_dir = getattr(args, "state_dir", None)
     audit = AuditLog(cfg.audit_log or ((state_dir and f"{state_dir}/audit.jsonl") or default_audit_path()))
@@ -262,29 +276,29 @@ def _act(args: argparse.Namespace, cfg, audit_holder: list) -> int:
                 known = ", ".join(sorted(cfg.profiles)) or "none"
                 print(f"config error: no profile {args.name!r} in {where} (profiles: {known})", file=sys.stderr)
                 return EXIT_CONFIG
-            rec = mgr.start(args.name, profile, progress, overrides=overrides, timeout_s=args.timeout,
-                            unaudited=unaudited)
+            rec = _pipeline(mgr, "start", args.name, profile, progress, overrides=overrides,
+                            timeout_s=args.timeout, unaudited=unaudited)
             print(f"{rec.name}: running, pid {rec.pid}, {rec.url}, healthy after {rec.startup_s:.1f} s")
             return EXIT_OK
         if args.action == "stop":
-            res = mgr.stop(args.name, args.grace, progress, unaudited=unaudited,
-                           gateway=_gateway_for(cfg, mgr, args.name))
+            res = _pipeline(mgr, "stop", args.name, args.grace, progress, unaudited=unaudited,
+                            gateway=_gateway_for(cfg, mgr, args.name))
             print(f"{res.name}: stopped ({res.reason})")
             return EXIT_OK
         if args.action == "restart":
             cur = mgr.status(args.name)
             profile = cfg.profiles.get(cur.profile_name) if cur is not None else None
-            rec = mgr.restart(args.name, overrides, profile=profile, progress=progress,
-                              grace_s=args.grace, timeout_s=args.timeout, unaudited=unaudited,
-                              gateway=_gateway_for(cfg, mgr, args.name))
+            rec = _pipeline(mgr, "restart", args.name, overrides, profile=profile, progress=progress,
+                            grace_s=args.grace, timeout_s=args.timeout, unaudited=unaudited,
+                            gateway=_gateway_for(cfg, mgr, args.name))
             print(f"{rec.name}: restarted, pid {rec.pid}, healthy after {rec.startup_s:.1f} s")
             return EXIT_OK
         if args.action == "set":
             cur = mgr.status(args.name)
             profile = cfg.profiles.get(cur.profile_name) if cur is not None else None
-            done = mgr.set_args(args.name, overrides, progress, grace_s=args.grace, timeout_s=args.timeout,
-                                rollback=not args.no_rollback, profile=profile, unaudited=unaudited,
-                                gateway=_gateway_for(cfg, mgr, args.name))
+            done = _pipeline(mgr, "set", args.name, overrides, progress, grace_s=args.grace,
+                             timeout_s=args.timeout, rollback=not args.no_rollback, profile=profile,
+                             unaudited=unaudited, gateway=_gateway_for(cfg, mgr, args.name))
             if not done.changed:
                 print(f"{done.name}: unchanged ({', '.join(f'{k}={v}' for k, v in done.new.items())})")
                 return EXIT_OK
@@ -315,7 +329,7 @@ def _act(args: argparse.Namespace, cfg, audit_holder: list) -> int:
                 print(line)
             return EXIT_OK
         if args.action == "forget":
-            if mgr.forget(args.name):
+            if _pipeline(mgr, "forget", args.name):
                 print(f"{args.name}: state dropped")
                 return EXIT_OK
             print(f"error: no engine named {args.name!r}", file=sys.stderr)

@@ -13,7 +13,8 @@ from ...config import ProfileConfig
 from ...domain.engine import EngineStats
 from ...format import count_human, seconds_human
 from ..gateway_drain import GatewayDrain, find_gateway
-from ..pipeline import ActionRefused, Outcome, Preflight, Progress, ProgressFn, Review
+from ..pipeline import ActionRefused, IntentFn, Outcome, Preflight, Progress, ProgressFn, Review
+from .audit import AuditNotes
 from .errors import EngineError
 from .manager import EngineManager
 from .command import build_command
@@ -65,8 +66,9 @@ def _stats_text(s: EngineStats | None) -> str:
 class EngineAction:
     """A local engine action as the pipeline runs it (:class:`~infertop.control.pipeline.ActionKind`).
 
-    The manager writes the audit (intent before the signal, outcome after), so
-    ``audits_itself``. Every one can be aborted: a start while it waits for
+    The pipeline writes the audit: the intent just before the first signal or spawn, with the process
+    the manager verified then (``intent_at_send``: the manager calls the pipeline's intent writer), the
+    outcome in the manager's words. Every one can be aborted: a start while it waits for
     /health (the manager then stops what it spawned: nothing is left running);
     a stop / restart / change while it drains (at the gateway: nothing is
     signalled and the gateway takes the engine back; after SIGTERM: vLLM
@@ -79,7 +81,7 @@ class EngineAction:
     HTTP 500.
     """
 
-    audits_itself = True
+    intent_at_send = True
 
     def __init__(self, mgr: EngineManager, verb: str, name: str, *, profile: ProfileConfig | None = None,
                  profile_name: str | None = None, changes: dict | None = None,
@@ -94,6 +96,7 @@ class EngineAction:
         self.abortable = True
         self.action = f"engine.{verb}"
         self.target = f"engine {name}"
+        self.audit_target = name  # the engine lines' target: the engine's name
         self.object_key = f"engine:{name}"
         self.result: object = None
         self.gateway_note = ""
@@ -219,8 +222,10 @@ class EngineAction:
         undrain = f" and undrains {self.name} at {gw.label}" if gw is not None and self.verb != "start" else ""
         return f"quitting aborts it{undrain}"
 
-    def execute(self, progress: ProgressFn, abort: threading.Event) -> Outcome:
+    def execute(self, progress: ProgressFn, abort: threading.Event, intent: IntentFn | None = None) -> Outcome:
+        """``intent``: the pipeline's intent writer (``intent_at_send``); None outside the pipeline: unaudited."""
         started = self.verb == "start"
+        notes = AuditNotes(intent)
 
         cut_note: list[str] = []
 
@@ -233,32 +238,35 @@ class EngineAction:
             text = ev.message + (f" — {ev.log_line}" if getattr(ev, "log_line", None) else "")
             progress(Progress(text, countdown_s=getattr(ev, "countdown_s", None)))
 
-        gw = self.gateway
         try:
-            if self.verb == "start":
-                assert self.profile is not None
-                result: object = self.mgr.start(self.name, self.profile, progress=cb, profile_name=self.profile_name,
-                                         abort=abort)
-            elif self.verb == "stop":
-                result = self.mgr.stop(self.name, progress=cb, abort=abort, gateway=gw)
-            elif self.verb == "restart":
-                result = self.mgr.restart(self.name, progress=cb, abort=abort, gateway=gw)
-            else:
-                result = self.mgr.set_args(self.name, self.changes, progress=cb, stats=self.stats, abort=abort,
-                                           gateway=gw)
+            result = self._run(cb, abort, notes)
         except EngineError as e:
             self.result = e
             if started and abort.is_set():
-                return Outcome("aborted", f"start of {self.name} aborted: what was spawned is stopped, "
-                                          "nothing is left running")
+                return notes.outcome("aborted", f"start of {self.name} aborted: what was spawned is stopped, "
+                                                "nothing is left running")
             if type(e).__name__ == "EngineAborted":
-                return Outcome("aborted", describe_result(e))
+                return notes.outcome("aborted", describe_result(e))
             refused = type(e).__name__ in ("NotOurProcessError", "EngineBusyError")
-            return Outcome("refused" if refused else "failed", describe_result(e))
+            return notes.outcome("refused" if refused else "failed", describe_result(e))
         self.result = result
         text = "; ".join(describe_result(result).splitlines())
         if self.gateway_note and self.gateway_note not in text:
             text += f"; {self.gateway_note}"
         if cut_note:
             text += f"; {cut_note[-1]}"
-        return Outcome("ok", text)
+        return notes.outcome("ok", text)
+
+    def _run(self, cb: Callable[[Any], None], abort: threading.Event, notes: AuditNotes) -> object:
+        """The manager's action for this verb (its parts: the pipeline audits it, through ``notes``)."""
+        gw, mgr = self.gateway, self.mgr
+        if self.verb == "start":
+            assert self.profile is not None
+            return mgr.actions.start(self.name, self.profile, progress=cb, profile_name=self.profile_name,
+                                     abort=abort, notes=notes)
+        if self.verb == "stop":
+            return mgr.actions.stop(self.name, progress=cb, abort=abort, gateway=gw, notes=notes)
+        if self.verb == "restart":
+            return mgr.actions.restart(self.name, progress=cb, abort=abort, gateway=gw, notes=notes)
+        return mgr.reconfigure.set_args(self.name, self.changes, progress=cb, stats=self.stats, abort=abort,
+                                        gateway=gw, notes=notes)

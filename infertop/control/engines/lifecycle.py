@@ -1,4 +1,4 @@
-"""Spawning and stopping engine processes: the start/stop internals of :class:`EngineManager`.
+"""Spawning and stopping engine processes: :class:`Lifecycle`, given the :class:`~.store.EngineStore`.
 
 Part of :mod:`infertop.control.engines`.  No UI imports.
 """
@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +34,11 @@ from .errors import (
     EngineAborted,
     EngineError,
     EngineStartError,
-    EngineStopError,
     NotOurProcessError,
     PortInUseError,
 )
-from .progress import _Emitter, _InFlightWatcher, drain_counts
+from .progress import _Emitter, drain_counts
 from .state import (
-    _ENGINE_STOPPED,
     ENGINE_ID_ENV,
     LOG_ROTATE_BYTES,
     LOG_TAIL_ON_FAILURE,
@@ -54,7 +52,8 @@ from .state import (
     last_error_line,
     private_dir,
 )
-from .store import _StoreMixin
+from .stopping import StopRun
+from .store import EngineStore
 from ..procfs import (
     _cmd_summary,
     _send_verified,
@@ -67,12 +66,31 @@ from ..procfs import (
 )
 
 
-class _LifecycleMixin(_StoreMixin):
-    """Start and stop internals of :class:`~infertop.control.engines.EngineManager`."""
+@dataclass(frozen=True)
+class Timings:
+    """How the lifecycle paces itself (see :class:`~infertop.control.engines.EngineManager`)."""
+
+    poll_interval_s: float = 0.5  # health and group polls
+    kill_wait_s: float = 10.0  # after SIGKILL, for the processes to go
+    failure_grace_s: float = 5.0  # SIGTERM → SIGKILL when a start fails
+    metrics_interval_s: float = 1.0  # in-flight scrapes while draining
+    http_close_s: float = 2.0  # after vLLM logs its engine stopped, before SIGKILL of its HTTP server
+    observe_timeout_s: float = 5.0  # one /metrics scrape
+    orphan_grace_s: float = 3.0  # processes left once the main one exited: SIGTERM after this
+
+
+class Lifecycle:
+    """Spawn an engine and wait for /health; stop it (SIGTERM, drain, SIGKILL after the grace).
+
+    No audit and no history of its own: the actions around it (:mod:`.actions`) record those.
+    ``module`` replaces vLLM's api_server module (tests use a fake engine)."""
+
+    def __init__(self, store: EngineStore, timings: Timings, module: str) -> None:
+        self.store, self.timings, self.module = store, timings, module
 
     # -- internals: start
 
-    def _do_start(self, name: str, profile: ProfileConfig, overrides: dict[str, Any], profile_name: str,
+    def start(self, name: str, profile: ProfileConfig, overrides: dict[str, Any], profile_name: str,
                   emit: _Emitter, timeout_s: float | None, *, restarts: int,
                   before_spawn: Callable[[list[str]], None] | None = None,
                   abort: threading.Event | None = None, leave_on_abort: bool = False) -> EngineRecord:
@@ -84,21 +102,21 @@ class _LifecycleMixin(_StoreMixin):
         run_profile = replace(profile, shutdown_timeout=drain) if drain is not None else profile
         args = effective_args(run_profile, overrides)
         host, port = str(args.get("host") or "127.0.0.1"), int(args["port"])
-        existing = self._read_state(name)
+        existing = self.store.read_state(name)
         if existing is not None:
-            kind, why = self._identity(existing)
-            if kind == "alive" or (kind == "gone" and self._live_group(existing)):
+            kind, why = self.store.identity(existing)
+            if kind == "alive" or (kind == "gone" and self.store.live_group(existing)):
                 raise EngineError(f"engine {name!r} is already running (pid {existing['pid']}); "
                                   "stop or restart it")
             if kind == "mismatch":
-                aside = self._keep_aside(name)
-                self._history(name, "kept-aside", "stale", reason=why, pid=existing.get("pid"),
+                aside = self.store.keep_aside(name)
+                self.store.add_history(name, "kept-aside", "stale", reason=why, pid=existing.get("pid"),
                               path=str(aside) if aside else None)
             else:
-                self._drop_state(name)
-        for other in self._all_states():
+                self.store.drop_state(name)
+        for other in self.store.all_states():
             if other.get("name") != name and int(other.get("port", -1)) == port:
-                if self._identity(other)[0] == "alive":
+                if self.store.identity(other)[0] == "alive":
                     raise PortInUseError(f"port {port} in use by engine {other['name']!r} (pid {other['pid']})")
         if not port_is_free(host, port):
             raise PortInUseError(f"port {port} in use by {self._describe_port_owner(port)}")
@@ -107,8 +125,8 @@ class _LifecycleMixin(_StoreMixin):
         engine_id = uuid.uuid4().hex
         env = child_env(profile.env)
         env[ENGINE_ID_ENV] = engine_id
-        private_dir(self.engines_dir)
-        log_path = self.log_path(name)
+        private_dir(self.store.engines_dir)
+        log_path = self.store.log_path(name)
         self._rotate_log(log_path)
         if before_spawn is not None:
             before_spawn(cmd)
@@ -148,7 +166,7 @@ class _LifecycleMixin(_StoreMixin):
             "starttime": pst.starttime if pst else None,
             "cgroup": read_cgroup(proc.pid),
             "procs": [],
-            "boot_id": self._boot_id,
+            "boot_id": self.store.boot_id,
             "engine_id": engine_id,
             "cmdline": cmd,
             "kernel_cmdline": kernel_argv(cmd),
@@ -165,11 +183,11 @@ class _LifecycleMixin(_StoreMixin):
             "owner": owner_info(),
         }
         self._watch_child(proc)
-        self._track(st)
+        self.store.track(st)
         self._write_state_or_stop(name, st, log_path)
-        with self._lock:
-            self._exited.pop(name, None)
-            self._adopted.discard(name)
+        with self.store.lock:
+            self.store.exited.pop(name, None)
+            self.store.adopted.discard(name)
         emit("spawned", f"spawned pid {proc.pid}: {_cmd_summary(cmd, 120)}", pid=proc.pid, force=True)
 
         timeout = float(timeout_s if timeout_s is not None else profile.start_timeout_s)
@@ -178,43 +196,43 @@ class _LifecycleMixin(_StoreMixin):
             reason = self._wait_healthy(proc, st, follower, emit, timeout, t_spawn, abort)
         except EngineAborted:
             if not leave_on_abort:
-                self._kill_now(st, self.failure_grace_s)
-                self._drop_state(name)
+                self.kill_now(st, self.timings.failure_grace_s)
+                self.store.drop_state(name)
                 raise
-            self._track(st)
+            self.store.track(st)
             with contextlib.suppress(OSError):
-                self._write_state(name, st)
+                self.store.write_state(name, st)
             raise EngineAborted(
                 f"aborted while waiting for /health ({time.monotonic() - t_spawn:.0f} s of {timeout:g} s): "
                 f"the engine (pid {proc.pid}, {_kv_args(overrides)}) is left as it is, still starting; "
                 f"`infertop engine status {name}` shows whether it comes up") from None
         except BaseException:  # interrupted (Ctrl-C, worker cancelled): leave nothing running
-            self._kill_now(st, self.failure_grace_s)
-            self._drop_state(name)
+            self.kill_now(st, self.timings.failure_grace_s)
+            self.store.drop_state(name)
             raise
         if reason is not None:
             emit("failed", reason, pid=proc.pid, force=True)
-            self._kill_now(st, self.failure_grace_s)
+            self.kill_now(st, self.timings.failure_grace_s)
             follower.poll()
             tail = [clean_line(x, 500) for x in follower.all_lines()[-LOG_TAIL_ON_FAILURE:]]
-            self._drop_state(name)
+            self.store.drop_state(name)
             raise EngineStartError(reason, log_tail=tail, log_path=str(log_path), pid=proc.pid,
                                    elapsed_s=time.monotonic() - t_spawn)
         startup = time.monotonic() - t_spawn
-        self._track(st)
+        self.store.track(st)
         st.update(phase="running", healthy_at=time.time(), startup_s=startup)
         self._write_state_or_stop(name, st, log_path)
         emit("healthy", f"healthy after {startup:.1f} s (pid {proc.pid}, port {port})", pid=proc.pid, force=True)
-        return self._record_or_raise(st)
+        return self.store.record_or_raise(st)
 
     def _write_state_or_stop(self, name: str, st: dict, log_path) -> None:
         """Write the engine's state file; an engine that cannot be tracked would be an
         orphan nobody can stop, so when the write fails it is stopped again."""
         try:
-            self._write_state(name, st)
+            self.store.write_state(name, st)
         except OSError as e:
-            self._kill_now(st, self.failure_grace_s)
-            raise EngineStartError(f"engine state cannot be written ({self.state_path(name)}: "
+            self.kill_now(st, self.timings.failure_grace_s)
+            raise EngineStartError(f"engine state cannot be written ({self.store.state_path(name)}: "
                                    f"{e.strerror or e}); the engine was stopped again",
                                    log_path=str(log_path), pid=st.get("pid")) from None
 
@@ -267,13 +285,13 @@ class _LifecycleMixin(_StoreMixin):
                      log_line=follower.last_line(), pid=proc.pid, countdown_s=timeout - elapsed)
                 if time.monotonic() - last_track >= 2.0:  # EngineCore, workers: record them as they appear
                     last_track = time.monotonic()
-                    if self._track(st):
+                    if self.store.track(st):
                         with contextlib.suppress(OSError):
-                            self._write_state(st["name"], st)
+                            self.store.write_state(st["name"], st)
                 if abort is not None:
-                    abort.wait(self.poll_interval_s)
+                    abort.wait(self.timings.poll_interval_s)
                 else:
-                    time.sleep(self.poll_interval_s)
+                    time.sleep(self.timings.poll_interval_s)
         return reason
 
     def _describe_port_owner(self, port: int) -> str:
@@ -281,7 +299,7 @@ class _LifecycleMixin(_StoreMixin):
         if not pids:
             return "another process (not visible to this user)"
         pid = pids[0]
-        for other in self._all_states():
+        for other in self.store.all_states():
             if other.get("pgid") and (st := read_stat(pid)) and st.pgrp == other["pgid"]:
                 return f"engine {other['name']!r} (pid {pid})"
         return f"pid {pid} ({_cmd_summary(read_cmdline(pid), 60)})"
@@ -292,8 +310,8 @@ class _LifecycleMixin(_StoreMixin):
                 os.replace(path, path.with_suffix(".log.1"))
 
     def _watch_child(self, proc: subprocess.Popen) -> None:
-        with self._lock:
-            self._children[proc.pid] = proc
+        with self.store.lock:
+            self.store.children[proc.pid] = proc
 
         def reap() -> None:
             proc.wait()
@@ -316,7 +334,7 @@ class _LifecycleMixin(_StoreMixin):
 
     # -- internals: stop
 
-    def _default_grace(self, st: Mapping[str, Any]) -> float:
+    def default_grace(self, st: Mapping[str, Any]) -> float:
         prof = st.get("profile") or {}
         grace = float(prof.get("stop_grace_s", 30.0))
         drain = (st.get("args") or {}).get("shutdown_timeout")
@@ -324,13 +342,13 @@ class _LifecycleMixin(_StoreMixin):
             grace = max(grace, float(drain) + 10.0)
         return grace
 
-    def _do_stop(self, st: dict, grace_s: float | None, emit: _Emitter,
-                 before_signal: Callable[[dict], None] | None = None,
-                 abort: threading.Event | None = None) -> StopResult:
+    def stop(self, st: dict, grace_s: float | None, emit: _Emitter,
+             before_signal: Callable[[dict], None] | None = None,
+             abort: threading.Event | None = None) -> StopResult:
         """SIGTERM the main (API-server) process: vLLM drains its in-flight requests for
         ``--shutdown-timeout`` and stops its EngineCore and workers itself.  Only after
         ``grace_s`` does the whole engine get SIGKILL.  Processes left once the main one
-        has exited get SIGTERM after ``orphan_grace_s``, SIGKILL soon after.
+        has exited get SIGTERM after ``orphan_grace_s``, SIGKILL soon after (:class:`~.stopping.StopRun`).
 
         ``before_signal(info)`` runs after every check, right before the first signal
         (the audit intent: ``info`` holds the pids and the in-flight count); an
@@ -340,189 +358,72 @@ class _LifecycleMixin(_StoreMixin):
         says what the engine is doing then (vLLM drains on and exits by itself; no SIGKILL).
         """
         name, pid = st["name"], int(st["pid"])
-        kind, why = self._identity(st)
+        kind, why = self.store.identity(st)
         if kind == "mismatch":
-            refusal = self._set_stale(st, why)
+            refusal = self.store.set_stale(st, why)
             emit("failed", refusal, force=True)
             raise NotOurProcessError(refusal)
-        grace = float(grace_s) if grace_s is not None else self._default_grace(st)
-        members = self._live_group(st)
+        grace = float(grace_s) if grace_s is not None else self.default_grace(st)
+        members = self.store.live_group(st)
         if kind == "gone" and not members:
-            if before_signal is not None:
-                before_signal({"pids": [], "in_flight": None, "note": f"already exited ({why})"})
-            self._drop_state(name)
-            rc = self._owned_rc(pid)
-            reason = f"had already exited ({why})"
-            emit("stopped", reason, pid=pid, force=True)
-            return StopResult(name, pid, 0.0, False, rc, reason, None, already_exited=True)
+            return self._already_exited(st, why, emit, before_signal)
         before_n = aborted0 = None
         if kind == "alive":
-            before_n, aborted0 = drain_counts(st["url"], min(self.observe_timeout_s, 3.0))
+            before_n, aborted0 = drain_counts(st["url"], min(self.timings.observe_timeout_s, 3.0))
         if abort is not None and abort.is_set():
             raise EngineAborted(f"aborted before anything was signalled: engine {name!r} runs on (pid {pid})")
         if before_signal is not None:
             before_signal({"pids": [m.pid for m in members], "in_flight": before_n,
                            "main": "alive" if kind == "alive" else why})
-        self._track(st, members)
+        self.store.track(st, members)
         st["phase"] = "stopping"
         with contextlib.suppress(OSError):  # the signal matters more than the record of it
-            self._write_state(name, st)
-        watcher = _InFlightWatcher(self._endpoint(st), self.metrics_interval_s, before_n) if kind == "alive" else None
-        sigkill = False
-        kill_why = f"SIGKILL after {grace:g} s grace"
-        log_path = Path(st.get("log_path") or self.log_path(name))
-        try:
-            follower = _LogFollower(log_path, log_path.stat().st_size)
-        except OSError:
-            follower = None
-        engine_stopped_at: float | None = None
-        main_gone_at: float | None = None
-        leftovers_termed = False
-        t0 = time.monotonic()
-        try:
-            if kind == "alive":
-                _send_verified(pid, int(st["starttime"]), signal.SIGTERM)
-                signalled = f"main process {pid}"
-                emit("draining", f"SIGTERM sent to the main process {pid}{_in_flight_text(before_n)}; "
-                     "vLLM drains in-flight requests "
-                     f"(SIGKILL after {grace:g} s)", pid=pid, in_flight=before_n, force=True, countdown_s=grace)
-            else:
-                self._signal_members(st, signal.SIGTERM)
-                leftovers_termed = True
-                main_gone_at = t0
-                signalled = "processes " + ", ".join(str(m.pid) for m in members)
-                emit("draining", f"main process exited; SIGTERM sent to {len(members)} process(es) left: "
-                     f"{', '.join(str(m.pid) for m in members)}", pid=pid, force=True)
-            while left := self._live_group(st):
-                now = time.monotonic()
-                elapsed = now - t0
-                if engine_stopped_at is None and follower is not None \
-                        and any(_ENGINE_STOPPED.search(x) for x in follower.poll()):
-                    engine_stopped_at = now
-                main_alive = any(m.pid == pid for m in left)
-                if not main_alive and main_gone_at is None:
-                    main_gone_at = now
-                waited_http = engine_stopped_at is not None and now - engine_stopped_at >= self.http_close_s
-                waited_orphans = main_gone_at is not None and now - main_gone_at >= self.orphan_grace_s
-                if waited_orphans and not leftovers_termed:
-                    # e.g. the multiprocessing resource tracker: do not wait the whole grace for it.
-                    leftovers_termed = True
-                    main_gone_at = now
-                    emit("draining", f"main process exited; SIGTERM to {len(left)} process(es) left: "
-                         f"{', '.join(str(m.pid) for m in left)}", pid=pid, force=True)
-                    self._signal_members(st, signal.SIGTERM)
-                    continue
-                if elapsed >= grace or waited_http or (waited_orphans and leftovers_termed):
-                    sigkill = True
-                    if waited_http and elapsed < grace:
-                        kill_why = (f"engine drained and stopped, but its HTTP server still waited for client "
-                                    f"connections after {self.http_close_s:g} s: SIGKILL")
-                    elif waited_orphans and elapsed < grace:
-                        kill_why = (f"main process exited; SIGKILL to {len(left)} process(es) that outlived it: "
-                                    f"{', '.join(str(m.pid) for m in left)}")
-                    emit("killing", f"{kill_why} (process group {st['pgid']})", pid=pid, force=True)
-                    self._signal_members(st, signal.SIGKILL)
-                    deadline = time.monotonic() + self.kill_wait_s
-                    while self._live_group(st) and time.monotonic() < deadline:
-                        time.sleep(0.05)
-                    break
-                if engine_stopped_at is not None:
-                    emit("draining", "engine stopped; waiting for the HTTP server to close its connections",
-                         pid=pid)
-                elif main_alive:
-                    n = watcher.value if watcher is not None else None
-                    msg = f"draining ({n} in flight)" if n is not None else "draining"
-                    emit("draining", f"{msg}, {elapsed:.0f} s of {grace:g} s grace", in_flight=n, pid=pid,
-                         countdown_s=grace - elapsed)
-                if abort is not None and abort.is_set():
-                    n = watcher.value if watcher is not None else None
-                    drain = (st.get("args") or {}).get("shutdown_timeout")
-                    raise EngineAborted(
-                        f"aborted during the drain, {elapsed:.0f} s after SIGTERM to the {signalled}: the engine "
-                        f"is still stopping ({_in_flight_text(n).strip(' ()') or 'in flight unknown'}); vLLM drains "
-                        f"on and exits by itself{f' within its {drain:g} s shutdown timeout' if drain else ''}; "
-                        f"no SIGKILL is sent (`infertop engine stop {name}` ends it)")
-                if abort is not None:
-                    abort.wait(min(self.poll_interval_s, 0.2))
-                else:
-                    time.sleep(min(self.poll_interval_s, 0.2))
-        finally:
-            if watcher is not None:
-                watcher.close()
-        left = self._live_group(st)
-        if left:
-            desc = ", ".join(f"{m.pid} ({m.state})" for m in left)
-            st["phase"] = "stopping"
-            with contextlib.suppress(OSError):
-                self._write_state(name, st)
-            raise EngineStopError(f"processes of engine {name!r} left after SIGKILL: {desc}")
-        seconds = time.monotonic() - t0
-        rc = self._owned_rc(pid)
-        after_n = watcher.last_value if watcher is not None else None
-        failed = None
-        if watcher is not None and aborted0 is not None and watcher.aborted is not None:
-            failed = max(0, int(round(watcher.aborted - aborted0)))
-        # vLLM aborts what is still running when its shutdown_timeout runs out and exits before the abort
-        # counter can be read again (a stop under 16 streams cut 7 and read "0 aborted"): what was in
-        # flight at the last scrape of a drain that ran out is cut, whatever the counter says.
-        drain_s = (st.get("args") or {}).get("shutdown_timeout")
-        ran_out = sigkill or (isinstance(drain_s, (int, float)) and seconds >= float(drain_s) - 1.0)
-        cut_in_flight = after_n if ran_out and after_n else 0
-        if cut_in_flight > (failed or 0):
-            failed = cut_in_flight
-        if sigkill:
-            reason = kill_why
-        else:
-            reason = f"exited {seconds:.1f} s after SIGTERM"
-        if before_n is not None:
-            reason += f"; in flight: {before_n} before SIGTERM"
-            if after_n is not None:
-                reason += f", {after_n} at the last scrape"
-            if watcher is not None and watcher.max_seen:
-                reason += f" (drained up to {watcher.max_seen} in flight)"
-        if cut_in_flight and failed == cut_in_flight:
-            reason += (f"; {failed} request(s) cut: still in flight when the drain ran out"
-                       + (f" (shutdown_timeout {drain_s:g} s)" if isinstance(drain_s, (int, float)) and not sigkill
-                          else ""))
-        elif failed is not None:
-            reason += f"; {failed} request(s) aborted by the engine"
-        self._drop_state(name)
+            self.store.write_state(name, st)
+        return StopRun(self.store, self.timings, st, grace, emit, abort, alive=kind == "alive", members=members,
+                       before_n=before_n, aborted0=aborted0, signal_members=self._signal_members).run()
+
+    def _already_exited(self, st: dict, why: str, emit: _Emitter,
+                        before_signal: Callable[[dict], None] | None) -> StopResult:
+        """Nothing of the engine is left: record that (the intent says so) and drop its state."""
+        name, pid = st["name"], int(st["pid"])
+        if before_signal is not None:
+            before_signal({"pids": [], "in_flight": None, "note": f"already exited ({why})"})
+        self.store.drop_state(name)
+        rc = self.store.owned_rc(pid)
+        reason = f"had already exited ({why})"
         emit("stopped", reason, pid=pid, force=True)
-        return StopResult(name, pid, seconds, sigkill, rc, reason,
-                          watcher.max_seen if watcher is not None else None,
-                          in_flight_before=before_n, in_flight_after=after_n, failed=failed,
-                          signalled=signalled)
+        return StopResult(name, pid, 0.0, False, rc, reason, None, already_exited=True)
 
     def _signal_members(self, st: Mapping[str, Any], sig: int) -> None:
         """``sig`` to the whole engine: its process group (leader verified) and every verified member."""
         with contextlib.suppress(NotOurProcessError):
             self._signal(st, sig)
-        for m in self._live_group(st):
+        for m in self.store.live_group(st):
             _send_verified(m.pid, m.starttime, sig)
 
-    def _kill_now(self, st: dict, grace: float) -> None:
+    def kill_now(self, st: dict, grace: float) -> None:
         """Failure cleanup: SIGTERM, short grace, SIGKILL; wait until the engine is gone."""
         self._signal_members(st, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while self._live_group(st) and time.monotonic() < deadline:
+        while self.store.live_group(st) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if self._live_group(st):
+        if self.store.live_group(st):
             self._signal_members(st, signal.SIGKILL)
-            deadline = time.monotonic() + self.kill_wait_s
-            while self._live_group(st) and time.monotonic() < deadline:
+            deadline = time.monotonic() + self.timings.kill_wait_s
+            while self.store.live_group(st) and time.monotonic() < deadline:
                 time.sleep(0.05)
 
     def _signal(self, st: Mapping[str, Any], sig: int) -> None:
         """Signal the engine's group — only after checking it is still ours."""
-        kind, why = self._identity(st)
+        kind, why = self.store.identity(st)
         if kind == "mismatch":
-            raise NotOurProcessError(self._refusal(st, why))
+            raise NotOurProcessError(self.store.refusal(st, why))
         if kind == "alive":
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(int(st["pgid"]), sig)
             return
         # The leader is gone: signal the group members that are verifiably its own.
-        for m in self._live_group(st):
+        for m in self.store.live_group(st):
             _send_verified(m.pid, m.starttime, sig)
 
 
@@ -546,5 +447,3 @@ def _kv_args(d: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in d.items()) or "its recorded arguments"
 
 
-def _in_flight_text(n: int | None) -> str:
-    return f" ({n} in flight)" if n is not None else ""

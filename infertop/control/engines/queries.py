@@ -1,4 +1,4 @@
-"""Read-only questions to :class:`~infertop.control.engines.EngineManager`: which engines
+"""Read-only questions about local engines (:class:`Queries`, given the store): which engines
 exist (re-adopting those that still run), their records, logs, histories and health.
 
 Part of :mod:`infertop.control.engines`.  No UI imports.
@@ -14,14 +14,17 @@ import time
 import httpx
 
 from ...sources.http_client import HttpError, blocking_get
-from .errors import EngineError, EngineNotFound, NotOurProcessError
+from .errors import EngineError, NotOurProcessError
 from .state import EngineRecord, clean_line
-from .store import _StoreMixin
+from .store import EngineStore
 from ..logtail import tail_file
 
 
-class _QueriesMixin(_StoreMixin):
-    """Queries of :class:`~infertop.control.engines.EngineManager` (adopt, status, list, logs, health)."""
+class Queries:
+    """adopt, status, list, logs, history, health and verify of local engines."""
+
+    def __init__(self, store: EngineStore) -> None:
+        self.store = store
 
     # -- public: queries
 
@@ -43,58 +46,58 @@ class _QueriesMixin(_StoreMixin):
         """
         adopted: list[str] = []
         try:
-            names = self._state_names()
+            names = self.store.state_names()
         except OSError:
             return adopted
         for name in names:
-            st = self._read_state(name)
+            st = self.store.read_state(name)
             if st is None:
                 continue
-            kind, why = self._identity(st)
+            kind, why = self.store.identity(st)
             if kind == "mismatch":
-                if not self._busy(name):
-                    self._set_stale(st, why)
+                if not self.store.busy(name):
+                    self.store.set_stale(st, why)
                 continue
-            if kind == "alive" or (kind == "gone" and self._live_group(st)):
-                with self._lock:
-                    self._adopted.add(name)
+            if kind == "alive" or (kind == "gone" and self.store.live_group(st)):
+                with self.store.lock:
+                    self.store.adopted.add(name)
                 adopted.append(name)
-                if st.get("phase") == "starting" and kind == "alive" and not self._busy(name):
+                if st.get("phase") == "starting" and kind == "alive" and not self.store.busy(name):
                     # Its starter is gone: settle the phase with one /health probe.
                     with contextlib.suppress(httpx.HTTPError, HttpError, OSError):
                         if _health_status(st["url"], 1.0) == 200:
                             st.update(phase="running", healthy_at=st.get("healthy_at") or time.time())
-                            self._write_state(name, st)
-            elif not self._busy(name):
-                self._drop_state(name)
-                self._history(name, "dropped", "stale", reason=why, pid=st.get("pid"))
+                            self.store.write_state(name, st)
+            elif not self.store.busy(name):
+                self.store.drop_state(name)
+                self.store.add_history(name, "dropped", "stale", reason=why, pid=st.get("pid"))
         return adopted
 
     def status(self, name: str) -> EngineRecord | None:
         """The engine's record (cheap: /proc only), or None if infertop knows none."""
-        st = self._read_state(name)
+        st = self.store.read_state(name)
         if st is None:
-            with self._lock:
-                stale = self._stale.get(name)
+            with self.store.lock:
+                stale = self.store.stale.get(name)
                 if stale is not None:
-                    return self._build_record(stale[0], "stale", stale[1])
-                return self._exited.get(name)
-        rec = self._record(st)
+                    return self.store.build_record(stale[0], "stale", stale[1])
+                return self.store.exited.get(name)
+        rec = self.store.record(st)
         if rec is None:
-            with self._lock:
-                return self._exited.get(name)
+            with self.store.lock:
+                return self.store.exited.get(name)
         return rec
 
     def list(self) -> list[EngineRecord]:  # noqa: A003 — the manager's natural verb
         """Every known engine: running ones, then those that exited this session."""
         out: dict[str, EngineRecord] = {}
-        for name in self._state_names():
+        for name in self.store.state_names():
             rec = self.status(name)
             if rec is not None:
                 out[rec.name] = rec
-        with self._lock:
-            stale = list(self._stale)
-            for name, rec in self._exited.items():
+        with self.store.lock:
+            stale = list(self.store.stale)
+            for name, rec in self.store.exited.items():
                 out.setdefault(name, rec)
         for name in stale:
             if name not in out and (rec := self.status(name)) is not None:
@@ -104,12 +107,12 @@ class _QueriesMixin(_StoreMixin):
     # builtins.list: below the method `list`, a bare `list` in an annotation names the method
     def tail_log(self, name: str, n: int = 50) -> builtins.list[str]:
         """The last ``n`` lines of the engine's log (read from the end of the file)."""
-        return [clean_line(line, 1000) for line in tail_file(self.log_path(name), n)]
+        return [clean_line(line, 1000) for line in tail_file(self.store.log_path(name), n)]
 
     def history(self, name: str, n: int = 50) -> builtins.list[dict]:
         """The last ``n`` lifecycle events (start, stop, restart, set, exited…), oldest first."""
         out = []
-        for line in tail_file(self.history_path(name), n):
+        for line in tail_file(self.store.history_path(name), n):
             with contextlib.suppress(json.JSONDecodeError):
                 out.append(json.loads(line))
         return out
@@ -126,11 +129,11 @@ class _QueriesMixin(_StoreMixin):
 
     def verify(self, name: str) -> EngineRecord:
         """The record, after checking the PID is still the engine; raises NotOurProcessError."""
-        st = self._require_state(name)
-        kind, why = self._identity(st)
+        st = self.store.require_state(name)
+        kind, why = self.store.identity(st)
         if kind == "mismatch":
-            raise NotOurProcessError(self._set_stale(st, why))
-        return self._record_or_raise(st)
+            raise NotOurProcessError(self.store.set_stale(st, why))
+        return self.store.record_or_raise(st)
 
 
 def _health_status(url: str, timeout_s: float) -> int:

@@ -1,4 +1,4 @@
-"""Changing a running engine's launch arguments (:meth:`EngineManager.set_args`):
+"""Changing a running engine's launch arguments (:class:`Reconfigure`, behind :meth:`EngineManager.set_args`):
 drain, restart with them, verify, roll back on failure.
 
 Part of :mod:`infertop.control.engines`.  No UI imports.
@@ -14,8 +14,8 @@ from typing import Any
 
 from ...config import ProfileConfig
 from ...domain.engine import EngineStats
-from .actions import _ActionsMixin
-from .audit import _Audit, _r
+from .actions import Actions
+from .audit import AuditNotes, _r
 from .command import _kv, normalize_overrides
 from .errors import (
     AuditRefusedError,
@@ -28,12 +28,17 @@ from .errors import (
     VerifyError,
 )
 from .progress import Progress, _Emitter, observe_once
+from .lifecycle import Lifecycle
 from .state import EngineRecord, SetResult
+from .store import EngineStore
 from ..gateway_drain import GatewayDrain
 
 
-class _ReconfigureMixin(_ActionsMixin):
-    """set_args of :class:`~infertop.control.engines.EngineManager`."""
+class Reconfigure:
+    """set_args of local engines, given the store, the lifecycle and the actions (profiles, the gateway step)."""
+
+    def __init__(self, store: EngineStore, lifecycle: Lifecycle, actions: Actions) -> None:
+        self.store, self.lifecycle, self.actions = store, lifecycle, actions
 
     def set_args(
         self,
@@ -47,7 +52,7 @@ class _ReconfigureMixin(_ActionsMixin):
         rollback: bool = True,
         stats: Callable[[EngineRecord], EngineStats | None] | None = None,
         profile: ProfileConfig | None = None,
-        unaudited: bool = False,
+        notes: AuditNotes | None = None,
         abort: threading.Event | None = None,
         gateway: GatewayDrain | None = None,
     ) -> SetResult:
@@ -69,42 +74,42 @@ class _ReconfigureMixin(_ActionsMixin):
         on any failure).  ``abort``: as for :meth:`restart`.
         """
         emit = _Emitter(progress, name, "set")
-        audit = _Audit(self, "engine.set", name, unaudited)
+        audit = notes or AuditNotes()
         t0 = time.monotonic()
         old_vals: dict[str, Any] = {}
         new_vals: dict[str, Any] = {}
         try:
-            with self._operation(name):
-                st = self._require_state(name)
-                prof = self._profile_for(st, profile)
+            with self.store.operation(name):
+                st = self.store.require_state(name)
+                prof = self.actions.profile_for(st, profile)
                 changes = normalize_overrides(prof, changes)
                 if not changes:
                     raise InvalidArgsError("nothing to change")
                 cur_args = dict(st.get("args") or {})
                 old_vals = {k: cur_args.get(k) for k in changes}
                 new_vals = dict(changes)
-                kind, why = self._identity(st)
+                kind, why = self.store.identity(st)
                 if kind == "mismatch":
-                    raise NotOurProcessError(self._set_stale(st, why))
+                    raise NotOurProcessError(self.store.set_stale(st, why))
                 if old_vals == new_vals and kind == "alive":
-                    rec = self._record_or_raise(st)
-                    self._audit("engine.set", name, "ok", old=old_vals, new=new_vals, reason="unchanged")
+                    rec = self.store.record_or_raise(st)
+                    audit.ok(old=old_vals, new=new_vals, reason="unchanged")
                     return SetResult(name, False, old_vals, new_vals, rec, {}, None, None, None, None,
                                      time.monotonic() - t0)
                 old_over = dict(st.get("overrides") or {})
                 new_over = normalize_overrides(prof, {**old_over, **changes})
-                before = self._stats(self._record_or_raise(st), stats) if kind == "alive" else None
-                step = self._gateway_step(gateway, st, emit, abort, unaudited)
+                before = self._stats(self.store.record_or_raise(st), stats) if kind == "alive" else None
+                step = self.actions.gateway_step(gateway, st, emit, abort, audit.unaudited)
                 try:
                     if step is not None:
-                        step.begin(self._grace_for(st, grace_s), int(st["pid"]))
-                    stop_res = self._do_stop(
+                        step.begin(self.actions.grace_for(st, grace_s), int(st["pid"]))
+                    stop_res = self.lifecycle.stop(
                         st, grace_s, emit, abort=abort,
                         before_signal=lambda info: audit.intent(old=old_vals, new=new_vals, check=info,
                                                                 diff=f"{_kv(old_vals)} → {_kv(new_vals)}"))
                     restarts = int(st.get("restarts", 0)) + 1
                     try:
-                        rec = self._do_start(name, prof, new_over, st.get("profile_name") or name, emit,
+                        rec = self.lifecycle.start(name, prof, new_over, st.get("profile_name") or name, emit,
                                              timeout_s, restarts=restarts, abort=abort, leave_on_abort=True)
                     except EngineStartError as e:
                         if not rollback:
@@ -113,7 +118,7 @@ class _ReconfigureMixin(_ActionsMixin):
                         emit("rollback", f"new arguments failed ({e.reason}); starting again with {_kv(old_vals)}",
                              force=True)
                         try:
-                            self._do_start(name, prof, old_over, st.get("profile_name") or name, emit, timeout_s,
+                            self.lifecycle.start(name, prof, old_over, st.get("profile_name") or name, emit, timeout_s,
                                            restarts=restarts, abort=abort, leave_on_abort=True)
                         except EngineError as e2:
                             raise SetArgsError(
@@ -124,7 +129,7 @@ class _ReconfigureMixin(_ActionsMixin):
                                            f"rolled back to {_kv(old_vals)}", log_tail=e.log_tail,
                                            rolled_back=True) from None
                     emit("verifying", "verifying the new arguments took effect", pid=rec.pid, force=True)
-                    verified = self._verify_args(rec, changes)
+                    verified = self.store.verify_args(rec, changes)
                     if check is not None:
                         msg = check(rec)
                         if msg:
@@ -143,14 +148,14 @@ class _ReconfigureMixin(_ActionsMixin):
         except EngineError as e:
             audit.failed(e, old=old_vals or None, new=new_vals or None)
             if not isinstance(e, (EngineBusyError, NotOurProcessError, AuditRefusedError)):
-                self._history(name, "set", "failed", old=old_vals, new=new_vals, reason=e.reason)
+                self.store.add_history(name, "set", "failed", old=old_vals, new=new_vals, reason=e.reason)
             raise
         except OSError as e:
-            raise audit.fs_error(e) from None
+            raise audit.fs_error("engine.set", name, e) from None
         audit.ok(old=old_vals, new=new_vals, pid=rec.pid, startup_s=_r(rec.startup_s), total_s=_r(total),
                  verified=verified, in_flight_before=stop_res.in_flight_before,
                  in_flight_after=stop_res.in_flight_after, failed=stop_res.failed, gateway=stop_res.gateway or None)
-        self._history(name, "set", "ok", old=old_vals, new=new_vals, pid=rec.pid, args=rec.args,
+        self.store.add_history(name, "set", "ok", old=old_vals, new=new_vals, pid=rec.pid, args=rec.args,
                       startup_s=_r(rec.startup_s), total_s=_r(total), stop_s=_r(stop_res.seconds))
         return SetResult(name, True, old_vals, new_vals, rec, verified, before, after, stop_res,
                          rec.startup_s, total)
@@ -161,4 +166,4 @@ class _ReconfigureMixin(_ActionsMixin):
                 return fn(rec)
             except Exception:  # noqa: BLE001 — informative only
                 return None
-        return observe_once(rec.endpoint(self.observe_timeout_s))
+        return observe_once(rec.endpoint(self.lifecycle.timings.observe_timeout_s))

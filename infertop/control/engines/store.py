@@ -1,4 +1,5 @@
-"""Engine identity, state files, history and per-engine locks: internals of :class:`EngineManager`.
+"""Engine identity, state files, history and per-engine locks: :class:`EngineStore`, the part of
+:class:`~infertop.control.engines.EngineManager` the others are given.
 
 Part of :mod:`infertop.control.engines`.  No UI imports.
 """
@@ -21,15 +22,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ...config import ProfileConfig
 from ...sources.vllm import EngineEndpoint
-from ..audit import AuditLog
 from .command import cmdline_value, expected_value
 from .errors import EngineBusyError, EngineError, EngineNotFound, NotOurProcessError, VerifyError
 from .state import ENGINE_ID_ENV, EngineRecord, _atomic_write_json, _rc_text, private_dir
 from ..procfs import (
     ProcStat,
     _cmd_summary,
+    boot_id,
     group_members,
     kernel_argv,
     process_title,
@@ -43,30 +43,25 @@ from ..procfs import (
 MAX_TRACKED = 256
 
 
-class _StoreMixin:
-    """Identity checks, state files and history of :class:`~infertop.control.engines.EngineManager`."""
+class EngineStore:
+    """What infertop knows of its local engines: identity checks, state files, history, locks.
 
-    # Set by EngineManager.__init__.
-    state_dir: Path
-    engines_dir: Path
-    audit: AuditLog
-    _lock: threading.RLock
-    _op_locks: dict[str, threading.Lock]
-    _children: dict[int, subprocess.Popen]
-    _exited: dict[str, EngineRecord]
-    _adopted: set[str]
-    _boot_id: str
-    _tracked_at: dict[str, float]
-    _stale: dict[str, tuple[dict, str, str | None]]
-    module: str
-    poll_interval_s: float
-    kill_wait_s: float
-    failure_grace_s: float
-    metrics_interval_s: float
-    http_close_s: float
-    observe_timeout_s: float
-    orphan_grace_s: float
-    profiles: Mapping[str, ProfileConfig]
+    ``state_dir/engines`` holds one state file, log, history and lock file per engine; the
+    in-memory part is this process's children, the engines it re-adopted, those that exited
+    this session and the state files kept aside as stale. Thread-safe (``_lock``).
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.engines_dir = state_dir / "engines"
+        self.lock = threading.RLock()
+        self.op_locks: dict[str, threading.Lock] = {}
+        self.children: dict[int, subprocess.Popen] = {}  # pid → our child
+        self.exited: dict[str, EngineRecord] = {}  # exited this session, for display
+        self.adopted: set[str] = set()
+        self.stale: dict[str, tuple[dict, str, str | None]] = {}  # name → (state, refusal, kept-aside path)
+        self.tracked_at: dict[str, float] = {}
+        self.boot_id = boot_id()
 
     # -- paths
 
@@ -82,10 +77,10 @@ class _StoreMixin:
     def lock_path(self, name: str) -> Path:
         return self.engines_dir / f"{_file_stem(name)}.lock"
 
-    def _owned_rc(self, pid: int) -> int | None:
+    def owned_rc(self, pid: int) -> int | None:
         """The exit status of our own child ``pid`` (waiting up to a second for it to be reaped), else None."""
-        with self._lock:
-            proc = self._children.get(pid)
+        with self.lock:
+            proc = self.children.get(pid)
         if proc is None:
             return None
         for _ in range(50):
@@ -96,12 +91,12 @@ class _StoreMixin:
 
     # -- internals: identity
 
-    def _identity(self, st: Mapping[str, Any]) -> tuple[str, str]:
+    def identity(self, st: Mapping[str, Any]) -> tuple[str, str]:
         """("alive", ""), ("gone", why) or ("mismatch", why) for the recorded leader."""
         pid = int(st.get("pid") or 0)
         if pid <= 1:
             return "mismatch", "no valid PID recorded"
-        if st.get("boot_id") and self._boot_id and st["boot_id"] != self._boot_id:
+        if st.get("boot_id") and self.boot_id and st["boot_id"] != self.boot_id:
             return "gone", "the host has rebooted since"
         ps = read_stat(pid)
         if ps is None:
@@ -120,13 +115,13 @@ class _StoreMixin:
         return "alive", ""
 
     @staticmethod
-    def _refusal(st: Mapping[str, Any], why: str) -> str:
+    def refusal(st: Mapping[str, Any], why: str) -> str:
         pid = st.get("pid")
         now = process_title(int(pid)) if isinstance(pid, int) and pid > 1 else "?"
         return (f"recorded PID {pid} now runs {now!r} — refusing to signal "
                 f"(it is no longer the engine infertop started: {why})")
 
-    def _live_group(self, st: Mapping[str, Any]) -> list[ProcStat]:
+    def live_group(self, st: Mapping[str, Any]) -> list[ProcStat]:
         """Live processes that are verifiably the engine's own, leader first.
 
         Candidates share the engine's session (or, for old state files, its
@@ -140,7 +135,7 @@ class _StoreMixin:
         pgid, sid, t0 = st.get("pgid"), st.get("sid"), st.get("starttime")
         if not (sid or pgid) or t0 is None:
             return []
-        if st.get("boot_id") and self._boot_id and st["boot_id"] != self._boot_id:
+        if st.get("boot_id") and self.boot_id and st["boot_id"] != self.boot_id:
             return []
         t0 = int(t0)
         if sid:
@@ -159,7 +154,7 @@ class _StoreMixin:
         for m in cands:
             if (m.pid, m.starttime) in recorded or (token is not None and _has_token(m.pid, token)):
                 ok[m.pid] = m
-            elif m.pid == leader and m.starttime == t0 and self._identity(st)[0] == "alive":
+            elif m.pid == leader and m.starttime == t0 and self.identity(st)[0] == "alive":
                 ok[m.pid] = m
         grew = True
         while grew:  # children of accepted processes (spawned since the last recording)
@@ -170,13 +165,13 @@ class _StoreMixin:
                     grew = True
         return sorted(ok.values(), key=lambda m: (m.pid != leader, m.starttime, m.pid))
 
-    def _track(self, st: dict, members: list[ProcStat] | None = None) -> bool:
+    def track(self, st: dict, members: list[ProcStat] | None = None) -> bool:
         """Record the engine's live processes (PID + start time) in ``st``; True when that changed.
 
         Called at spawn, while starting, once healthy and whenever status is
         read: vLLM's EngineCore and workers appear after the API server.
         """
-        members = self._live_group(st) if members is None else members
+        members = self.live_group(st) if members is None else members
         procs = [{"pid": m.pid, "starttime": m.starttime, "ppid": m.ppid, "comm": _comm(m.pid)}
                  for m in members[:MAX_TRACKED]]
         old = {(p.get("pid"), p.get("starttime")) for p in st.get("procs") or [] if isinstance(p, dict)}
@@ -189,30 +184,30 @@ class _StoreMixin:
         st["procs"] = keep[-MAX_TRACKED:]
         return True
 
-    def _tracking_due(self, name: str, every_s: float = 5.0) -> bool:
+    def tracking_due(self, name: str, every_s: float = 5.0) -> bool:
         """Throttles the /proc scan of status() for a healthy engine."""
         now = time.monotonic()
-        with self._lock:
-            due = now - self._tracked_at.get(name, -every_s) >= every_s
+        with self.lock:
+            due = now - self.tracked_at.get(name, -every_s) >= every_s
             if due:
-                self._tracked_at[name] = now
+                self.tracked_at[name] = now
         return due
 
-    def _track_and_save(self, st: dict) -> None:
+    def track_and_save(self, st: dict) -> None:
         """:meth:`_track`, writing the state file when something new appeared (skipped while busy)."""
-        if not self._track(st):
+        if not self.track(st):
             return
         try:
             with _OperationLock(self, st["name"], attempts=1):
-                cur = self._read_state(st["name"])
+                cur = self.read_state(st["name"])
                 if cur is not None and cur.get("pid") == st.get("pid") \
                         and cur.get("starttime") == st.get("starttime"):
                     cur["procs"] = st["procs"]
-                    self._write_state(st["name"], cur)
+                    self.write_state(st["name"], cur)
         except (EngineBusyError, OSError):
             pass  # the action in progress records them itself; a read-only dir only loses the record
 
-    def _verify_args(self, rec: EngineRecord, changes: Mapping[str, Any]) -> dict[str, str]:
+    def verify_args(self, rec: EngineRecord, changes: Mapping[str, Any]) -> dict[str, str]:
         cmd = read_cmdline(rec.pid)
         if cmd is None:
             raise VerifyError(f"engine {rec.name!r} (pid {rec.pid}) is gone")
@@ -228,13 +223,13 @@ class _StoreMixin:
 
     # -- internals: state files
 
-    def _operation(self, name: str):
+    def operation(self, name: str):
         return _OperationLock(self, name)
 
-    def _busy(self, name: str) -> bool:
+    def busy(self, name: str) -> bool:
         """True while a start/stop/restart/set of ``name`` runs (here or in another infertop)."""
-        with self._lock:
-            tlock = self._op_locks.get(name)
+        with self.lock:
+            tlock = self.op_locks.get(name)
         if tlock is not None and tlock.locked():
             return True
         try:
@@ -251,7 +246,7 @@ class _StoreMixin:
         finally:
             os.close(fd)
 
-    def _read_state(self, name: str) -> dict | None:
+    def read_state(self, name: str) -> dict | None:
         path = self.state_path(name)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -269,38 +264,38 @@ class _StoreMixin:
             return None
         return data
 
-    def _set_stale(self, st: dict, why: str) -> str:
+    def set_stale(self, st: dict, why: str) -> str:
         """Keep a PID-mismatched state file aside (never deleted, never acted on); the refusal text."""
         name = st["name"]
-        refusal = self._refusal(st, why)
-        with self._lock:
-            known = self._stale.get(name)
-        if known is not None and self._read_state(name) is None:
+        refusal = self.refusal(st, why)
+        with self.lock:
+            known = self.stale.get(name)
+        if known is not None and self.read_state(name) is None:
             return known[1]
-        aside = self._keep_aside(name)
+        aside = self.keep_aside(name)
         if aside is not None:
             refusal += f"; its state file is kept aside as {aside}"
-        with self._lock:
-            self._stale[name] = (st, refusal, str(aside) if aside else None)
-        self._history(name, "kept-aside", "stale", reason=why, pid=st.get("pid"),
+        with self.lock:
+            self.stale[name] = (st, refusal, str(aside) if aside else None)
+        self.add_history(name, "kept-aside", "stale", reason=why, pid=st.get("pid"),
                       path=str(aside) if aside else None)
         return refusal
 
-    def _require_state(self, name: str) -> dict:
-        st = self._read_state(name)
+    def require_state(self, name: str) -> dict:
+        st = self.read_state(name)
         if st is None:
-            with self._lock:
-                stale = self._stale.get(name)
+            with self.lock:
+                stale = self.stale.get(name)
             if stale is not None:
                 raise NotOurProcessError(stale[1])
             msg = f"no engine named {name!r} is running under infertop (no state in {self.engines_dir})"
-            aside = self._stale_files(name)
+            aside = self.stale_files(name)
             if aside:
                 msg += f"; a stale state was kept aside as {aside[-1]}"
             raise EngineNotFound(msg)
         return st
 
-    def _state_names(self) -> list[str]:
+    def state_names(self) -> list[str]:
         """Names of the engines with a state file (read from the files: names need not be file-safe)."""
         if not self.engines_dir.is_dir():
             return []
@@ -318,18 +313,18 @@ class _StoreMixin:
                 names.append(name)
         return names
 
-    def _all_states(self) -> list[dict]:
-        return [s for n in self._state_names() if (s := self._read_state(n))]
+    def all_states(self) -> list[dict]:
+        return [s for n in self.state_names() if (s := self.read_state(n))]
 
-    def _write_state(self, name: str, st: dict) -> None:
+    def write_state(self, name: str, st: dict) -> None:
         private_dir(self.engines_dir)
         _atomic_write_json(self.state_path(name), st)
 
-    def _drop_state(self, name: str) -> None:
+    def drop_state(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.state_path(name).unlink()
 
-    def _keep_aside(self, name: str) -> Path | None:
+    def keep_aside(self, name: str) -> Path | None:
         """Rename the state file to ``<stem>.stale-<time>.json`` (for a human); its new path."""
         src = self.state_path(name)
         stamp = time.strftime("%Y%m%dT%H%M%S")
@@ -346,47 +341,47 @@ class _StoreMixin:
             return dst
         return None
 
-    def _stale_files(self, name: str) -> list[Path]:
+    def stale_files(self, name: str) -> list[Path]:
         if not self.engines_dir.is_dir():
             return []
         return sorted(self.engines_dir.glob(f"{glob_escape(_file_stem(name))}.stale-*.json"))
 
-    def _endpoint(self, st: Mapping[str, Any], timeout_s: float = 5.0) -> EngineEndpoint:
+    def endpoint(self, st: Mapping[str, Any], timeout_s: float = 5.0) -> EngineEndpoint:
         # /metrics of a CPU engine with saturated cores can take seconds
         mns = (st.get("args") or {}).get("max_num_seqs")
         return EngineEndpoint(st["name"], st["url"], int(mns) if mns is not None else None, timeout_s)
 
-    def _record(self, st: dict) -> EngineRecord | None:
+    def record(self, st: dict) -> EngineRecord | None:
         """The record for a state; settles one whose process ended on its own.
 
         None when the state vanished meanwhile (an action stopped the engine).
         """
-        kind, why = self._identity(st)
+        kind, why = self.identity(st)
         phase = st.get("phase", "running")
         detail = None
         exit_code = None
         left: list[ProcStat] = []
         if kind == "gone":
-            left = self._live_group(st)
-        elif kind == "alive" and phase != "stopping" and self._tracking_due(st["name"]):
-            self._track_and_save(st)
+            left = self.live_group(st)
+        elif kind == "alive" and phase != "stopping" and self.tracking_due(st["name"]):
+            self.track_and_save(st)
         if kind == "gone":
             left = [m for m in left if m.pid != int(st["pid"])]
         if kind == "mismatch":
-            phase, detail = "stale", self._refusal(st, why)
+            phase, detail = "stale", self.refusal(st, why)
         elif kind == "gone" and left:
             if phase != "stopping":
                 phase = "orphaned"
             detail = (f"main process exited; {len(left)} worker{'s' if len(left) != 1 else ''} still alive: "
                       f"pids {', '.join(str(m.pid) for m in left)} (stop cleans them up)")
-        elif kind == "gone" and not self._busy(st["name"]):
+        elif kind == "gone" and not self.busy(st["name"]):
             phase, detail = "exited", why
-            with self._lock:
-                owned = int(st["pid"]) in self._children
-            exit_code = self._owned_rc(int(st["pid"])) if owned else None
+            with self.lock:
+                owned = int(st["pid"]) in self.children
+            exit_code = self.owned_rc(int(st["pid"])) if owned else None
             if exit_code is not None:
                 detail = f"exited with status {_rc_text(exit_code)}"
-        rec = self._build_record(st, phase, detail, exit_code,
+        rec = self.build_record(st, phase, detail, exit_code,
                                  tuple(m.pid for m in left) if phase != "exited" else ())
         if phase == "exited":
             # It ended on its own: forget the state file, remember it for display —
@@ -394,28 +389,28 @@ class _StoreMixin:
             # mistaken for a crash.
             try:
                 with _OperationLock(self, st["name"], attempts=1):
-                    cur = self._read_state(st["name"])
+                    cur = self.read_state(st["name"])
                     if cur is None or cur.get("pid") != st["pid"] or cur.get("starttime") != st.get("starttime"):
-                        return self._record(cur) if cur is not None else None
-                    self._drop_state(st["name"])
-                    with self._lock:
-                        self._exited[st["name"]] = rec
-                    self._history(st["name"], "exited", "failed", reason=detail, pid=rec.pid)
+                        return self.record(cur) if cur is not None else None
+                    self.drop_state(st["name"])
+                    with self.lock:
+                        self.exited[st["name"]] = rec
+                    self.add_history(st["name"], "exited", "failed", reason=detail, pid=rec.pid)
             except EngineBusyError:
                 return replace(rec, phase=st.get("phase", "running"), detail=None, exit_code=None)
         return rec
 
-    def _record_or_raise(self, st: dict) -> EngineRecord:
+    def record_or_raise(self, st: dict) -> EngineRecord:
         """The record of an engine that must still be there; EngineNotFound when it has just stopped."""
-        rec = self._record(st)
+        rec = self.record(st)
         if rec is None:
             raise EngineNotFound(f"engine {st['name']!r} has just stopped")
         return rec
 
-    def _build_record(self, st: Mapping[str, Any], phase: str, detail: str | None,
+    def build_record(self, st: Mapping[str, Any], phase: str, detail: str | None,
                       exit_code: int | None = None, pids: tuple[int, ...] = ()) -> EngineRecord:
-        with self._lock:
-            adopted = st["name"] in self._adopted
+        with self.lock:
+            adopted = st["name"] in self.adopted
         return EngineRecord(
             name=st["name"],
             profile_name=st.get("profile_name") or st["name"],
@@ -440,7 +435,7 @@ class _StoreMixin:
             pids=pids,
         )
 
-    def _history(self, name: str, action: str, result: str, **data: Any) -> None:
+    def add_history(self, name: str, action: str, result: str, **data: Any) -> None:
         entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "ts": time.time(), "action": action,
                  "result": result, **{k: v for k, v in data.items() if v is not None}}
         try:
@@ -454,11 +449,6 @@ class _StoreMixin:
         except (OSError, EngineError):
             pass
 
-    def _audit(self, action: str, target: str, result: str, **kw: Any) -> None:
-        """A one-shot entry for what executed nothing (a refusal, a failed check)."""
-        with contextlib.suppress(OSError):  # nothing was done: nothing is hidden
-            self.audit.record(action, target, result, **kw)
-
 
 class _OperationLock:
     """One action per engine: a thread lock plus an flock shared with other processes.
@@ -468,18 +458,18 @@ class _OperationLock:
     file notices (its inode is no longer the path's) and tries again.
     """
 
-    def __init__(self, mgr: _StoreMixin, name: str, attempts: int = 10) -> None:
-        self.mgr, self.name, self.attempts = mgr, name, attempts
+    def __init__(self, store: EngineStore, name: str, attempts: int = 10) -> None:
+        self.store, self.name, self.attempts = store, name, attempts
         self._fd: int | None = None
-        self.path = mgr.lock_path(name)
-        with mgr._lock:
-            self._tlock = mgr._op_locks.setdefault(name, threading.Lock())
+        self.path = store.lock_path(name)
+        with store.lock:
+            self._tlock = store.op_locks.setdefault(name, threading.Lock())
 
     def __enter__(self) -> None:
         if not self._tlock.acquire(blocking=False):
             raise EngineBusyError(f"engine {self.name!r} is busy: another action on it is in progress")
         try:
-            private_dir(self.mgr.engines_dir)
+            private_dir(self.store.engines_dir)
             for attempt in range(self.attempts):  # a status() probe holds it for microseconds
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
                 try:
