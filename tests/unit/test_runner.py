@@ -139,3 +139,65 @@ async def test_an_audit_log_that_cannot_be_written_refuses_before_anything_is_se
     board.end(run)
     assert outcome.result == "refused" and "nothing was sent" in outcome.message
     assert kind.executed == 0 and kind.value == 3
+
+
+class Sender:
+    """A kind whose intent carries what it verified just before it sends (``intent_at_send``), like a local
+    engine's stop: the pid it checked; its outcome line is in its own words (``Outcome.audit``)."""
+
+    intent_at_send = True
+
+    def __init__(self, *, refuse: str = "") -> None:
+        self.refuse = refuse
+        self.sent = 0
+        self.action, self.target, self.object_key = "thing.stop", "thing t", "thing:t"
+        self.audit_target = "t"
+        self.abortable, self.timeout_s = False, 5.0
+
+    def plan(self) -> Review:
+        return Review("Stop thing t", "stop t")
+
+    def preflight(self) -> Preflight:
+        return Preflight(True, "")
+
+    def audit_details(self) -> dict:
+        return {}
+
+    def execute(self, progress, abort: threading.Event, intent=None) -> Outcome:
+        if self.refuse:  # refused before anything was sent: no intent
+            return Outcome("refused", self.refuse, audit={"result": "refused", "reason": self.refuse})
+        intent(check={"pid": 4242}, grace_s=None)  # None: left out of the line
+        self.sent += 1
+        return Outcome("ok", "stopped", audit={"result": "ok", "pid": 4242, "seconds": 1.5})
+
+
+def test_a_kind_that_intends_at_send_is_audited_by_the_pipeline_in_its_own_words(tmp_path):
+    """The command line's run: in this thread, confirmed by the command; the runner writes both lines."""
+    kind = Sender()
+    outcome = runner.run_blocking(ActionBoard().begin(kind, kind.target), runner.CommandLine(),
+                                  audit=AuditLog(tmp_path / "audit.jsonl"))
+    assert outcome.ok and kind.sent == 1
+    intent, done = entries(tmp_path / "audit.jsonl")
+    assert (intent["phase"], intent["target"], intent["check"]) == ("intent", "t", {"pid": 4242})
+    assert "grace_s" not in intent and "preflight" not in intent
+    assert (done["phase"], done["op"], done["result"], done["pid"], done["seconds"]) == (
+        "outcome", intent["op"], "ok", 4242, 1.5)
+    assert "message" not in done
+
+
+def test_a_refusal_before_the_intent_is_one_line_and_an_unwritable_log_refuses_unless_unaudited(tmp_path):
+    log = AuditLog(tmp_path / "audit.jsonl")
+    outcome = runner.run_blocking(ActionBoard().begin(k := Sender(refuse="not ours"), k.target),
+                                  runner.CommandLine(), audit=log)
+    [line] = log.entries()
+    assert outcome.result == "refused" and (line["result"], line["reason"]) == ("refused", "not ours")
+    assert "phase" not in line and k.sent == 0
+    (tmp_path / "ro" / "audit.jsonl").mkdir(parents=True)  # no write can succeed
+    blocked = AuditLog(tmp_path / "ro" / "audit.jsonl")
+    outcome = runner.run_blocking(ActionBoard().begin(k := Sender(), k.target), runner.CommandLine(), audit=blocked)
+    assert outcome.result == "failed" and k.sent == 0 and blocked.unwritten == []  # refused: nothing sent
+    outcome = runner.run_blocking(ActionBoard().begin(k := Sender(), k.target), runner.CommandLine(), audit=blocked,
+                                  unaudited=True)
+    assert outcome.ok and k.sent == 1
+    [missed] = blocked.unwritten  # acted without a record: whoever ran it hears that the log lacks it
+    assert missed.startswith("outcome thing.stop t ok not recorded: audit log ")

@@ -29,9 +29,11 @@ own workers — reports "draining (n in flight)" from the engine's live
 ``/metrics``, and only after the grace period sends SIGKILL to the whole
 engine; it returns once no process of it remains.
 
-Every action writes an audit *intent* before its first signal or spawn and
-an *outcome* once known; when the audit log cannot be written the action
-is refused (:class:`AuditRefusedError`) unless ``unaudited=True``.
+Every action runs through the one pipeline (:mod:`infertop.control.pipeline`),
+which writes its audit *intent* just before the first signal or spawn (the
+manager hands it the process it verified then) and its *outcome* once known;
+when the audit log cannot be written the action is refused
+(:class:`AuditRefusedError`) unless ``unaudited=True``.
 
 Engine names are free text (``local:28400``, ``my engine``); they are
 encoded only where they become file names.
@@ -48,14 +50,18 @@ from the package:
 - :mod:`.errors` — the exceptions;
 - :mod:`.progress` — progress events and /metrics observation;
 - :mod:`.state` — records, results, state-file and log helpers;
-- :mod:`.store` / :mod:`.lifecycle` — :class:`EngineManager`'s
-  identity/state-file and start/stop internals;
-- :mod:`.queries` — adopt, status, list, logs, history, health;
-- :mod:`.actions` — start, stop, restart, forget;
-- :mod:`.reconfigure` — set_args (change launch arguments, verify, roll back);
+- :mod:`.store` — :class:`~.store.EngineStore`: identity checks, state files, history, locks;
+- :mod:`.lifecycle` / :mod:`.stopping` — :class:`~.lifecycle.Lifecycle`: spawn and wait for /health,
+  stop (:class:`~.stopping.StopRun`: SIGTERM, the drain, SIGKILL);
+- :mod:`.queries` — :class:`~.queries.Queries`: adopt, status, list, logs, history, health;
+- :mod:`.actions` — :class:`~.actions.Actions`: start, stop, restart, forget;
+- :mod:`.reconfigure` — :class:`~.reconfigure.Reconfigure`: set_args (change launch arguments, verify,
+  roll back);
 - :mod:`.gateway` — draining an engine at its gateway around a stop or restart;
-- :mod:`.audit` — one action's audit trail (intent, outcome);
-- :mod:`.manager` — :class:`EngineManager` itself;
+- :mod:`.audit` — :class:`~.audit.AuditNotes`: what an action tells the pipeline's audit trail;
+- :mod:`.call` / :mod:`.kind` — the actions as the pipeline runs them: for a caller that has decided
+  (``infertop engine``, a direct call), for the console (plan, check, confirm);
+- :mod:`.manager` — :class:`EngineManager`, composed of the parts above;
 - :mod:`.cli` — the ``infertop engine`` command;
 - :mod:`infertop.control.procfs` — reading ``/proc`` (stat, command line, process groups, ports);
 - :mod:`infertop.control.logtail` — the last lines of a file, read from its end.

@@ -62,24 +62,24 @@ class Actions:
         if not isinstance(name, str) or not name.strip():
             raise InvalidArgsError("engine name: must not be empty")
         emit = _Emitter(progress, name, "start")
-        audit = notes or AuditNotes()
+        notes = notes or AuditNotes()
         try:
             with self.store.operation(name):
                 over = normalize_overrides(profile, overrides)
                 new = effective_args(profile, over)
                 rec = self.lifecycle.start(
                     name, profile, over, profile_name or name, emit, timeout_s, restarts=0,
-                    before_spawn=lambda cmd: audit.intent(new=new, check={"port": "free"}, cmdline=cmd,
+                    before_spawn=lambda cmd: notes.intent(new=new, check={"port": "free"}, cmdline=cmd,
                                                           env_names=sorted(profile.env)),
                     abort=abort)
         except EngineError as e:
-            audit.failed(e, new=_safe_args(profile, overrides))
+            notes.failed(e, new=_safe_args(profile, overrides))
             if not isinstance(e, (EngineBusyError, AuditRefusedError)):
                 self.store.add_history(name, "start", "failed", reason=e.reason)
             raise
         except OSError as e:
-            raise audit.fs_error("engine.start", name, e) from None
-        audit.ok(new=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s))
+            raise notes.fs_error("engine.start", name, e) from None
+        notes.ok(new=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s))
         self.store.add_history(name, "start", "ok", args=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s))
         return rec
 
@@ -97,18 +97,18 @@ class Actions:
         EngineBusyError, EngineStopError, AuditRefusedError, EngineAborted.
         """
         emit = _Emitter(progress, name, "stop")
-        audit = notes or AuditNotes()
+        notes = notes or AuditNotes()
         old = None
         try:
             with self.store.operation(name):
                 st = self.store.require_state(name)
                 old = st.get("args")
-                step = self.gateway_step(gateway, st, emit, abort, audit.unaudited)
+                step = self.gateway_step(gateway, st, emit, abort, notes.unaudited)
                 try:
                     if step is not None:
                         step.begin(self.grace_for(st, grace_s), int(st["pid"]))
                     res = self.lifecycle.stop(st, grace_s, emit, abort=abort,
-                                        before_signal=lambda info: audit.intent(old=old, check=info,
+                                        before_signal=lambda info: notes.intent(old=old, check=info,
                                                                                 grace_s=grace_s))
                 except EngineError as e:
                     if step is not None:
@@ -119,11 +119,11 @@ class Actions:
                     res = replace(res, reason=f"{step.summary()}; {res.reason}; {note}",
                                   gateway=f"{step.summary()}; {note}")
         except EngineError as e:
-            audit.failed(e, old=old)
+            notes.failed(e, old=old)
             raise
         except OSError as e:
-            raise audit.fs_error("engine.stop", name, e) from None
-        audit.ok(old=old, reason=res.reason, sigkill=res.sigkill, seconds=_r(res.seconds), pid=res.pid,
+            raise notes.fs_error("engine.stop", name, e) from None
+        notes.ok(old=old, reason=res.reason, sigkill=res.sigkill, seconds=_r(res.seconds), pid=res.pid,
                  in_flight_before=res.in_flight_before, in_flight_after=res.in_flight_after, failed=res.failed)
         self.store.add_history(name, "stop", "ok", reason=res.reason, pid=res.pid, sigkill=res.sigkill,
                       stop_s=_r(res.seconds), exit_code=res.exit_code)
@@ -164,7 +164,7 @@ class Actions:
         first, undrained once healthy (or on failure); ``abort`` as for :meth:`stop`,
         and while waiting for /health the new engine is left as it is."""
         emit = _Emitter(progress, name, "restart")
-        audit = notes or AuditNotes()
+        notes = notes or AuditNotes()
         old = new = None
         try:
             with self.store.operation(name):
@@ -173,12 +173,12 @@ class Actions:
                 prof = self.profile_for(st, profile)
                 over = normalize_overrides(prof, {**(st.get("overrides") or {}), **dict(overrides or {})})
                 new = effective_args(prof, over)
-                step = self.gateway_step(gateway, st, emit, abort, audit.unaudited)
+                step = self.gateway_step(gateway, st, emit, abort, notes.unaudited)
                 try:
                     if step is not None:
                         step.begin(self.grace_for(st, grace_s), int(st["pid"]))
                     stopped = self.lifecycle.stop(st, grace_s, emit, abort=abort,
-                                            before_signal=lambda info: audit.intent(old=old, new=new, check=info))
+                                            before_signal=lambda info: notes.intent(old=old, new=new, check=info))
                     rec = self.lifecycle.start(name, prof, over, st.get("profile_name") or name, emit, timeout_s,
                                          restarts=int(st.get("restarts", 0)) + 1, abort=abort,
                                          leave_on_abort=True)
@@ -189,17 +189,17 @@ class Actions:
                 if step is not None:
                     emit("done", step.done(), pid=rec.pid, force=True)
         except EngineError as e:
-            audit.failed(e, old=old, new=new)
+            notes.failed(e, old=old, new=new)
             if not isinstance(e, (EngineBusyError, NotOurProcessError, AuditRefusedError)):
                 self.store.add_history(name, "restart", "failed", reason=e.reason, args=new)
             raise
         except OSError as e:
-            raise audit.fs_error("engine.restart", name, e) from None
+            raise notes.fs_error("engine.restart", name, e) from None
         cut = stopped.failed  # vLLM's abort counter across the stop: requests cut, not finished
         if cut:
             emit("done", f"{cut} request(s) cut by the restart (aborted, or in flight when its drain ran out)",
                  pid=rec.pid, force=True)
-        audit.ok(old=old, new=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s), requests_cut=cut)
+        notes.ok(old=old, new=rec.args, pid=rec.pid, startup_s=_r(rec.startup_s), requests_cut=cut)
         self.store.add_history(name, "restart", "ok", args=rec.args, old=old, pid=rec.pid, startup_s=_r(rec.startup_s))
         return rec
 
@@ -223,7 +223,7 @@ class Actions:
 
     def forget(self, name: str, notes: AuditNotes | None = None) -> bool:
         """Drop a stale state file without signalling anything; True if one was dropped."""
-        audit = notes or AuditNotes()
+        notes = notes or AuditNotes()
         st = self.store.read_state(name)
         if st is None:
             with self.store.lock:
@@ -231,7 +231,7 @@ class Actions:
                 exited = self.store.exited.pop(name, None)
             if stale is not None:
                 self.store.add_history(name, "forget", "ok", reason="stale", pid=stale[0].get("pid"))
-                audit.ok(old={"pid": stale[0].get("pid")}, reason=stale[1])
+                notes.ok(old={"pid": stale[0].get("pid")}, reason=stale[1])
             return stale is not None or exited is not None
         kind, why = self.store.identity(st)
         if kind == "alive" or (kind == "gone" and self.store.live_group(st)):
@@ -240,5 +240,5 @@ class Actions:
         with self.store.lock:
             self.store.exited.pop(name, None)
         self.store.add_history(name, "forget", "ok", reason=why, pid=st.get("pid"))
-        audit.ok(old={"pid": st.get("pid")}, reason=why)
+        notes.ok(old={"pid": st.get("pid")}, reason=why)
         return True

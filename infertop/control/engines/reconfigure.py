@@ -74,7 +74,7 @@ class Reconfigure:
         on any failure).  ``abort``: as for :meth:`restart`.
         """
         emit = _Emitter(progress, name, "set")
-        audit = notes or AuditNotes()
+        notes = notes or AuditNotes()
         t0 = time.monotonic()
         old_vals: dict[str, Any] = {}
         new_vals: dict[str, Any] = {}
@@ -93,19 +93,19 @@ class Reconfigure:
                     raise NotOurProcessError(self.store.set_stale(st, why))
                 if old_vals == new_vals and kind == "alive":
                     rec = self.store.record_or_raise(st)
-                    audit.ok(old=old_vals, new=new_vals, reason="unchanged")
+                    notes.ok(old=old_vals, new=new_vals, reason="unchanged")
                     return SetResult(name, False, old_vals, new_vals, rec, {}, None, None, None, None,
                                      time.monotonic() - t0)
                 old_over = dict(st.get("overrides") or {})
                 new_over = normalize_overrides(prof, {**old_over, **changes})
                 before = self._stats(self.store.record_or_raise(st), stats) if kind == "alive" else None
-                step = self.actions.gateway_step(gateway, st, emit, abort, audit.unaudited)
+                step = self.actions.gateway_step(gateway, st, emit, abort, notes.unaudited)
                 try:
                     if step is not None:
                         step.begin(self.actions.grace_for(st, grace_s), int(st["pid"]))
                     stop_res = self.lifecycle.stop(
                         st, grace_s, emit, abort=abort,
-                        before_signal=lambda info: audit.intent(old=old_vals, new=new_vals, check=info,
+                        before_signal=lambda info: notes.intent(old=old_vals, new=new_vals, check=info,
                                                                 diff=f"{_kv(old_vals)} → {_kv(new_vals)}"))
                     restarts = int(st.get("restarts", 0)) + 1
                     try:
@@ -146,13 +146,13 @@ class Reconfigure:
                 total = time.monotonic() - t0
                 emit("done", f"{_kv(old_vals)} → {_kv(new_vals)} in {total:.1f} s", pid=rec.pid, force=True)
         except EngineError as e:
-            audit.failed(e, old=old_vals or None, new=new_vals or None)
+            notes.failed(e, old=old_vals or None, new=new_vals or None)
             if not isinstance(e, (EngineBusyError, NotOurProcessError, AuditRefusedError)):
                 self.store.add_history(name, "set", "failed", old=old_vals, new=new_vals, reason=e.reason)
             raise
         except OSError as e:
-            raise audit.fs_error("engine.set", name, e) from None
-        audit.ok(old=old_vals, new=new_vals, pid=rec.pid, startup_s=_r(rec.startup_s), total_s=_r(total),
+            raise notes.fs_error("engine.set", name, e) from None
+        notes.ok(old=old_vals, new=new_vals, pid=rec.pid, startup_s=_r(rec.startup_s), total_s=_r(total),
                  verified=verified, in_flight_before=stop_res.in_flight_before,
                  in_flight_after=stop_res.in_flight_after, failed=stop_res.failed, gateway=stop_res.gateway or None)
         self.store.add_history(name, "set", "ok", old=old_vals, new=new_vals, pid=rec.pid, args=rec.args,
