@@ -108,7 +108,7 @@ class Actions:
                     if step is not None:
                         step.begin(self.grace_for(st, grace_s), int(st["pid"]))
                     res = self.lifecycle.stop(st, grace_s, emit, abort=abort,
-                                        before_signal=lambda info: notes.intent(old=old, check=info,
+                                              before_signal=lambda info: notes.intent(old=old, check=info,
                                                                                 grace_s=grace_s))
                 except EngineError as e:
                     if step is not None:
@@ -126,7 +126,7 @@ class Actions:
         notes.ok(old=old, reason=res.reason, sigkill=res.sigkill, seconds=_r(res.seconds), pid=res.pid,
                  in_flight_before=res.in_flight_before, in_flight_after=res.in_flight_after, failed=res.failed)
         self.store.add_history(name, "stop", "ok", reason=res.reason, pid=res.pid, sigkill=res.sigkill,
-                      stop_s=_r(res.seconds), exit_code=res.exit_code)
+                               stop_s=_r(res.seconds), exit_code=res.exit_code)
         return res
 
     def grace_for(self, st: Mapping[str, Any], grace_s: float | None) -> float:
@@ -178,9 +178,9 @@ class Actions:
                     if step is not None:
                         step.begin(self.grace_for(st, grace_s), int(st["pid"]))
                     stopped = self.lifecycle.stop(st, grace_s, emit, abort=abort,
-                                            before_signal=lambda info: notes.intent(old=old, new=new, check=info))
+                                                  before_signal=lambda info: notes.intent(old=old, new=new, check=info))
                     rec = self.lifecycle.start(name, prof, over, st.get("profile_name") or name, emit, timeout_s,
-                                         restarts=int(st.get("restarts", 0)) + 1, abort=abort,
+                                               restarts=int(st.get("restarts", 0)) + 1, abort=abort,
                                          leave_on_abort=True)
                 except EngineError as e:
                     if step is not None:

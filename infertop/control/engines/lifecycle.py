@@ -88,12 +88,12 @@ class Lifecycle:
     def __init__(self, store: EngineStore, timings: Timings, module: str) -> None:
         self.store, self.timings, self.module = store, timings, module
 
-    # -- internals: start
+    # -- start
 
     def start(self, name: str, profile: ProfileConfig, overrides: dict[str, Any], profile_name: str,
-                  emit: _Emitter, timeout_s: float | None, *, restarts: int,
-                  before_spawn: Callable[[list[str]], None] | None = None,
-                  abort: threading.Event | None = None, leave_on_abort: bool = False) -> EngineRecord:
+              emit: _Emitter, timeout_s: float | None, *, restarts: int,
+              before_spawn: Callable[[list[str]], None] | None = None,
+              abort: threading.Event | None = None, leave_on_abort: bool = False) -> EngineRecord:
         """Spawn and wait healthy.  ``before_spawn(cmd)`` runs after every check, right before
         the spawn (the audit intent); an exception from it cancels the start.  ``abort`` stops
         the wait for /health: the engine is then stopped again, or — ``leave_on_abort`` (a
@@ -102,25 +102,7 @@ class Lifecycle:
         run_profile = replace(profile, shutdown_timeout=drain) if drain is not None else profile
         args = effective_args(run_profile, overrides)
         host, port = str(args.get("host") or "127.0.0.1"), int(args["port"])
-        existing = self.store.read_state(name)
-        if existing is not None:
-            kind, why = self.store.identity(existing)
-            if kind == "alive" or (kind == "gone" and self.store.live_group(existing)):
-                raise EngineError(f"engine {name!r} is already running (pid {existing['pid']}); "
-                                  "stop or restart it")
-            if kind == "mismatch":
-                aside = self.store.keep_aside(name)
-                self.store.add_history(name, "kept-aside", "stale", reason=why, pid=existing.get("pid"),
-                              path=str(aside) if aside else None)
-            else:
-                self.store.drop_state(name)
-        for other in self.store.all_states():
-            if other.get("name") != name and int(other.get("port", -1)) == port:
-                if self.store.identity(other)[0] == "alive":
-                    raise PortInUseError(f"port {port} in use by engine {other['name']!r} (pid {other['pid']})")
-        if not port_is_free(host, port):
-            raise PortInUseError(f"port {port} in use by {self._describe_port_owner(port)}")
-
+        self._clear_the_way(name, host, port)
         cmd = build_command(run_profile, overrides, module=self.module)
         engine_id = uuid.uuid4().hex
         env = child_env(profile.env)
@@ -224,6 +206,28 @@ class Lifecycle:
         self._write_state_or_stop(name, st, log_path)
         emit("healthy", f"healthy after {startup:.1f} s (pid {proc.pid}, port {port})", pid=proc.pid, force=True)
         return self.store.record_or_raise(st)
+
+    def _clear_the_way(self, name: str, host: str, port: int) -> None:
+        """Before a spawn: no engine of that name runs (a state left by one that is gone is dropped, one whose
+        PID now runs another program kept aside), and the port is free (EngineError, PortInUseError)."""
+        existing = self.store.read_state(name)
+        if existing is not None:
+            kind, why = self.store.identity(existing)
+            if kind == "alive" or (kind == "gone" and self.store.live_group(existing)):
+                raise EngineError(f"engine {name!r} is already running (pid {existing['pid']}); "
+                                  "stop or restart it")
+            if kind == "mismatch":
+                aside = self.store.keep_aside(name)
+                self.store.add_history(name, "kept-aside", "stale", reason=why, pid=existing.get("pid"),
+                                       path=str(aside) if aside else None)
+            else:
+                self.store.drop_state(name)
+        for other in self.store.all_states():
+            if other.get("name") != name and int(other.get("port", -1)) == port:
+                if self.store.identity(other)[0] == "alive":
+                    raise PortInUseError(f"port {port} in use by engine {other['name']!r} (pid {other['pid']})")
+        if not port_is_free(host, port):
+            raise PortInUseError(f"port {port} in use by {self._describe_port_owner(port)}")
 
     def _write_state_or_stop(self, name: str, st: dict, log_path) -> None:
         """Write the engine's state file; an engine that cannot be tracked would be an
@@ -332,7 +336,7 @@ class Lifecycle:
             return proc.returncode if proc.returncode is not None else -1
         return None
 
-    # -- internals: stop
+    # -- stop
 
     def default_grace(self, st: Mapping[str, Any]) -> float:
         prof = st.get("profile") or {}

@@ -107,27 +107,8 @@ class Reconfigure:
                         st, grace_s, emit, abort=abort,
                         before_signal=lambda info: notes.intent(old=old_vals, new=new_vals, check=info,
                                                                 diff=f"{_kv(old_vals)} → {_kv(new_vals)}"))
-                    restarts = int(st.get("restarts", 0)) + 1
-                    try:
-                        rec = self.lifecycle.start(name, prof, new_over, st.get("profile_name") or name, emit,
-                                             timeout_s, restarts=restarts, abort=abort, leave_on_abort=True)
-                    except EngineStartError as e:
-                        if not rollback:
-                            raise SetArgsError(f"engine did not start with {_kv(new_vals)}: {e.reason}; "
-                                               "it is stopped", log_tail=e.log_tail) from None
-                        emit("rollback", f"new arguments failed ({e.reason}); starting again with {_kv(old_vals)}",
-                             force=True)
-                        try:
-                            self.lifecycle.start(name, prof, old_over, st.get("profile_name") or name, emit, timeout_s,
-                                           restarts=restarts, abort=abort, leave_on_abort=True)
-                        except EngineError as e2:
-                            raise SetArgsError(
-                                f"engine did not start with {_kv(new_vals)}: {e.reason}; rollback to "
-                                f"{_kv(old_vals)} failed too: {e2.reason}; it is stopped",
-                                log_tail=e.log_tail) from None
-                        raise SetArgsError(f"engine did not start with {_kv(new_vals)}: {e.reason}; "
-                                           f"rolled back to {_kv(old_vals)}", log_tail=e.log_tail,
-                                           rolled_back=True) from None
+                    rec = self._start_or_roll_back(st, prof, new_over, old_over, new_vals, old_vals, emit,
+                                                   timeout_s, rollback, abort)
                     emit("verifying", "verifying the new arguments took effect", pid=rec.pid, force=True)
                     verified = self.store.verify_args(rec, changes)
                     if check is not None:
@@ -156,9 +137,36 @@ class Reconfigure:
                  verified=verified, in_flight_before=stop_res.in_flight_before,
                  in_flight_after=stop_res.in_flight_after, failed=stop_res.failed, gateway=stop_res.gateway or None)
         self.store.add_history(name, "set", "ok", old=old_vals, new=new_vals, pid=rec.pid, args=rec.args,
-                      startup_s=_r(rec.startup_s), total_s=_r(total), stop_s=_r(stop_res.seconds))
+                               startup_s=_r(rec.startup_s), total_s=_r(total), stop_s=_r(stop_res.seconds))
         return SetResult(name, True, old_vals, new_vals, rec, verified, before, after, stop_res,
                          rec.startup_s, total)
+
+    def _start_or_roll_back(self, st: dict, prof: ProfileConfig, new_over: dict[str, Any], old_over: dict[str, Any],
+                            new_vals: dict[str, Any], old_vals: dict[str, Any], emit: _Emitter,
+                            timeout_s: float | None, rollback: bool, abort: threading.Event | None) -> EngineRecord:
+        """Start with the new arguments; when that fails, with the old ones again (``rollback``), and raise
+        :class:`SetArgsError` saying which state the engine is in."""
+        name = st["name"]
+        restarts = int(st.get("restarts", 0)) + 1
+        profile_name = st.get("profile_name") or name
+        try:
+            return self.lifecycle.start(name, prof, new_over, profile_name, emit, timeout_s, restarts=restarts,
+                                        abort=abort, leave_on_abort=True)
+        except EngineStartError as e:
+            if not rollback:
+                raise SetArgsError(f"engine did not start with {_kv(new_vals)}: {e.reason}; "
+                                   "it is stopped", log_tail=e.log_tail) from None
+            emit("rollback", f"new arguments failed ({e.reason}); starting again with {_kv(old_vals)}", force=True)
+            try:
+                self.lifecycle.start(name, prof, old_over, profile_name, emit, timeout_s, restarts=restarts,
+                                     abort=abort, leave_on_abort=True)
+            except EngineError as e2:
+                raise SetArgsError(
+                    f"engine did not start with {_kv(new_vals)}: {e.reason}; rollback to "
+                    f"{_kv(old_vals)} failed too: {e2.reason}; it is stopped",
+                    log_tail=e.log_tail) from None
+            raise SetArgsError(f"engine did not start with {_kv(new_vals)}: {e.reason}; "
+                               f"rolled back to {_kv(old_vals)}", log_tail=e.log_tail, rolled_back=True) from None
 
     def _stats(self, rec: EngineRecord, fn: Callable[[EngineRecord], EngineStats | None] | None) -> EngineStats | None:
         if fn is not None:

@@ -1,4 +1,4 @@
-"""One stop of one engine, from its first signal to its result: :class:`StopRun` (used by :class:`~.lifecycle.Lifecycle`).
+"""One stop of one engine, from its first signal to its result: :class:`StopRun` (for :class:`~.lifecycle.Lifecycle`).
 
 Part of :mod:`infertop.control.engines`.  No UI imports.
 """

@@ -278,7 +278,7 @@ class EngineStore:
         with self.lock:
             self.stale[name] = (st, refusal, str(aside) if aside else None)
         self.add_history(name, "kept-aside", "stale", reason=why, pid=st.get("pid"),
-                      path=str(aside) if aside else None)
+                         path=str(aside) if aside else None)
         return refusal
 
     def require_state(self, name: str) -> dict:
