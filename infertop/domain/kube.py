@@ -550,3 +550,25 @@ def short_unschedulable(message: str) -> str:
 def sort_events(events: list[EventView]) -> list[EventView]:
     """Warnings first, then the most recent first."""
     return sorted(events, key=lambda e: (not e.warning, -(e.last_seen_ts or 0.0)))
+
+
+@dataclass(frozen=True)
+class PodLoad:
+    """vLLM's in-flight requests on one pod, read from its /metrics."""
+
+    running: float | None = None
+    waiting: float | None = None
+    error: str | None = None
+
+    @property
+    def in_flight(self) -> float | None:
+        if self.running is None and self.waiting is None:
+            return None
+        return (self.running or 0.0) + (self.waiting or 0.0)
+
+
+def load_of(running: float | None, waiting: float | None) -> PodLoad:
+    """A pod's load from its engine's running and waiting; neither known is an error that says so."""
+    if running is None and waiting is None:
+        return PodLoad(error="no vllm:num_requests_* at /metrics")
+    return PodLoad(running, waiting)

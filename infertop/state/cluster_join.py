@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..domain.kube import ClusterSnapshot
+from ..domain.kube import ClusterSnapshot, PodLoad, load_of
 
-__all__ = ["ClusterJoin", "engine_urls", "norm_url", "pod_loads_from_engines"]
+__all__ = ["ClusterJoin", "engine_urls", "norm_url", "pod_engines", "pod_loads_from_engines"]
 
 
 def norm_url(url: str | None) -> str:
@@ -86,26 +86,39 @@ def engine_urls(collectors: Iterable[Any]) -> set[str]:
     return {u for c in collectors if (u := _collector_url(c))}
 
 
-def pod_loads_from_engines(pods: Iterable[Any], engines: Iterable[Any]) -> dict[str, Any]:
-    """pod key → :class:`~infertop.sources.kube.load.PodLoad` for the pods whose address is an engine of the
-    fleet state: its running and waiting as that state shows them (the numbers of the Engines pane, not a
-    second read of the same /metrics a moment apart); an engine not fresh gives its reason instead."""
-    from ..sources.kube.load import PodLoad, load_of
-
+def pod_engines(pods: Iterable[Any], engines: Iterable[Any],
+                engine_pods: Mapping[str, str] | None = None) -> dict[str, list[Any]]:
+    """pod key → the fleet state's engines that pod runs: by address (its ``podIP:port`` is the engine's
+    URL), else by the pod → engine map (a GPU's or Prometheus' ``pod`` label, ``--demo``'s), else an
+    engine named as the pod — engines read through Prometheus have no pod address to match."""
     by_url: dict[str, list[Any]] = {}
+    by_name: dict[str, list[Any]] = {}
     for e in engines:
         by_url.setdefault(norm_url(e.stats.url), []).append(e)
-    out: dict[str, Any] = {}
+        by_name.setdefault(e.name, []).append(e)
+    mapped = engine_pods or {}
+    out: dict[str, list[Any]] = {}
     for p in pods:
         url = getattr(p, "engine_url", None)
-        states = by_url.get(norm_url(url)) if url else None
-        if not states:
-            continue
+        states = (by_url.get(norm_url(url)) if url else None) or by_name.get(mapped.get(p.name, p.name))
+        if states:
+            out[p.key] = states
+    return out
+
+
+def pod_loads_from_engines(pods: Iterable[Any], engines: Iterable[Any],
+                           engine_pods: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """pod key → :class:`~infertop.domain.kube.PodLoad` for the pods that run an engine of the fleet
+    state (:func:`pod_engines`): its running and waiting as that state shows them (the numbers of the
+    Engines pane, not a second read of the same /metrics a moment apart); an engine not fresh gives its
+    reason instead."""
+    out: dict[str, Any] = {}
+    for key, states in pod_engines(pods, engines, engine_pods).items():
         fresh = [e.stats for e in states if e.fresh]
         if not fresh:
-            out[p.key] = PodLoad(error=states[0].freshness.reason or "no data")
+            out[key] = PodLoad(error=states[0].freshness.reason or "no data")
             continue
         running = [s.running for s in fresh if s.running is not None]
         waiting = [s.waiting for s in fresh if s.waiting is not None]
-        out[p.key] = load_of(sum(running) if running else None, sum(waiting) if waiting else None)
+        out[key] = load_of(sum(running) if running else None, sum(waiting) if waiting else None)
     return out

@@ -24,7 +24,7 @@ from ..control.kube import KubeControl, Permissions, check_permissions
 from ..domain.kube import ClusterSnapshot
 from ..sources.sanitize import error_text
 from ..sources.kube import ClusterWatcher, KubeError, KubeSession, PodLoadScraper, read_cluster, session_for
-from ..state.cluster_join import engine_urls, norm_url, pod_loads_from_engines
+from ..state.cluster_join import engine_urls, norm_url, pod_engines, pod_loads_from_engines
 from .action_runner import ActionRunner
 from .widgets.cluster import ClusterPane
 
@@ -401,11 +401,17 @@ class KubeConnection(ActionRunner):
             return self._kube_poll_stale_since, self.kube_error or "failing"
         return None
 
-    def _engine_names(self) -> dict[str, str]:
-        out = {}
-        for c in getattr(self.collector, "collectors", []):  # type: ignore[attr-defined]
-            out[c.endpoint.url.rstrip("/")] = c.endpoint.name
-        return out
+    def _engine_pods(self) -> dict[str, str]:
+        """pod name → engine name as configured and as the sources tell it (dcgm's or Prometheus' pod label)."""
+        return {**self.settings.engine_pods, **getattr(self.collector, "engine_pods", {})}  # type: ignore[attr-defined]
+
+    def _pod_engines(self, snap: ClusterSnapshot) -> dict[str, str]:
+        """pod key → the engine it runs (by address, by the pod → engine map, by name), for the Pods view."""
+        state = self.state  # type: ignore[attr-defined]
+        if state is None:
+            return {}
+        return {key: states[0].name for key, states in pod_engines(snap.pods, state.engines,
+                                                                   self._engine_pods()).items()}
 
     def _kube_render(self) -> None:
         pane = self._pane()
@@ -458,7 +464,7 @@ class KubeConnection(ActionRunner):
         state = getattr(self, "state", None)
         marks = {v.subject: v.severity for v in sorted(getattr(state, "verdicts", ()) or (),
                                                        key=lambda v: v.severity == "critical")}  # critical last: wins
-        pane.show(snap, header, self._kube_loads_now(snap), self._engine_names(), stale=stale is not None,
+        pane.show(snap, header, self._kube_loads_now(snap), self._pod_engines(snap), stale=stale is not None,
                   marks=marks)
 
     def _kube_loads_now(self, snap: ClusterSnapshot) -> dict:
@@ -470,7 +476,7 @@ class KubeConnection(ActionRunner):
         state = self.state  # type: ignore[attr-defined]
         if state is None:
             return scraped
-        return {**scraped, **pod_loads_from_engines(snap.pods, state.engines)}
+        return {**scraped, **pod_loads_from_engines(snap.pods, state.engines, self._engine_pods())}
 
     def kube_pane_shown(self) -> None:
         """The Cluster pane came on view: paint what it missed while hidden, and read the pods' loads

@@ -22,12 +22,13 @@ TOKEN = "kube-ui-token"
 NS = "default"
 
 
-def make_app(tmp_path, kubeconfig=None, *, read_only: bool = False, endpoints=(), **kube) -> InfertopApp:
+def make_app(tmp_path, kubeconfig=None, *, read_only: bool = False, endpoints=(), engine_pods=None,
+             **kube) -> InfertopApp:
     opts = {"stuck_after_s": 0.0, "refresh_s": 0.3, "eviction_retry_s": 0.1, "follow_poll_s": 0.05} | kube
     cfg = Config(audit_log=str(tmp_path / "audit.jsonl"), read_only=read_only,
                  kube=KubeConfig(kubeconfig=str(kubeconfig) if kubeconfig else None, **opts))
     return InfertopApp(Settings(config=cfg, endpoints=list(endpoints), read_only=read_only,
-                                state_dir=str(tmp_path / "state")), poll=False)
+                                state_dir=str(tmp_path / "state"), engine_pods=dict(engine_pods or {})), poll=False)
 
 
 def audit_all(tmp_path) -> list[dict]:

@@ -124,6 +124,38 @@ async def test_a_pod_that_is_a_watched_engine_shows_its_numbers_and_only_shown_p
         await other.cleanup()
 
 
+async def test_pods_mapped_to_engines_by_the_pod_map_or_by_name_show_their_engines_numbers(emu, tmp_path):
+    """Engines read through Prometheus (or configured by URL elsewhere) have no pod address to match: a pod
+    the pod → engine map names, or one named as an engine, shows that engine's Run, Wait and name."""
+    sim = SimCluster(2, seed=2, load="none", realtime=False).start()
+    try:
+        emu.add_pod(NS, "vllm-mapped")
+        emu.add_pod(NS, "llama-b")
+        emu.set_pod_endpoint("vllm-mapped", "127.0.0.3", 9)  # not an engine's address
+        emu.set_pod_endpoint("llama-b", "127.0.0.4", 9)
+        emu.wait_until(lambda: all(p["status"].get("phase") == "Running" for p in emu.list("pods", NS)))
+        for e, n in zip(sim.engines, (2, 4)):
+            with e.lock:
+                for _ in range(n):
+                    e.core.submit(SimRequest(prompt_tokens=50, max_tokens=500))
+        sim.advance(0.2)
+        app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"),
+                       endpoints=[EngineEndpoint("llama-a", sim.engines[0].url),
+                                  EngineEndpoint("llama-b", sim.engines[1].url)],
+                       engine_pods={"vllm-mapped": "llama-a"})
+        async with app.run_test(size=(120, 40)) as pilot:
+            pane = await connected(pilot, app)
+            await app.poll_now()
+            await app.kube_refresh_now()
+            await pilot.press("v")
+            assert pane.view == "pods"
+            p = {r[0]: r for r in rows(pane, "pods").values()}
+            assert p["vllm-mapped"][4:6] == ["2", "0"] and p["vllm-mapped"][9] == "llama-a"
+            assert p["llama-b"][4:6] == ["4", "0"] and p["llama-b"][9] == "llama-b"
+    finally:
+        sim.stop()
+
+
 async def test_the_pane_shows_workloads_pods_nodes_hpas_and_events(emu, tmp_path):
     sim = SimCluster(1, seed=2, load="none", realtime=False).start()
     try:

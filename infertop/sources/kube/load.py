@@ -9,11 +9,11 @@ This module never imports textual or rich.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from urllib.parse import urlencode
 
 import httpx
 
+from ...domain.kube import PodLoad, load_of
 from ..expfmt import ParseError, Parser
 from ..http_client import HttpError, LeanHttpClient, ResponseTooLarge, blocking_get
 
@@ -33,21 +33,6 @@ LOAD_NAMES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 LOAD_FILTER = "/metrics/?" + urlencode([("name[]", n) for n in LOAD_NAMES])
 
 
-@dataclass(frozen=True)
-class PodLoad:
-    """vLLM's in-flight requests on one pod, read from its /metrics."""
-
-    running: float | None = None
-    waiting: float | None = None
-    error: str | None = None
-
-    @property
-    def in_flight(self) -> float | None:
-        if self.running is None and self.waiting is None:
-            return None
-        return (self.running or 0.0) + (self.waiting or 0.0)
-
-
 def pod_load_from_text(text: str, parser: Parser | None = None) -> PodLoad:
     try:
         exp = (parser or Parser()).parse(text)
@@ -59,13 +44,6 @@ def pod_load_from_text(text: str, parser: Parser | None = None) -> PodLoad:
         return sum(v for _, v in series) if series else None
 
     return load_of(total("vllm:num_requests_running"), total("vllm:num_requests_waiting"))
-
-
-def load_of(running: float | None, waiting: float | None) -> PodLoad:
-    """A pod's load from its engine's running and waiting; neither known is an error that says so."""
-    if running is None and waiting is None:
-        return PodLoad(error="no vllm:num_requests_* at /metrics")
-    return PodLoad(running, waiting)
 
 
 def fetch_pod_load(url: str, timeout_s: float = 2.0, client: httpx.Client | None = None) -> PodLoad:

@@ -159,7 +159,7 @@ class ClusterPane(Vertical):
         self._shown_args: tuple | None = None
         self.snapshot: ClusterSnapshot | None = None
         self.loads: dict = {}
-        self.engine_names: dict[str, str] = {}
+        self.pod_engines: dict[str, str] = {}  # pod key → the engine it runs
         self.view = "workloads"
         self.key_hint = ""
         self.stale = False
@@ -307,14 +307,15 @@ class ClusterPane(Vertical):
         self.query_one("#cluster-header", QuietStatic).show(Text(text, style=style))
 
     def show(self, snap: ClusterSnapshot, header: Text | str, loads: dict | None = None,
-             engine_names: dict[str, str] | None = None, *, stale: bool = False,
+             pod_engines: dict[str, str] | None = None, *, stale: bool = False,
              marks: dict[str, str] | None = None) -> None:
-        """Render ``snap``; ``stale``: these are the last objects read, the cluster cannot be read now;
+        """Render ``snap``; ``loads`` / ``pod_engines``: pod key → its load and the engine it runs;
+        ``stale``: these are the last objects read, the cluster cannot be read now;
         ``marks``: triage subjects (an engine, "ns/Kind/name") → worst severity: their rows are marked."""
         self.snapshot = snap
         self.marks = marks or {}
         self.loads = loads or {}
-        self.engine_names = engine_names or {}
+        self.pod_engines = pod_engines or {}
         if stale != self.stale:
             self.stale = stale
             self.set_class(stale, "-stale")
@@ -357,7 +358,8 @@ class ClusterPane(Vertical):
     def refilter(self) -> None:
         """Repaint with the filters, sort and drill-down as they are now."""
         if self.snapshot is not None and self._shown_args is not None:
-            self.show(self.snapshot, self._shown_args[0], self.loads, self.engine_names, stale=self.stale)
+            self.show(self.snapshot, self._shown_args[0], self.loads, self.pod_engines, stale=self.stale,
+                      marks=self.marks)
 
     # ----- filter, sort, drill-down
     def open_filter(self) -> None:
@@ -507,7 +509,7 @@ class ClusterPane(Vertical):
         if p.terminating:
             status_style = "dim"
         url = p.engine_url
-        engine = self.engine_names.get(url or "", (url or DASH).replace("http://", ""))
+        engine = self.pod_engines.get(p.key) or (url or DASH).replace("http://", "")
         last = p.last_termination_reason or DASH
         severity = self.marks.get(f"{p.namespace}/Pod/{p.name}") or self.marks.get(engine)
         return [
