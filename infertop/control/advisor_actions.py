@@ -17,7 +17,6 @@ class _AdvisorSetting:
 
     abortable = False
     timeout_s: float | None = 5.0
-    audits_itself = False
     object_key = "advisor"
     target = "advisor"
 

@@ -126,7 +126,6 @@ class ClassEdit:
     """Change a class's weight / max wait / reserved slots on one gateway."""
 
     abortable = False
-    audits_itself = False
     timeout_s: float | None = 30.0
 
     def __init__(self, admin: GatewayAdmin, cls: str, changes: dict[str, float]) -> None:
@@ -181,7 +180,6 @@ class ClassEdit:
 class EngineDrain:
     """Drain an engine at the gateway (no new requests; in-flight finish, followed to 0) — or undrain it."""
 
-    audits_itself = False
 
     def __init__(self, admin: GatewayAdmin, engine: str, draining: bool, *, follow_timeout_s: float = 600.0,
                  poll_s: float = 0.25, clock: Callable[[], float] = time.monotonic) -> None:

@@ -233,7 +233,6 @@ class UndrainLeft:
     action = "gateway.undrain"
     abortable = False
     timeout_s: float | None = 30.0
-    audits_itself = False
 
     def __init__(self, target: str, engine: str, config: Any, since: str = "?") -> None:
         self.target, self.engine, self.config, self.since = target, engine, config, since

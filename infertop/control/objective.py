@@ -102,7 +102,6 @@ class ObjectivePriority:
     """Set one InferenceObjective's ``spec.priority``."""
 
     abortable = False
-    audits_itself = False
     timeout_s: float | None = 30.0
 
     def __init__(self, session: KubeSession, api: ObjectiveApi, namespace: str, name: str, priority: int) -> None:

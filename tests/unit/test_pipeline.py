@@ -27,7 +27,6 @@ class Weights:
     action = "gateway.weights"
     abortable = True
     timeout_s = 60.0
-    audits_itself = False
 
     def __init__(self, audit_path, target: str = "gateway main", fail: BaseException | None = None) -> None:
         self.target, self.object_key = target, f"gateway:{target}"

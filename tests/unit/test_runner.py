@@ -22,7 +22,7 @@ class Counter:
         self.moves: list[int] = []  # a writer elsewhere changes it before the next execute
         self.executed = 0
         self.action, self.target, self.object_key = "counter.set", "counter c", "counter:c"
-        self.abortable, self.timeout_s, self.audits_itself = False, 5.0, False
+        self.abortable, self.timeout_s = False, 5.0
 
     def plan(self) -> Review:
         if self.refuse:

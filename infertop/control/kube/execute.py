@@ -383,7 +383,6 @@ class KubeAction:
     the intent before the first request, the outcome, a failed dry run (nothing was sent).
     """
 
-    audits_itself = False
 
     def __init__(self, control: KubeControl, action: str, kind: str, namespace: str | None, name: str,
                  **params: Any) -> None:
