@@ -55,6 +55,7 @@ from ..domain.engine import DEGRADED, UP
 from ..domain.kube import ClusterSnapshot, HpaView, WorkloadView
 from ..sources.prometheus.fleet_map import queue_rank
 from .advisor_queues import QueueAttribution, attribute, prom_queue_doc, queue_name, source_text, workload_depth
+from .cluster_join import pod_engines
 
 P99_HISTOGRAMS = {"ttft_p99_s": ("ttft", 0.99, "P99"), "e2e_p99_s": ("e2e", 0.99, "E2E P99"),
                   "queue_p99_s": ("queue", 0.99, "queue P99")}
@@ -89,24 +90,16 @@ class Apply:
     reason: str
 
 
-def _pod_engine(pod: Any, by_url: Mapping[str, str], names: set[str], engine_pods: Mapping[str, str]) -> str | None:
-    url = pod.engine_url
-    if url and url in by_url:
-        return by_url[url]
-    name = engine_pods.get(pod.name, pod.name)
-    return name if name in names else None
-
-
 def workload_engines(state: Any, snap: ClusterSnapshot,
                      engine_pods: Mapping[str, str] | None = None) -> dict[str, list[str]]:
-    """Workload key → the names of its engines (engine → pod → owner)."""
-    by_url = {(e.stats.url or "").rstrip("/"): e.name for e in state.engines if e.stats.url}
-    names = {e.name for e in state.engines}
+    """Workload key → the names of its engines (engine → pod → owner; the pod's engine as
+    :func:`~infertop.state.cluster_join.pod_engines` finds it)."""
+    pods = [p for p in snap.pods if not p.terminating]
+    engines = pod_engines(pods, state.engines, engine_pods)
     out: dict[str, list[str]] = {}
-    for pod in snap.pods:
-        if pod.terminating:
-            continue
-        engine = _pod_engine(pod, by_url, names, engine_pods or {})
+    for pod in pods:
+        found = engines.get(pod.key)
+        engine = found[-1].name if found else None
         w = snap.workload_of(pod) if engine is not None else None
         if w is not None and engine is not None and engine not in out.setdefault(w.key, []):
             out[w.key].append(engine)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ import httpx
 import pytest
 from ports import free_port
 from locations import REPO
+from prom_run import PROMETHEUS, require_prometheus
 
 from infertop.config import PrometheusConfig
 from infertop.sim import SimCluster
@@ -34,19 +34,8 @@ from infertop.state.fleet import FRESH, STALE, FleetJoiner
 
 pytestmark = pytest.mark.real_prometheus
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 N = 4
 WINDOW_S = 20.0
-
-
-def _require_prometheus() -> None:
-    if os.path.exists(PROMETHEUS):
-        return
-    msg = (f"{PROMETHEUS} not found — install it: apt-get update && "
-           "DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus")
-    if os.environ.get("INFERTOP_REQUIRE_REAL") == "1":
-        pytest.fail(msg)
-    pytest.skip(msg)
 
 
 def _wait(what: str, cond, timeout_s: float = 60.0, log: Path | None = None):
@@ -146,7 +135,7 @@ def sim():
 
 @pytest.fixture
 def prometheus(tmp_path, sim):
-    _require_prometheus()
+    require_prometheus()
     p = Prometheus(tmp_path, sim)
     p.start()
     try:

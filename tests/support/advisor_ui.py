@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import time
 
+from pilot_wait import until  # the Autoscaler tests import their wait from here
+
 from infertop.config import AdvisorConfig, Config, KubeConfig
 from infertop.sim.model import SimRequest
 from infertop.sources.vllm import EngineEndpoint
@@ -45,15 +47,6 @@ def ready(emu, n: int) -> bool:
     pods = [p for p in emu.list("pods", NS, "app=vllm") if not p["metadata"].get("deletionTimestamp")]
     return len(pods) == n and all({c["type"]: c["status"] for c in p["status"].get("conditions") or []}.get("Ready")
                                   == "True" for p in pods)
-
-
-async def until(pilot, predicate, tries: int = 500, message: str = ""):
-    for _ in range(tries):
-        value = predicate()
-        if value:
-            return value
-        await pilot.pause(0.02)
-    raise AssertionError(f"timed out waiting: {message or predicate}")
 
 
 def text(widget) -> str:

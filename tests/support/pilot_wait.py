@@ -19,13 +19,14 @@ DEADLINE_S = 60.0
 
 
 async def until(pilot, predicate: Callable[[], object], what: str = "condition",
-                timeout_s: float = DEADLINE_S) -> object:
+                timeout_s: float = DEADLINE_S, *, message: str | None = None) -> object:
     """Pause ``pilot`` until ``predicate()`` is true and return its value; fail naming
-    ``what`` after ``timeout_s``.
+    ``what`` (or ``message``, the Queue and Autoscaler tests' word for it) after ``timeout_s``.
 
     A predicate that raises (a widget not mounted yet) counts as false; the
     last such error is chained to the failure.
     """
+    what = message or what
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     while True:

@@ -15,6 +15,7 @@ from infertop.ui.screens.kube_dialogs import ChoiceDialog, FormDialog
 from infertop.ui.widgets.queue import QueuePane
 from queue_gateway_fake import TOKEN, FakeGateway
 from overview_view import tile
+from pilot_wait import until
 
 NS = "default"
 KUBE_TOKEN = "queue-ui-token"
@@ -40,15 +41,6 @@ def audit(tmp_path) -> list[dict]:
 
 def cell(table, row: int, col: str) -> str:
     return table.get_row_at(row)[[k for k, _ in table.cols].index(col)].plain
-
-
-async def until(pilot, predicate, tries: int = 500, message: str = ""):
-    for _ in range(tries):
-        value = predicate()
-        if value:
-            return value
-        await pilot.pause(0.02)
-    raise AssertionError(f"timed out waiting: {message or predicate}")
 
 
 async def dry_run(pilot, app) -> ConfirmScreen:
