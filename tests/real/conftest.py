@@ -25,24 +25,15 @@ from pathlib import Path
 import httpx
 import pytest
 from ports import free_port
+from real_vllm_env import ENGINE_ENV, SERVED_NAME
+from tiny_model import build_tiny_model
 
 from infertop.control.vllm_env import default_venv_dir, ensure_venv, is_ready
 
-from .tiny_model import build_tiny_model
-
-SERVED_NAME = "tiny"
 HEALTH_TIMEOUT_S = 240.0
 #: Per-test limit for real_vllm tests (the project default is 300 s; the
 #: first test also pays for the virtualenv, the model and an engine start).
 REAL_VLLM_TEST_TIMEOUT_S = 1200
-
-ENGINE_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-}
 
 
 # ---------------------------------------------------------------- selection

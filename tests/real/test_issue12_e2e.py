@@ -40,7 +40,8 @@ from infertop.state.advisor import Advisor
 from infertop.control.advisor_scale import apply_scale
 from infertop.state.fleet import FRESH, STALE, FleetJoiner
 
-from .test_prometheus_fleet import PROMETHEUS, _require_prometheus, _wait
+from prom_run import PROMETHEUS, require_prometheus
+from prom_sim_fleet import wait_for
 
 pytestmark = pytest.mark.real_prometheus
 
@@ -135,7 +136,7 @@ class Console:
         def step():
             view = self.tick()
             return view is not None and cond(view) and view
-        return _wait(what, step, timeout_s=timeout_s, log=log)
+        return wait_for(what, step, timeout_s=timeout_s, log=log)
 
     def close(self) -> None:
         self.src.close()
@@ -160,7 +161,7 @@ def burst(sim: SimCluster, engine: int, n: int, max_tokens: int) -> None:
 
 @pytest.mark.timeout(240)
 def test_burst_scale_up_auto_scale_down_after_the_window_then_prometheus_down_and_back(tmp_path):
-    _require_prometheus()
+    require_prometheus()
     # 4 engines (a port each, 4 GPUs); the Deployment starts with 1 pod; a light steady load
     sim = SimCluster(4, seed=11, load="steady", base_rate=0.3, realtime=True, max_num_seqs=4, dcgm=False,
                      hot_engine=None, throttle_gpu=None, http_metrics=False, process_metrics=False).start()
@@ -171,7 +172,7 @@ def test_burst_scale_up_auto_scale_down_after_the_window_then_prometheus_down_an
     try:
         kube.emu.wait_until(lambda: running_pods(kube) == 1 and kube.pod_of(0) is not None, timeout=20)
         prom.start()
-        _wait("engine 0 scraped", lambda: len([r for r in prom.query("up") if r["value"][1] == "1"]) >= 1
+        wait_for("engine 0 scraped", lambda: len([r for r in prom.query("up") if r["value"][1] == "1"]) >= 1
               and prom.query("vllm:num_requests_waiting"), log=prom.log)
         console = Console(prom.url, kube, tmp_path)
         # before the burst: a decision on full inputs (a P99 once the light load has finished a request)
@@ -262,7 +263,7 @@ MODELS = [f"model-{c}" for c in "abcde"]  # engine i serves MODELS[i % 5]
 
 @pytest.fixture
 def fleet500(tmp_path):
-    _require_prometheus()
+    require_prometheus()
     # what `infertop sim --engines 500 --shared-port 0 --file-sd F --kubernetes-labels --lean` serves;
     # the clock is stepped here (warm-up) and then held, so Prometheus scrapes values that stay put
     with SimCluster(n_engines=N, seed=9, realtime=False, load="steady", base_rate=0.5, shared_port=0,
@@ -272,7 +273,7 @@ def fleet500(tmp_path):
         prom = Prometheus(tmp_path, 2.0, file_sd=sim.fleet.file_sd())
         prom.start()
         try:
-            _wait(f"{N} targets up", lambda: len([r for r in prom.query("up") if r["value"][1] == "1"]) == N
+            wait_for(f"{N} targets up", lambda: len([r for r in prom.query("up") if r["value"][1] == "1"]) == N
                   and len(prom.query("vllm:num_requests_running")) == N, timeout_s=120, log=prom.log)
             yield sim, prom
         finally:

@@ -15,141 +15,17 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from pathlib import Path
 
-import httpx
 import pytest
-from ports import free_port
 from locations import REPO
-from prom_run import PROMETHEUS, require_prometheus
+from prom_sim_fleet import N, WINDOW_S, Driver, prometheus, sim, fleet_source, wait_for  # noqa: F401 — fixtures
 
-from infertop.config import PrometheusConfig
-from infertop.sim import SimCluster
 from infertop.sources.prometheus.gpu import NO_SERIES
-from infertop.sources.prometheus.fleet import PromFleetSource
 from infertop.sources.vllm import EngineEndpoint, FleetCollector
 from infertop.state.fleet import FRESH, STALE, FleetJoiner
 
 pytestmark = pytest.mark.real_prometheus
-
-N = 4
-WINDOW_S = 20.0
-
-
-def _wait(what: str, cond, timeout_s: float = 60.0, log: Path | None = None):
-    """Poll ``cond`` (a bounded loop) until it returns something truthy."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = cond()
-        except Exception as e:  # noqa: BLE001 — not there yet
-            last = e
-        else:
-            if last:
-                return last
-        time.sleep(0.2)
-    tail = log.read_text()[-2000:] if log is not None and log.exists() else ""
-    pytest.fail(f"timed out waiting for {what}; last: {last!r}\n{tail}")
-
-
-class Prometheus:
-    """One Prometheus process on a fixed port and data dir (so a restart keeps both)."""
-
-    def __init__(self, tmp: Path, sim: SimCluster) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.tmp = tmp
-        self.log = tmp / "prometheus.log"
-        targets = tmp / "targets.json"
-        targets.write_text(json.dumps(sim.fleet.file_sd()))
-        self.cfg = tmp / "prometheus.yml"
-        self.cfg.write_text(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
-            "scrape_configs:\n"
-            "  - job_name: vllm\n"
-            f"    file_sd_configs: [{{files: [\"{targets}\"], refresh_interval: 1s}}]\n"
-            "    metric_relabel_configs: [{source_labels: [__name__], regex: '.*_created', action: drop}]\n"
-        )
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        with open(self.log, "ab") as fh:
-            self.proc = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={self.cfg}", f"--storage.tsdb.path={self.tmp / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=2h"],
-                stdout=fh, stderr=subprocess.STDOUT,
-            )
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self.proc = None
-
-    def query(self, promql: str) -> list:
-        r = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=2, trust_env=False)
-        return r.json()["data"]["result"]
-
-
-class Driver:
-    """Advances a ``realtime=False`` cluster on the wall clock in a thread, until frozen."""
-
-    def __init__(self, sim: SimCluster) -> None:
-        self.sim = sim
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        last = time.monotonic()
-        while not self._stop.wait(0.1):
-            now = time.monotonic()
-            self.sim.advance(now - last, tick=0.1)
-            last = now
-
-    def start(self) -> "Driver":
-        self._thread.start()
-        return self
-
-    def freeze(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(5)
-
-
-@pytest.fixture
-def sim():
-    with SimCluster(n_engines=N, seed=5, realtime=False, load="steady", shared_port=0, metrics_cache_s=0.0,
-                    kubernetes_labels=True, http_metrics=False, process_metrics=False, dcgm=False,
-                    base_rate=3.0) as c:
-        c.advance(60, tick=0.25)  # counters and histograms with history
-        yield c
-
-
-@pytest.fixture
-def prometheus(tmp_path, sim):
-    require_prometheus()
-    p = Prometheus(tmp_path, sim)
-    p.start()
-    try:
-        _wait(f"{N} targets up with vllm series",
-              lambda: len([r for r in p.query("up") if r["value"][1] == "1"]) == N
-              and len(p.query("vllm:num_requests_running")) == N, log=p.log)
-        yield p
-    finally:
-        p.stop()
-
-
-def _source(url: str, **kw) -> PromFleetSource:
-    cfg = PrometheusConfig(url=url, window_s=WINDOW_S, timeout_s=5, interval_s=1.0, **kw)
-    return PromFleetSource(cfg)
 
 
 class Slo:
@@ -182,7 +58,7 @@ async def test_values_match_a_direct_scrape_of_the_same_engines(prometheus, sim)
             seen.append(gen())
             return seen[-1] == seen[-2]
 
-        _wait("a scrape of the frozen engines", settled, log=prometheus.log)
+        wait_for("a scrape of the frozen engines", settled, log=prometheus.log)
         # the window must start after the direct collector's first poll and a scrape before the load
         await asyncio.sleep(max(0.0, t0 + WINDOW_S + 1.5 - time.monotonic()))
         await direct.poll_once()
@@ -190,7 +66,7 @@ async def test_values_match_a_direct_scrape_of_the_same_engines(prometheus, sim)
         driver.freeze()
         await direct.aclose()
     assert {e.index: e.core.now for e in sim.engines} == frozen
-    src = _source(prometheus.url)
+    src = fleet_source(prometheus.url)
     res = src.refresh()
     assert time.monotonic() - WINDOW_S < started - 1.5, "too slow: the window no longer holds all the load"
     assert res.error is None and res.queries == 8 and res.engines == N and res.targets_down == 0
@@ -235,7 +111,7 @@ async def test_values_match_a_direct_scrape_of_the_same_engines(prometheus, sim)
 
 
 def test_prometheus_stopped_mid_run_then_restarted_recovers_without_restarting(prometheus, sim):
-    src = _source(prometheus.url)
+    src = fleet_source(prometheus.url)
     joiner = FleetJoiner(src, slo=Slo(), refresh_s=1.0, window_s=WINDOW_S)
     assert src.refresh().error is None
     joiner.observe()
@@ -258,13 +134,13 @@ def test_prometheus_stopped_mid_run_then_restarted_recovers_without_restarting(p
         st = joiner.build()
         return all(e.freshness.status == FRESH for e in st.engines) and len(st.engines) == N and st
 
-    state = _wait("the engines fresh again", recovered, log=prometheus.log)
+    state = wait_for("the engines fresh again", recovered, log=prometheus.log)
     assert [s.ok for s in state.sources if s.kind == "prometheus"] == [True]
     src.close()
 
 
 def test_a_target_whose_scrape_fails_is_that_engine_down(prometheus, sim):
-    src = _source(prometheus.url)
+    src = fleet_source(prometheus.url)
     assert src.refresh().error is None
     sim.set_fault(2, "down")  # its path answers 503: Prometheus records up == 0
     try:
@@ -272,7 +148,7 @@ def test_a_target_whose_scrape_fails_is_that_engine_down(prometheus, sim):
             src.refresh()
             return src.last.targets_down == 1 and src
 
-        _wait("up == 0 for engine 2", down, log=prometheus.log)
+        wait_for("up == 0 for engine 2", down, log=prometheus.log)
         by_url = {c.endpoint.url: c for c in src.collectors}
         bad = by_url[sim.engines[2].url]
         assert bad.stats[0].state == "down" and not bad.health.ok
@@ -281,6 +157,6 @@ def test_a_target_whose_scrape_fails_is_that_engine_down(prometheus, sim):
         assert src.health.ok and src.health.last_error == f"partial: 1 of {N} targets down (up == 0)"
     finally:
         sim.set_fault(2, None)
-    _wait("engine 2 back", lambda: (src.refresh(), all(c.health.ok for c in src.collectors))[1],
+    wait_for("engine 2 back", lambda: (src.refresh(), all(c.health.ok for c in src.collectors))[1],
           log=prometheus.log)
     src.close()

@@ -20,7 +20,7 @@ from infertop.snapshot import print_table
 from infertop.state.fleet import STALE, FleetJoiner
 from infertop.ui.status import AlertLog, status_line
 
-from .test_prometheus_fleet import N, Driver, _source, _wait, prometheus, sim  # noqa: F401 — fixtures
+from prom_sim_fleet import N, Driver, prometheus, sim, fleet_source, wait_for  # noqa: F401 — fixtures
 
 pytestmark = pytest.mark.real_prometheus
 
@@ -33,7 +33,7 @@ class TightSlo:
 
 def test_prometheus_stopped_mid_run_is_metrics_stale_not_engines_down(prometheus, sim):  # noqa: F811
     driver = Driver(sim).start()
-    src = _source(prometheus.url)
+    src = fleet_source(prometheus.url)
     joiner = FleetJoiner(src, slo=TightSlo(), refresh_s=1.0, window_s=20.0)
     log, triage, t = AlertLog(), Triage(), [1000.0]
 
@@ -52,7 +52,7 @@ def test_prometheus_stopped_mid_run_is_metrics_stale_not_engines_down(prometheus
             return len(state.engines) == N and all(e.fresh for e in state.engines) \
                 and targets >= {e.name for e in state.engines} and state
 
-        before = _wait("an alert on every engine", every_engine_alerting, log=prometheus.log)
+        before = wait_for("an alert on every engine", every_engine_alerting, log=prometheus.log)
         for _ in range(6):  # held 5 s: logged
             tick()
         kept = {(a.target, a.text.split(" (")[0]) for a in before.alerts}

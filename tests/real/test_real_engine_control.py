@@ -42,7 +42,7 @@ from infertop.control.gateway_drain import find_gateway
 from infertop.control.procfs import read_stat, session_members
 from infertop.sources.vllm import EngineEndpoint, FleetCollector
 
-from .conftest import ENGINE_ENV, SERVED_NAME
+from real_vllm_env import ENGINE_ENV, SERVED_NAME
 
 pytestmark = pytest.mark.real_vllm
 

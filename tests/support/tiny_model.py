@@ -206,6 +206,6 @@ def build_tiny_model(
     return dst
 
 
-if __name__ == "__main__":  # python -m tests.real.tiny_model DIR
+if __name__ == "__main__":  # python tests/support/tiny_model.py DIR
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "tiny-model")
     print(build_tiny_model(target))
