@@ -14,7 +14,6 @@ check the command-line flags use (:func:`check_value`).
 from __future__ import annotations
 
 import os
-import stat
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from .config_load import DEFAULT_LIMITS, ConfigError, compose, one_line, scalar_value, to_bytes
+from .config_load import ConfigError, compose, one_line, read_bytes, scalar_value, to_bytes
 from .sources.prometheus.fleet_query import DEFAULT_QUEUE_PROMQL, check_label_name
 from .sources.sanitize import plain_text, redact_url
 from .gateway.config import GatewayConfig  # the `gateway:` section (infertop gateway)
@@ -486,37 +485,15 @@ def engine_name_from_url(url: str) -> str:
 def load_config(path: str | os.PathLike | None = None, *, required: bool = False) -> Config:
     """Load ``path`` (or the default location). Missing default file → defaults."""
     p = Path(path) if path is not None else default_config_path()
-    limit = DEFAULT_LIMITS.max_bytes
     try:
-        with _open_regular(p) as f:
-            data = f.read(limit + 1)  # never more than the limit
+        data = read_bytes(p)  # with the limits and the FIFO/device refusal every YAML file gets
     except FileNotFoundError:
         if required or path is not None:
             raise ConfigError(str(p), None, "", "no such file") from None
         return Config()
-    except OSError as e:
-        raise ConfigError(str(p), None, "", f"cannot read: {e.strerror or e}") from None
     cfg = parse_config(data, str(p))
     cfg.source = str(p)
     return cfg
-
-
-def _open_regular(p: Path):
-    """``p`` opened for reading; a FIFO (which would block the open or the read forever),
-    a device or a directory raises ConfigError 'not a regular file'."""
-    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        st = os.fstat(fd)
-        null = os.stat(os.devnull)
-        if stat.S_ISCHR(st.st_mode) and (st.st_rdev, st.st_ino) == (null.st_rdev, null.st_ino):
-            pass  # --config /dev/null: "no config file", as scripts and tests say it (reads empty)
-        elif not stat.S_ISREG(st.st_mode):
-            raise ConfigError(str(p), None, "", "not a regular file (a FIFO, device or directory)")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def parse_config(text: str | bytes, path: str = "<config>", *, pure_python: bool = False) -> Config:

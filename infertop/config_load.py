@@ -234,25 +234,41 @@ def load(text: str | bytes, path: str, limits: Limits = DEFAULT_LIMITS, *, pure_
         raise ConfigError(path, None, "", f"invalid value: {why}") from None
 
 
-def read_file(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS) -> object:
-    """:func:`load` of the file at ``path``, never reading past ``limits.max_bytes``; a FIFO,
-    device or directory is refused before it is read (it could block or never end)."""
+def read_bytes(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    """The bytes of the file at ``path``, never more than ``limits.max_bytes`` + 1 (one over: the
+    parser names the limit); a FIFO, device or directory is refused before it is read (it could block
+    or never end) — except /dev/null, which reads empty (``--config /dev/null``: "no config file").
+    A missing file raises FileNotFoundError (the caller knows whether that is an error); any other
+    failure is a ConfigError."""
     name = str(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
     except OSError as e:
         raise ConfigError(name, None, "", f"cannot read: {e.strerror or e}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st, null = os.fstat(fd), os.stat(os.devnull)
+        if stat.S_ISCHR(st.st_mode) and (st.st_rdev, st.st_ino) == (null.st_rdev, null.st_ino):
+            return b""
+        if not stat.S_ISREG(st.st_mode):
             raise ConfigError(name, None, "", "not a regular file (a FIFO, device or directory)")
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb") as f:
             fd = -1  # the file object owns it now
-            data = f.read(limits.max_bytes + 1)
+            return f.read(limits.max_bytes + 1)
     except OSError as e:
         raise ConfigError(name, None, "", f"cannot read: {e.strerror or e}") from None
     finally:
         if fd >= 0:
             os.close(fd)
-    return load(data, name, limits)
+
+
+def read_file(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS) -> object:
+    """:func:`load` of the file at ``path`` (read by :func:`read_bytes`); a missing file is a ConfigError."""
+    try:
+        data = read_bytes(path, limits)
+    except FileNotFoundError as e:
+        raise ConfigError(str(path), None, "", f"cannot read: {e.strerror or e}") from None
+    return load(data, str(path), limits)
 
