@@ -94,7 +94,9 @@ class DemoIncidentCommands(Provider):
             return
         line = Text("demo ", style="bold magenta")
         line.append(f"incident injected: {answer}")  # plain text: the simulator's words are never markup
-        app.call_from_thread(app.log_event, line)
+        log_event = getattr(app, "log_event", None)  # InfertopApp's Log pane (this provider is only its)
+        if log_event is not None:
+            app.call_from_thread(log_event, line)
 
     async def discover(self) -> Hits:
         for title, name, help_text in self._entries():

@@ -84,11 +84,11 @@ def status_line(state: FleetState, gpu_parts: list[str] | None = None) -> Text:
     c = state.cluster
     if c is not None and c.freshness.status != "fresh":
         sep()
-        f = c.freshness
-        out.append(f"✗ kube {plain(f.source, 30)}", style="bold red" if f.status == "missing" else "yellow")
-        out.append(f": {plain(f.reason or 'unavailable', 60)}")
-        if f.since:
-            out.append(f", since {_clock(f.since)}")
+        kube = c.freshness
+        out.append(f"✗ kube {plain(kube.source, 30)}", style="bold red" if kube.status == "missing" else "yellow")
+        out.append(f": {plain(kube.reason or 'unavailable', 60)}")
+        if kube.since:
+            out.append(f", since {_clock(kube.since)}")
     for s in [s for s in state.sources if s.kind in ("gateway", "epp") and not s.ok][:MAX_NAMED]:
         sep()
         out.append(f"✗ {s.kind} {plain(s.name, 30)}", style="bold red")
@@ -117,7 +117,7 @@ class AlertLog:
     pairs: 160 of 212 lines in 12 minutes of the demo)."""
 
     def __init__(self) -> None:
-        self._debounce = Debouncer(ALERT_LOG_FOR_S, ALERT_LOG_CLEAR_S)
+        self._debounce: Debouncer[tuple[str, str]] = Debouncer(ALERT_LOG_FOR_S, ALERT_LOG_CLEAR_S)
         self._text: dict[tuple[str, str], str] = {}
 
     def changes(self, state: FleetState) -> list[Text]:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from rich.color import ColorSystem
 from rich.console import COLOR_SYSTEMS, Console
+from rich.style import Style
 from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
 from textual.strip import Strip
@@ -50,7 +51,7 @@ class SpanUpdate(ChopsUpdate):
     def render_segments(self, console: Console) -> str:
         model = cell_model(console)
         pieces = self._pieces() if model is not None else None
-        if pieces is None:  # no such driver, or a link or control code to write: as text
+        if pieces is None or model is None:  # no such driver, or a link or control code to write: as text
             return self._render_text(console)
         if model.shadow is not None:
             model.shadow.append(self._render_text(console))
@@ -126,9 +127,9 @@ def _narrow(strip: Strip) -> bool:
     return all(one_cell_each(text) for text, _, _ in strip)
 
 
-def _cells_of(strip: Strip, start: int, end: int) -> list[tuple[str, object, None]]:
+def _cells_of(strip: Strip, start: int, end: int) -> list[tuple[str, Style | None, None]]:
     """The segments of ``strip.crop(start, end)`` for a strip of one-cell characters, sliced from its own."""
-    out = []
+    out: list[tuple[str, Style | None, None]] = []
     pos = 0
     for text, style, _ in strip:
         stop = pos + len(text)

@@ -72,7 +72,7 @@ class DirectLines:
 
     _direct_rows: dict[int, tuple[Strip, Strip]] | None = None  # y -> (render_line's strip, the strip painted)
     _direct_key: tuple | None = None
-    _batched: list[Region] | None = None  # regions to repaint, inside batch()
+    _batched: list[Region] | None = None  # regions to repaint, inside repaint_batch()
     _direct_box: tuple | None = None  # (the styles' keys, what _box read from them)
     _gutter: tuple | None = None  # (the styles' key, their gutter)
     _direct_screen = None  # the screen it was mounted on (see refresh)
@@ -89,7 +89,7 @@ class DirectLines:
         return on
 
     @contextmanager
-    def batch(self) -> Iterator[None]:
+    def repaint_batch(self) -> Iterator[None]:
         """Repaint what :meth:`repaint` is given inside in one refresh: Textual's cost is per refresh
         (the widget looked up on its screen, a message to it and one to the screen), and a tick
         changes a dozen tiles or a few alert lines."""
@@ -129,7 +129,7 @@ class DirectLines:
         return self
 
     def repaint(self, region: Region) -> None:
-        """Refresh ``region`` now, or with the others at the end of :meth:`batch`."""
+        """Refresh ``region`` now, or with the others at the end of :meth:`repaint_batch`."""
         if self._batched is not None:
             self._batched.append(region)
         else:

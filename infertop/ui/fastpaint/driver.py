@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Callable
 from itertools import groupby
 from operator import itemgetter
+from typing import cast
 
 from rich.cells import cell_len
 from textual.strip import Strip
@@ -94,7 +95,7 @@ class CellDiff:
     @property
     def want(self) -> list[list[Cell | None]]:
         """What the app wrote, cell by cell: (text, SGR parameters) or None (never written)."""
-        return [[None if ch is None else (ch, st) for ch, st in zip(chars, styles)]
+        return [[None if ch is None else cast(Cell, (ch, st)) for ch, st in zip(chars, styles)]  # written together
                 for chars, styles in zip(self._chars, self._styles)]
 
     # ----- what the app writes ------------------------------------------------------
@@ -200,8 +201,9 @@ class CellDiff:
         for ch in text:
             w = cell_len(ch)
             if w == 0:  # a combining mark joins the previous cell
-                if c > 0 and chars[c - 1] is not None:
-                    chars[c - 1] += ch
+                joined = chars[c - 1] if c > 0 else None
+                if joined is not None:
+                    chars[c - 1] = joined + ch
                     styles[c - 1] = style
                 continue
             if c + w > self.cols:

@@ -118,8 +118,10 @@ class FormDialog(ModalScreen[dict | None]):
         if inputs:
             inputs[0].focus()
 
-    def values(self) -> dict:
-        out = {}
+    def values(self) -> dict[str, int | str | None]:
+        """Each field's value: an integer field's as an int (None when empty; the raw text when it is no
+        number, for the plan to refuse by name)."""
+        out: dict[str, int | str | None] = {}
         for f in self.fields:
             raw = self.query_one(f"#field-{f.id}", Input).value.strip()
             if f.type == "integer":

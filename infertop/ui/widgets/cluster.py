@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from rich.text import Text
 from textual import on
@@ -88,7 +89,7 @@ class KubeTable(LeanLines, DataTable):
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self.cols = columns
         self._order: list[str] = []
-        self._shown: dict[str, list[str]] = {}
+        self._shown: dict[str, list[str | None]] = {}  # None: repaint that cell
         self.cells_updated = 0  # cells rewritten in place (a repaint each), for tests and benchmarks
 
     def on_mount(self) -> None:
@@ -620,7 +621,7 @@ class ClusterPane(Vertical):
         key = self.table().selected_key
         if key is None:
             return self.view, None
-        find: dict[str, Callable[[], object | None]] = {
+        find: dict[str, Callable[[], Any]] = {
             "workloads": lambda: next((w for w in snap.workloads if w.key == key), None),
             "pods": lambda: next((p for p in snap.pods if p.key == key), None),
             "nodes": lambda: next((n for n in snap.nodes if n.name == key), None),
@@ -630,8 +631,8 @@ class ClusterPane(Vertical):
             "services": lambda: next((v for v in snap.services if v.key == key), None),
             "pdbs": lambda: next((b for b in snap.pdbs if b.key == key), None),
             "configmaps": lambda: next((c for c in snap.configmaps if c.key == key), None),
-            "inference": lambda: next((o for o in (*snap.inference_pools, *snap.inference_objectives)
-                                       if o.key == key), None),
+            "inference": lambda: next((o for o in snap.inference_pools if o.key == key), None)
+            or next((o for o in snap.inference_objectives if o.key == key), None),
         }
         return self.view, find[self.view]()
 

@@ -12,6 +12,7 @@ number of rows does.
 from __future__ import annotations
 
 import time
+from typing import Any, cast
 from collections.abc import Callable
 
 from rich.text import Text
@@ -85,7 +86,7 @@ def sort_engines(stats: list[EngineStats], key: str, descending: bool, slo=None)
         return sorted(rows, key=lambda s: pressure(s, slo))
     value = next(c[3] for c in COLUMNS if c[0] == key)
     present = [s for s in rows if value(s) is not None]
-    present.sort(key=value, reverse=descending)  # stable: equal values stay in name order
+    present.sort(key=lambda s: cast(Any, value(s)), reverse=descending)  # present: never None  # stable: equal values stay in name order
     return present + [s for s in rows if value(s) is None]
 
 
@@ -127,10 +128,10 @@ def engine_cell(key: str, fmt: Cell, s: EngineStats, f: Freshness | None, slo) -
     values over their SLO target bold red, a non-empty queue yellow."""
     stale = f is not None and f.status != FRESH
     if key == "state":
-        reason = (f.reason or "") if stale else ""
+        reason = (f.reason or "") if f is not None and stale else ""
         # orphaned: x cleans it up; connecting: no answer yet at start-up (not down)
         word = next((w for w in ("orphaned", "connecting") if reason.startswith(w)), s.state)
-        text = f"{word} {age_short(f.age_s)}" if stale and f.age_s is not None else word
+        text = f"{word} {age_short(f.age_s)}" if f is not None and stale and f.age_s is not None else word
         return text, _STATE_STYLE.get(s.state, "dim")  # stale values: how old they are
     text = fmt(s)
     if stale:
@@ -178,8 +179,8 @@ class Group:
         if col not in self._agg:
             if col == "runmax":
                 run = _sum([s.running for s in self.fresh])
-                cap = None if any(s.max_num_seqs is None for s in self.fresh) else _sum(
-                    [float(s.max_num_seqs) for s in self.fresh])
+                seqs = [s.max_num_seqs for s in self.fresh]
+                cap = _sum([float(n) for n in seqs if n is not None]) if None not in seqs else None
                 self._agg[col] = run / cap if run is not None and cap else None
             elif col in _GROUP_AGG:
                 agg, attr, _ = _GROUP_AGG[col]
@@ -199,8 +200,8 @@ class Group:
                 out[key] = (f"{up}/{n} up", "bold green" if up == n else "bold yellow")
             elif key == "runmax":
                 run = _sum([s.running for s in self.fresh])
-                cap = None if any(s.max_num_seqs is None for s in self.fresh) else _sum(
-                    [float(s.max_num_seqs) for s in self.fresh])
+                seqs = [s.max_num_seqs for s in self.fresh]
+                cap = _sum([float(n) for n in seqs if n is not None]) if None not in seqs else None
                 out[key] = (ratio_human(run, None if cap is None else int(cap)), "bold")
             elif key == "model":
                 models = {s.model for s in self.members if s.model}
@@ -352,7 +353,7 @@ class EnginesTable(LeanTable):
         if self.sort_key not in ("name", "state", "model", PRESSURE):
             # Groups ordered by their total in the sort column, as the engines are; no value last.
             present = [g for g in groups if g.total(self.sort_key) is not None]
-            present.sort(key=lambda g: g.total(self.sort_key), reverse=self.descending)
+            present.sort(key=lambda g: g.total(self.sort_key) or 0.0, reverse=self.descending)
             groups = present + [g for g in groups if g.total(self.sort_key) is None]
         elif self.sort_key == "name" and self.descending:
             groups.reverse()

@@ -422,11 +422,11 @@ def gpu_status_parts(health: list[SourceHealth], now: float) -> list[str]:
     bad = [h for h in health if not h.ok and h.last_error and not _quiet(h)]
     for h in bad[:2]:
         age = f", {age_human(now - h.last_error_at)} ago" if h.last_error_at is not None else ""
-        parts.append(f"[red]✗ {_name(h)}[/] down: {escape(h.last_error)}{age}")
+        parts.append(f"[red]✗ {_name(h)}[/] down: {escape(h.last_error or '')}{age}")
     if len(bad) > 2:
         parts.append(f"[red]+{len(bad) - 2} GPU sources down[/]")
     for h in [h for h in ok if h.last_error][:1]:
-        parts.append(f"[yellow]⚠ {h.kind}[/] {escape(h.last_error)}")
+        parts.append(f"[yellow]⚠ {h.kind}[/] {escape(h.last_error or '')}")
     return parts
 
 
@@ -607,7 +607,7 @@ class GpusPane(Vertical):
         gid = self.selected_gpu
         self._trend_gpu = gid
         r = self.by_id.get(gid) if gid else None
-        if r is None:
+        if r is None or gid is None:
             return
         g = r.gpu
         values = {  # short: four trends share 80 columns

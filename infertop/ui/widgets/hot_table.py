@@ -136,7 +136,7 @@ class HotTable(DirectLines, Widget):
                 first = x if first is None else first
                 last = x + w
             x += w
-        if first is None:
+        if first is None or last is None:
             return None  # only columns cut at this width changed
         return Region(first, y + 1, last - first, 1)
 
@@ -164,7 +164,8 @@ class HotTable(DirectLines, Widget):
 
     # -- painting ------------------------------------------------------------------------------
     def _layout(self, width: int) -> list[tuple[str, int]]:
-        out, used = [], 0
+        out: list[tuple[str, int]] = []
+        used = 0
         for key, _, _, _ in self.cols:
             w = self._widths[key] + 2 * PAD
             if used + w > width and out:

@@ -142,7 +142,7 @@ class Overview(Vertical):
             self._engines = len(state.engines)
             self._fit()
         self._show_verdict(state)
-        with self.tiles.batch():
+        with self.tiles.repaint_batch():
             self._show_tiles(state)
             self._show_queues(state)
         n = 120
@@ -220,7 +220,7 @@ class Overview(Vertical):
 
     def show_gpus(self, g, configured: bool = True) -> None:
         """GPU tiles from a :class:`~infertop.ui.widgets.gpus.GpuSummary`."""
-        with self.tiles.batch():
+        with self.tiles.repaint_batch():
             self._show_gpu_tiles(g, configured)
 
     def _show_gpu_tiles(self, g, configured: bool) -> None:
@@ -261,7 +261,7 @@ class Overview(Vertical):
             title.append(" none", style="green")
             title.append(" — every engine within its SLO targets")
         out = self.alert_lines
-        with out.batch():
+        with out.repaint_batch():
             self._show_alert_lines(out, title, groups)
 
     def _show_alert_lines(self, out: AlertLines, title: Text, groups: list[tuple[str, list[Alert]]]) -> None:

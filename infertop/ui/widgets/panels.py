@@ -58,7 +58,7 @@ def on_view(widget: Widget) -> bool:
     """True when neither ``widget`` nor any container of it is ``display: none`` (a pane not on view,
     the Overview's wide trends on a narrow terminal). Its size tells only after the next layout:
     until then it reads the size it had on screen."""
-    node = widget
+    node: object = widget
     while isinstance(node, Widget):
         if not node.display:
             return False
@@ -369,11 +369,13 @@ class Trend(DirectLines, Widget):
             by_text = {seg.text: seg.style for seg in Content.from_rich_text(probe, self.app.console)
                        .render_segments(base)}
             # without the probe's text offsets (meta for text selection: a sparkline is not text to copy)
-            self._styles = (by_text["a"].clear_meta_and_links(), by_text["b"].clear_meta_and_links())
+            axis_of, bar_of = by_text["a"] or Style(), by_text["b"] or Style()
+            self._styles = (axis_of.clear_meta_and_links(), bar_of.clear_meta_and_links())
         axis_style, bar_style = self._styles
         axis = max(len(self._plotted[2]), 1) + 1
         # a row the same as last frame keeps its Strip, so DirectLines reuses it as painted
-        last, made, strips = self._row_strips, {}, []
+        last, strips = self._row_strips, []
+        made: dict[str, Strip] = {}
         for row in rows:
             strip = made.get(row) or last.get(row)
             if strip is None:

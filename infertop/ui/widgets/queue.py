@@ -54,7 +54,7 @@ class QueueTable(KubeTable):
         if any(self._styles.get(k) != v for k, v in styles.items()):
             changed = [k for k, v in styles.items() if self._styles.get(k) != v and k in self._shown]
             for k in changed:
-                self._shown[k] = [None] * len(self.cols)  # repaint every cell of the row
+                self._shown[k] = [None] * len(self.cols)  # None: no cell equals it
         self._styles = styles
         super().update_rows(rows)
 

@@ -32,7 +32,7 @@ def record_slo(history, state) -> None:
         return
     for c in report.get("classes") or ():
         try:
-            fast = next((w for w in c.get("burn") or () if w.get("pair") == "fast"), {})
+            fast: dict = next((w for w in c.get("burn") or () if w.get("pair") == "fast"), {})
             history.record(slo_entity(str(c["name"])), BURN_METRIC, fast.get("long_burn"))
         except (TypeError, KeyError, AttributeError):
             continue  # a recording of the wrong shape: no point

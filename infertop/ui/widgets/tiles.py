@@ -10,6 +10,7 @@ benchmarks/bench_textual_floor.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from rich.cells import cached_cell_len
 from rich.console import Console
@@ -53,7 +54,7 @@ def text_strip(text: Text, width: int, base: VisualStyle, console: Console, lead
         return out
     if layout is _NOT_CACHED:
         return _text_strip_slow(text, width, base, console, lead)
-    head, pieces, tail = layout
+    head, pieces, tail = cast(tuple, layout)
     return [*head, *[Segment(plain[start:end], style) for start, end, style in pieces], *tail]
 
 
@@ -65,7 +66,7 @@ _NOT_CACHED = object()  # a layout the slow path's output did not confirm: alway
 def _layout_key(text: Text, plain: str, width: int, base: VisualStyle, console: Console, lead: int) -> tuple | None:
     """Everything besides the characters that ``Content.from_rich_text`` and ``render_segments``
     read, as they read it; None where a style does not parse (left to the slow path)."""
-    style = text.style
+    style: str | Style | VisualStyle = text.style
     if isinstance(style, str):
         if style:
             # A str style is parsed at render time with the app's CSS variables (a theme's
