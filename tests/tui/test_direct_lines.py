@@ -156,6 +156,25 @@ async def test_a_bordered_or_vertically_padded_box_is_painted_by_textual():
         assert boxed._direct_rows is None  # Textual's own path
 
 
+async def test_a_direct_lines_widget_recomposes_and_batches_its_repaints():
+    """Textual's ``Widget.recompose`` enters ``async with self.batch()``: a DirectLines widget must not
+    shadow it (its own batching of repaints is ``repaint_batch``, a plain context manager)."""
+    app = HostApp()
+    async with app.run_test(size=(60, 20)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, Host)
+        fill(screen, 5)
+        await pilot.pause()
+        for widget in (screen.grid, screen.alerts, screen.clock):
+            await widget.recompose()  # raised TypeError (no __aenter__) while DirectLines defined batch()
+        with screen.grid.repaint_batch():
+            screen.grid.set_value("k1", "123ms")
+            screen.grid.set_value("k2", "456ms")
+        await until(pilot, lambda: "123ms" in "".join(s.text for s in screen.grid.render_lines(
+            Region(0, 0, *screen.grid.outer_size))), "the batched values painted")
+        assert compare_with_textual(screen) == 4 * 4
+
+
 def update_text(compositor: Compositor, console: Console) -> str:
     update = compositor.render_partial_update()
     return "" if update is None else update.render_segments(console)
