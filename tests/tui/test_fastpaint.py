@@ -89,6 +89,22 @@ def test_the_environment_variable_turns_every_piece_off():
     assert "off: driver (INFERTOP_FAST_PAINT=0)" in pieces.summary()
 
 
+def test_the_environment_variable_turns_one_piece_off_or_keeps_only_those_named():
+    real = fastpaint.real_internals()
+    got = fastpaint.check(real, {"INFERTOP_FAST_PAINT": "-lean_table"})
+    assert got.on == frozenset(fastpaint.PIECES) - {fastpaint.LEAN_TABLE}
+    assert got.off == {fastpaint.LEAN_TABLE: "INFERTOP_FAST_PAINT=-lean_table"}
+    got = fastpaint.check(real, {"INFERTOP_FAST_PAINT": "driver, compositor"})
+    assert got.on == {fastpaint.DRIVER, fastpaint.COMPOSITOR}
+    assert set(got.off) == {fastpaint.DIRECT_LINES, fastpaint.LEAN_TABLE}
+    assert fastpaint.check(real, {"INFERTOP_FAST_PAINT": "1"}).on == frozenset(fastpaint.PIECES)
+    assert fastpaint.check(real, {"INFERTOP_FAST_PAINT": "off"}).on == frozenset()
+    # a piece asked for but whose internals differ stays off, for that reason
+    got = fastpaint.check(dataclasses.replace(real, compositor=CompositorWithoutRenderChops),
+                          {"INFERTOP_FAST_PAINT": "compositor"})
+    assert got.on == frozenset() and "INFERTOP_FAST_PAINT" not in got.off[fastpaint.COMPOSITOR]
+
+
 class Table(App):
     def compose(self) -> ComposeResult:
         yield LeanTable(id="t")

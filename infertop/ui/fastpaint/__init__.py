@@ -15,7 +15,7 @@ Four pieces build on internals that any Textual release may change:
 :func:`install` checks each piece's internals (attributes and signatures present; Textual and Rich in
 the tested range for those that copy or patch Textual's code), turns on the pieces that pass, logs which
 are on and why others are off, and leaves the rest to stock Textual. ``INFERTOP_FAST_PAINT=0`` turns
-every piece off. Widgets ask :func:`enabled` for their app; an app :func:`install` never saw gets what
+every piece off, ``INFERTOP_FAST_PAINT=-lean_table`` one of them, ``=driver,compositor`` all but those. Widgets ask :func:`enabled` for their app; an app :func:`install` never saw gets what
 the checks give for this Textual and the environment.
 """
 
@@ -217,13 +217,30 @@ _CHECKS = {DRIVER: (_check_driver, False), COMPOSITOR: (_check_compositor, True)
            DIRECT_LINES: (_check_direct_lines, True), LEAN_TABLE: (_check_lean_table, True)}
 
 
+def _asked_off(value: str) -> dict[str, str]:
+    """The pieces INFERTOP_FAST_PAINT turns off, with the reason: ``0`` (off, no, false) every piece;
+    ``1`` or empty none; else a comma list — ``-lean_table`` turns that piece off, a bare name keeps only
+    the pieces named (``driver,compositor``). An unknown name is ignored (said in the reason of none)."""
+    value = value.strip().lower()
+    if value in ("0", "off", "no", "false"):
+        return {p: f"{ENV}=0" for p in PIECES}
+    names = [n.strip() for n in value.split(",") if n.strip() and n.strip() not in ("1", "on", "yes", "true")]
+    dropped = {n[1:] for n in names if n.startswith("-")}
+    kept = {n for n in names if not n.startswith("-")}
+    return {p: f"{ENV}={value}" for p in PIECES if p in dropped or (kept and p not in kept)}
+
+
 def check(internals: Internals, environ: Mapping[str, str]) -> Pieces:
-    """The pieces whose internals are as checked; all off when ``environ`` has INFERTOP_FAST_PAINT=0."""
-    if environ.get(ENV, "1").strip().lower() in ("0", "off", "no", "false"):
-        return Pieces(frozenset(), {p: f"{ENV}=0" for p in PIECES})
+    """The pieces whose internals are as checked and that INFERTOP_FAST_PAINT does not turn off
+    (:func:`_asked_off`)."""
+    asked_off = _asked_off(environ.get(ENV, "1"))
+    if len(asked_off) == len(PIECES):
+        return Pieces(frozenset(), asked_off)
     out_of_range = _in_range(internals)
-    on, off = set(), {}
+    on, off = set(), dict(asked_off)
     for piece, (check_piece, pinned) in _CHECKS.items():
+        if piece in asked_off:
+            continue
         try:
             reason = (out_of_range if pinned else None) or check_piece(internals)
         except Exception as exc:  # noqa: BLE001 — a check that breaks means the internals differ
