@@ -98,6 +98,7 @@ def test_the_environment_variable_turns_one_piece_off_or_keeps_only_those_named(
     assert got.on == {fastpaint.DRIVER, fastpaint.COMPOSITOR}
     assert set(got.off) == {fastpaint.DIRECT_LINES, fastpaint.LEAN_TABLE}
     assert fastpaint.check(real, {"INFERTOP_FAST_PAINT": "1"}).on == frozenset(fastpaint.PIECES)
+    assert fastpaint.check(real, {"INFERTOP_FAST_PAINT": "lean"}).on == frozenset(fastpaint.PIECES)  # no piece
     assert fastpaint.check(real, {"INFERTOP_FAST_PAINT": "off"}).on == frozenset()
     # a piece asked for but whose internals differ stays off, for that reason
     got = fastpaint.check(dataclasses.replace(real, compositor=CompositorWithoutRenderChops),

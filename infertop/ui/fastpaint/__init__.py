@@ -220,13 +220,14 @@ _CHECKS = {DRIVER: (_check_driver, False), COMPOSITOR: (_check_compositor, True)
 def _asked_off(value: str) -> dict[str, str]:
     """The pieces INFERTOP_FAST_PAINT turns off, with the reason: ``0`` (off, no, false) every piece;
     ``1`` or empty none; else a comma list — ``-lean_table`` turns that piece off, a bare name keeps only
-    the pieces named (``driver,compositor``). An unknown name is ignored (said in the reason of none)."""
+    the pieces named (``driver,compositor``). A name that is no piece is ignored (a typo keeps the
+    pieces on rather than turning all of them off)."""
     value = value.strip().lower()
     if value in ("0", "off", "no", "false"):
         return {p: f"{ENV}=0" for p in PIECES}
     names = [n.strip() for n in value.split(",") if n.strip() and n.strip() not in ("1", "on", "yes", "true")]
     dropped = {n[1:] for n in names if n.startswith("-")}
-    kept = {n for n in names if not n.startswith("-")}
+    kept = {n for n in names if n in PIECES}
     return {p: f"{ENV}={value}" for p in PIECES if p in dropped or (kept and p not in kept)}
 
 
