@@ -16,16 +16,13 @@ Needs /usr/bin/prometheus (skipped without it unless INFERTOP_REQUIRE_REAL=1).
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from pilot_wait import until as pilot_until
-from ports import free_port
 
 from infertop.analysis.scaling import APPLIED, APPLYING, AUTO, RECOMMEND, RECOMMENDED, REFUSED, STABILISATION
 from infertop.config import AdvisorConfig, Config, KubeConfig, PrometheusConfig, SloConfig
@@ -40,59 +37,13 @@ from infertop.state.advisor import Advisor
 from infertop.control.advisor_scale import apply_scale
 from infertop.state.fleet import FRESH, STALE, FleetJoiner
 
-from prom_run import PROMETHEUS, require_prometheus
-from prom_sim_fleet import wait_for
+from prom_run import require_prometheus
+from prom_sim_fleet import Prometheus, wait_for
 
 pytestmark = pytest.mark.real_prometheus
 
 NS, DEPLOY = "inference", "vllm"
 WORKLOAD = f"Deployment/{NS}/{DEPLOY}"
-
-
-class Prometheus:
-    """One Prometheus on a fixed port and data dir (a restart keeps both), scraping ``targets``."""
-
-    def __init__(self, tmp: Path, scrape_s: float, static: list[str] | None = None,
-                 file_sd: list[dict] | None = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.tmp, self.log = tmp, tmp / "prometheus.log"
-        if file_sd is not None:
-            sd = tmp / "targets.json"
-            sd.write_text(json.dumps(file_sd))
-            targets = f"    file_sd_configs: [{{files: [\"{sd}\"], refresh_interval: 1s}}]\n"
-        else:
-            targets = f"    static_configs: [{{targets: {json.dumps(static)}}}]\n"
-        self.cfg = tmp / "prometheus.yml"
-        self.cfg.write_text(
-            f"global:\n  scrape_interval: {int(scrape_s * 1000)}ms\n  scrape_timeout: {int(scrape_s * 900)}ms\n"
-            "scrape_configs:\n  - job_name: vllm\n" + targets
-            + "    metric_relabel_configs: [{source_labels: [__name__], regex: '.*_created', action: drop}]\n")
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        with open(self.log, "ab") as fh:
-            self.proc = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={self.cfg}", f"--storage.tsdb.path={self.tmp / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=2h"],
-                stdout=fh, stderr=subprocess.STDOUT)
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self.proc = None
-
-    def query(self, promql: str) -> list:
-        import httpx
-
-        r = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5, trust_env=False)
-        return r.json()["data"]["result"]
 
 
 # ---------------------------------------------------------------- 1. the advisor

@@ -41,23 +41,25 @@ def wait_for(what: str, cond, timeout_s: float = 60.0, log: Path | None = None):
 
 
 class Prometheus:
-    """One Prometheus process on a fixed port and data dir (so a restart keeps both)."""
+    """One Prometheus on a fixed port and data dir (a restart keeps both), scraping ``static`` targets or
+    the ``file_sd`` target groups every ``scrape_s``."""
 
-    def __init__(self, tmp: Path, sim: SimCluster) -> None:
+    def __init__(self, tmp: Path, scrape_s: float, static: list[str] | None = None,
+                 file_sd: list[dict] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.tmp = tmp
-        self.log = tmp / "prometheus.log"
-        targets = tmp / "targets.json"
-        targets.write_text(json.dumps(sim.fleet.file_sd()))
+        self.tmp, self.log = tmp, tmp / "prometheus.log"
+        if file_sd is not None:
+            sd = tmp / "targets.json"
+            sd.write_text(json.dumps(file_sd))
+            targets = f"    file_sd_configs: [{{files: [\"{sd}\"], refresh_interval: 1s}}]\n"
+        else:
+            targets = f"    static_configs: [{{targets: {json.dumps(static)}}}]\n"
         self.cfg = tmp / "prometheus.yml"
         self.cfg.write_text(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
-            "scrape_configs:\n"
-            "  - job_name: vllm\n"
-            f"    file_sd_configs: [{{files: [\"{targets}\"], refresh_interval: 1s}}]\n"
-            "    metric_relabel_configs: [{source_labels: [__name__], regex: '.*_created', action: drop}]\n"
-        )
+            f"global:\n  scrape_interval: {int(scrape_s * 1000)}ms\n  scrape_timeout: {int(scrape_s * 900)}ms\n"
+            "scrape_configs:\n  - job_name: vllm\n" + targets
+            + "    metric_relabel_configs: [{source_labels: [__name__], regex: '.*_created', action: drop}]\n")
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -65,8 +67,7 @@ class Prometheus:
             self.proc = subprocess.Popen(
                 [PROMETHEUS, f"--config.file={self.cfg}", f"--storage.tsdb.path={self.tmp / 'data'}",
                  f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=2h"],
-                stdout=fh, stderr=subprocess.STDOUT,
-            )
+                stdout=fh, stderr=subprocess.STDOUT)
 
     def stop(self) -> None:
         if self.proc is None:
@@ -80,7 +81,7 @@ class Prometheus:
         self.proc = None
 
     def query(self, promql: str) -> list:
-        r = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=2, trust_env=False)
+        r = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5, trust_env=False)
         return r.json()["data"]["result"]
 
 
@@ -121,7 +122,7 @@ def sim():
 @pytest.fixture
 def prometheus(tmp_path, sim):
     require_prometheus()
-    p = Prometheus(tmp_path, sim)
+    p = Prometheus(tmp_path, 1.0, file_sd=sim.fleet.file_sd())
     p.start()
     try:
         wait_for(f"{N} targets up with vllm series",
