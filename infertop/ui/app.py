@@ -32,15 +32,16 @@ from ..text import plain
 from .actions import ACTIONS, bindings, footer_panes, key_display
 from .controllers.changes import ChangeLog
 from .controllers.collection import Collection
-from .app_navigation import PANES, NavigationMixin
-from .app_paint import PaintMixin
+from .controllers.navigation import PANES, Navigation
+from .controllers.paint import PaneHooks, Painter
 from .controllers.engines import ENGINE_ACTIONS, EngineController
 from .kube_actions import KUBE_ACTIONS, KubeActions
 from .controllers.queues import QUEUE_ACTIONS, QueueController
 from .controllers.advisor import ADVISOR_ACTIONS, AdvisorController
 from ..state.changes import ChangeRecords
 from ..analysis.triage import Triage, Verdict
-from .remedy_actions import RemedyActions
+from .controllers.remedies import Remedies, RemedyTargets
+from .kube_connection import KUBE_MUTATING
 from .controllers.bundle import BundleController
 from .controllers.replay import ReplayController
 from .commands import InfertopCommands
@@ -61,7 +62,7 @@ from .widgets.queue import QueuePane
 from .widgets.triage import TriagePane
 from .widgets.slo import SloPane
 
-__all__ = ["PANES", "InfertopApp", "PaneScreen", "Settings"]  # PANES is app_navigation's, importable here
+__all__ = ["PANES", "InfertopApp", "PaneScreen", "Settings"]  # PANES is navigation's, importable here
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
 REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_speed", "replay_seek"}
 # Keys that read or connect to the live world: none of them belongs in a replay.
@@ -91,8 +92,7 @@ class Settings:
     no_auto: bool = False  # --no-auto: the scaling advisor never applies by itself
 
 
-class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
-                  KubeActions, App[None]):
+class InfertopApp(KubeActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
@@ -130,7 +130,6 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
 
             self.collector.on_backfill = lambda series: seed_history(self.history, series)
         self.poll = poll
-        self.state: FleetState | None = None  # the state on screen
         self.advisor_ctl = AdvisorController(
             self, None if settings.replay is not None else self.fleet.advisor, settings,  # a replay shows decisions
             pane=lambda: self.main.query_one(AutoscalerPane), kube=lambda: self.kube_control,
@@ -152,6 +151,19 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
         self.state_log = StateLog(settings.record_path, refresh_s=cfg.refresh_s,
                                   spill_dir=str(settings.state_dir or default_state_dir()))
         self.log_lines: deque[str] = deque(maxlen=2000)
+        # each tick's state built and painted; the other controllers' parts in it are theirs (hooks)
+        self.painter = Painter(self, fleet=self.fleet, settings=settings, history=self.history,
+                               state_log=self.state_log, player=self.player, hooks=PaneHooks(
+                                   join_cluster=self._join_cluster, after_tick=lambda: self.advisor_ctl.after_tick(),
+                                   discover=lambda: self.engines_ctl.discover(),
+                                   note_changes=lambda old, new: self.changes_ctl.note_changes(old, new),
+                                   probe_objectives=lambda: self.queue_ctl.probe_objectives(),
+                                   render_autoscaler=lambda st: self.advisor_ctl.render(st),
+                                   show_triage=lambda st: self.remedies.show(st), managed=self.managed,
+                                   engine_manager=lambda: self.engine_manager))
+        self.navigation = Navigation(self, self.history, render_snapshot=self.render_snapshot,
+                                     show_detail=self.painter.show_detail, has_state=lambda: self.state is not None,
+                                     triage_engine=lambda: self.remedies.engine())
         self.engines_ctl = EngineController(
             self, settings, self.fleet.collector, local=self.fleet.joiner.local, board=self.action_board,
             selected=lambda: self.selected_engine_name(), snapshot=lambda: self.snapshot,
@@ -165,9 +177,17 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
             recorded_ticks=lambda: len(self.state_log.window(BUNDLE_S)), replay=settings.replay is not None)
         self.replay_ctl = ReplayController(
             self, self.player, self.history, refresh_s=cfg.refresh_s, show_state=self.show_state,
-            render_top=self._render_top, note_replayed=self.changes_ctl.note_replayed, state=lambda: self.state,
+            render_top=self.painter.render_top, note_replayed=self.changes_ctl.note_replayed, state=lambda: self.state,
             running=lambda: self.is_running)
         self.bundle_ctl = BundleController(self, settings, self.state_log, lambda: list(self.log_lines))
+        self.remedies = Remedies(self, settings, self.history, RemedyTargets(
+            set_seqs=lambda name, value: self.engines_ctl.set_seqs(name, value),
+            restart=lambda name: self.engines_ctl.restart(name), engine_denied=self._engine_denied,
+            engine_detail=self.action_engine_detail, show_pane=self.action_show_pane,
+            kube_refused=self._kube_refused, kube_snapshot=lambda: self.kube_snapshot,
+            open_pod_read=lambda target, key: self.open_pod_read(target, key),
+            scale=self._scale_remedy, drain_node=self._drain_node_remedy),
+            replay=settings.replay is not None, state=lambda: self.state, current_pane=lambda: self.current_pane)
 
     # ----- layout -------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -230,7 +250,7 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
             self.log_event(Text(plain(p, 400), style="yellow"))  # a path or value from outside: text, not markup
         for note in self.settings.notes:
             self.log_event(Text(note))  # notes carry paths, URLs and bundle log lines: text, not markup
-        self._render_top()
+        self.painter.render_top()
         if self.player is not None:
             self.set_interval(0.25, self.replay_ctl.tick)
             self.call_after_refresh(self.replay_ctl.open)  # --at: the Log of the minutes before it too
@@ -336,10 +356,108 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
     @property
     def snapshot(self) -> FleetSnapshot | None:
         """The fresh engines of the state on screen (what actions act on)."""
-        st = self.state
-        if st is None:
-            return None
-        return FleetSnapshot(taken_at=st.taken_at, engines=tuple(e.stats for e in st.engines if e.fresh))
+        return self.painter.snapshot
+
+    # ----- painting and moving (controllers/paint.py, navigation.py)
+    @property
+    def state(self) -> FleetState | None:
+        """The fleet state on screen."""
+        return self.painter.state
+
+    def tick(self) -> None:
+        """Build this tick's fleet state and show it everywhere."""
+        self.painter.tick()
+
+    def show_state(self, state: FleetState) -> None:
+        """Paint every pane from ``state`` (a live tick's or a replayed one)."""
+        self.painter.show_state(state)
+
+    def render_snapshot(self, force: bool = False) -> None:
+        """Repaint the state on screen (a filter or sort changed); no new tick."""
+        self.painter.render_snapshot(force)
+
+    @property
+    def current_pane(self) -> str:
+        return self.navigation.current_pane
+
+    def selected_engine_name(self) -> str | None:
+        """The engine an engine action acts on (see Navigation.selected_engine_name)."""
+        return self.navigation.selected_engine_name()
+
+    def action_show_pane(self, pane: str) -> None:
+        self.navigation.show_pane(pane)
+
+    def action_next_pane(self) -> None:
+        self.navigation.step_pane(1)
+
+    def action_previous_pane(self) -> None:
+        self.navigation.step_pane(-1)
+
+    def action_filter(self) -> None:
+        self.navigation.open_filter()
+
+    def action_clear_filter(self) -> None:
+        self.navigation.clear_filter()
+
+    def action_sort_pick(self) -> None:
+        self.navigation.sort_pick()
+
+    def action_group_engines(self) -> None:
+        self.navigation.group_engines()
+
+    def action_engine_detail(self, name: str | None = None) -> None:
+        self.navigation.engine_detail(name)
+
+    def action_gpu_detail(self) -> None:
+        self.navigation.gpu_detail()
+
+    def action_triage_open(self) -> None:
+        self.remedies.open_selected()
+
+    def on_triage(self) -> bool:
+        """The Triage pane is on view and nothing covers it (a key there means its selected verdict)."""
+        return self.remedies.on_triage()
+
+    def remedy_key(self, key: str) -> bool:
+        """On the Triage pane, ``key`` opens the selected verdict's remedy of that key (True: handled)."""
+        return self.remedies.key(key)
+
+    # ----- what the remedies and the fleet join ask of the engines and the cluster
+    def _engine_denied(self, name: str) -> str | None:
+        """Why an engine action cannot act on ``name`` (the same words as its key in the Engines pane)."""
+        if self.engine_manager is None:
+            return "local engine control is not ready"
+        if self.managed(name) is None:
+            return f"{name} was not started by infertop: it can be watched, not stopped or changed"
+        return None
+
+    def _join_cluster(self) -> None:
+        """Hand the Cluster pane's latest read (or its error) to the fleet state."""
+        if not self.kube_cfg.configured:
+            return
+        session = self.kube_session
+        source = session.context if session is not None else (self.kube_cfg.context or "kubernetes")
+        error = self.kube_error or self.kube_stale_error
+        if error or self.kube_snapshot is not None:
+            self.joiner.set_cluster(self.kube_snapshot, error=error, source=source)
+
+    def _kube_refused(self, action: str, namespace: str | None, kind: str | None) -> str | None:
+        """Why the Kubernetes action cannot act (not connected, RBAC), or None."""
+        if self.kube_session is None:
+            error = self.kube_error
+            return ("Kubernetes is not connected: " + error) if error else "Kubernetes is not configured"
+        perms = self.kube_perms
+        if perms is not None:
+            return perms.denied(KUBE_MUTATING[action], namespace, kind)
+        return None
+
+    def _scale_remedy(self, w: Any, replicas: int | None) -> None:
+        if not self._kube_busy(w.kind, w.namespace, w.name):
+            self._start(self._scale_flow(w, replicas))
+
+    def _drain_node_remedy(self, node: str) -> None:
+        if not self._kube_busy("Node", None, node):
+            self._kube_flow("drain_node", "Node", None, node)
 
     # ----- actions (named in ui/actions.py) -------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -378,8 +496,8 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
         return self.queue_ctl.denied_reason(action) or super().action_denied_reason(action)
 
     # ----- the panes' messages ------------------------------------------
-    # Here, not in NavigationMixin: Textual collects @on handlers only from classes of its own (App,
-    # Widget), never from a plain mixin. The work is the mixin's.
+    # Textual collects @on handlers only from its own classes (App, Widget): they stay here, the work
+    # is the controllers'.
     @on(TabbedContent.TabActivated, "#panes")
     def _pane_activated(self) -> None:
         self.refresh_bindings()  # the footer shows the keys of the pane on view (a click on a tab too)
@@ -388,12 +506,11 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
-        self.main.query_one("#engines-table", EnginesTable).filter_text = event.value
-        self.render_snapshot(force=True)
+        self.navigation.filter_changed(event.value)
 
     @on(Input.Submitted, "#filter")
     def _filter_done(self) -> None:
-        self.main.query_one("#engines-table", EnginesTable).focus()
+        self.navigation.filter_done()
 
     @on(EnginesTable.RowSelected)
     def _row_selected(self, event: EnginesTable.RowSelected) -> None:
@@ -409,7 +526,7 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
         self.action_triage_open()  # Enter (or a click) on a verdict or a remedy line
 
     # On the Triage pane a remedy's key opens the selected verdict's remedy (pre-filled); elsewhere it is the
-    # key of its own pane. Both go through the same pipeline (remedy_actions.py).
+    # key of its own pane. Both go through the same pipeline (controllers/remedies.py).
     def action_engine_new(self) -> None:
         self.engines_ctl.new()
 
@@ -434,7 +551,7 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
 
     @on(GpusPane.DetailRequested)
     def _gpu_detail_requested(self, event: GpusPane.DetailRequested) -> None:
-        self._open_gpu_detail(event.gpu_id)
+        self.navigation.gpu_detail(event.gpu_id)
 
     async def on_unmount(self) -> None:
         gc.unfreeze()  # what this app froze can be collected once it is gone (tests run many apps)

@@ -413,7 +413,7 @@ async def test_the_header_says_rec_failing_while_writes_fail_and_the_log_says_re
                 log.flush()
         finally:
             resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        app._render_top()
+        app.painter.render_top()
         await pilot.pause()
         top = text_of(app, "#topbar")
         assert "rec failing: cannot write the recording" in top and "● rec" not in top, top

@@ -283,9 +283,9 @@ async def test_an_engine_detail_painted_in_the_turn_it_is_pushed_does_not_crash(
         await app.workers.wait_for_complete()
         screen = EngineDetailScreen("fake", app.history)
         app.push_screen(screen)
-        app._show_detail(screen)  # the same turn: not composed yet
+        app.painter.show_detail(screen)  # the same turn: not composed yet
         await pilot.pause()
-        app._show_detail(screen)
+        app.painter.show_detail(screen)
         assert app.screen is screen and "no longer configured" in str(screen.query_one("#detail-body").render())
 
 

@@ -127,7 +127,7 @@ async def test_a_workload_and_a_pod_a_verdict_is_about_are_marked_in_the_cluster
         await pilot.press("5")
         pane = app.query_one(ClusterPane)
         pod = app.kube_snapshot.pods[0]
-        app.state = replace(app.state, verdicts=(
+        app.painter.state = replace(app.state, verdicts=(
             Verdict("autoscaler-blocked", f"{NS}/Deployment/vllm", "critical", 0.0, "blocked"),
             Verdict("crash-loop", f"{NS}/Pod/{pod.name}", "critical", 0.0, "looping")))
         app._kube_render()
