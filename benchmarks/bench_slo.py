@@ -6,7 +6,7 @@ side with the tick without it (FleetJoiner.build over the same collectors).
 
 The engines are collector-shaped objects at the I/O boundary: each keeps a real CounterWindow fed with a
 vLLM-like point per tick (four histograms of 16 buckets: ttft, itl, e2e, queue, plus the counters), and
-EngineStats derived from it by the real analysis.engine_stats.derive — as a poll leaves them. Each tick
+EngineStats derived from it by the real domain.engine_stats.derive — as a poll leaves them. Each tick
 advances a fake clock by 1 s. Reported: median and p95 wall time per tick of the build, of the SLO update
 (engine_windows + buckets_of + SloWatch.update, as the app runs it), and the ratio.
 """
@@ -19,7 +19,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from infertop.analysis.engine_stats import derive
+from infertop.domain.engine_stats import derive
 from infertop.analysis.slo.report import SloWatch, buckets_of, engine_windows
 from infertop.config import SloClassesConfig, SloConfig
 from infertop.domain.engine import EngineStats

@@ -498,7 +498,7 @@ def tui_main(args: argparse.Namespace) -> int:
 def managed_endpoints(cfg: Config, state_dir: str | None, known: set[str]) -> list[EngineEndpoint]:
     """The engines infertop itself started that still run (for ``snapshot``; the TUI adopts them
     itself), minus those already listed by name. Reads the state files; starts nothing."""
-    from .config import default_state_dir
+    from .private_fs import default_state_dir
 
     base = Path(state_dir) if state_dir else default_state_dir()
     if not (base / "engines").is_dir():

@@ -472,11 +472,6 @@ def default_config_path() -> Path:
     return Path(base) / "infertop" / "config.yaml"
 
 
-def default_state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "infertop"
-
-
 def engine_name_from_url(url: str) -> str:
     rest = redact_url(url).split("://", 1)[-1].rstrip("/")
     return rest.replace("127.0.0.1", "local").replace("localhost", "local")

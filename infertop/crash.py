@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TextIO
 
 from . import __version__
-from .config import default_state_dir
+from .private_fs import default_state_dir
 from .config_load import one_line
 from .event_loop import loop_factory
 

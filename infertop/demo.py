@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import default_state_dir
-from .private_fs import private_dir
+from .private_fs import default_state_dir, private_dir
 from .sources.vllm import EngineEndpoint
 
 if TYPE_CHECKING:

@@ -28,3 +28,9 @@ def private_dir(path: str | Path, *, tighten: bool = True) -> Path:
             if path.stat().st_mode & 0o077:
                 os.chmod(path, 0o700)
     return path
+
+
+def default_state_dir() -> Path:
+    """Where infertop keeps its state (engines, audit log, recordings): $XDG_STATE_HOME/infertop."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "infertop"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..domain.engine import UP, EngineStats
 from ..domain.window import CounterWindow
-from .engine_stats import window_buckets
+from ..domain.engine_stats import window_buckets
 from ..domain.quantiles import histogram_quantile, prepare, prepared_quantile
 
 

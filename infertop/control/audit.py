@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..config import default_state_dir
+from ..private_fs import default_state_dir
 from ..private_fs import private_dir
 
 _lock = threading.Lock()

@@ -264,7 +264,7 @@ def _command(cluster, words: list[str]) -> str:
 
 
 def _default_kubeconfig():
-    from ..config import default_state_dir
+    from ..private_fs import default_state_dir
 
     return default_state_dir() / "sim" / "kubeconfig"
 

@@ -25,7 +25,7 @@ from urllib.parse import urlencode
 
 import httpx
 
-from ..analysis.engine_stats import derived_fields
+from ..domain.engine_stats import derived_fields
 from ..domain.engine import DEGRADED, DOWN, UP, EngineStats, FleetSnapshot
 from ..domain.source import SourceHealth
 from ..domain.window import BUCKETS_RESTARTED, CounterWindow

@@ -19,7 +19,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input, OptionList, RichLog, TabbedContent, TabPane
 
-from ..config import Config, default_state_dir
+from ..config import Config
+from ..private_fs import default_state_dir
 from ..domain.engine import FleetSnapshot
 from ..sources.gpu import GpuCollector
 from ..sources.queues.collector import QueueFleet

@@ -8,7 +8,7 @@ import math
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from infertop.analysis.engine_stats import derive
+from infertop.domain.engine_stats import derive
 from infertop.domain.engine import EngineStats
 from infertop.sources.expfmt import ParseError, Parser, parse
 from infertop.sources.sanitize import clean_engine, plain_text

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from infertop.config import default_state_dir
+from infertop.private_fs import default_state_dir
 
 
 def test_a_connection_off_loopback_is_refused_before_it_is_made():

@@ -806,7 +806,7 @@ def test_engines_record_their_owner(env):
 
 
 def test_demo_has_its_own_state_directory(tmp_path, monkeypatch):
-    from infertop.config import default_state_dir
+    from infertop.private_fs import default_state_dir
     from infertop.demo import demo_state_dir
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))

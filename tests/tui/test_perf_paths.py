@@ -413,7 +413,7 @@ def test_missing_reasons_are_reused_until_the_engine_is_polled_or_its_freshness_
 
 # ----- window buckets in one pass, once per poll ------------------------------------------------
 def test_window_buckets_are_computed_once_per_poll_and_follow_each_new_poll():
-    from infertop.analysis.engine_stats import QUANTILES, all_window_buckets, derive, quantile, window_buckets
+    from infertop.domain.engine_stats import QUANTILES, all_window_buckets, derive, quantile, window_buckets
     from infertop.domain.window import CounterWindow
 
     window = CounterWindow(60)

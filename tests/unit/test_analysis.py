@@ -150,7 +150,7 @@ def test_fleet_quantiles_sum_the_engines_buckets_as_prometheus_does():
 def test_a_percentile_in_the_first_bucket_reads_under_its_bound_and_past_the_last_over_it():
     """Every queue time ≤ 0.3 s: p99 is not "297 ms" (an interpolation from 0) but "<300ms";
     one past the largest bound is ">" that bound; a rank inside the histogram is unmarked."""
-    from infertop.analysis.engine_stats import derived_fields
+    from infertop.domain.engine_stats import derived_fields
     from infertop.domain.engine import EngineStats
     from infertop.format import percentile_human
 

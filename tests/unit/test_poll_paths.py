@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from infertop.analysis.engine_stats import QUANTILES, all_window_buckets, derived_fields
+from infertop.domain.engine_stats import QUANTILES, all_window_buckets, derived_fields
 from infertop.domain.quantiles import histogram_quantile, prepare, prepared_quantile
 from infertop.sources.dcgm import LabelCache, build_rows, parse_dcgm, triples_from_exposition
 from infertop.sources.expfmt import Parser

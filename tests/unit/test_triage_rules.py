@@ -338,7 +338,7 @@ def test_a_throttled_gpu_under_an_engine_with_too_few_requests_says_so():
 
 
 def test_engine_stats_carry_the_counters_the_short_window_reads():
-    from infertop.analysis.engine_stats import derived_fields
+    from infertop.domain.engine_stats import derived_fields
     from infertop.domain.window import CounterWindow
 
     w = CounterWindow(60.0)

@@ -35,7 +35,8 @@ import time
 from dataclasses import asdict
 from typing import Any, NoReturn
 
-from ...config import ConfigError, default_config_path, default_state_dir, load_config
+from ...config import ConfigError, default_config_path, load_config
+from ...private_fs import default_state_dir
 from ..audit import AuditLog, default_audit_path
 from ..gateway_drain import GatewayDrain, find_gateway
 from ..pipeline import ActionRun

@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...config import ProfileConfig, default_state_dir
+from ...config import ProfileConfig
+from ...private_fs import default_state_dir
 from ..audit import AuditLog
 from ..pipeline import execute_audited
 from .actions import Actions

@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.text import Text
 
-from ...config import default_state_dir
+from ...private_fs import default_state_dir
 from .host import ConsoleHost
 
 MAX_AUTO_BUNDLES = 10  # bundles saved by critical verdicts kept in the state directory (the oldest go)

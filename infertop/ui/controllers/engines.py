@@ -18,7 +18,8 @@ from typing import Any
 from rich.markup import escape
 from rich.text import Text
 
-from ...config import ProfileConfig, default_state_dir
+from ...config import ProfileConfig
+from ...private_fs import default_state_dir
 from ...control.audit import AuditLog
 from ...control.engines import EngineError, EngineManager, EngineRecord, StopResult
 from ...control.engines.kind import EngineAction, owner_of
