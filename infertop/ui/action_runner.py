@@ -20,7 +20,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..config import default_state_dir
+from ..private_fs import default_state_dir
 from ..control import runner
 from ..control.audit import AuditLog
 from ..control.pipeline import ActionBoard, ActionBusy, ActionKind, ActionRun, Outcome, Preflight
