@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,9 +163,9 @@ ACTIONS: tuple[Action, ...] = (
 )
 
 
-def bindings(read_only: bool = False) -> list[Binding]:
+def bindings(read_only: bool = False) -> list[BindingType]:
     """Textual bindings for the app, minus mutating actions in read-only mode."""
-    out = []
+    out: list[BindingType] = []
     for a in ACTIONS:
         if read_only and a.mutating:
             continue

@@ -51,7 +51,7 @@ class AdvisorController:
 
     def __init__(self, host: ConsoleHost, advisor: Advisor | None, settings: Any, *,
                  pane: Callable[[], AutoscalerPane], kube: Callable[[], Any], perms: Callable[[], Any],
-                 board: ActionBoard, actions_changed: Callable[[], None], refresh_kube: Callable[[], None],
+                 board: ActionBoard, actions_changed: Callable[[], None], refresh_kube: Callable[[], object],
                  pane_on_view: Callable[[], str | None]) -> None:
         self.host, self.advisor, self.settings = host, advisor, settings
         self._pane, self._kube, self._perms = pane, kube, perms
