@@ -26,15 +26,14 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from . import __version__
+from .config_build import check_value, range_error
 from .config import (
     Config,
     ConfigError,
     DEFAULT_LOCAL_URL,
     QueueEppConfig,
     QueueGatewayConfig,
-    check_value,
     cross_checks,
-    range_error,
     default_config_path,
     engine_name_from_url,
     load_config,

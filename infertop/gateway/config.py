@@ -1,7 +1,6 @@
 """The ``gateway:`` section of the infertop config (schema only; :mod:`infertop.config` builds it).
 
-Kept free of imports from :mod:`infertop.config` so that module can import it;
-bounds use the same ``range`` field metadata as ``bounded()`` there.
+Its bounded fields are declared and checked with :mod:`infertop.config_build`, as every section's.
 """
 
 from __future__ import annotations
@@ -9,18 +8,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
+from ..config_build import bounded, bounds_errors
+
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_CAP = 8
-
-
-def _bounded(default, lo: float, hi: float, *, lo_open: bool = False):
-    return field(default=default, metadata={"range": (lo, hi, lo_open)})
-
-
-def _bounds(obj) -> list[tuple[str, str]]:
-    from ..config import bounds_errors  # at call time: infertop.config imports this module
-
-    return bounds_errors(obj)
 
 
 @dataclass
@@ -29,13 +20,13 @@ class GatewayEngine:
 
     url: str
     name: str = ""
-    cap: int | None = _bounded(None, 1, 1_000_000)  # None: the engine's max_num_seqs, else DEFAULT_CAP
-    timeout_s: float = _bounded(300.0, 0.05, 86400)  # idle read timeout: no byte for this long → 504
-    connect_timeout_s: float = _bounded(2.0, 0.05, 600)
+    cap: int | None = bounded(None, 1, 1_000_000)  # None: the engine's max_num_seqs, else DEFAULT_CAP
+    timeout_s: float = bounded(300.0, 0.05, 86400)  # idle read timeout: no byte for this long → 504
+    connect_timeout_s: float = bounded(2.0, 0.05, 600)
     priority_scheduling: bool | None = None  # None: detect (send priority; drop it if the engine refuses)
 
     def validate(self) -> list[tuple[str, str]]:
-        errs = _bounds(self)
+        errs = bounds_errors(self)
         if not self.url:
             errs.append(("url", "must not be empty"))
         return errs
@@ -47,15 +38,15 @@ class GatewayClass:
 
     name: str
     priority: int = 0
-    weight: float = _bounded(1.0, 0, 1_000_000, lo_open=True)
-    max_wait_s: float = _bounded(30.0, 0, 86400, lo_open=True)
-    reserved_slots: int = _bounded(0, 0, 1_000_000)
+    weight: float = bounded(1.0, 0, 1_000_000, lo_open=True)
+    max_wait_s: float = bounded(30.0, 0, 86400, lo_open=True)
+    reserved_slots: int = bounded(0, 0, 1_000_000)
     # how long a request of this class may be held before dispatch, so several leave together
     # (0: dispatch as soon as a slot is free); halved for the top class while its backlog > top_backlog
-    batch_wait_s: float = _bounded(0.0, 0, 60)
+    batch_wait_s: float = bounded(0.0, 0, 60)
 
     def validate(self) -> list[tuple[str, str]]:
-        errs = _bounds(self)
+        errs = bounds_errors(self)
         if not self.name:
             errs.append(("name", "must not be empty"))
         return errs
@@ -80,22 +71,22 @@ class GatewayConfig:
     strict_top: bool = False
     api_keys_file: str | None = None
     weights_file: str | None = None
-    max_body_bytes: int = _bounded(DEFAULT_MAX_BODY_BYTES, 1024, 1 << 30)
-    max_client_connections: int = _bounded(4096, 1, 1_000_000)  # open at once; more → 503, closed
-    client_header_timeout_s: float = _bounded(10.0, 0.05, 600)  # a request head still incomplete → 408
-    max_queue: int = _bounded(10_000, 1, 10_000_000)  # waiting requests in all classes; more → 429
-    top_backlog: int = _bounded(10, 1, 1_000_000)  # the adaptive rule's threshold
-    metrics_poll_s: float = _bounded(1.0, 0.1, 600)  # engines' /metrics (KV cache, waiting, up)
-    kv_cache_max_pct: float = _bounded(95.0, 0, 100, lo_open=True)  # an engine this full takes no new request
-    vllm_waiting_max: int = _bounded(4, 0, 1_000_000)  # …nor one whose own queue is longer than this
-    files_poll_s: float = _bounded(1.0, 0.1, 600)  # how often weights/api keys files are checked
-    drain_grace_s: float = _bounded(30.0, 0, 86400)  # on SIGTERM: in-flight requests get this long
+    max_body_bytes: int = bounded(DEFAULT_MAX_BODY_BYTES, 1024, 1 << 30)
+    max_client_connections: int = bounded(4096, 1, 1_000_000)  # open at once; more → 503, closed
+    client_header_timeout_s: float = bounded(10.0, 0.05, 600)  # a request head still incomplete → 408
+    max_queue: int = bounded(10_000, 1, 10_000_000)  # waiting requests in all classes; more → 429
+    top_backlog: int = bounded(10, 1, 1_000_000)  # the adaptive rule's threshold
+    metrics_poll_s: float = bounded(1.0, 0.1, 600)  # engines' /metrics (KV cache, waiting, up)
+    kv_cache_max_pct: float = bounded(95.0, 0, 100, lo_open=True)  # an engine this full takes no new request
+    vllm_waiting_max: int = bounded(4, 0, 1_000_000)  # …nor one whose own queue is longer than this
+    files_poll_s: float = bounded(1.0, 0.1, 600)  # how often weights/api keys files are checked
+    drain_grace_s: float = bounded(30.0, 0, 86400)  # on SIGTERM: in-flight requests get this long
 
     def all_classes(self) -> list[GatewayClass]:
         return self.classes or default_classes()
 
     def validate(self) -> list[tuple[str, str]]:
-        errs = _bounds(self)
+        errs = bounds_errors(self)
         for key in ("listen", "admin_listen"):
             why = address_error(getattr(self, key), loopback=key == "admin_listen")
             if why:

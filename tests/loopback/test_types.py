@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-TYPED = ["infertop/domain", "infertop/format.py", "infertop/config.py", "infertop/config_load.py", "infertop/text.py",
+TYPED = ["infertop/domain", "infertop/format.py", "infertop/config.py", "infertop/config_build.py", "infertop/config_load.py", "infertop/text.py",
          "infertop/sources", "infertop/analysis", "infertop/state", "infertop/control", "infertop/gateway",
          "infertop/__init__.py", "infertop/__main__.py", "infertop/cli.py", "infertop/crash.py", "infertop/demo.py",
          "infertop/event_loop.py", "infertop/flight_cli.py", "infertop/gpu_snapshot.py", "infertop/pipes.py",
