@@ -26,7 +26,8 @@ import time
 from infertop.config import AdvisorConfig, SloConfig
 from infertop.domain.kube import ClusterSnapshot, PodView, WorkloadView
 from infertop.sim import SimCluster
-from infertop.sources.vllm import EngineEndpoint, FleetCollector
+from infertop.sources.vllm import EngineEndpoint
+from infertop.sources.fleet_collector import FleetCollector
 from infertop.state.advisor import Advisor
 from infertop.state.fleet import FleetJoiner
 

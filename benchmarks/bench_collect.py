@@ -20,7 +20,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from infertop.demo import start_demo
-from infertop.sources.vllm import FleetCollector
+from infertop.sources.fleet_collector import FleetCollector
 
 
 async def measure(endpoints, cycles: int) -> tuple[float, float]:

@@ -83,7 +83,7 @@ def serve_many(port_q) -> None:
 
 
 async def run_collector(endpoints, seconds: float) -> None:
-    from infertop.sources.vllm import FleetCollector
+    from infertop.sources.fleet_collector import FleetCollector
 
     fc = FleetCollector(endpoints, interval_s=1.0, window_s=60.0)
     try:

@@ -143,7 +143,8 @@ def measure_prometheus(url: str, n: int, refreshes: int, window_s: float) -> dic
 
 def measure_direct(urls: list[str], seconds: float) -> float:
     """CPU % of one core of scraping every engine directly once a second for ``seconds``."""
-    from infertop.sources.vllm import EngineEndpoint, FleetCollector
+    from infertop.sources.vllm import EngineEndpoint
+    from infertop.sources.fleet_collector import FleetCollector
 
     col = FleetCollector([EngineEndpoint(f"e{i}", u) for i, u in enumerate(urls)], interval_s=1.0, window_s=30.0)
 

@@ -40,7 +40,8 @@ CAPTURE = r"""
 import asyncio, pickle, sys
 from infertop.config import Config, GpuConfig
 from infertop.sources.gpu import GpuCollector
-from infertop.sources.vllm import EngineEndpoint, FleetCollector
+from infertop.sources.vllm import EngineEndpoint
+from infertop.sources.fleet_collector import FleetCollector
 from infertop.state.fleet_join import FleetJoiner
 
 urls, dcgm, n_states, out = sys.argv[1].split(","), sys.argv[2], int(sys.argv[3]), sys.argv[4]

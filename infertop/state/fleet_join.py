@@ -74,7 +74,7 @@ def missing_reasons(s: EngineStats, fresh: Freshness) -> dict[str, str]:
 class FleetJoiner:
     """Builds one :class:`FleetState` per tick from the live sources.
 
-    ``collector`` is a :class:`~infertop.sources.vllm.FleetCollector` (its
+    ``collector`` is a :class:`~infertop.sources.fleet_collector.FleetCollector` (its
     collectors' ``stats``, ``health`` and ``windows``); GPUs, local engine
     records and the cluster are handed in by whoever polls them.
     """

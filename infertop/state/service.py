@@ -28,7 +28,8 @@ from ..domain.source import SourceHealth
 from ..sources.gpu import GpuCollector
 from ..sources.queues.collector import QueueFleet
 from ..sources.queues.config import queue_collectors
-from ..sources.vllm import EngineEndpoint, FleetCollector
+from ..sources.vllm import EngineEndpoint
+from ..sources.fleet_collector import FleetCollector
 from .changes import ChangeRecords
 from .fleet_join import CONNECTING_FOR_S, FleetJoiner
 from .fleet_types import FleetState

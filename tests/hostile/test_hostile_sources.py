@@ -19,7 +19,8 @@ import pytest
 
 from hostile_cases import CASE_IDS, CASES, HANG_TIMEOUT_S, healthy, rss_bytes  # noqa: F401 — a fixture
 from infertop.domain.engine import UP
-from infertop.sources.vllm import EngineEndpoint, FleetCollector
+from infertop.sources.vllm import EngineEndpoint
+from infertop.sources.fleet_collector import FleetCollector
 from vllm_text import v1_doc
 
 INTERVAL_S = 0.1

@@ -21,7 +21,8 @@ from infertop.control.kube import KubeControl
 from infertop.sim import SimCluster
 from infertop.sim.model import SimRequest
 from infertop.sources.kube import KubeSession, read_cluster
-from infertop.sources.vllm import EngineEndpoint, FleetCollector
+from infertop.sources.vllm import EngineEndpoint
+from infertop.sources.fleet_collector import FleetCollector
 from infertop.state.advisor import Advisor
 from infertop.control.advisor_scale import apply_scale
 from infertop.state.fleet import FleetJoiner, FleetState

@@ -9,7 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from locations import capture_text
 from infertop.domain.engine import DEGRADED, DOWN, UP
-from infertop.sources.vllm import EngineEndpoint, FleetCollector
+from infertop.sources.vllm import EngineEndpoint
+from infertop.sources.fleet_collector import FleetCollector
 from vllm_text import v0_doc, v1_doc
 
 
@@ -262,7 +263,7 @@ async def test_too_many_label_sets_are_capped_and_said(scripted):
 def test_healthy_engines_share_each_poll_deadline_on_the_interval_grid():
     """Engines whose polls started apart (or took longer) are due at the same multiple of the interval:
     one wake-up of the event loop for all of them; never sooner than MIN_PAUSE_S after a poll ends."""
-    from infertop.sources.vllm import MIN_PAUSE_S, grid_due
+    from infertop.sources.fleet_collector import MIN_PAUSE_S, grid_due
 
     dues = {grid_due(started + 1.0, now, 1.0) for started, now in ((100.02, 100.03), (99.97, 100.2), (100.4, 100.45))}
     assert dues == {101.0}

@@ -201,7 +201,8 @@ async def test_engines_scaled_away_leave_the_state_and_new_pods_engines_join_aga
     from infertop.sim.kube.cluster import SimKube
     from infertop.sources.dcgm import DcgmSource
     from infertop.sources.kube import KubeSession, read_cluster
-    from infertop.sources.vllm import EngineEndpoint, FleetCollector
+    from infertop.sources.vllm import EngineEndpoint
+    from infertop.sources.fleet_collector import FleetCollector
     from infertop.state.fleet import FleetJoiner
 
     sim = SimCluster(3, seed=3, load="none", realtime=False, kubernetes_labels=True, throttle_gpu=None).start()

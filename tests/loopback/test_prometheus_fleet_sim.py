@@ -15,7 +15,8 @@ from locations import REPO
 from infertop.sim import SimCluster
 from infertop.sim.cli import main as sim_main
 from infertop.sources.expfmt import Parser
-from infertop.sources.vllm import EngineEndpoint, FleetCollector
+from infertop.sources.vllm import EngineEndpoint
+from infertop.sources.fleet_collector import FleetCollector
 
 
 @pytest.fixture

@@ -22,7 +22,8 @@ from locations import REPO
 from prom_sim_fleet import N, WINDOW_S, Driver, prometheus, sim, fleet_source, wait_for  # noqa: F401 — fixtures
 
 from infertop.sources.prometheus.gpu import NO_SERIES
-from infertop.sources.vllm import EngineEndpoint, FleetCollector
+from infertop.sources.vllm import EngineEndpoint
+from infertop.sources.fleet_collector import FleetCollector
 from infertop.state.fleet import FRESH, STALE, FleetJoiner
 
 pytestmark = pytest.mark.real_prometheus

@@ -40,7 +40,8 @@ from infertop.control.audit import AuditLog
 from infertop.control.engines import EngineManager, cmdline_value, read_cmdline
 from infertop.control.gateway_drain import find_gateway
 from infertop.control.procfs import read_stat, session_members
-from infertop.sources.vllm import EngineEndpoint, FleetCollector
+from infertop.sources.vllm import EngineEndpoint
+from infertop.sources.fleet_collector import FleetCollector
 
 from real_vllm_env import ENGINE_ENV, SERVED_NAME
 

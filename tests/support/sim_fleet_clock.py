@@ -19,7 +19,8 @@ from infertop.analysis.triage import Triage, Verdict
 from infertop.config import SloConfig
 from infertop.sim import SimCluster
 from infertop.sources.dcgm import DcgmSource
-from infertop.sources.vllm import EngineEndpoint, FleetCollector
+from infertop.sources.vllm import EngineEndpoint
+from infertop.sources.fleet_collector import FleetCollector
 from infertop.state.fleet import FleetJoiner, FleetState
 from infertop.analysis.alerts import AlertHold
 from infertop.ui.status import AlertLog

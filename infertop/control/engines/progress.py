@@ -18,7 +18,8 @@ import httpx
 from ...domain.engine import EngineStats
 from ...sources.expfmt import ParseError, Parser
 from ...sources.http_client import HttpError, blocking_get
-from ...sources.vllm import EngineEndpoint, FleetCollector
+from ...sources.vllm import EngineEndpoint
+from ...sources.fleet_collector import FleetCollector
 
 Progress = Callable[["EngineProgress"], None]
 

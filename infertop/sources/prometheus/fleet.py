@@ -109,7 +109,7 @@ class RefreshResult:
 class PromFleetSource:
     """Every engine a Prometheus scrapes, refreshed every ``interval_s``.
 
-    Duck-types :class:`~infertop.sources.vllm.FleetCollector` where the app,
+    Duck-types :class:`~infertop.sources.fleet_collector.FleetCollector` where the app,
     ``snapshot`` and the fleet joiner use it (``collectors``, ``run``,
     ``poll_once``, ``on_polled``, ``aclose``).
     """
