@@ -15,7 +15,7 @@ import asyncio
 import json
 from collections import deque
 from http import HTTPStatus
-from typing import Protocol as TypingProtocol
+from typing import Protocol as TypingProtocol, cast
 
 import httptools
 
@@ -78,6 +78,9 @@ class _HeadersTooLarge(Exception):
 class HttpConnection(asyncio.Protocol):
     """One client connection (see the module's docstring)."""
 
+    # set in connection_made, the first call the loop makes; the connection reaches no one before it
+    transport: asyncio.Transport
+
     def __init__(self, app: App, loop: asyncio.AbstractEventLoop, max_body_bytes: int,
                  conns: set[HttpConnection], *, header_timeout_s: float = HEADER_TIMEOUT_S,
                  max_connections: int = MAX_CONNECTIONS) -> None:
@@ -88,7 +91,6 @@ class HttpConnection(asyncio.Protocol):
         self.max_body_bytes = max_body_bytes
         self.conns = conns
         self.parser = httptools.HttpRequestParser(self)
-        self.transport: asyncio.Transport | None = None
         self.closed = False
         self.pending: deque[Request] = deque()
         self.current: Request | None = None  # being answered
@@ -117,13 +119,14 @@ class HttpConnection(asyncio.Protocol):
     # -- transport events -------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # a stream server's transport: the asyncio stub types the argument as its base class
+        self.transport = t = cast(asyncio.Transport, transport)
         if len(self.conns) >= self.max_connections:
             self._no_more_input = True  # over the cap: a short refusal, never parsed, never counted
             body = error_body(503, f"too many client connections (limit {self.max_connections})", "overloaded")
-            transport.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"  # type: ignore[attr-defined]
-                            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
-            transport.close()
+            t.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+            t.close()
             return
         self.conns.add(self)
         self._idle = self.loop.call_later(self.header_timeout_s, self._idle_close)  # the first request
@@ -192,13 +195,17 @@ class HttpConnection(asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         self._count(len(url))
-        self._req.url += url  # type: ignore[union-attr]
+        r = self._req
+        assert r is not None  # set by on_message_begin, which the parser calls first
+        r.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
         self._count(len(name) + len(value) + 4)
         key = name.decode("latin-1").lower()
-        headers = self._req.headers  # type: ignore[union-attr]
+        r = self._req
+        assert r is not None
+        headers = r.headers
         if key not in headers:
             headers[key] = value.decode("latin-1")
 
@@ -223,7 +230,7 @@ class HttpConnection(asyncio.Protocol):
             self._too_large(r)
         elif (r.headers.get("expect", "").lower() == "100-continue" and self.current is None
               and not self.pending):
-            self.transport.write(_CONTINUE)  # type: ignore[union-attr]
+            self.transport.write(_CONTINUE)
 
     def on_body(self, body: bytes) -> None:
         r = self._req
@@ -232,7 +239,7 @@ class HttpConnection(asyncio.Protocol):
         if r.error is not None:
             if r.body_bytes > DISCARD_MAX_BYTES:
                 self._no_more_input = True
-                self.transport.close()  # type: ignore[union-attr]
+                self.transport.close()
             return
         if r.body_bytes > self.max_body_bytes:
             r.parts.clear()
@@ -249,7 +256,7 @@ class HttpConnection(asyncio.Protocol):
         self.pending.append(r)
         if len(self.pending) >= MAX_PIPELINED and not self._reading_paused:
             self._reading_paused = True
-            self.transport.pause_reading()  # type: ignore[union-attr]
+            self.transport.pause_reading()
 
     def _too_large(self, r: Request) -> None:
         """Queue the 413 now (its answer need not wait for a body that will be dropped)."""
@@ -283,7 +290,7 @@ class HttpConnection(asyncio.Protocol):
             self._in_next = False
         if self._reading_paused and len(self.pending) < MAX_PIPELINED // 2 and not self.closed:
             self._reading_paused = False
-            self.transport.resume_reading()  # type: ignore[union-attr]
+            self.transport.resume_reading()
 
     def handler_ended(self, task: asyncio.Task | None) -> None:
         """Called by the task answering a request as it ends (no done-callback: that would cost a loop
@@ -312,7 +319,7 @@ class HttpConnection(asyncio.Protocol):
             return
         head = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s%s\r\n" % (
             status, _REASONS.get(status, b"Unknown"), content_type, len(body), extra, self._head_close(r))
-        self.transport.write(head if r.method == b"HEAD" else head + body)  # type: ignore[union-attr]
+        self.transport.write(head if r.method == b"HEAD" else head + body)
         self._done()
 
     def start(self, status: int, reason: bytes, headers: bytes, length: int | None) -> bytes:
@@ -331,7 +338,7 @@ class HttpConnection(asyncio.Protocol):
 
     def write(self, parts: list[bytes]) -> None:
         if not self.closed:
-            self.transport.writelines(parts)  # type: ignore[union-attr]
+            self.transport.writelines(parts)
 
     def end(self, parts: list[bytes]) -> None:
         """The last bytes of a relayed answer (with the end of the chunked body), in one write."""
@@ -349,7 +356,7 @@ class HttpConnection(asyncio.Protocol):
         self.task = None
         self._no_more_input = True
         if not self.closed:
-            self.transport.close()  # type: ignore[union-attr]
+            self.transport.close()
 
     def _done(self) -> None:
         self.current = None
@@ -361,10 +368,10 @@ class HttpConnection(asyncio.Protocol):
             if self._linger:
                 # refused input may still be arriving: closing with unread bytes resets the connection,
                 # and the client could lose the answer — so end our side and drop what comes until its end
-                self.transport.write_eof()  # type: ignore[union-attr]
-                self._idle = self.loop.call_later(LINGER_S, self.transport.close)  # type: ignore[union-attr]
+                self.transport.write_eof()
+                self._idle = self.loop.call_later(LINGER_S, self.transport.close)
             else:
-                self.transport.close()  # type: ignore[union-attr]
+                self.transport.close()
             return
         if self.pending:
             if not self._in_next:
@@ -409,7 +416,7 @@ class HttpConnection(asyncio.Protocol):
     def _idle_close(self) -> None:
         self._idle = None
         if self.current is None and not self.pending and self._req is None and not self.closed:
-            self.transport.close()  # type: ignore[union-attr]
+            self.transport.close()
 
 
 def frame_chunk(data: bytes) -> bytes:

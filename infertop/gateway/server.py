@@ -115,9 +115,8 @@ class Gateway:
         self.stop_listening()
         if self._timer is not None:
             self._timer.cancel()
-        for conn in list(self.connections):
-            if conn.transport is not None:
-                conn.transport.close()
+        for conn in list(self.connections):  # each added in its connection_made, with its transport
+            conn.transport.close()
         if self.pool is not None:
             self.pool.close()
         await asyncio.sleep(0)  # let the connections' close callbacks run

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import ssl as ssl_module
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -69,12 +70,14 @@ class Origin:
 class UpstreamConn(asyncio.Protocol):
     """One keep-alive connection to an engine; holds the state of the answer being read."""
 
+    # set in connection_made, which the loop calls before create_connection returns this connection
+    transport: asyncio.Transport
+
     def __init__(self, pool: UpstreamPool, key: str) -> None:
         self.pool = pool
         self.key = key
         self.loop = pool.loop
         self.parser = httptools.HttpResponseParser(self)
-        self.transport: asyncio.Transport | None = None
         self.closed = False
         self.in_use = False  # between send() and release(): a byte from the engine outside that is an error
         self.reading_paused = False
@@ -117,9 +120,9 @@ class UpstreamConn(asyncio.Protocol):
         self.last_rx = now = self.loop.time()
         self._timer = self.loop.call_at(now + timeout_s, self._on_timer)
         if isinstance(data, list):
-            self.transport.writelines(data)  # type: ignore[union-attr]
+            self.transport.writelines(data)
         else:
-            self.transport.write(data)  # type: ignore[union-attr]
+            self.transport.write(data)
         return fut
 
     async def read_body(self) -> bytes:
@@ -176,23 +179,23 @@ class UpstreamConn(asyncio.Protocol):
         self._detach()
         if not self.closed:
             self.closed = True
-            self.transport.close()  # type: ignore[union-attr]
+            self.transport.close()
         self.pool._forget(self)
 
     def pause_reading(self) -> None:
         if not self.closed and not self.reading_paused:
             self.reading_paused = True
-            self.transport.pause_reading()  # type: ignore[union-attr]
+            self.transport.pause_reading()
 
     def resume_reading(self) -> None:
         if not self.closed and self.reading_paused:
             self.reading_paused = False
-            self.transport.resume_reading()  # type: ignore[union-attr]
+            self.transport.resume_reading()
 
     # -- transport events -------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream connection's (typed as its base in the stub)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Self
 
 from rich.segment import Segment
 from rich.style import Style
@@ -17,6 +18,15 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 
 from .. import fastpaint  # the package this module is part of: its switches
+
+if TYPE_CHECKING:
+    from textual.screen import Screen
+    from textual.widget import Widget as _WidgetBase
+else:
+    # Only for the type checker: at run time the mixin stays a plain class. Were it a Widget, Textual would
+    # follow it, as a class's first DOM base, for the CSS type names and DEFAULT_CSS of the widgets using it
+    # (LineStatic's chain would skip Static: no ``Static`` selector, nor Static's DEFAULT_CSS, would apply).
+    _WidgetBase = object
 
 
 @contextmanager
@@ -56,7 +66,7 @@ def paint_now(screen) -> None:
         screen._compositor_refresh()
 
 
-class DirectLines:
+class DirectLines(_WidgetBase):
     """Mixin for a line-API widget whose box is plain: no border, outline, vertical padding, tint,
     hatch, opacity or text opacity (horizontal padding is allowed).
 
@@ -68,6 +78,8 @@ class DirectLines:
     styles cache paints for such a box (tests/tui/test_direct_lines.py compares the two).
     A row whose ``render_line`` returns the same strip as last frame is reused as painted.
     Any other box is painted by Textual as usual.
+
+    Mixed into Widgets only (before the Widget class among the bases): it is typed as one.
     """
 
     _direct_rows: dict[int, tuple[Strip, Strip]] | None = None  # y -> (render_line's strip, the strip painted)
@@ -75,14 +87,14 @@ class DirectLines:
     _batched: list[Region] | None = None  # regions to repaint, inside repaint_batch()
     _direct_box: tuple | None = None  # (the styles' keys, what _box read from them)
     _gutter: tuple | None = None  # (the styles' key, their gutter)
-    _direct_screen = None  # the screen it was mounted on (see refresh)
+    _direct_screen: Screen | None = None  # the screen it was mounted on (see refresh)
     _direct_on: bool | None = None  # whether the fast paint's direct_lines is on for its app (asked once)
 
     def _direct(self) -> bool:
         on = self._direct_on
         if on is None:
             try:
-                app = self.app  # type: ignore[attr-defined]
+                app = self.app
             except Exception:  # noqa: BLE001 — no app yet: ask again later
                 return False
             on = self._direct_on = fastpaint.enabled(app, fastpaint.DIRECT_LINES)
@@ -99,9 +111,9 @@ class DirectLines:
         finally:
             regions, self._batched = self._batched, None
             if regions:
-                self.refresh(*regions)  # type: ignore[attr-defined]
+                self.refresh(*regions)
 
-    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False):
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False) -> Self:
         """``Widget.refresh``; a repaint of a mounted widget goes straight to its screen's dirty widgets.
 
         Textual's repaint takes two message hops: a prompt to the widget, whose idle handler posts an
@@ -109,20 +121,20 @@ class DirectLines:
         wakes a message pump; a tick repaints a dozen of these widgets (measured: each changing widget
         cost ~1.3 % of the console's CPU at 6 engines). Here the widget is added at once, as the
         Update handler would add it, and the screen is prompted to paint."""
-        if (layout or recompose or not repaint or not self._direct() or not self._is_mounted  # type: ignore[attr-defined]
-                or self._closing or self._parent is None):  # type: ignore[attr-defined]
-            return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)  # type: ignore[misc]
+        if (layout or recompose or not repaint or not self._direct() or not self._is_mounted
+                or self._closing or self._parent is None):
+            return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
         screen = self._direct_screen
         if screen is None:
             try:
-                screen = self._direct_screen = self.screen  # type: ignore[attr-defined]  # a widget stays on its screen
+                screen = self._direct_screen = self.screen  # a widget stays on its screen
             except Exception:  # noqa: BLE001 — NoScreen: not on one (yet)
-                return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)  # type: ignore[misc]
-        self._layout_cache.clear()  # type: ignore[attr-defined]
-        self._set_dirty(*regions)  # type: ignore[attr-defined]
-        self.clear_cached_dimensions()  # type: ignore[attr-defined]
-        self._rich_style_cache.clear()  # type: ignore[attr-defined]
-        if self.display and screen in screen._compositor:  # type: ignore[attr-defined]  # as Screen._on_update
+                return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+        self._layout_cache.clear()
+        self._set_dirty(*regions)
+        self.clear_cached_dimensions()
+        self._rich_style_cache.clear()
+        if self.display and screen in screen._compositor:  # as Screen._on_update
             screen._dirty_widgets.add(self)
             if not getattr(screen, "_frame_held", False):  # inside one_frame: painted at its end
                 screen.check_idle()
@@ -133,17 +145,17 @@ class DirectLines:
         if self._batched is not None:
             self._batched.append(region)
         else:
-            self.refresh(region)  # type: ignore[attr-defined]
+            self.refresh(region)
 
     def layout_content_size(self) -> Size:
         """The content's size from the last layout (``Widget.size`` finds the widget on its screen
         each call: too dear for every line of every frame)."""
-        styles = self.styles  # type: ignore[attr-defined]
+        styles = self.styles
         key = fastpaint.styles_key(styles)  # Textual bumps it on every style change
         got = self._gutter
         if key is None or got is None or got[0] != key:
             got = self._gutter = (key, styles.gutter)  # padding and border: summed on each read
-        outer, gutter = self.outer_size, got[1]  # type: ignore[attr-defined]
+        outer, gutter = self.outer_size, got[1]
         return Size(max(0, outer.width - gutter.width), max(0, outer.height - gutter.height))
 
     def content_width(self) -> int:
@@ -155,19 +167,19 @@ class DirectLines:
         read from the styles of the widget and its ancestors once, then again only when one of those
         styles changes (a theme, a class): each read walks the ancestors, and a frame paints a dozen
         of these widgets."""
-        nodes = self.ancestors_with_self  # type: ignore[attr-defined]
+        nodes = self.ancestors_with_self
         keys = [fastpaint.styles_key(node.styles) for node in nodes]  # Textual bumps one on every style change
         key = None if None in keys else tuple(keys)  # a Textual without them: read every time
         box = self._direct_box
         if key is not None and box is not None and box[0] == key:
             return box[1]
-        styles = self.styles  # type: ignore[attr-defined]
+        styles = self.styles
         pad_top, pad_right, pad_bottom, pad_left = styles.padding
         plain = not (pad_top or pad_bottom or styles.border.spacing != (0, 0, 0, 0)
                      or styles.outline.spacing != (0, 0, 0, 0) or styles.tint.a or styles.text_opacity != 1.0
-                     or self.opacity != 1.0  # type: ignore[attr-defined]
+                     or self.opacity != 1.0
                      or (styles.has_rule("hatch") and styles.hatch != "none"))
-        base_background, background = self.background_colors  # type: ignore[attr-defined]
+        base_background, background = self.background_colors
         inner = Style(bgcolor=(base_background + background).rich_color)  # padding: the background only
         got = (plain, pad_left, pad_right, base_background, background, inner)
         self._direct_box = (key, got) if key is not None else None
@@ -175,20 +187,20 @@ class DirectLines:
 
     def render_lines(self, crop: Region) -> list[Strip]:
         if not self._direct():
-            return super().render_lines(crop)  # type: ignore[misc]
+            return super().render_lines(crop)
         plain, pad_left, pad_right, base_background, background, inner = self._box()
         if not plain:
             self._direct_rows = None
-            return super().render_lines(crop)  # type: ignore[misc]
-        width = self.outer_size.width  # type: ignore[attr-defined]
-        filters = self.get_line_filters()  # type: ignore[attr-defined]
+            return super().render_lines(crop)
+        width = self.outer_size.width
+        filters = self.get_line_filters()
         key = (width, pad_left, pad_right, base_background, background, tuple(filters))
         painted = self._direct_rows
         if painted is None or key != self._direct_key:
             painted = self._direct_rows = {}
             self._direct_key = key
         content_width = width - pad_left - pad_right
-        render_line = self.render_line  # type: ignore[attr-defined]
+        render_line = self.render_line
         strips = []
         for y in crop.line_range:
             line = render_line(y)

@@ -246,7 +246,7 @@ class CellDiff:
                     run_styles = styles[start:stop]
                     for style, cells in groupby(zip(run_styles, run_chars), key=_first):
                         if style != term_style:
-                            out.append(_sgr(style))  # type: ignore[arg-type]
+                            out.append(_sgr(style))
                             term_style = style
                         out.append("".join(map(_second, cells)))
                     shown_chars[start:stop] = run_chars
@@ -257,10 +257,11 @@ class CellDiff:
                 c = start
                 while c <= end:
                     ch, style = chars[c], styles[c]
+                    assert ch is not None  # a run holds written cells only (see how runs are made above)
                     if style != term_style:
-                        out.append(_sgr(style))  # type: ignore[arg-type]
+                        out.append(_sgr(style))
                         term_style = style
-                    out.append(ch)  # type: ignore[arg-type]
+                    out.append(ch)
                     shown_chars[c], shown_styles[c] = ch, style
                     c += 1
                     if ch and ch not in _ONE_CELL and cell_len(ch) == 2 and c < cols:
@@ -272,7 +273,8 @@ class CellDiff:
                     self.term_r = self.term_c = -1  # a pending wrap: where the cursor is, is unclear
 
 
-def _sgr(style: tuple) -> str:
+def _sgr(style: tuple | None) -> str:
+    """The SGR sequence setting ``style`` (none or empty: the default style)."""
     return "\x1b[0;" + ";".join(style) + "m" if style else "\x1b[0m"
 
 

@@ -8,6 +8,9 @@ is most of the traffic; merged, only real style changes cost escapes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
@@ -18,6 +21,20 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
 from .. import fastpaint  # the package this module is part of: its switches
+
+if TYPE_CHECKING:
+    from textual.cache import LRUCache
+    from textual.geometry import Region
+    from textual.widget import Widget as _WidgetBase
+else:
+    # Only for the type checker (as DirectLines): at run time the mixin stays a plain class, so Textual still
+    # takes the widget's CSS type names and DEFAULT_CSS from the DataTable after it among the bases.
+    _WidgetBase = object
+
+_Key = TypeVar("_Key")
+# a one-line cell's styles for one (base style, row, column, component, post): the blank's, the text's by its
+# style, and how a text style is combined
+_CellStyles = tuple[Style, dict[str | Style, Style], Callable[[Style | None], Style]]
 
 
 def merge_segments(strip: Strip) -> Strip:
@@ -50,15 +67,15 @@ def merge_segments(strip: Strip) -> Strip:
     return Strip(out, strip.cell_length)
 
 
-class LeanLines:
-    """Mixin for widgets: every line written to a terminal goes through
-    :func:`merge_segments`. Headless runs (tests, SVG screenshots) keep the
+class LeanLines(_WidgetBase):
+    """Mixin for widgets (before the Widget class among the bases): every line written to a terminal
+    goes through :func:`merge_segments`. Headless runs (tests, SVG screenshots) keep the
     original segments: SVG export positions each run of text as a whole, and
     some renderers drift inside long runs of spaces."""
 
-    def render_line(self, y: int) -> Strip:  # type: ignore[override]
-        strip = super().render_line(y)  # type: ignore[misc]
-        if self.app.is_headless:  # type: ignore[attr-defined]
+    def render_line(self, y: int) -> Strip:
+        strip = super().render_line(y)
+        if self.app.is_headless:
             return strip
         return merge_segments(strip)
 
@@ -81,28 +98,30 @@ class LeanTable(LeanLines, DataTable):
 
     _lean_on: bool | None = None  # whether the fast paint's lean_table is on for its app (asked once)
     _forget_cells: set | None = None  # (row key, column key) whose cached renders are out of date
-    _cell_styles: dict | None = None  # (base style, row, column, component, post) → the styles of a one-line cell
+    # (base style, row, column, component, post) → the styles of a one-line cell
+    _cell_styles: dict[tuple, _CellStyles] | None = None
 
     def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
-                     cursor: bool = False, hover: bool = False):  # type: ignore[override]
+                     cursor: bool = False, hover: bool = False) -> list[list[Segment]]:
         """A one-line cell of plain text goes the short way (:meth:`_one_line_cell`, the same
         segments as Rich's); every other cell the way DataTable renders it."""
         if row_index >= 0 and column_index >= 0 and self._lean():
             row_key = self._row_locations.get_key(row_index)
             column_key = self._column_locations.get_key(column_index)
-            key = (row_key, column_key, base_style, cursor, hover, self._show_hover_cursor, self._update_count,
-                   self._pseudo_class_state)
-            cache = self._cell_render_cache
-            if key not in cache:
-                lines = self._one_line_cell(row_key, column_key, row_index, column_index, base_style, width,
-                                            cursor, hover)
-                if lines is not None:
-                    cache[key] = lines
-                    return lines
+            if row_key is not None and column_key is not None:  # (a cell of the table: always)
+                key = (row_key, column_key, base_style, cursor, hover, self._show_hover_cursor, self._update_count,
+                       self._pseudo_class_state)
+                cache = self._cell_render_cache
+                if key not in cache:
+                    lines = self._one_line_cell(row_key, column_key, row_index, column_index, base_style, width,
+                                                cursor, hover)
+                    if lines is not None:
+                        cache[key] = lines
+                        return lines
         return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
 
-    def _one_line_cell(self, row_key, column_key, row_index: int, column_index: int, base_style: Style,
-                       width: int, cursor: bool, hover: bool) -> list[list[Segment]] | None:
+    def _one_line_cell(self, row_key: RowKey, column_key: ColumnKey, row_index: int, column_index: int,
+                       base_style: Style, width: int, cursor: bool, hover: bool) -> list[list[Segment]] | None:
         """The segments DataTable would render (``Styled(Padding(cell))`` through Rich) for a cell whose
         text is one line that fits, with one style and default justify; None for any other cell.
 
@@ -112,6 +131,7 @@ class LeanTable(LeanLines, DataTable):
         if row is None or row.height != 1:
             return None
         cell = self._data.get(row_key, {}).get(column_key)
+        cell_style: str | Style
         if type(cell) is str:
             if "[" in cell:  # markup
                 return None
@@ -137,7 +157,7 @@ class LeanTable(LeanLines, DataTable):
         if memo is None or len(memo) > 4096:
             memo = self._cell_styles = {}
         skey = (base_style, row_index, column_index, component_style, post_style)
-        styles = memo.get(skey)
+        styles: _CellStyles | None = memo.get(skey)
         if styles is None:
             pre = base_style + Style.from_meta({"row": row_index, "column": column_index}) + component_style
             post = console.get_style(post_style)
@@ -147,11 +167,11 @@ class LeanTable(LeanLines, DataTable):
                 return out + post if post else out
 
             styles = memo[skey] = (styled(None), {}, styled)
-        blank, by_style, styled = styles
+        blank, by_style, style_text = styles
         if cell_style:
             text_style = by_style.get(cell_style)
             if text_style is None:
-                text_style = by_style[cell_style] = styled(console.get_style(cell_style))
+                text_style = by_style[cell_style] = style_text(console.get_style(cell_style))
         else:
             text_style = blank
         out = [Segment(" " * pad, blank)] if pad else []
@@ -196,28 +216,24 @@ class LeanTable(LeanLines, DataTable):
         self._forget_cells = set()
         rows = {row for row, _ in cells}
         indices = {self._row_locations.get(row) for row in rows}
-        for cache, stale in (
-            (self._cell_render_cache, lambda k: (k[0], k[1]) in cells),
-            (self._row_render_cache, lambda k: k[0] in rows),
-            (self._row_renderable_cache, lambda k: k[1] in indices),
-            (self._line_cache, self._line_of(rows)),
-        ):
-            for key in [k for k in cache.keys() if stale(k)]:
-                cache.discard(key)
+        _discard(self._cell_render_cache, lambda k: (k[0], k[1]) in cells)
+        _discard(self._row_render_cache, lambda k: k[0] in rows)
+        _discard(self._row_renderable_cache, lambda k: k[1] in indices)
+        _discard(self._line_cache, self._line_of(rows))
 
-    def _line_of(self, rows: set):
-        def stale(key) -> bool:
+    def _line_of(self, rows: set) -> Callable[[tuple], bool]:
+        def stale(key: tuple) -> bool:
             try:
                 return self._get_offsets(key[0])[0] in rows
             except LookupError:
                 return True
         return stale
 
-    def render_lines(self, crop):  # type: ignore[override]
+    def render_lines(self, crop: Region) -> list[Strip]:
         self._forget()
         return super().render_lines(crop)
 
-    def render_line(self, y: int):  # type: ignore[override]
+    def render_line(self, y: int) -> Strip:
         self._forget()
         return super().render_line(y)
 
@@ -233,7 +249,8 @@ class LeanTable(LeanLines, DataTable):
         row = self.rows.pop(old_key)
         row.key = new_key
         self.rows[new_key] = row
-        locations = {key: self._row_locations.get(key) for key in self._row_locations}
+        locations = {key: index for key in self._row_locations
+                     if (index := self._row_locations.get(key)) is not None}  # (each key's: never None)
         locations[new_key] = locations.pop(old_key)
         self._row_locations = type(self._row_locations)(locations)
         if old_key in self._new_rows:
@@ -269,7 +286,9 @@ class LeanTable(LeanLines, DataTable):
                 wider[column] = value  # only a cell that widens its column needs measuring
                 continue
             data[col_key] = value
-            cols.append(self._column_locations.get(col_key))
+            index = self._column_locations.get(col_key)
+            assert index is not None  # a column of the table (self.columns has it)
+            cols.append(index)
         if wider:
             for column, value in wider.items():
                 self.update_cell(row, column, value, update_width=True)
@@ -278,6 +297,13 @@ class LeanTable(LeanLines, DataTable):
             self._forget_cells = set()
         self._forget_cells.update((row_key, ColumnKey(c)) for c in values)
         y = self._row_locations.get(row_key)
+        assert y is not None  # a row of the table (self._data has it)
         first = self._get_cell_region(Coordinate(y, min(cols)))
         last = self._get_cell_region(Coordinate(y, max(cols)))
         self._refresh_region(first.union(last))
+
+
+def _discard(cache: LRUCache[_Key, Any], stale: Callable[[_Key], bool]) -> None:
+    """Drop the entries of ``cache`` whose key is ``stale``."""
+    for key in [k for k in cache.keys() if stale(k)]:
+        cache.discard(key)

@@ -169,7 +169,7 @@ class CachedLine(DirectLines):
         text = Text(text) if isinstance(text, str) else text
         if (text.plain, text.style, text.spans) != (self._line.plain, self._line.style, self._line.spans):
             self._line, self._strip = text, None
-            self.refresh()  # type: ignore[attr-defined]
+            self.refresh()
 
     def render(self) -> Text:
         return self._line
@@ -177,14 +177,14 @@ class CachedLine(DirectLines):
     def render_line(self, y: int) -> Strip:
         width = self.content_width()
         if y:
-            return Strip.blank(width, self.rich_style)  # type: ignore[attr-defined]
+            return Strip.blank(width, self.rich_style)
         if self._strip is None or self._strip.cell_length != width:
-            self._strip = Strip(text_strip(self._line, width, self.visual_style, self.app.console),  # type: ignore[attr-defined]
+            self._strip = Strip(text_strip(self._line, width, self.visual_style, self.app.console),
                                      width)
         return self._strip
 
     def notify_style_update(self) -> None:
-        super().notify_style_update()  # type: ignore[misc]
+        super().notify_style_update()
         self._strip = None  # a theme change: the colours in the strip are stale
 
 
@@ -258,7 +258,7 @@ class Trend(DirectLines, Widget):
         if any(regions is None for regions in dirty):
             self.refresh()
         elif any(dirty):
-            self.refresh(*(region for regions in dirty for region in regions))  # type: ignore[union-attr]
+            self.refresh(*(region for regions in dirty if regions is not None for region in regions))
 
     # -- what it shows (for tests) ---------------------------------------------------------------
     def title_text(self) -> str:
