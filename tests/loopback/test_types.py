@@ -14,11 +14,8 @@ TYPED = ["infertop/domain", "infertop/format.py", "infertop/config.py", "inferto
          "infertop/event_loop.py", "infertop/flight_cli.py", "infertop/gpu_snapshot.py", "infertop/pipes.py",
          "infertop/private_fs.py", "infertop/snapshot.py", "infertop/ui/controllers", "infertop/sim",
          "infertop/ui/widgets", "infertop/ui/screens", "infertop/ui/status.py", "infertop/ui/commands.py",
-         "infertop/ui/actions.py", "infertop/ui/themes.py", "infertop/ui/fastpaint/__init__.py",
-         "infertop/ui/fastpaint/compositor.py", "infertop/ui/fastpaint/direct_lines.py",
-         "infertop/ui/fastpaint/driver.py"]
-# Not yet: ui/app.py and its mixins (app_paint, app_navigation, kube_*, remedy_actions, action_runner: they
-# become controllers), ui/fastpaint/lean.py (LeanTable, to be replaced by a maintained table).
+         "infertop/ui/actions.py", "infertop/ui/themes.py", "infertop/ui/fastpaint"]
+# Not yet: ui/app.py and its Kubernetes mixins (kube_*, action_runner: they become controllers).
 
 
 def test_the_typed_modules_pass_mypy():
