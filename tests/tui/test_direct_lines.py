@@ -21,6 +21,7 @@ from textual.widgets import Footer, Label
 from infertop.config import Config
 from infertop.sim import SimCluster
 from infertop.sources.vllm import EngineEndpoint
+from infertop.ui import fastpaint
 from infertop.ui.app import InfertopApp, PaneScreen, Settings
 from infertop.ui.fastpaint.compositor import ChangedOnlyCompositor
 from infertop.ui.fastpaint.driver import CellDiff
@@ -318,6 +319,8 @@ def test_a_span_of_a_narrow_strip_renders_as_its_crop_renders():
 
 
 
+@pytest.mark.skipif(fastpaint.DIRECT_LINES not in fastpaint.pieces_for(None),
+                    reason="measures the fast paint's own path, turned off by INFERTOP_FAST_PAINT")
 async def test_frames_of_ticks_leave_no_reference_cycles(tmp_path):
     """A line that lies in one chop is used as it is, not through ``Strip.divide``, which caches it in a
     list holding the line itself: each painted line (with its seven caches) became garbage for the cyclic
