@@ -43,7 +43,8 @@ async def test_a_bundle_log_line_that_looks_like_markup_is_shown_as_text():
     settings = Settings(config=Config(gpu=GpuConfig(nvml=False)), endpoints=[], notes=["engine served foo[/x] 1"])
     app = InfertopApp(settings, poll=False, gpu_collector=GpuCollector(GpuConfig(nvml=False)))
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
+        await until(pilot, lambda: any(line.endswith("engine served foo[/x] 1") for line in app.log_lines),
+                    "the bundle's note in the Log")
         assert app.is_running
         assert any(line.endswith("engine served foo[/x] 1") for line in app.log_lines)
 
@@ -161,7 +162,7 @@ async def test_a_corrupt_later_block_stops_playback_in_place(tmp_path):
         for _ in range(40):  # bounded: the corrupt block is due after 2 s of playback
             now["t"] += 0.5
             app.replay_ctl.tick()
-            await pilot.pause()
+            await pilot.pause()  # a step of this bounded loop: tick() itself sets the error it waits for
             if app.replay_ctl.error:
                 break
         assert app.is_running
@@ -361,7 +362,7 @@ async def test_a_tick_with_more_than_4096_engines_shows_4096_and_says_how_many(t
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(20):  # bounded: the tick is due at once
             app.replay_ctl.tick()
-            await pilot.pause()
+            await pilot.pause()  # a step of this bounded loop: tick() itself shows the state it waits for
             if app.state is not None:
                 break
         assert app.is_running and len(app.state.engines) == 4096
@@ -414,7 +415,8 @@ async def test_the_header_says_rec_failing_while_writes_fail_and_the_log_says_re
         finally:
             resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         app.painter.render_top()
-        await pilot.pause()
+        await until(pilot, lambda: "rec failing: cannot write the recording" in text_of(app, "#topbar"),
+                    "the failing recording on the top bar")
         top = text_of(app, "#topbar")
         assert "rec failing: cannot write the recording" in top and "● rec" not in top, top
         assert log.ticks_written == 2

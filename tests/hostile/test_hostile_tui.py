@@ -51,9 +51,10 @@ async def test_every_hostile_engine_at_once_in_the_tui(healthy, scripted):
             app.history.record("healthy", "running", v)
             app.history.record("nonfinite", "ttft_p99_s", v)
         await pilot.press("2")
-        await pilot.pause()
+        await until(pilot, lambda: app.current_pane == "engines", "the Engines pane on view")
         app.render_snapshot(force=True)
-        await pilot.pause()
+        await until(pilot, lambda: len(cells(app, "#engines-table")) == 1 + len(CASES) - 2 + 2 + 64,
+                    "every engine's row in the Engines table")
         assert app.is_running
         rows = cells(app, "#engines-table")
         flat = ["\t".join(r) for r in rows]
@@ -73,7 +74,8 @@ async def test_every_hostile_engine_at_once_in_the_tui(healthy, scripted):
         assert "✗" in status and "\x1b" not in status
         # the overview (alerts, the hottest engines) renders the same texts
         await pilot.press("1")
-        await pilot.pause()
+        await until(pilot, lambda: app.current_pane == "overview" and any(line.strip() for line in alert_lines(app)),
+                    "the Overview on view with its alert lines")
         assert app.is_running
         alerts = " ".join(alert_lines(app))
         assert "\x1b" not in alerts
@@ -106,7 +108,8 @@ async def test_hostile_dcgm_exporter_in_the_tui(healthy, scripted):
         await app.poll_gpus_now()
         await app.poll_gpus_now()
         await pilot.press("4")
-        await pilot.pause()
+        await until(pilot, lambda: app.current_pane == "gpus"
+                    and "[/evil]" in "\n".join("\t".join(r) for r in cells(app, "#gpus-table")), "the GPU rows on view")
         assert app.is_running
         rows = {r[0].strip(): r for r in cells(app, "#gpus-table")}
         flat = "\n".join("\t".join(r) for r in rows.values())

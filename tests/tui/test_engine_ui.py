@@ -31,7 +31,8 @@ async def test_start_change_max_num_seqs_and_stop_from_the_keyboard(tmp_path):
         assert op.result == "ok", op.result_text
         await pilot.press("escape")
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: app.query_one("#engines-table", EnginesTable).selected_engine == "fake",
+                    "the started engine selected in the Engines table")
         table = app.query_one("#engines-table", EnginesTable)
         assert table.selected_engine == "fake"
         row = [str(getattr(c, "plain", c)) for c in table.get_row("fake")]
@@ -45,7 +46,7 @@ async def test_start_change_max_num_seqs_and_stop_from_the_keyboard(tmp_path):
         assert op.result == "ok" and "verified in the running process (max_num_seqs=8)" in op.result_text
         await pilot.press("escape")
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: cell(table, "fake", 4) == "0/8", "Run/Max 0/8 on the row")
         row = [str(getattr(c, "plain", c)) for c in table.get_row("fake")]
         assert row[4] == "0/8"
 
@@ -53,7 +54,8 @@ async def test_start_change_max_num_seqs_and_stop_from_the_keyboard(tmp_path):
         op = await confirm_and_wait(app, pilot)
         assert op.result == "ok", op.result_text
         await pilot.press("escape")
-        await pilot.pause()
+        await until(pilot, lambda: "fake" not in [c.endpoint.name for c in app.collector.collectors],
+                    "the stopped engine no longer watched")
         assert "fake" not in [c.endpoint.name for c in app.collector.collectors]
 
     audit = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
@@ -94,7 +96,7 @@ async def _watch_an_outside_change(s: Settings, cli, restart_unseen: bool) -> No
             while True:
                 await app.poll_now()
                 await app.workers.wait_for_complete()
-                await pilot.pause()
+                await pilot.pause()  # a step of this loop, which waits for the condition (it polls again each turn)
                 if ready() and "fake" in table.rows and cell(table, "fake", 4) == limit:
                     return
                 assert asyncio.get_running_loop().time() < deadline, (limit, list(app.log_lines)[-5:])
@@ -161,7 +163,7 @@ async def test_actions_greyed_for_unmanaged_and_hidden_read_only(tmp_path):
         for action in ("engine_new", "engine_stop", "engine_restart", "engine_set_seqs"):
             assert ro.check_action(action, ()) is False  # not offered
         await pilot.press("n")
-        await pilot.pause()
+        await pilot.pause()  # nothing to wait for: no picker may open
         assert not isinstance(ro.screen, ProfilePicker)
 
 
@@ -186,9 +188,9 @@ async def test_engines_named_like_urls_never_crash_and_keys_say_why(tmp_path, na
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, EngineDetailScreen))
         await pilot.press("x")
-        await pilot.pause()
-        assert isinstance(app.screen, EngineDetailScreen) and app.is_running
         why = f"{name} was not started by infertop: it can be watched, not stopped or changed"
+        await until(pilot, lambda: notices(app), "the notice for x")
+        assert isinstance(app.screen, EngineDetailScreen) and app.is_running
         assert notices(app) == [why]
         await pilot.press("escape", "r", "m", "n")
         await until(pilot, lambda: notices(app) == [why, why, why, "no launch profiles in the config: add a 'profiles:' section (see README)"], 'notices(app) == [why, why, why, "no launch profiles in th…')
@@ -284,7 +286,7 @@ async def test_an_engine_detail_painted_in_the_turn_it_is_pushed_does_not_crash(
         screen = EngineDetailScreen("fake", app.history)
         app.push_screen(screen)
         app.painter.show_detail(screen)  # the same turn: not composed yet
-        await pilot.pause()
+        await until(pilot, lambda: app.screen is screen and screen.query_one("#detail-body"), "the detail screen composed")
         app.painter.show_detail(screen)
         assert app.screen is screen and "no longer configured" in str(screen.query_one("#detail-body").render())
 
@@ -315,7 +317,7 @@ async def test_an_orphaned_engine_says_orphaned_and_x_cleans_it_up(tmp_path):
                 while not cond():
                     await app.poll_now()
                     await app.workers.wait_for_complete()
-                    await pilot.pause()
+                    await pilot.pause()  # a step of this loop, which waits for cond (it polls again each turn)
                     assert asyncio.get_running_loop().time() < deadline, (what, list(app.log_lines)[-5:])
 
             await polled_until(lambda: "fake" in table.rows and cell(table, "fake", 1) == "up", "up")

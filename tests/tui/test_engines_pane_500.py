@@ -103,7 +103,8 @@ async def test_500_engines_scroll_filter_group_and_sort():
         before = {k: list(table.get_row(k)) for k in order}
         changed = replace(stats[7], running=36.0, waiting=5.0)
         app.show_state(fleet_state(stats[:7] + [changed] + stats[8:], tick=2))
-        await pilot.pause()
+        await until(pilot, lambda: cell(table, "e007", "run") == "36" and cell(table, "e007", "wait") == "5",
+                    "the tick's new values in e007's row")
         after = {k: list(table.get_row(k)) for k in rows(table)}
         moved = [k for k in after if any(a is not b for a, b in zip(after[k], before[k]))]
         assert moved == ["e007"] and cell(table, "e007", "run") == "36" and cell(table, "e007", "wait") == "5"
@@ -136,7 +137,7 @@ async def test_500_engines_scroll_filter_group_and_sort():
         assert totals == sorted(totals, reverse=True)
         # the cursor on a group row selects no engine (engine keys never act on a group)
         table.move_cursor(row=g)
-        await pilot.pause()
+        await until(pilot, lambda: table.cursor_row == g and table.selected_engine is None, "the cursor on the group row")
         assert table.selected_engine is None
 
         # then by model, then by node, then no groups
@@ -150,7 +151,7 @@ async def test_500_engines_scroll_filter_group_and_sort():
         # a filter while grouped keeps the groups of what matches (a node name matches too)
         table.filter_text = "node-62"
         app.render_snapshot()
-        await pilot.pause()
+        await until(pilot, lambda: rows(table)[:1] == [GROUP_PREFIX + "node-62"], "node-62's group on top, filtered")
         order = rows(table)
         assert order[0] == GROUP_PREFIX + "node-62" and sorted(order[1:]) == [f"e{i:03d}" for i in range(62, N, NODES)]
         table.filter_text = ""

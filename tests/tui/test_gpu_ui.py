@@ -96,7 +96,8 @@ async def test_throttling_gpu_with_reason_and_lost_gpu_failed_while_others_updat
         assert "gpu2 failed" in tile(app, "gpu_errors")
         # the state change is in the log
         await pilot.press("3")
-        await pilot.pause()
+        await until(pilot, lambda: "gpu2 saturated → failed: NVML: GPU is lost"
+                    in "\n".join(line.text for line in app.query_one("#log-view").lines), "the state change in the log")
         log = "\n".join(line.text for line in app.query_one("#log-view").lines)
         assert "gpu2 saturated → failed: NVML: GPU is lost" in log
         await pilot.press("4")
@@ -134,7 +135,8 @@ async def test_gpu_detail_processes_owned_by_engines_and_mig_rows():
             await app.poll_gpus_now()
             assert "gpu0 97%" in app.query_one("#g-util-pct", Trend).title_text()
             await pilot.press("enter")
-            await pilot.pause()
+            await until(pilot, lambda: isinstance(app.screen, GpuDetailScreen)
+                        and "NVIDIA H100 80GB HBM3" in text_of(app.screen, "#detail-body"), "the GPU detail with its body")
             screen = app.screen
             assert isinstance(screen, GpuDetailScreen)
             body = text_of(screen, "#detail-body")
@@ -152,7 +154,8 @@ async def test_gpu_detail_processes_owned_by_engines_and_mig_rows():
             # Enter on the MIG parent row opens it, with the MIG device's process
             await pilot.press("4")  # focuses the table
             app.query_one("#gpus-table", GpusTable).move_cursor(row=1)
-            await pilot.pause()
+            await until(pilot, lambda: " gpu1 " in app.query_one("#g-util-pct", Trend).title_text(),
+                        "gpu1's trends shown for the highlighted row")
             await pilot.press("enter")
             await until(pilot, lambda: isinstance(app.screen, GpuDetailScreen) and app.screen.label.endswith("gpu1"), 'isinstance(app.screen, GpuDetailScreen) and app.screen.la…')
             assert isinstance(app.screen, GpuDetailScreen) and app.screen.label.endswith("gpu1")
@@ -168,7 +171,7 @@ async def test_no_driver_says_why_and_how_to_enable():
     async with app.run_test(size=(120, 40)) as pilot:
         await app.poll_gpus_now()
         await pilot.press("4")
-        await pilot.pause()
+        await until(pilot, lambda: "no NVIDIA driver on this host" in text_of(app, "#gpu-notice"), "the no-driver notice")
         notice = text_of(app, "#gpu-notice")
         assert ("no NVIDIA driver on this host — add dcgm-exporter URLs under gpu.dcgm in the config, "
                 "or --dcgm URL") in notice
@@ -184,7 +187,7 @@ async def test_nothing_configured_says_how_to_enable():
     async with app.run_test(size=(120, 40)) as pilot:
         await app.poll_gpus_now()
         await pilot.press("4")
-        await pilot.pause()
+        await until(pilot, lambda: "no GPU source configured" in text_of(app, "#gpu-notice"), "the no-source notice")
         notice = text_of(app, "#gpu-notice")
         assert "no GPU source configured" in notice and "--dcgm URL" in notice
 
@@ -196,7 +199,8 @@ async def test_gpus_pane_at_80x24():
         await app.poll_gpus_now()
         await app.poll_gpus_now()
         await pilot.press("4")
-        await pilot.pause()
+        await until(pilot, lambda: app.current_pane == "gpus" and app.query_one("#gpus-table", GpusTable).size.height >= 6,
+                    "the GPUs table on view, laid out")
         table = app.query_one("#gpus-table", GpusTable)
         assert table.size.height >= 6  # header + rows between the tabs and the trends
         assert table.region.right <= 80

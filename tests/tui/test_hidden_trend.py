@@ -26,13 +26,13 @@ async def test_a_hidden_trend_is_not_repainted_and_shows_its_latest_values_when_
     app = HiddenTrendApp()
     async with app.run_test(size=(40, 6)) as pilot:
         trend = app.query_one(Trend)
-        await pilot.pause()
+        await until(pilot, lambda: not trend._repaint_required and not app.screen._dirty_widgets,
+                    "the mount's refresh done")
         for top in (5.0, 7.0, 9.0):  # ticks while hidden
             trend.show([1.0, 2.0, top], f"{top:g}")
             assert not trend._repaint_required
         assert trend.title_text() == "Requests/s"  # nothing written yet
         app.screen.add_class("shown")
-        await pilot.pause()
         await until(pilot, lambda: trend.title_text() == "Requests/s  9", 'trend.title_text() == "Requests/s  9"')
         assert trend.title_text() == "Requests/s  9"
         rows = trend.bar_rows()
@@ -102,7 +102,8 @@ async def test_a_tick_inside_one_frame_is_painted_when_it_ends_not_on_a_later_wa
     async with app.run_test(size=(40, 6)) as pilot:
         trend = app.query_one(Trend)
         await until(pilot, lambda: trend.size.area, "the trend laid out")
-        await pilot.pause()
+        await until(pilot, lambda: app.frames and not app.screen._dirty_widgets and not app.screen._layout_required
+                    and not trend._repaint_required, "the first frame painted, nothing left to paint")
         before = app.frames
         with one_frame(app.screen):
             trend.show([1.0, 2.0, 3.0], "3")
@@ -110,7 +111,7 @@ async def test_a_tick_inside_one_frame_is_painted_when_it_ends_not_on_a_later_wa
         assert app.frames == before + 1  # painted as the block ended, before any await
         assert not app.screen._dirty_widgets
         assert any(line.startswith(" Requests/s  3") for line in screen_lines(app))
-        await pilot.pause()
+        await pilot.pause()  # nothing to wait for: no frame may come
         await pilot.pause()
         assert app.frames == before + 1  # nothing left over for Textual's idle path to paint again
 
@@ -130,8 +131,10 @@ async def test_one_frame_leaves_a_screen_under_a_dialog_to_textual():
         main = app.screen
         trend = app.query_one(Trend)
         await until(pilot, lambda: trend.size.area, "the trend laid out")
-        await app.push_screen(Dialog())
-        await pilot.pause()
+        dialog = Dialog()
+        await app.push_screen(dialog)
+        await until(pilot, lambda: app.screen is dialog and dialog.query_one(Static).size.area
+                    and not dialog._dirty_widgets, "the dialog on top, painted")
         with one_frame(main):
             trend.show([1.0, 2.0, 3.0], "3")
         assert trend in main._dirty_widgets  # not painted by one_frame: the dialog is on top

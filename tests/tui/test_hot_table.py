@@ -37,6 +37,12 @@ def state(engines: list[EngineStats], tick: int = 1, stale: dict[str, float] | N
                       engines=tuple(EngineState(s, fresh(s.name)) for s in engines))
 
 
+def painted(table: HotTable) -> bool:
+    """The table laid out and painted: nothing of it left for the next frame."""
+    return bool(table.size.area) and not (table._repaint_regions or table._repaint_required or table._layout_required
+                                          or table.screen._layout_required)
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 0.0
@@ -77,7 +83,7 @@ async def test_rows_by_pressure_with_the_engine_tables_cells_and_styles():
         table = app.query_one(HotTable)
         table.update_state(state([stats("calm"), stats("queued", waiting=7.0), stats("slow", ttft_p99_s=0.5, itl_p95_s=0.063),
                                   stats("dead", state=DOWN)]))
-        await pilot.pause()
+        await until(pilot, lambda: painted(table) and table.size.height == 5, "the four rows painted under the header")
         # broken first, then over an SLO target (ITL 63 ms > 40 ms), then queued, then the rest
         assert table.engine_names == ["dead", "slow", "queued", "calm"]
         shown = lines(table)
@@ -105,7 +111,7 @@ async def test_stale_values_are_dimmed_and_say_their_age():
     async with app.run_test(size=(120, 12)) as pilot:
         table = app.query_one(HotTable)
         table.update_state(state([stats("a"), stats("b", running=9.0)], stale={"b": 12.0}))
-        await pilot.pause()
+        await until(pilot, lambda: painted(table) and table.size.height == 3, "the two rows painted under the header")
         row = table.rows_text()["b"]
         assert row["state"] == "up 12s" and row["run"] == "9"
         assert cell_style(table, table.engine_names.index("b") + 1, "9/64").dim
@@ -151,7 +157,7 @@ async def test_a_tick_repaints_only_the_changed_columns_of_changed_rows():
         table = app.query_one(HotTable)
         engines = [stats("a", waiting=2.0), stats("b", waiting=1.0), stats("c")]
         table.update_state(state(engines, tick=1))
-        await pilot.pause()
+        await until(pilot, lambda: painted(table) and table.size.height == 4, "the first tick painted")
         spans = []
         table.refresh = lambda *regions, **kw: spans.extend(regions) or None  # what the next tick asks Textual
         engines[1] = replace(engines[1], running=12.0)  # b: Run and Run/Max change
@@ -169,7 +175,7 @@ async def test_a_click_on_a_row_opens_that_engine():
     async with app.run_test(size=(120, 12)) as pilot:
         table = app.query_one(HotTable)
         table.update_state(state([stats("a", waiting=2.0), stats("b")]))
-        await pilot.pause()
+        await until(pilot, lambda: painted(table) and table.size.height == 3, "the two rows painted under the header")
         await pilot.click(HotTable, offset=(3, 2))  # line 2: the second engine
         await until(pilot, lambda: app.clicked == ["b"], "the click reported")
         await pilot.click(HotTable, offset=(3, 0))  # the header: nothing
@@ -182,7 +188,7 @@ async def test_a_theme_change_repaints_the_colours():
     async with app.run_test(size=(120, 12)) as pilot:
         table = app.query_one(HotTable)
         table.update_state(state([stats("a")]))
-        await pilot.pause()
+        await until(pilot, lambda: painted(table) and table.size.height == 2, "the row painted under the header")
         before = cell_style(table, 0, "Engine").bgcolor
         app.theme = "textual-light" if app.theme != "textual-light" else "textual-dark"
         await until(pilot, lambda: cell_style(table, 0, "Engine").bgcolor != before, "the header in the new theme")

@@ -88,7 +88,7 @@ async def test_tab_and_shift_tab_switch_panes_from_a_focused_table_and_input(eng
         await press("2", lambda: app.current_pane == "engines", "the Engines pane")
         await press("s", lambda: isinstance(app.screen, SortPicker), "the sort picker")
         await pilot.press("tab")
-        await pilot.pause()
+        await pilot.pause()  # nothing to wait for: Tab must leave the dialog and the pane as they were
         assert isinstance(app.screen, SortPicker) and app.current_pane == "engines"
 
 
@@ -97,7 +97,8 @@ async def test_engine_column_stays_pinned_after_scrolling_right(engines):
     async with app.run_test(size=(80, 24)) as pilot:
         await app.poll_now()
         await pilot.press("2")
-        await pilot.pause()
+        await until(pilot, lambda: app.current_pane == "engines" and app.query_one("#engines-table", EnginesTable)
+                    .show_horizontal_scrollbar, "the Engines table on view, wider than the terminal")
         table = app.query_one("#engines-table", EnginesTable)
         assert table.virtual_size.width > table.scrollable_content_region.width  # more columns than fit
         assert table.show_horizontal_scrollbar  # ... and the table says so
@@ -189,7 +190,8 @@ async def test_slo_targets_on_the_tiles_are_not_clipped_at_80x24(engines):
     app = make_app(engines[0])
     async with app.run_test(size=(80, 24)) as pilot:
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: all("≤" in tiles(app).value_text(k) and tiles(app).tile_region(k).height
+                                       for k in ("ttft99", "itl95", "e2e99")), "the latency tiles with their SLO targets")
         grid = tiles(app)
         for key in ("ttft99", "itl95", "e2e99"):
             text = grid.value_text(key)
@@ -219,7 +221,8 @@ async def test_help_uses_the_width_cuts_nothing_and_lists_q(engines):
     app = make_app(engines[0])
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("question_mark")
-        await pilot.pause()
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen) and app.screen.query_one("#help-keys").row_count,
+                    "the help screen with its keys")
         assert isinstance(app.screen, HelpScreen)
         table = app.screen.query_one("#help-keys")
         rows = [[str(getattr(c, "plain", c)) for c in table.get_row_at(i)] for i in range(table.row_count)]
@@ -258,7 +261,7 @@ async def test_a_constant_series_draws_a_full_sparkline_with_its_scale():
     async with app.run_test(size=(40, 8)) as pilot:
         app.query_one("#pct", Trend).show([91.0] * 30, "91%")
         app.query_one("#count", Trend).show([73.0] * 30, "73")
-        await pilot.pause()
+        await until(pilot, lambda: not any(t._repaint_regions for t in app.query(Trend)), "both trends painted")
         pct = app.query_one("#pct", Trend).bar_rows()
         assert pct[0].startswith("100%▕") and pct[0].endswith("▇" * 30)
         assert pct[1].endswith("█" * 30) and pct[1].strip().startswith("0▕")
@@ -271,7 +274,7 @@ async def test_nan_points_are_gaps_and_do_not_set_the_scale():
     async with app.run_test(size=(40, 8)) as pilot:
         app.query_one("#count", Trend).show([math.nan, 2.0, math.nan, 4.0, None], "4")
         app.query_one("#pct", Trend).show([math.nan, None, math.nan], "—")
-        await pilot.pause()
+        await until(pilot, lambda: not any(t._repaint_regions for t in app.query(Trend)), "both trends painted")
         count = app.query_one("#count", Trend).bar_rows()
         # the scale from 2 and 4 alone; the NaN and None points are blank columns in every row
         assert count[0].startswith("4.0▕") and count[0].endswith("   █ ")
@@ -285,7 +288,8 @@ async def test_constant_fleet_values_draw_on_the_overview(scripted):
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(3):
             await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: app.query_one("#t-running", Trend).title_text() == "Running  5"
+                    and app.query_one("#t-running", Trend).bar_rows(), "the Running trend drawn")
         lines = app.query_one("#t-running", Trend).bar_rows()
         assert lines[0].startswith("5▕") and lines[0].endswith("██")
         assert app.query_one("#t-running", Trend).title_text() == "Running  5"
@@ -298,7 +302,8 @@ async def test_the_selected_gpu_row_keeps_its_utilisation_bar():
     async with app.run_test(size=(120, 40)) as pilot:
         await app.poll_gpus_now()
         await pilot.press("4")
-        await pilot.pause()
+        await until(pilot, lambda: app.current_pane == "gpus" and app.query_one("#gpus-table", GpusTable).has_focus,
+                    "the GPUs table on view and focused")
         table = app.query_one("#gpus-table", GpusTable)
         assert table.has_focus and table.cursor_row == 0
 

@@ -204,7 +204,7 @@ async def test_a_scrolling_trend_repaints_only_its_newest_columns():
         trend = app.query_one(Trend)
         trend.show(series[:120], "5")
         trend.show(series[1:121], "5")  # the newest point starts a bucket
-        await pilot.pause()
+        await until(pilot, lambda: not trend._repaint_regions, "the first series painted")
         painted = trend.bar_rows()
         x0 = trend.content_offset.x  # repaint regions are in the widget's cells, its padding included
         right = x0 + trend.size.width
@@ -213,7 +213,7 @@ async def test_a_scrolling_trend_repaints_only_its_newest_columns():
         title, *rest = sorted(trend._repaint_regions, key=lambda r: r.y)
         assert title == Region(x0 + len("Running  "), 0, 1, 1)
         assert rest and all(r.y >= 1 and r.x >= right - 3 for r in rest)
-        await pilot.pause()
+        await until(pilot, lambda: not trend._repaint_regions, "the tick's columns repainted")
         now = trend.bar_rows()
         assert [row[:-2] for row in now] == [row[:-2] for row in painted]
         # another engine's series: everything is drawn again
@@ -241,7 +241,8 @@ async def test_fixed_lines_repaint_without_layout_and_others_still_grow():
         fixed, auto = app.query_one("#fixed", QuietStatic), app.query_one("#auto", QuietStatic)
         fixed.show("one")
         auto.show("one")
-        await pilot.pause()
+        await until(pilot, lambda: not fixed._layout_required and not auto._layout_required
+                    and auto.size.height == 1, "the first lines laid out")
         fixed.show(Text("two"))
         assert not fixed._layout_required  # its size cannot change
         auto.show("two")
@@ -258,16 +259,16 @@ async def test_a_line_repaints_when_its_text_or_only_its_style_changes_and_not_o
     async with app.run_test(size=(40, 12)) as pilot:
         fixed = app.query_one("#fixed", QuietStatic)
         fixed.show(Text("5 down", style="red"))
-        await pilot.pause()
+        await until(pilot, lambda: not fixed._repaint_regions, "the red line painted")
         before, red = fixed._last, list(fixed.render_line(0))
         fixed.show(Text("5 down", style="red"))  # the same text and style: nothing to do
         assert fixed._last is before
         fixed.show(Text("5 down", style="green"))  # the same text, another colour: repainted
-        await pilot.pause()
+        await until(pilot, lambda: not fixed._repaint_regions, "the green line repainted")
         green = list(fixed.render_line(0))
         assert "".join(x.text for x in green) == "".join(x.text for x in red) and green != red
         fixed.show(Text.assemble(("5", "bold"), " down"))
-        await pilot.pause()
+        await until(pilot, lambda: not fixed._repaint_regions, "the bold line repainted")
         bold = list(fixed.render_line(0))
         assert bold[0].text.startswith("5") and bold[0].style.bold
 
@@ -279,7 +280,7 @@ async def test_a_wider_cell_widens_its_column_and_the_other_cells_update():
         t.add_column("run", key="run")
         t.add_column("kv", key="kv")
         t.add_row("a", "1", "5%", key="a")
-        await pilot.pause()
+        await until(pilot, lambda: t.virtual_size.height == 2, "the row laid out under the header")
         t.set_cells("a", {"run": "123456789", "kv": "7%"})
         await until(pilot, lambda: t.columns["run"].content_width >= 9, "the run column widened")
         assert [str(c) for c in t.get_row("a")] == ["a", "123456789", "7%"]
@@ -296,12 +297,12 @@ async def test_set_cells_re_renders_only_the_changed_cells_and_shows_them():
             t.add_column(key, key=key)
         for name in ("a", "b", "c"):
             t.add_row(name, "10", "50%", key=name)
-        await pilot.pause()
+        await until(pilot, lambda: t.virtual_size.height == 4, "the three rows laid out under the header")
         line_of = {name: 1 + i for i, name in enumerate("abc")}  # below the header
         before = {name: "".join(seg.text for seg in t.render_line(y)) for name, y in line_of.items()}
         cached = {k: t._cell_render_cache.get(k) for k in list(t._cell_render_cache.keys())}
         t.set_cells("b", {"run": "11"})
-        await pilot.pause()
+        await until(pilot, lambda: not t._repaint_regions, "b's changed cell repainted")
         after = {name: "".join(seg.text for seg in t.render_line(y)) for name, y in line_of.items()}
         assert after["b"] == before["b"].replace("10", "11", 1) and after["a"] == before["a"]
         # every other cell kept its cached render (the same object); b's Run cell was rendered anew
@@ -321,7 +322,8 @@ async def test_a_row_handed_to_another_engine_keeps_its_place_without_relayout()
             t.add_column(key, key=key)
         for name in ("a", "b", "c"):
             t.add_row(name, "1", key=name)
-        await pilot.pause()
+        await until(pilot, lambda: t.virtual_size.height == 4 and not app.screen._layout_required,
+                    "the three rows laid out under the header")
         t.rename_row("b", "z")
         t.set_cells("z", {"name": "z", "run": "9"})
         assert not app.screen._layout_required  # the table's size did not change
@@ -370,10 +372,12 @@ async def test_a_pane_shown_later_shows_the_state_on_screen_at_once(tmp_path):
             app.show_state(app.joiner.build())
         fleet.collectors.append(Engine("beta", 6))
         app.show_state(app.joiner.build())
-        await pilot.pause()
+        await until(pilot, lambda: app.current_pane == "overview" and tile(app, "running") == "10",
+                    "the last tick on the Overview, the Engines pane out of view")
         # a click on the tab (not the key): the pane is painted from the state on screen
         app.query_one("#panes", TabbedContent).active = "engines"
-        await pilot.pause()
+        await until(pilot, lambda: app.current_pane == "engines" and run_cell(app, "alpha") == "4"
+                    and run_cell(app, "beta") == "6", "the Engines pane on view with the last tick")
         assert run_cell(app, "alpha") == "4" and run_cell(app, "beta") == "6"
         assert tile(app, "running") == "10"
 
@@ -680,7 +684,8 @@ async def test_one_line_cells_render_the_same_segments_as_datatable():
             for i, c in enumerate(cells):
                 t.add_row(c, c, key=f"r{i}")
         lean.cursor_type = plain.cursor_type = "row"
-        await pilot.pause()
+        await until(pilot, lambda: lean.virtual_size.height == plain.virtual_size.height == 1 + len(cells)
+                    and not lean._repaint_regions and not plain._repaint_regions, "both tables laid out and painted")
         short = 0
         for move in range(3):  # the cursor's row and the others, as painted
             for row in range(len(cells)):
@@ -699,10 +704,13 @@ async def test_one_line_cells_render_the_same_segments_as_datatable():
                             assert fast == want, (cells[row], col, cursor, hover)
             lean.move_cursor(row=move + 1)
             plain.move_cursor(row=move + 1)
-            await pilot.pause()
+            await until(pilot, lambda: lean.cursor_row == plain.cursor_row == move + 1
+                        and not lean._repaint_regions and not plain._repaint_regions, "the cursors' rows repainted")
         assert short >= 3 * 3 * 12  # the one-line cells that fit took the short way
         # painted whole, the two tables are the same lines (click targets and all)
         app.set_focus(None)
-        await pilot.pause()
+        await until(pilot, lambda: not lean.has_focus and not plain.has_focus
+                    and all(list(lean.render_line(y)) == list(plain.render_line(y)) for y in range(lean.size.height)),
+                    "both tables unfocused and painted alike")
         for y in range(lean.size.height):
             assert list(lean.render_line(y)) == list(plain.render_line(y)), y

@@ -28,6 +28,7 @@ from infertop.sources.prometheus.fleet_query import (
 from infertop.state.fleet import FRESH, MISSING, STALE, FleetJoiner
 from infertop.state.history import HistoryStore
 from prom_api_server import PromApiServer
+from pilot_wait import until
 
 
 def answer_for(name: str, engines: dict | None = None) -> dict:
@@ -423,7 +424,7 @@ async def test_the_tui_shows_the_engines_prometheus_knows_and_its_failure(prom):
     src.wall = lambda: RECORDED_AT  # the recorded samples are current
     async with app.run_test(size=(160, 50)) as pilot:
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: len(app.state.engines) == 10, "the fleet's 10 engines in the state on screen")
         await pilot.press("2")
         table = app.query_one("#engines-table", EnginesTable)
         rows = {k.value: [str(getattr(c, "plain", c)) for c in table.get_row(k)] for k in table.rows}
@@ -433,7 +434,8 @@ async def test_the_tui_shows_the_engines_prometheus_knows_and_its_failure(prom):
             assert rows[name][1] == "up" and rows[name][2] == f"{s.running:.0f}"
         prom.stop()
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: "connection refused" in str(getattr(app.query_one("#statusbar").render(), "plain", "")),
+                    "the refused connection on the status bar")
         status = str(getattr(app.query_one("#statusbar").render(), "plain", ""))
         assert "connection refused" in status
 

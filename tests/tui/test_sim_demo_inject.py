@@ -43,7 +43,6 @@ async def test_palette_injects_an_incident_and_the_log_shows_its_verdict(demo, t
         await pilot.press("ctrl+p")
         await until(pilot, lambda: app.screen.__class__.__name__ == "CommandPalette", "the palette open")
         await pilot.press(*"Inject incident: engine-down")
-        await pilot.pause()
         await until(pilot, lambda: "engine-down" in str(app.screen.query_one("CommandList").get_option_at_index(0)
                                                         .prompt), "the entry listed")
         await pilot.press("enter")

@@ -11,6 +11,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.app import App
+from textual.color import Color
 from textual.style import Style as VisualStyle
 
 from infertop.ui.widgets import tiles
@@ -73,6 +74,11 @@ def test_random_texts_without_an_app_match_the_slow_path():
     assert cached > 300 and slow > 300  # both paths were taken often
 
 
+def styles_in_theme(app: App) -> bool:
+    """The stylesheet re-applied for the current theme: the screen's background is the theme's."""
+    return app.screen.styles.background == Color.parse(app.get_css_variables()["background"])
+
+
 class TilesApp(App):
     def compose(self):
         yield TileGrid([("k0", "Label 0")], id="tiles")
@@ -87,7 +93,7 @@ async def test_random_texts_in_both_themes_match_the_slow_path():
             app.theme = theme
             await until(pilot, lambda: app.ansi_theme is (app.ansi_theme_dark if theme.endswith("dark") else app.ansi_theme_light),
                         "the theme applied")
-            await pilot.pause()
+            await until(pilot, lambda: styles_in_theme(app), "the styles in the new theme")
             grid = app.query_one(TileGrid)
             bases += [grid.visual_style, grid.get_visual_style("tiles--label")]  # a tile's value and label
             cached, slow = check_many(rng, bases, app.console, 600)
@@ -100,12 +106,12 @@ async def test_a_theme_switch_leaves_nothing_stale():
     app = App()
     async with app.run_test(size=(40, 8)) as pilot:
         app.theme = "textual-dark"
-        await pilot.pause()
+        await until(pilot, lambda: styles_in_theme(app), "the styles in the dark theme")
         base = app.screen.visual_style
         before = text_strip(Text("12 ms", style="bold $primary"), 10, base, app.console, 1)
         assert exact(before) == exact(_text_strip_slow(Text("12 ms", style="bold $primary"), 10, base, app.console, 1))
         app.theme = "textual-light"
-        await pilot.pause()
+        await until(pilot, lambda: styles_in_theme(app), "the styles in the light theme")
         text = Text("34 ms", style="bold $primary")
         after = text_strip(text, 10, base, app.console, 1)
         assert exact(after) == exact(_text_strip_slow(text, 10, base, app.console, 1))

@@ -38,6 +38,12 @@ class CountingAlerts(Painted, AlertLines):
     pass
 
 
+def settled(widget) -> bool:
+    """Nothing of ``widget`` left to lay out or paint: the frame that painted it is over."""
+    return not (widget._repaint_regions or widget._repaint_required or widget._layout_required
+                or widget.screen._dirty_widgets or widget.screen._layout_required)
+
+
 class Host(App):
     def __init__(self, cols: int = 3) -> None:
         super().__init__()
@@ -57,17 +63,17 @@ async def test_a_changed_value_repaints_its_row_only():
         for i in range(6):
             grid.set_value(f"k{i}", str(i))
         await until(pilot, lambda: 3 in grid.painted, "the values painted")
-        await pilot.pause()
+        await until(pilot, lambda: grid.region.height == 4 and settled(grid), "the first frames over")
         assert grid.region.height == 4  # 6 tiles in 3 columns: two rows of label and value
         grid.painted.clear()
         grid.set_value("k4", "44", bad=True)  # second tile row: screen row 3
         await until(pilot, lambda: grid.painted, "a repaint")
-        await pilot.pause()
+        await until(pilot, lambda: settled(grid), "the repaint over")
         assert set(grid.painted) == {3} and grid.value_text("k4") == "44"
         grid.painted.clear()
         grid.set_value("k4", "44", bad=True)  # the same: nothing to paint
         grid.set_value("k0", "0")
-        await pilot.pause()
+        await pilot.pause()  # nothing to wait for: nothing may be painted
         assert grid.painted == []
 
 
@@ -102,13 +108,13 @@ async def test_alert_lines_repaint_only_the_changed_line():
         alerts.show_line(0, Text("● a — down"))
         alerts.show_line(1, Text("● b — slow " + "x" * 40))
         await until(pilot, lambda: 2 in alerts.painted, "the lines painted")
-        await pilot.pause()
+        await until(pilot, lambda: settled(alerts), "the first frames over")
         assert alerts.title_text() == "Alerts (2)"
         assert alerts.line_texts() == ["● a — down", "● b — slow " + "x" * 26 + "…", ""]  # 38 cells: padding 0 1
         alerts.painted.clear()
         alerts.show_line(0, Text("● a — up"))
         await until(pilot, lambda: alerts.painted, "a repaint")
-        await pilot.pause()
+        await until(pilot, lambda: settled(alerts), "the repaint over")
         assert set(alerts.painted) == {1} and alerts.line_texts()[0] == "● a — up"
         alerts.set_rows(1)
         await until(pilot, lambda: alerts.region.height == 2, "one alert line under the title")
