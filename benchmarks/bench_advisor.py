@@ -29,7 +29,7 @@ from infertop.sim import SimCluster
 from infertop.sources.vllm import EngineEndpoint
 from infertop.sources.fleet_collector import FleetCollector
 from infertop.state.advisor import Advisor
-from infertop.state.fleet import FleetJoiner
+from infertop.state.fleet_join import FleetJoiner
 
 STEP_AT_S = 20.0
 RUN_S = 90

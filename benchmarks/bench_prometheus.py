@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from infertop.config import PrometheusConfig  # noqa: E402
 from infertop.sources.prometheus.fleet import PromFleetSource  # noqa: E402
-from infertop.state.fleet import FleetJoiner  # noqa: E402
+from infertop.state.fleet_join import FleetJoiner  # noqa: E402
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 TICKS = os.sysconf("SC_CLK_TCK")

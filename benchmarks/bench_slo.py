@@ -25,7 +25,7 @@ from infertop.config import SloClassesConfig, SloConfig
 from infertop.domain.engine import EngineStats
 from infertop.domain.source import SourceHealth
 from infertop.sources.vllm import EngineEndpoint
-from infertop.state.fleet import FleetJoiner
+from infertop.state.fleet_join import FleetJoiner
 from infertop.domain.window import CounterWindow
 
 LE = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, float("inf"))

@@ -21,7 +21,7 @@ from infertop.config import Config, GpuConfig
 from infertop.domain.engine import EngineStats
 from infertop.domain.source import SourceHealth
 from infertop.sources.vllm import EngineEndpoint
-from infertop.state.fleet import FleetJoiner
+from infertop.state.fleet_join import FleetJoiner
 from infertop.ui.app import InfertopApp, Settings
 
 EPOCH = 1796025600.0

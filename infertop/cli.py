@@ -169,7 +169,7 @@ def _replay(argv: list[str]) -> int:
         print(f"infertop: {e}", file=sys.stderr)
         return EXIT_CONFIG  # a missing or damaged input file
     from .crash import run_tui
-    from .state.fleet import FleetState
+    from .state.fleet_types import FleetState
     from .state.recording.replay import Player
     from .ui.app import InfertopApp, Settings
 

@@ -175,7 +175,7 @@ def open_replay(path: str):
 
 def _check_first_tick(replay, span) -> None:
     """Decode the first tick as the panes will: a damaged file is one line here, not a crash in the TUI."""
-    from .state.fleet import FleetState
+    from .state.fleet_types import FleetState
 
     try:
         first = replay.at(span[0])

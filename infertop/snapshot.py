@@ -16,7 +16,7 @@ from typing import TextIO
 
 from .config import Config
 from .sources.vllm import EngineEndpoint
-from .state.fleet import FRESH, FleetState
+from .state.fleet_types import FRESH, FleetState
 from .state.service import Fleet
 
 EXIT_OK, EXIT_DEGRADED = 0, 1

@@ -1,13 +1,13 @@
 """Sparkline history recorded from the fleet state, one sample per tick.
 
-Recording from :class:`~infertop.state.fleet.FleetState` (not from each
+Recording from :class:`~infertop.state.fleet_types.FleetState` (not from each
 poll) is what makes a sparkline's last point equal the number beside it,
 and what lets replay rebuild the same sparklines from a recording.
 """
 
 from __future__ import annotations
 
-from .fleet import FleetState
+from .fleet_types import FleetState
 from .history import HistoryStore
 
 FLEET = "__fleet__"

@@ -1,8 +1,6 @@
-"""Joining every source into one :class:`~infertop.state.fleet.FleetState` per tick:
-:class:`FleetJoiner` (it keeps an engine's last good values and since when it is down)
-and :func:`missing_reasons` (why a value has none).
-
-Part of :mod:`infertop.state.fleet`.  Never imports textual or rich.
+"""Joining every source into one :class:`~infertop.state.fleet_types.FleetState` per tick:
+:class:`FleetJoiner` (it keeps what must survive a failed poll: an engine's last good values and since
+when it is down) and :func:`missing_reasons` (why a value has none). Never imports textual or rich.
 """
 
 from __future__ import annotations

@@ -1,8 +1,13 @@
-"""The fleet state's types — :class:`FleetState` and its parts (:class:`Freshness`,
-:class:`EngineState`, :class:`FleetView`, :class:`SourceState`, :class:`ClusterState`,
-:class:`Slo`) — and their JSON documents (:meth:`FleetState.to_doc` / :meth:`FleetState.from_doc`).
+"""The one fleet state: every source joined into one immutable, time-stamped :class:`FleetState` per
+tick, and its parts (:class:`Freshness`, :class:`EngineState`, :class:`FleetView`, :class:`SourceState`,
+:class:`ClusterState`, :class:`Slo`) with their JSON documents (:meth:`FleetState.to_doc` /
+:meth:`FleetState.from_doc`: replay turns recorded documents back into states).
 
-Part of :mod:`infertop.state.fleet`.  Never imports textual or rich.
+The TUI panes, ``infertop snapshot`` (table and JSON) and the flight recorder all render this same
+object, so one metric has one value everywhere at a given moment. Every engine, GPU source and the
+cluster carry a :class:`Freshness`: where the values came from, when they were sampled, and whether
+they are fresh, stale (since when, why) or missing (why). :mod:`.fleet_join` builds the states.
+Never imports textual or rich.
 """
 
 from __future__ import annotations

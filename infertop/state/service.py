@@ -1,5 +1,5 @@
 """The one composition root: :class:`Fleet` builds every collector of a config and joins them into one
-:class:`~infertop.state.fleet.FleetState` per tick — the same way for the console, ``snapshot`` and the
+:class:`~infertop.state.fleet_types.FleetState` per tick — the same way for the console, ``snapshot`` and the
 recorder.
 
 Before it, each of the three wired its own collectors, joiner, advisor, queues and GPUs, and each built

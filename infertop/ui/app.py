@@ -25,7 +25,8 @@ from ..domain.engine import FleetSnapshot
 from ..sources.gpu import GpuCollector
 from ..sources.queues.collector import QueueFleet
 from ..sources.vllm import EngineEndpoint
-from ..state.fleet import FleetJoiner, FleetState
+from ..state.fleet_join import FleetJoiner
+from ..state.fleet_types import FleetState
 from ..state.service import Fleet
 from ..state.history import HistoryStore
 from ..state.recording.state_log import BUNDLE_S, StateLog

@@ -12,7 +12,7 @@ from ..analysis.triage import Debouncer
 from ..domain.engine import DEGRADED, DOWN
 from ..format import age_human
 from ..sources.prometheus.fleet import ENGINES_SUFFIX
-from ..state.fleet import FleetState
+from ..state.fleet_types import FleetState
 from ..text import plain
 
 MAX_NAMED = 2  # failing sources named one by one; the rest are counted

@@ -345,7 +345,7 @@ def test_a_block_whose_times_disagree_with_its_index_is_corrupt(tmp_path):
 async def test_a_tick_with_more_than_4096_engines_shows_4096_and_says_how_many(tmp_path):
     """The old code built all of them (20000: 935 MB in the TUI, never painted)."""
     from infertop.config import Config, GpuConfig
-    from infertop.state.fleet import FleetState
+    from infertop.state.fleet_types import FleetState
     from infertop.state.recording.replay import Player, Replay
     from infertop.ui.app import InfertopApp, Settings
 

@@ -25,7 +25,8 @@ from infertop.sources.vllm import EngineEndpoint
 from infertop.sources.fleet_collector import FleetCollector
 from infertop.state.advisor import Advisor
 from infertop.control.advisor_scale import apply_scale
-from infertop.state.fleet import FleetJoiner, FleetState
+from infertop.state.fleet_join import FleetJoiner
+from infertop.state.fleet_types import FleetState
 
 TOKEN = "advisor-token"
 NS = "default"

@@ -12,7 +12,7 @@ from infertop.sim import SimCluster
 from infertop.sim.model import SimRequest
 from infertop.snapshot import collect_state, print_table, write_json
 from infertop.sources.vllm import EngineEndpoint
-from infertop.state.fleet import FleetState
+from infertop.state.fleet_types import FleetState
 
 NS = "default"
 

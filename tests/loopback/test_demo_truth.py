@@ -159,7 +159,7 @@ def test_demo_load_is_sized_for_a_plausible_fleet():
 
 def test_cluster_state_round_trips_through_its_document():
     from infertop.domain.kube import ClusterSnapshot, PodView
-    from infertop.state.fleet import FRESH, ClusterState, FleetState, Freshness, Slo
+    from infertop.state.fleet_types import FRESH, ClusterState, FleetState, Freshness, Slo
 
     snap = ClusterSnapshot(context="infertop-demo", namespaces=("inference",), taken_at=1_800_000_000.0,
                            pods=(PodView("inference", "vllm-abc", phase="Running", status="Running", ready=True,
@@ -203,7 +203,7 @@ async def test_engines_scaled_away_leave_the_state_and_new_pods_engines_join_aga
     from infertop.sources.kube import KubeSession, read_cluster
     from infertop.sources.vllm import EngineEndpoint
     from infertop.sources.fleet_collector import FleetCollector
-    from infertop.state.fleet import FleetJoiner
+    from infertop.state.fleet_join import FleetJoiner
 
     sim = SimCluster(3, seed=3, load="none", realtime=False, kubernetes_labels=True, throttle_gpu=None).start()
     kube = SimKube(sim, hpa=False, termination_delay_s=0.3, start_delay_s=0.0).start()

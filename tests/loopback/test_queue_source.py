@@ -16,7 +16,8 @@ from infertop.sources.expfmt import parse
 from infertop.sources.queues.collector import QueueCollector, QueueEndpoint, metrics_url
 from infertop.sources.queues.config import queue_collectors, queue_endpoints
 from infertop.sources.queues.names import extract
-from infertop.state.fleet import MISSING, STALE, FleetJoiner, FleetState
+from infertop.state.fleet_join import FleetJoiner
+from infertop.state.fleet_types import MISSING, STALE, FleetState
 from infertop.domain.queues import QueueSource
 from infertop.state.queues import join_queues, queue_totals
 from queue_gateway_fake import TOKEN, FakeGateway
@@ -311,7 +312,7 @@ def test_snapshot_table_and_json_carry_the_queues_and_record_replays_them(gatewa
 
 def test_the_queues_slot_keeps_other_entries_beside_gateways():
     """The Prometheus engine source puts its fleet queue depth (a mapping) in the same slot."""
-    from infertop.state.fleet import FRESH, Freshness, Slo
+    from infertop.state.fleet_types import FRESH, Freshness, Slo
 
     gw = QueueSource("gw", "gateway", "http://gw/metrics", freshness=Freshness(FRESH, "http://gw/metrics", 1.0, 0.1),
                      queued=4.0, oldest_wait_s=0.5)

@@ -10,7 +10,7 @@ from infertop.config import Config, GpuConfig, KubeConfig
 from infertop.sim import SimCluster
 from infertop.snapshot import collect_state, exit_code
 from infertop.sources.vllm import EngineEndpoint
-from infertop.state.fleet import FRESH
+from infertop.state.fleet_types import FRESH
 
 TOKEN = "snap-cluster"
 

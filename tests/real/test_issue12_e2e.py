@@ -35,7 +35,8 @@ from infertop.sources.kube import KubeSession, read_cluster
 from infertop.sources.prometheus.fleet import PromFleetSource
 from infertop.state.advisor import Advisor
 from infertop.control.advisor_scale import apply_scale
-from infertop.state.fleet import FRESH, STALE, FleetJoiner
+from infertop.state.fleet_join import FleetJoiner
+from infertop.state.fleet_types import FRESH, STALE
 
 from prom_run import require_prometheus
 from prom_sim_fleet import Prometheus, wait_for

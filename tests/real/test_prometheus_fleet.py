@@ -24,7 +24,8 @@ from prom_sim_fleet import N, WINDOW_S, Driver, prometheus, sim, fleet_source, w
 from infertop.sources.prometheus.gpu import NO_SERIES
 from infertop.sources.vllm import EngineEndpoint
 from infertop.sources.fleet_collector import FleetCollector
-from infertop.state.fleet import FRESH, STALE, FleetJoiner
+from infertop.state.fleet_join import FleetJoiner
+from infertop.state.fleet_types import FRESH, STALE
 
 pytestmark = pytest.mark.real_prometheus
 

@@ -17,7 +17,8 @@ from locations import REPO
 
 from infertop.analysis.triage import Triage
 from infertop.snapshot import print_table
-from infertop.state.fleet import STALE, FleetJoiner
+from infertop.state.fleet_join import FleetJoiner
+from infertop.state.fleet_types import STALE
 from infertop.ui.status import AlertLog, status_line
 
 from prom_sim_fleet import N, Driver, prometheus, sim, fleet_source, wait_for  # noqa: F401 — fixtures

@@ -8,7 +8,7 @@ from infertop.config import AdvisorConfig, SloConfig
 from infertop.domain.engine import DOWN, UP, EngineStats
 from infertop.domain.kube import ClusterSnapshot, PodView, WorkloadView
 from infertop.state.advisor import Advisor
-from infertop.state.fleet import FRESH, MISSING, ClusterState, EngineState, FleetState, Freshness, Slo
+from infertop.state.fleet_types import FRESH, MISSING, ClusterState, EngineState, FleetState, Freshness, Slo
 
 
 SLO = Slo(2.0, 0.04, 5.0, 1.0, 90.0)

@@ -10,7 +10,7 @@ from dataclasses import replace
 from infertop.analysis.triage import Triage
 from infertop.domain.engine import UP, EngineStats
 from infertop.domain.kube import ClusterSnapshot, HpaView, KubeCondition, MetricView, PodView, WorkloadView
-from infertop.state.fleet import FRESH, ClusterState, EngineState, FleetState, Freshness, Slo
+from infertop.state.fleet_types import FRESH, ClusterState, EngineState, FleetState, Freshness, Slo
 
 
 SLO = Slo(ttft_p99_s=2.0, itl_p95_s=0.04, e2e_p99_s=5.0, queue_p99_s=1.0, kv_cache_pct=90.0)

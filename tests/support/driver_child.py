@@ -19,7 +19,7 @@ from infertop.config import Config, GpuConfig
 from infertop.domain.engine import EngineStats
 from infertop.domain.source import SourceHealth
 from infertop.sources.vllm import EngineEndpoint
-from infertop.state.fleet import FleetJoiner
+from infertop.state.fleet_join import FleetJoiner
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.fastpaint.driver import driver_class
 

@@ -7,7 +7,8 @@ from infertop.config import Config
 from infertop.domain.engine import DOWN, UP, EngineStats
 from infertop.domain.source import SourceHealth
 from infertop.sources.vllm import EngineEndpoint
-from infertop.state.fleet import FleetJoiner, FleetState
+from infertop.state.fleet_join import FleetJoiner
+from infertop.state.fleet_types import FleetState
 
 
 T0 = 1_796_025_600.0

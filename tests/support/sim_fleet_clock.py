@@ -21,7 +21,8 @@ from infertop.sim import SimCluster
 from infertop.sources.dcgm import DcgmSource
 from infertop.sources.vllm import EngineEndpoint
 from infertop.sources.fleet_collector import FleetCollector
-from infertop.state.fleet import FleetJoiner, FleetState
+from infertop.state.fleet_join import FleetJoiner
+from infertop.state.fleet_types import FleetState
 from infertop.analysis.alerts import AlertHold
 from infertop.ui.status import AlertLog
 

@@ -4,7 +4,7 @@ and ``state_at`` (those engines, fresh, in one state at time t)."""
 from __future__ import annotations
 
 from infertop.domain.engine import EngineStats
-from infertop.state.fleet import EngineState, FleetState, Freshness, Slo
+from infertop.state.fleet_types import EngineState, FleetState, Freshness, Slo
 
 
 def state_at(t: float, engines: list[EngineStats]) -> FleetState:

@@ -21,7 +21,7 @@ from infertop.sources.prometheus.fleet import PromFleetSource
 from infertop.snapshot import print_table
 from infertop.sources.prometheus.fleet_query import FAST_FIELDS, LATENCY_FIELDS, FleetQueries
 from infertop.state.advisor import Advisor
-from infertop.state.fleet import FleetJoiner
+from infertop.state.fleet_join import FleetJoiner
 from prom_api_server import PromApiServer
 from prom_fleet_fixture import LIVE, RECORDED_AT, fixture
 

@@ -13,7 +13,7 @@ from infertop.domain.engine import UP, EngineStats
 from infertop.domain.gpu import GpuStats
 from infertop.domain.kube import ClusterSnapshot, PodView
 from infertop.state.engine_groups import NO_DEPLOYMENT, engine_groups
-from infertop.state.fleet import FRESH, ClusterState, EngineState, FleetState, Freshness, Slo
+from infertop.state.fleet_types import FRESH, ClusterState, EngineState, FleetState, Freshness, Slo
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.screens.sort_picker import SortPicker
 from infertop.ui.widgets.engines_table import GROUP_PREFIX, EnginesTable

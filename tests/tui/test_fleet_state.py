@@ -17,7 +17,8 @@ from infertop.domain.source import SourceHealth
 from infertop.format import count_human, pct_human, rate_human, seconds_human
 from infertop.snapshot import collect_state, exit_code, print_table, write_json
 from infertop.sources.vllm import EngineEndpoint
-from infertop.state.fleet import FRESH, MISSING, STALE, FleetJoiner, FleetState
+from infertop.state.fleet_join import FleetJoiner
+from infertop.state.fleet_types import FRESH, MISSING, STALE, FleetState
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.widgets.engines_table import EnginesTable
 from infertop.ui.widgets.panels import Trend

@@ -9,7 +9,7 @@ from rich.cells import cell_len
 from textual.app import App, ComposeResult
 
 from infertop.domain.engine import DOWN, UP, EngineStats
-from infertop.state.fleet import FRESH, STALE, EngineState, FleetState, Freshness, Slo
+from infertop.state.fleet_types import FRESH, STALE, EngineState, FleetState, Freshness, Slo
 from infertop.ui.widgets.hot_table import HotTable
 from infertop.ui.widgets.overview import HOT_COLUMNS
 from pilot_wait import until

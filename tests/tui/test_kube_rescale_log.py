@@ -16,7 +16,7 @@ from infertop.config import Config, KubeConfig
 from infertop.domain.engine import EngineStats
 from infertop.domain.kube import ClusterSnapshot, PodView
 from infertop.sim import SimCluster
-from infertop.state.fleet import ClusterState, EngineState, FleetState, Slo
+from infertop.state.fleet_types import ClusterState, EngineState, FleetState, Slo
 from infertop.state.membership import JOIN_POD_WAIT_S, FleetMembership
 from infertop.sources.vllm import EngineEndpoint
 from infertop.ui.app import InfertopApp, Settings

@@ -29,7 +29,7 @@ from infertop.config import Config, GpuConfig
 from infertop.domain.engine import EngineStats
 from infertop.domain.source import SourceHealth
 from infertop.sources.vllm import EngineEndpoint
-from infertop.state.fleet import FleetJoiner
+from infertop.state.fleet_join import FleetJoiner
 from infertop.ui import fastpaint
 from infertop.ui.app import InfertopApp, Settings
 from infertop.ui.fastpaint.driver import CellDiff
@@ -397,7 +397,7 @@ def test_observe_copies_only_an_engine_that_was_polled():
 
 
 def test_missing_reasons_are_reused_until_the_engine_is_polled_or_its_freshness_changes():
-    from infertop.state.fleet import missing_reasons
+    from infertop.state.fleet_join import missing_reasons
 
     alpha, beta = Engine("alpha", 1), Engine("beta", 2)
     joiner = FleetJoiner(Fleet(alpha, beta), slo=Config().slo, refresh_s=1.0, window_s=60.0)

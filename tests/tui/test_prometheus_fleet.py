@@ -25,7 +25,8 @@ from infertop.sources.prometheus.fleet_query import (
     LATENCY_FIELDS,
     FleetQueries,
 )
-from infertop.state.fleet import FRESH, MISSING, STALE, FleetJoiner
+from infertop.state.fleet_join import FleetJoiner
+from infertop.state.fleet_types import FRESH, MISSING, STALE
 from infertop.state.history import HistoryStore
 from prom_api_server import PromApiServer
 from pilot_wait import until
@@ -470,7 +471,7 @@ def test_headless_record_reads_the_engines_from_prometheus(prom, tmp_path):
     import subprocess
     import sys
 
-    from infertop.state.fleet import FleetState
+    from infertop.state.fleet_types import FleetState
     from infertop.state.recording.replay import Replay
 
     config = tmp_path / "c.yaml"

@@ -11,7 +11,7 @@ import zlib
 
 from infertop.config import Config, GpuConfig
 from infertop.sources.vllm import EngineEndpoint
-from infertop.state.fleet import FleetState
+from infertop.state.fleet_types import FleetState
 from infertop.state.recording.recorder import Recorder
 from infertop.state.recording.replay import Player, Replay
 from infertop.ui.app import InfertopApp, Settings

@@ -9,7 +9,7 @@ from triage_states import SLO, engine, fleet, run
 from infertop.analysis.triage import Debouncer, Triage
 from infertop.domain.engine import DOWN, EngineStats
 from infertop.domain.gpu import GpuStats
-from infertop.state.fleet import MISSING, STALE, EngineState, FleetState, Freshness, SourceState
+from infertop.state.fleet_types import MISSING, STALE, EngineState, FleetState, Freshness, SourceState
 
 
 def kinds(verdicts) -> set[tuple[str, str]]:

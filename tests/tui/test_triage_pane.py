@@ -20,7 +20,7 @@ from infertop.config import Config, GpuConfig, ProfileConfig
 from infertop.domain.engine import DOWN, UP, EngineStats
 from infertop.sources.gpu import GpuCollector
 from infertop.sources.vllm import EngineEndpoint
-from infertop.state.fleet import FRESH, STALE, EngineState, FleetState, Freshness
+from infertop.state.fleet_types import FRESH, STALE, EngineState, FleetState, Freshness
 from infertop.state.recording.recorder import Recorder
 from infertop.state.recording.replay import Player, Replay
 from infertop.ui.app import InfertopApp, Settings

@@ -138,7 +138,7 @@ def test_snapshot_engines_pane(snap_compare):
     # (no HTTP, no timing): the picture cannot depend on how loaded the machine is.
     from infertop.domain.engine import EngineStats
     from infertop.domain.source import SourceHealth
-    from infertop.state.fleet import FleetJoiner
+    from infertop.state.fleet_join import FleetJoiner
 
     ep = EngineEndpoint("alpha", "http://127.0.0.1:8000", max_num_seqs=8)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from advisor_states import T0, advisor, by_name, engine, pod, state
 
 from infertop.domain.kube import HpaView
-from infertop.state.fleet import FRESH, MISSING, STALE, Freshness
+from infertop.state.fleet_types import FRESH, MISSING, STALE, Freshness
 
 
 def test_engines_map_to_their_workload_and_the_queue_is_the_sum_of_vllm_waiting():

@@ -13,7 +13,7 @@ from infertop.analysis.slo.targets import classes_from
 from infertop.config import ConfigError, SloClassConfig, SloClassesConfig, parse_config
 from infertop.domain.engine import EngineStats
 from infertop.domain.kube import ClusterSnapshot, InferenceObjectiveView, InferencePoolView, PodView
-from infertop.state.fleet import ClusterState, EngineState, FleetState, Freshness, Slo
+from infertop.state.fleet_types import ClusterState, EngineState, FleetState, Freshness, Slo
 from infertop.domain.queues import QueueClass, QueueEngine, QueueSource
 from infertop.analysis.slo.text import slo_lines
 

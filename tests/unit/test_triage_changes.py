@@ -8,7 +8,7 @@ import json
 from infertop.analysis.triage import Triage, Verdict, changes_before
 from infertop.domain.engine import UP, EngineStats
 from infertop.domain.codec import from_doc, to_doc
-from infertop.state.fleet import FRESH, EngineState, FleetState, Freshness, Slo
+from infertop.state.fleet_types import FRESH, EngineState, FleetState, Freshness, Slo
 
 SLO = Slo(ttft_p99_s=2.0, itl_p95_s=0.04, e2e_p99_s=5.0, queue_p99_s=1.0, kv_cache_pct=90.0)
 ONSET = 10_000.0

@@ -9,7 +9,7 @@ import pytest
 
 from infertop.analysis.triage import Triage
 from infertop.analysis.triage.engine import TIMING
-from infertop.state.fleet import FRESH, FleetState, Freshness, Slo
+from infertop.state.fleet_types import FRESH, FleetState, Freshness, Slo
 from infertop.domain.queues import QueueClass, QueueSource
 
 SLO = Slo(ttft_p99_s=2.0, itl_p95_s=0.04, e2e_p99_s=5.0, queue_p99_s=1.0, kv_cache_pct=90.0)

@@ -18,7 +18,7 @@ from infertop.analysis.triage.engine import TIMING
 from infertop.analysis.triage.signals import Signals
 from infertop.domain.engine import UP, EngineStats
 from infertop.domain.gpu import GpuStats
-from infertop.state.fleet import FRESH, EngineState, FleetState, Freshness, Slo
+from infertop.state.fleet_types import FRESH, EngineState, FleetState, Freshness, Slo
 
 SLO = Slo(ttft_p99_s=2.0, itl_p95_s=0.04, e2e_p99_s=5.0, queue_p99_s=1.0, kv_cache_pct=90.0)
 T0 = 10_000.0

@@ -11,7 +11,7 @@ come from the same Prometheus through
 
 The result feeds the same fleet state as direct scraping: each engine is a
 small collector-like object (``stats``, ``health``, ``windows``, ``endpoint``)
-that :class:`~infertop.state.fleet.FleetJoiner` joins unchanged, so the TUI
+that :class:`~infertop.state.fleet_join.FleetJoiner` joins unchanged, so the TUI
 and ``snapshot`` render it as they render scraped engines.
 
 States, each with its own reason (no data is ``None``, never 0):

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from ...domain.engine import UNKNOWN
 from ...domain.gpu import classify
-from ...state.fleet import FleetState
+from ...state.fleet_types import FleetState
 from ...state.membership import FleetMembership
 from ...analysis.triage import Verdict
 from ..status import AlertLog

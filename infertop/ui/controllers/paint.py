@@ -14,7 +14,7 @@ from textual.widgets import TabbedContent
 from ...domain.engine import FleetSnapshot
 from ...domain.source import SourceHealth
 from ...format import count_human, seconds_human
-from ...state.fleet import FleetState
+from ...state.fleet_types import FleetState
 from ...state.fleet_history import record_state
 from ..fastpaint.direct_lines import one_frame
 from ..screens.engine_detail import EngineDetailScreen

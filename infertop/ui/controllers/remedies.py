@@ -17,7 +17,7 @@ from typing import Any
 from ...analysis.triage import Remedy, Verdict
 from ...domain.kube import ClusterSnapshot, PodView, WorkloadView
 from ...state.cluster_join import norm_url
-from ...state.fleet import FleetState
+from ...state.fleet_types import FleetState
 from ..screens.verdict_detail import VerdictDetailScreen
 from ..widgets.triage import OPENS, READS, TriagePane
 from .navigation import NavigationHost

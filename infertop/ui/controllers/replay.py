@@ -9,7 +9,7 @@ from typing import Any
 from rich.text import Text
 
 from ...sources.sanitize import plain_text
-from ...state.fleet import FleetState
+from ...state.fleet_types import FleetState
 from ...state.fleet_history import record_state
 from ...state.recording.replay import MAX_REPLAY_ITEMS
 from ..widgets.slo import record_slo

@@ -22,7 +22,7 @@ from ...domain.engine import DEGRADED, DOWN, UP, EngineStats
 from ...format import (DASH, age_short, count_human, pct_human, percentile_human, rate_human, ratio_human,
                        seconds_human)
 from ...state.engine_groups import GROUP_BY, engine_groups
-from ...state.fleet import FRESH, FleetState, Freshness
+from ...state.fleet_types import FRESH, FleetState, Freshness
 from ...text import plain
 from ..fastpaint.lean import LeanTable
 from .triage import affected, mark_text

@@ -25,7 +25,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from ...domain.engine import EngineStats
-from ...state.fleet import FleetState, Freshness
+from ...state.fleet_types import FleetState, Freshness
 from ..fastpaint.direct_lines import DirectLines
 from .engines_table import COLUMNS, HEADERS, PRESSURE, Cells, engine_cell, kept_or_sorted
 

@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical
 
 from ...analysis.alerts import CRITICAL, Alert
 from ...format import count_human, pct_human, rate_human, seconds_human, wait_human
-from ...state.fleet import FleetState
+from ...state.fleet_types import FleetState
 from ...state.fleet_history import FLEET
 from ...state.queues import queue_sources, queue_totals
 from ...state.history import HistoryStore

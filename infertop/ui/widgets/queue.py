@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 
 from ...format import DASH, count_human, pct_human, rate_human, seconds_human, wait_human
-from ...state.fleet import FRESH, STALE, FleetState
+from ...state.fleet_types import FRESH, STALE, FleetState
 from ...domain.queues import QueueClass, QueueEngine, QueueSource
 from ...state.queues import queue_sources
 from ...text import plain
