@@ -28,7 +28,7 @@ from infertop.domain.kube import ClusterSnapshot, PodView, WorkloadView
 from infertop.sim import SimCluster
 from infertop.sources.vllm import EngineEndpoint
 from infertop.sources.fleet_collector import FleetCollector
-from infertop.state.advisor import Advisor
+from infertop.state.advisor.core import Advisor
 from infertop.state.fleet_join import FleetJoiner
 
 STEP_AT_S = 20.0

@@ -22,7 +22,7 @@ from pathlib import Path
 from infertop.domain.kube import ClusterSnapshot, PodView, WorkloadView
 from infertop.sources.prometheus.fleet_map import engine_rows, queue_series
 from infertop.sources.prometheus.fleet_query import FAST_FIELDS, FleetQueries
-from infertop.state.advisor_queues import attribute
+from infertop.state.advisor.queues import attribute
 
 FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "prometheus_fleet"
 

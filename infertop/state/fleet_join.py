@@ -118,7 +118,7 @@ class FleetJoiner:
         self.kube_configured = False
         self.extra_sources: list[SourceState] = []
         self.queue_collectors: list[Any] = []  # sources.queues collectors (gateways, endpoint pickers)
-        # the scaling advisor (state/advisor.py): (state, engine name → its counter windows) → the autoscalers slot
+        # the scaling advisor (state/advisor/core.py): (state, engine name → its counter windows) → the autoscalers slot
         self.autoscalers: Callable[[FleetState, Mapping[str, list]], Sequence[dict]] | None = None
 
     @property

@@ -80,7 +80,7 @@ class Fleet:
         self.joiner.queue_collectors = self.queues.collectors
         self.advisor: Any = None
         if advisor == "console" or (advisor == "headless" and cfg.kube.configured and cfg.advisor.mode != "off"):
-            from .advisor import Advisor
+            from .advisor.core import Advisor
 
             self.advisor = Advisor(cfg.advisor, cfg.slo, engine_pods=engine_pods,
                                    allow_auto=allow_auto and advisor == "console")

@@ -51,7 +51,7 @@ from . import fastpaint
 from .screens.help import HelpScreen
 from .themes import load_themes
 from ..control.engines import EngineManager, EngineRecord
-from ..state.advisor import Advisor
+from ..state.advisor.core import Advisor
 from .widgets.autoscaler import AutoscalerPane
 from .widgets.cluster import ClusterPane
 from .widgets.engines_table import RESORT_EVERY_S, EnginesTable

@@ -17,7 +17,7 @@ from typing import Any
 
 from textual.widgets import TabbedContent
 
-from ..control.gateway_drain import find_gateway
+from ..control.gateway.drain import find_gateway
 from ..control.kube import KubeAction
 from ..domain.kube import HpaView, NodeView, PodView, WorkloadView
 from ..sources.kube import KubeError, kube_contexts, namespaces_list

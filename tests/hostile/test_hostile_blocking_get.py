@@ -157,7 +157,7 @@ def test_the_autoscalers_metrics_read_is_bounded_and_says_its_status(scripted):
 
 
 def test_a_gateway_admin_answer_past_its_bound_is_refused(scripted):
-    from infertop.control.gateway_drain import GatewayDrain, GatewayError, GatewayRef
+    from infertop.control.gateway.drain import GatewayDrain, GatewayError, GatewayRef
 
     s = scripted()
     s.routes["/admin/state"] = (200, Stream(endless()))

@@ -23,8 +23,8 @@ from infertop.sim.model import SimRequest
 from infertop.sources.kube import KubeSession, read_cluster
 from infertop.sources.vllm import EngineEndpoint
 from infertop.sources.fleet_collector import FleetCollector
-from infertop.state.advisor import Advisor
-from infertop.control.advisor_scale import apply_scale
+from infertop.state.advisor.core import Advisor
+from infertop.control.advisor.scale import apply_scale
 from infertop.state.fleet_join import FleetJoiner
 from infertop.state.fleet_types import FleetState
 
@@ -154,7 +154,7 @@ async def test_burst_recommends_then_auto_applies_through_the_scale_action_and_s
 
 
 async def test_an_apply_refuses_a_count_that_moved_since_the_decision(emu, sim, tmp_path):
-    from infertop.state.advisor import Apply
+    from infertop.state.advisor.core import Apply
 
     emu.add_deployment(NS, "vllm", replicas=2)
     emu.wait_until(lambda: ready(emu, 2))

@@ -1,4 +1,4 @@
-"""What the cluster's autoscalers decided and why not (``infertop/analysis/autoscalers.py``),
+"""What the cluster's autoscalers decided and why not (``infertop/analysis/autoscaler/explain.py``),
 from objects and events in the Kubernetes API emulator, read through the real client.
 
 Each "why not scaling" case of issue 12 gets its objects (as the HPA controller, KEDA's
@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from infertop.analysis.autoscalers import (
+from infertop.analysis.autoscaler.explain import (
     AT_MAX,
     FALLBACK,
     INACTIVE,
@@ -496,7 +496,7 @@ def test_quantities(text, value):
 
 def test_metric_values_read_as_numbers_not_milli_quantities():
     """An HPA reports averages as quantities ("21500m"); the why-not line says 21.5, as an operator reads it."""
-    from infertop.analysis.autoscaler_hpa import MetricLine, _metric_text
+    from infertop.analysis.autoscaler.hpa import MetricLine, _metric_text
 
     line = MetricLine("vllm:num_requests_running", "Pods", "21500m", "8", 21.5 / 8)
     assert _metric_text(line) == "vllm:num_requests_running 21.5 vs target 8"

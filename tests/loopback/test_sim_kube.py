@@ -18,7 +18,7 @@ import kubernetes
 import pytest
 from poll_wait import wait_for
 
-from infertop.analysis.autoscalers import AT_MAX, PENDING_GPU, explain_workloads
+from infertop.analysis.autoscaler.explain import AT_MAX, PENDING_GPU, explain_workloads
 from infertop.sim import SimCluster
 from infertop.sim.kube.cluster import DEMO_CONTEXT, SimKube
 from infertop.sim.model import SimRequest

@@ -33,8 +33,8 @@ from infertop.sim.kube.cluster import SimKube
 from infertop.sim.model import SimRequest
 from infertop.sources.kube import KubeSession, read_cluster
 from infertop.sources.prometheus.fleet import PromFleetSource
-from infertop.state.advisor import Advisor
-from infertop.control.advisor_scale import apply_scale
+from infertop.state.advisor.core import Advisor
+from infertop.control.advisor.scale import apply_scale
 from infertop.state.fleet_join import FleetJoiner
 from infertop.state.fleet_types import FRESH, STALE
 

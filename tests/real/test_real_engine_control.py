@@ -38,7 +38,7 @@ from infertop.config import ProfileConfig, load_config
 from infertop.control.engines import cli as engine_cli
 from infertop.control.audit import AuditLog
 from infertop.control.engines import EngineManager, cmdline_value, read_cmdline
-from infertop.control.gateway_drain import find_gateway
+from infertop.control.gateway.drain import find_gateway
 from infertop.control.procfs import read_stat, session_members
 from infertop.sources.vllm import EngineEndpoint
 from infertop.sources.fleet_collector import FleetCollector

@@ -7,7 +7,7 @@ from __future__ import annotations
 from infertop.config import AdvisorConfig, SloConfig
 from infertop.domain.engine import DOWN, UP, EngineStats
 from infertop.domain.kube import ClusterSnapshot, PodView, WorkloadView
-from infertop.state.advisor import Advisor
+from infertop.state.advisor.core import Advisor
 from infertop.state.fleet_types import FRESH, MISSING, ClusterState, EngineState, FleetState, Freshness, Slo
 
 

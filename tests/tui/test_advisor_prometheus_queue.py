@@ -20,7 +20,7 @@ from infertop.domain.kube import ClusterSnapshot, PodView, WorkloadView
 from infertop.sources.prometheus.fleet import PromFleetSource
 from infertop.snapshot import print_table
 from infertop.sources.prometheus.fleet_query import FAST_FIELDS, LATENCY_FIELDS, FleetQueries
-from infertop.state.advisor import Advisor
+from infertop.state.advisor.core import Advisor
 from infertop.state.fleet_join import FleetJoiner
 from prom_api_server import PromApiServer
 from prom_fleet_fixture import LIVE, RECORDED_AT, fixture
@@ -198,7 +198,7 @@ def test_a_failing_queue_query_alone_leaves_the_engines_and_says_so(prom):
 # -- whose series is it: every way a series names its workload ------------------------------------
 
 def _attributor():
-    from infertop.state.advisor_queues import Attributor
+    from infertop.state.advisor.queues import Attributor
 
     snap = ClusterSnapshot("lab", (NS, "other"), RECORDED_AT, workloads=(
         WorkloadView("Deployment", NS, "llama"), WorkloadView("Deployment", NS, "qwen"),
@@ -236,7 +236,7 @@ def test_a_series_goes_to_the_workload_its_labels_name(labels, workload):
 
 
 def test_the_nearest_queue_of_a_workload_is_its_depth_and_nothing_is_counted_twice():
-    from infertop.state.advisor_queues import attribute, workload_depth
+    from infertop.state.advisor.queues import attribute, workload_depth
 
     snap = cluster(RECORDED_AT)
     doc = {"source": "prometheus", "sampled_at": RECORDED_AT, "error": None,

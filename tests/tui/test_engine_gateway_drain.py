@@ -27,7 +27,7 @@ from gateway_child import TOKEN, Gateway, fake_profile
 from infertop.config import load_config
 from infertop.control.engines import cli as engine_cli
 from infertop.control.engines import EngineAborted, SetArgsError
-from infertop.control.gateway_drain import GatewayDrain, find_gateway, gateway_refs
+from infertop.control.gateway.drain import GatewayDrain, find_gateway, gateway_refs
 
 
 @pytest.fixture(autouse=True)
@@ -336,7 +336,7 @@ async def test_the_next_start_offers_to_undrain_an_engine_left_drained(env, tmp_
     from pilot_wait import until
 
     from infertop.control.audit import AuditLog
-    from infertop.control.gateway_drain import STEP_DRAIN_WHY, GatewayDrain, gateway_refs
+    from infertop.control.gateway.drain import STEP_DRAIN_WHY, GatewayDrain, gateway_refs
     from infertop.ui.app import InfertopApp, Settings
     from infertop.ui.screens.confirm import ConfirmScreen
 

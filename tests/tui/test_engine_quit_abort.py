@@ -122,7 +122,7 @@ def test_an_audit_log_that_fails_mid_restart_still_undrains_at_the_gateway(env, 
     from gateway_child import TOKEN, Gateway, fake_profile
 
     from infertop.config import load_config
-    from infertop.control.gateway_drain import find_gateway
+    from infertop.control.gateway.drain import find_gateway
 
     monkeypatch.setenv("INFERTOP_GATEWAY_TOKEN", TOKEN)
     gw = Gateway(tmp_path, [{"name": "e", "url": "e", "cap": 16}], {"e": fake_profile(env)})
@@ -154,7 +154,7 @@ def dead_pid() -> int:
 
 def test_drains_left_finds_a_step_drain_with_no_undrain_after_it(tmp_path):
     from infertop.control.audit import AuditLog
-    from infertop.control.gateway_drain import STEP_DRAIN_WHY, drains_left
+    from infertop.control.gateway.drain import STEP_DRAIN_WHY, drains_left
 
     log = AuditLog(tmp_path / "audit.jsonl")
     t1, t2, t3 = "engine a at gateway g", "engine b at gateway g", "engine c at gateway g"
@@ -174,7 +174,7 @@ async def test_the_next_start_reports_an_engine_left_drained_once(tmp_path):
     from engine_ui import settings
 
     from infertop.control.audit import AuditLog
-    from infertop.control.gateway_drain import STEP_DRAIN_WHY, drains_left
+    from infertop.control.gateway.drain import STEP_DRAIN_WHY, drains_left
     from infertop.ui.app import InfertopApp
 
     s = settings(tmp_path)

@@ -451,7 +451,7 @@ def test_a_pod_drain_covers_the_gateway_says_so_and_undrains_it_after(kube_emula
     """The demo's gateway ignores the Service label: the drain drains the engine there too, says which
     paths it covered, and undrains it once the pod is gone (before: the gateway was never drained, so in
     flight never fell; drained by hand it stayed drained for the replacement)."""
-    from infertop.control.gateway_drain import find_gateway
+    from infertop.control.gateway.drain import find_gateway
 
     emu = kube_emulator(TOKEN, reconcile_interval=0.02)
     h = Harness(emu, tmp_path, drain_timeout_s=30.0)
@@ -485,7 +485,7 @@ def test_a_pod_drain_covers_the_gateway_says_so_and_undrains_it_after(kube_emula
 
 
 def test_a_pod_drain_aborted_undrains_at_the_gateway(kube_emulator, tmp_path, engine):
-    from infertop.control.gateway_drain import find_gateway
+    from infertop.control.gateway.drain import find_gateway
 
     emu = kube_emulator(TOKEN, reconcile_interval=0.02)
     h = Harness(emu, tmp_path)

@@ -203,7 +203,7 @@ async def test_the_pane_shows_workloads_pods_nodes_hpas_and_events(emu, tmp_path
             await pilot.press("v")
             (hpa,) = rows(pane, "hpas").values()
             assert hpa[:4] == ["vllm", "Deployment/vllm", "1-4", "1→6"] and hpa[5] == "A·L"
-            assert hpa[6] == "at maxReplicas 4 (max is 4)"  # the explanation (analysis/autoscalers.py)
+            assert hpa[6] == "at maxReplicas 4 (max is 4)"  # the explanation (analysis/autoscaler/explain.py)
             await pilot.press("v")
             events = list(rows(pane, "events").values())
             assert events[0][0] == "Warning" and {e[3] for e in events if e[0] == "Warning"} >= {"BackOff",

@@ -117,7 +117,7 @@ async def test_a_weight_edited_in_the_pane_changes_the_gateways_shares(gateway, 
 
 
 async def test_admin_errors_of_the_real_gateway_are_one_line_refusals(gateway, monkeypatch):
-    from infertop.control.gateway_actions import ClassEdit, EngineDrain, GatewayAdmin
+    from infertop.control.gateway.actions import ClassEdit, EngineDrain, GatewayAdmin
     from infertop.control.pipeline import ActionRefused
     from infertop.sources.queues.collector import QueueEndpoint
 
@@ -143,7 +143,7 @@ async def test_drain_at_the_real_gateway_is_followed_to_zero_in_flight_under_loa
     """b keeps serving while a drains: no request fails."""
     import threading
 
-    from infertop.control.gateway_actions import EngineDrain, GatewayAdmin
+    from infertop.control.gateway.actions import EngineDrain, GatewayAdmin
     from infertop.sources.queues.collector import QueueEndpoint
 
     admin = GatewayAdmin(QueueEndpoint("gw", "gateway", gateway.url + "/metrics", admin_url=gateway.admin_url,

@@ -7,10 +7,10 @@ import json
 from types import SimpleNamespace
 
 from infertop.config import AdvisorConfig, Config, SloConfig
-from infertop.control.advisor_actions import AdvisorKillSwitch, AdvisorModeChange
+from infertop.control.advisor.actions import AdvisorKillSwitch, AdvisorModeChange
 from infertop.control.audit import AuditLog
 from infertop.control.pipeline import ActionBoard
-from infertop.state.advisor import Advisor
+from infertop.state.advisor.core import Advisor
 from infertop.ui.controllers.advisor import AdvisorController
 
 

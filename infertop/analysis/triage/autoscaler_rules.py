@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 
 from .pod_rules import engine_of_pod
-from ..autoscaler_common import AT_MAX, METRIC_UNAVAILABLE, PAUSED, AutoscalerExplanation
-from ..autoscalers import explain_workloads
+from ..autoscaler.common import AT_MAX, METRIC_UNAVAILABLE, PAUSED, AutoscalerExplanation
+from ..autoscaler.explain import explain_workloads
 from .context import RuleContext
 from .types import CRITICAL, WARNING, Evidence, Finding, Remedy
 

@@ -22,7 +22,7 @@ from .lifecycle import Lifecycle
 from .progress import Progress, _Emitter
 from .state import EngineRecord, StopResult, _profile_from_dict
 from .store import EngineStore
-from ..gateway_drain import GatewayDrain
+from ..gateway.drain import GatewayDrain
 
 
 class Actions:

@@ -38,7 +38,7 @@ from typing import Any, NoReturn
 from ...config import ConfigError, default_config_path, load_config
 from ...private_fs import default_state_dir
 from ..audit import AuditLog, default_audit_path
-from ..gateway_drain import GatewayDrain, find_gateway
+from ..gateway.drain import GatewayDrain, find_gateway
 from ..pipeline import ActionRun
 from ..runner import CommandLine, run_blocking
 from .command import DEFAULT_MODULE, parse_assignments

@@ -21,7 +21,7 @@ import time
 from ..audit import AuditLog
 from .errors import AuditRefusedError, EngineAborted, EngineError
 from .progress import _Emitter
-from ..gateway_drain import STEP_DRAIN_WHY, GatewayDrain, GatewayError
+from ..gateway.drain import STEP_DRAIN_WHY, GatewayDrain, GatewayError
 from ..pipeline import Outcome, run_audited
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from ...config import ProfileConfig
 from ...domain.engine import EngineStats
 from ...format import count_human, seconds_human
-from ..gateway_drain import GatewayDrain, find_gateway
+from ..gateway.drain import GatewayDrain, find_gateway
 from ..pipeline import ActionRefused, IntentFn, Outcome, Preflight, Progress, ProgressFn, Review
 from .audit import AuditNotes
 from .errors import EngineError

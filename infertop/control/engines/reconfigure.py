@@ -31,7 +31,7 @@ from .progress import Progress, _Emitter, observe_once
 from .lifecycle import Lifecycle
 from .state import EngineRecord, SetResult
 from .store import EngineStore
-from ..gateway_drain import GatewayDrain
+from ..gateway.drain import GatewayDrain
 
 
 class Reconfigure:

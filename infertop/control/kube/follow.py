@@ -16,7 +16,7 @@ from typing import Any
 
 from ...config import KubeConfig
 from ...sources.kube import RESTARTED_AT, KubeError, KubeSession, PodLoad, fetch_pod_load, pod_view, rollout_status
-from ..gateway_drain import GatewayError
+from ..gateway.drain import GatewayError
 from .plan import DRAINED_FROM, MERGE, Outcome, Plan, Progress, ProgressFn, _meta
 
 __all__ = ["InformerCache", "KubeFollower"]

@@ -504,7 +504,7 @@ def plan_drain_pod(pod: dict, services: list[dict], owner: dict | None = None, o
 
 def with_gateway(plan: Plan, gateway: Any, label: str | None, warnings: list[str] | tuple[str, ...] = ()) -> Plan:
     """The pod drain ``plan`` covering the gateway in front of the pod's engine as well: ``gateway`` (a
-    :class:`~infertop.control.gateway_drain.GatewayDrain`, or None when no gateway fronts it) is drained
+    :class:`~infertop.control.gateway.drain.GatewayDrain`, or None when no gateway fronts it) is drained
     after the label patch and undrained once the pod is gone (or on abort/timeout)."""
     notes = [w for w in plan.warnings if not (gateway is not None and w.startswith("no Service selects"))]
     notes += [str(w) for w in warnings]

@@ -392,7 +392,7 @@ class PromFleetSource:
         kind, labels, depth), when (``sampled_at``, wall clock; None: never), and why it is not
         current (``error``: the last read failed; the series are the previous ones). ``depth``:
         the fleet as one number (:func:`fleet_depth`). The advisor attributes the series to
-        workloads (state/advisor_queues.py)."""
+        workloads (state/advisor/queues.py)."""
         series = self._queue_series
         return {"source": KIND, "promql": self.queries.queue(), "depth": fleet_depth(series),
                 "error": error, "sampled_at": self._queue_at, "series": series,

@@ -1,6 +1,6 @@
 """The scaling advisor's controller: the Autoscaler pane, its keys, and auto mode's applies.
 
-The advisor (state/advisor.py) runs inside the fleet state's build, so every
+The advisor (state/advisor/core.py) runs inside the fleet state's build, so every
 tick's ``autoscalers`` slot carries its decisions. Keys:
 
 * ``p`` — apply the selected workload's recommendation: the Kubernetes scale
@@ -29,10 +29,10 @@ from rich.text import Text
 
 from ...analysis.scaling import AUTO, MODES, OFF, RECOMMEND, check_targets
 from ...control import runner
-from ...control.advisor_actions import AdvisorKillSwitch, AdvisorModeChange, AdvisorTargetsChange
-from ...control.advisor_scale import AdvisorScale
+from ...control.advisor.actions import AdvisorKillSwitch, AdvisorModeChange, AdvisorTargetsChange
+from ...control.advisor.scale import AdvisorScale
 from ...control.pipeline import ActionBoard, ActionBusy, run_audited
-from ...state.advisor import Advisor, Apply
+from ...state.advisor.core import Advisor, Apply
 from ..screens.kube_dialogs import ChoiceDialog, FormDialog, FormField, ReviewDialog
 from ..widgets.autoscaler import AutoscalerPane
 from .host import ConsoleHost

@@ -23,7 +23,7 @@ from ...private_fs import default_state_dir
 from ...control.audit import AuditLog
 from ...control.engines import EngineError, EngineManager, EngineRecord, StopResult
 from ...control.engines.kind import EngineAction, owner_of
-from ...control.gateway_drain import UndrainLeft, drains_left, gateway_refs
+from ...control.gateway.drain import UndrainLeft, drains_left, gateway_refs
 from ...control.pipeline import ActionBoard, Outcome
 from ...domain.engine import EngineStats
 from ...sources.vllm import EngineEndpoint

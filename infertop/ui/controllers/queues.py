@@ -1,7 +1,7 @@
 """The Queue pane's controller: a class's weight / max wait and an engine's drain at
 an infertop gateway, and an InferenceObjective's priority on Kubernetes.
 
-Each is a kind of the one action pipeline (:mod:`infertop.control.gateway_actions`,
+Each is a kind of the one action pipeline (:mod:`infertop.control.gateway.actions`,
 :mod:`infertop.control.objective`) handed to the console's
 :meth:`~infertop.ui.controllers.host.ConsoleHost.start_action`: fresh read →
 diff → dry run → ``y`` → execute → follow → audit. A key that cannot act says
@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ...control.gateway_actions import ClassEdit, EngineDrain, GatewayAdmin
+from ...control.gateway.actions import ClassEdit, EngineDrain, GatewayAdmin
 from ...control.objective import ObjectiveApi, ObjectivePriority, find_objectives, list_objectives
 from ...control.pipeline import ActionRefused
 from ...sources.queues.collector import QueueEndpoint

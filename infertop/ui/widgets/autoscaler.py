@@ -1,6 +1,6 @@
 """The Autoscaler pane: per workload, what every autoscaler decided, and the advisor's reasons.
 
-It renders the fleet state's ``autoscalers`` slot (state/advisor.py), so the
+It renders the fleet state's ``autoscalers`` slot (state/advisor/core.py), so the
 live app, a replay and ``snapshot`` show the same decisions. Top: one row per
 workload (current → desired of infertop's advice and of the HPA, bounds, the
 rule that holds it, the reason). Below, for the selected workload: every

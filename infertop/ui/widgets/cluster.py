@@ -22,7 +22,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable, Input
 
-from ...analysis.autoscalers import explain_workloads
+from ...analysis.autoscaler.explain import explain_workloads
 from ...sources.kube.describe import cpu_text, memory_text
 from ...text import plain
 from ...domain.kube import (ClusterSnapshot, ConfigMapView, EventView, HpaView, InferenceObjectiveView,

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import math
 
-from ..domain.kube import (
+from ...domain.kube import (
     ClusterSnapshot,
     HpaView,
     ScaledObjectView,
     ScalingRulesView,
 )
-from .autoscaler_common import (
+from .common import (
     AT_MAX,
     AT_MIN,
     AutoscalerExplanation,

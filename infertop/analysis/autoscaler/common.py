@@ -11,15 +11,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..domain.quantity import parse_quantity  # noqa: F401 — re-exported (its home is the domain layer)
-from ..domain.kube import (
+from ...domain.quantity import parse_quantity  # noqa: F401 — re-exported (its home is the domain layer)
+from ...domain.kube import (
     ClusterSnapshot,
     EventView,
     KubeCondition,
     WorkloadView,
     short_unschedulable,
 )
-from ..domain.codec import to_doc
+from ...domain.codec import to_doc
 
 DEFAULT_TOLERANCE = 0.10  # the HPA controller's --horizontal-pod-autoscaler-tolerance
 DEFAULT_UP_WINDOW_S = 0

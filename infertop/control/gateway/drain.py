@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..sources.http_client import ResponseTooLarge, blocking_request
+from ...sources.http_client import ResponseTooLarge, blocking_request
 
 __all__ = ["GatewayDrain", "GatewayError", "GatewayRef", "find_gateway", "gateway_refs"]
 
@@ -240,7 +240,7 @@ class UndrainLeft:
         self._gw: GatewayDrain | None = None
 
     def plan(self):
-        from .pipeline import ActionRefused, Review
+        from ..pipeline import ActionRefused, Review
 
         ref = next((r for r in gateway_refs(self.config) if self.target.endswith(f" at {r.label}")), None)
         if ref is None:
@@ -252,7 +252,7 @@ class UndrainLeft:
                        "undrain: the gateway sends it requests again"))
 
     def preflight(self):
-        from .pipeline import Preflight
+        from ..pipeline import Preflight
 
         assert self._gw is not None
         try:
@@ -264,7 +264,7 @@ class UndrainLeft:
         return Preflight(True, f"{self.engine} is drained at {self._gw.label} ({st.get('in_flight', '?')} in flight)")
 
     def execute(self, progress, abort):
-        from .pipeline import Outcome
+        from ..pipeline import Outcome
 
         assert self._gw is not None
         try:

@@ -31,10 +31,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..analysis.fleet import fleet_quantile
-from ..analysis.triage.rules import slo_capacity
-from ..analysis.triage.slo_rules import capacity_why
-from ..analysis.scaling import (
+from ...analysis.fleet import fleet_quantile
+from ...analysis.triage.rules import slo_capacity
+from ...analysis.triage.slo_rules import capacity_why
+from ...analysis.scaling import (
     APPLIED,
     APPLYING,
     AUTO,
@@ -51,11 +51,11 @@ from ..analysis.scaling import (
     ScalingPolicy,
     Signal,
 )
-from ..domain.engine import DEGRADED, UP
-from ..domain.kube import ClusterSnapshot, HpaView, WorkloadView
-from ..sources.prometheus.fleet_map import queue_rank
-from .advisor_queues import QueueAttribution, attribute, prom_queue_doc, queue_name, source_text, workload_depth
-from .cluster_join import pod_engines
+from ...domain.engine import DEGRADED, UP
+from ...domain.kube import ClusterSnapshot, HpaView, WorkloadView
+from ...sources.prometheus.fleet_map import queue_rank
+from .queues import QueueAttribution, attribute, prom_queue_doc, queue_name, source_text, workload_depth
+from ..cluster_join import pod_engines
 
 P99_HISTOGRAMS = {"ttft_p99_s": ("ttft", 0.99, "P99"), "e2e_p99_s": ("e2e", 0.99, "E2E P99"),
                   "queue_p99_s": ("queue", 0.99, "queue P99")}
@@ -429,7 +429,7 @@ _SHORT_KIND = {"HorizontalPodAutoscaler": "HPA", "ScaledObject": "KEDA", "Varian
 def _explanations(snap: ClusterSnapshot, now: float) -> dict:
     """(kind, namespace, name) → the autoscalers analysis of that workload, when that module is there."""
     try:
-        from ..analysis.autoscalers import explain_workloads  # the autoscalers helper's analysis
+        from ...analysis.autoscaler.explain import explain_workloads  # the autoscalers helper's analysis
     except ImportError:
         return {}
     try:
@@ -441,7 +441,7 @@ def _explanations(snap: ClusterSnapshot, now: float) -> dict:
 def other_autoscalers(hpa: HpaView | None, explained: Any = None) -> list[dict]:
     """What the cluster's autoscalers that target a workload decided, one line each.
 
-    With the autoscalers analysis (``analysis/autoscalers.py``: HPA, KEDA
+    With the autoscalers analysis (``analysis/autoscaler/explain.py``: HPA, KEDA
     ScaledObjects, llm-d variant autoscalers, "why not scaling" in words)
     every one of them; without it, the HPA object as the cluster state
     carries it (its conditions' explanation, else its metrics)."""

@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..domain.kube import ClusterSnapshot, WorkloadView
-from ..sources.prometheus.fleet_map import queue_rank
+from ...domain.kube import ClusterSnapshot, WorkloadView
+from ...sources.prometheus.fleet_map import queue_rank
 
 #: how a queue kind reads in a reason or on screen
 QUEUE_NAMES = {"gateway": "gateway queue", "epp": "endpoint-picker queue", "vllm": "vLLM waiting",

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..domain.kube import (
+from ...domain.kube import (
     ClusterSnapshot,
     HpaView,
     ScaledObjectView,
     VariantAutoscalerView,
 )
-from .autoscaler_common import (
+from .common import (
     AT_MAX,
     AT_MIN,
     AutoscalerExplanation,
@@ -57,8 +57,8 @@ from .autoscaler_common import (
     _workload_context,
     parse_quantity,
 )
-from .autoscaler_crds import explain_scaled_object, explain_variant
-from .autoscaler_hpa import explain_hpa
+from .crds import explain_scaled_object, explain_variant
+from .hpa import explain_hpa
 
 __all__ = [
     "AT_MAX",

@@ -21,10 +21,10 @@ from urllib.parse import quote
 
 import httpx
 
-from ..sources.http_client import ResponseTooLarge, blocking_request
-from ..sources.queues.collector import QueueEndpoint, TokenError
-from ..sources.sanitize import error_text, plain_text
-from .pipeline import ActionRefused, Outcome, Preflight, Progress, ProgressFn, Review
+from ...sources.http_client import ResponseTooLarge, blocking_request
+from ...sources.queues.collector import QueueEndpoint, TokenError
+from ...sources.sanitize import error_text, plain_text
+from ..pipeline import ActionRefused, Outcome, Preflight, Progress, ProgressFn, Review
 
 ADMIN_TIMEOUT_S = 5.0
 MAX_ANSWER_BYTES = 1024 * 1024

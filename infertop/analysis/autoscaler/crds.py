@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 
-from ..domain.kube import (
+from ...domain.kube import (
     ClusterSnapshot,
     ScaledObjectView,
     VariantAutoscalerView,
 )
-from .autoscaler_common import (
+from .common import (
     AT_MAX,
     AutoscalerExplanation,
     FALLBACK,

@@ -17,10 +17,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..state.advisor import Apply
-from . import runner
-from .kube import KubeAction, KubeControl, Outcome, PlanError, Progress
-from .pipeline import ActionBoard
+from ...state.advisor.core import Apply
+from .. import runner
+from ..kube import KubeAction, KubeControl, Outcome, PlanError, Progress
+from ..pipeline import ActionBoard
 
 
 class AdvisorScale(KubeAction):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .pipeline import Outcome, Preflight, ProgressFn, Review
+from ..pipeline import Outcome, Preflight, ProgressFn, Review
 
 AUTO = "auto"
 
