@@ -6,6 +6,7 @@ Part of :mod:`infertop.control.engines` (engine logs and histories).  No UI impo
 from __future__ import annotations
 
 import os
+import stat
 
 
 def tail_file(path: str | os.PathLike, n: int = 50, max_bytes: int = 4 * 1024 * 1024) -> list[str]:
@@ -18,10 +19,19 @@ def tail_file(path: str | os.PathLike, n: int = 50, max_bytes: int = 4 * 1024 * 
     if n <= 0:
         return []
     try:
-        f = open(path, "rb")  # noqa: SIM115
+        # not blocking on open (a FIFO put where the log was would wait for a writer), and a regular
+        # file only: a FIFO or a device has no end to read back from
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return []
-    with f:
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        regular = False
+    if not regular:
+        os.close(fd)
+        return []
+    with open(fd, "rb") as f:  # noqa: SIM115 — the fd checked above
         f.seek(0, os.SEEK_END)
         end = pos = f.tell()
         data = b""

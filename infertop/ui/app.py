@@ -162,7 +162,7 @@ class InfertopApp(KubeActions, App[None]):
                                    probe_objectives=lambda: self.queue_ctl.probe_objectives(),
                                    render_autoscaler=lambda st: self.advisor_ctl.render(st),
                                    show_triage=lambda st: self.remedies.show(st), managed=self.managed,
-                                   engine_manager=lambda: self.engine_manager))
+                                   detail_files=lambda name: self.engines_ctl.detail_files(name)))
         self.navigation = Navigation(self, self.history, render_snapshot=self.render_snapshot,
                                      show_detail=self.painter.show_detail, has_state=lambda: self.state is not None,
                                      triage_engine=lambda: self.remedies.engine())

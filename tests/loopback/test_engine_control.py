@@ -163,8 +163,18 @@ def test_tail_file_reads_only_the_end(tmp_path, monkeypatch):
     monkeypatch.setattr(logtail, "open", lambda *a, **k: Spy(real_open(*a, **k)), raising=False)
     lines = tail_file(path, 3)
     assert lines == [f"line 299998 {'x' * 40}", f"line 299999 {'x' * 40}", "progress 100%"]
-    assert sum(read_bytes) < 64 * 1024 < size
+    assert read_bytes and sum(read_bytes) < 64 * 1024 < size
     assert tail_file(tmp_path / "missing.log", 5) == []
+
+
+@pytest.mark.timeout(20)
+def test_tail_file_of_a_fifo_or_a_device_reads_nothing_at_once(tmp_path):
+    # A FIFO put where an engine's log was: opening it for reading waited for a writer (the engine
+    # detail, painted each tick, would have hung the console); a device has no end to read back from.
+    fifo = tmp_path / "engine.log"
+    os.mkfifo(fifo)
+    assert tail_file(fifo, 10) == []
+    assert tail_file("/dev/zero", 10) == []
 
 
 # ----------------------------------------------------------------- lifecycle

@@ -33,6 +33,7 @@ from .host import ConsoleHost
 
 ENGINE_ACTIONS = {"engine_new", "engine_stop", "engine_restart", "engine_set_seqs"}
 DISCOVER_EVERY_S = 5.0  # how often the managed engines are listed for ones started elsewhere
+DETAIL_FILES_EVERY_S = 2.0  # how often an open engine detail re-reads its restart history and log tail
 
 
 class EngineController:
@@ -46,7 +47,7 @@ class EngineController:
     def __init__(self, host: ConsoleHost, settings: Any, collector: Any, *, local: dict, board: ActionBoard,
                  selected: Callable[[], str | None], snapshot: Callable[[], Any],
                  unfinished: Callable[[], list[dict]], report_unfinished: Callable[[list[dict]], None],
-                 replay: bool) -> None:
+                 replay: bool, clock: Callable[[], float] = time.monotonic) -> None:
         self.host, self.settings, self.collector, self.local, self.board = host, settings, collector, local, board
         self._selected, self._snapshot, self.replay = selected, snapshot, replay
         self._read_unfinished, self._report_unfinished = unfinished, report_unfinished
@@ -55,6 +56,37 @@ class EngineController:
         self._drains_left: list[dict] = []
         self.watched_pids: dict[str, int] = {}  # engine → the pid watched (a new one: restarted elsewhere)
         self._discovered_at = -DISCOVER_EVERY_S
+        # an open detail's restart history and log tail: engine → (read at, history, log lines)
+        self._detail_files: dict[str, tuple[float, list[dict], list[str]]] = {}
+        self._detail_reading: set[str] = set()
+        self._clock = clock
+
+    def detail_files(self, name: str) -> tuple[list[dict], list[str]]:
+        """An engine detail's restart history and log tail as last read, for a paint; a read (two files)
+        starts in a thread worker when that one is older than DETAIL_FILES_EVERY_S — a slow disk or a FIFO
+        where the log was never holds up a paint."""
+        got = self._detail_files.get(name)
+        if (got is None or self._clock() - got[0] >= DETAIL_FILES_EVERY_S) and name not in self._detail_reading:
+            mgr = self.manager
+            if mgr is not None:
+                self._detail_reading.add(name)
+                self.host.run_worker(lambda: self._read_detail_files(mgr, name), thread=True,
+                                     group=f"detail-files-{name}", exit_on_error=False)
+        return (got[1], got[2]) if got is not None else ([], [])
+
+    def _read_detail_files(self, mgr: EngineManager, name: str) -> None:
+        try:
+            history, log = mgr.history(name, 5), mgr.tail_log(name, 10)
+        except Exception:  # noqa: BLE001 — an unreadable file is shown as none; read again next time
+            history, log = [], []
+        self.host.call_from_thread(self._detail_files_read, name, history, log)
+
+    def _detail_files_read(self, name: str, history: list[dict], log: list[str]) -> None:
+        self._detail_reading.discard(name)
+        old = self._detail_files.get(name)
+        self._detail_files[name] = (self._clock(), history, log)
+        if old is None or (old[1], old[2]) != (history, log):
+            self.host.render_snapshot()  # the detail shows them now, not at the next tick
 
     def drains_left_behind(self) -> list[dict]:
         """Gateway drains an earlier infertop's engine action made and never undid (blocking: reads the

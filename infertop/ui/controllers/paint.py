@@ -60,7 +60,7 @@ class PaneHooks:
     render_autoscaler: Callable[[FleetState], None]
     show_triage: Callable[[FleetState], None]
     managed: Callable[[str], Any]  # the record of an engine infertop started, or None
-    engine_manager: Callable[[], Any]
+    detail_files: Callable[[str], tuple[list[dict], list[str]]]  # its restart history and log tail, as last read
 
 
 class Painter:
@@ -165,9 +165,8 @@ class Painter:
         e = self.state.engine(name) if self.state is not None else None
         screen.show(e.stats if e is not None else None, e.freshness if e is not None else None)
         rec = self.hooks.managed(name)
-        mgr = self.hooks.engine_manager()
-        gpus = list(e.gpus) if e is not None else []
-        screen.show_local(rec, mgr.history(name, 5) if rec else [], mgr.tail_log(name, 10) if rec else [], gpus)
+        history, log = self.hooks.detail_files(name) if rec else ([], [])
+        screen.show_local(rec, history, log, list(e.gpus) if e is not None else [])
 
     def _render_engine_trends(self, state: FleetState) -> None:
         main, hist, n = self.host.main, self.history, 120
