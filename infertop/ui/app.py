@@ -35,10 +35,17 @@ from .controllers.collection import Collection
 from .app_navigation import PANES, NavigationMixin
 from .app_paint import PaintMixin
 from .controllers.engines import ENGINE_ACTIONS, EngineController
-from .kube_actions import KUBE_ACTIONS, KubeActions
+from .controllers.actions import ActionsController
+from .controllers.kube import KUBE_ACTIONS, KubeController
 from .controllers.queues import QUEUE_ACTIONS, QueueController
 from .controllers.advisor import ADVISOR_ACTIONS, AdvisorController
 from ..state.changes import ChangeRecords
+from ..control.audit import AuditLog
+from ..control.pipeline import ActionKind, Outcome
+from ..config import KubeConfig
+from ..control.kube import Permissions
+from ..domain.kube import ClusterSnapshot, WorkloadView
+from ..sources.kube import KubeSession
 from ..analysis.triage import Triage, Verdict
 from .remedy_actions import RemedyActions
 from .controllers.bundle import BundleController
@@ -91,8 +98,7 @@ class Settings:
     no_auto: bool = False  # --no-auto: the scaling advisor never applies by itself
 
 
-class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
-                  KubeActions, App[None]):
+class InfertopApp(PaintMixin, NavigationMixin, RemedyActions, App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
@@ -131,17 +137,22 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
             self.collector.on_backfill = lambda series: seed_history(self.history, series)
         self.poll = poll
         self.state: FleetState | None = None  # the state on screen
+        # the running actions (the one pipeline's console side) and Kubernetes: plain controllers
+        self.actions_ctl = ActionsController(
+            self, settings, changed=self.fleet.changes.add, log_event=self.log_event,
+            context=lambda: getattr(self.kube_ctl.connection.session, "context", None))
+        self.kube_ctl = KubeController(
+            self, settings, self.actions_ctl, collector=lambda: self.fleet.collector, state=lambda: self.state,
+            replay=settings.replay is not None, on_triage=lambda: self.on_triage(), show_pane=self.action_show_pane)
         self.advisor_ctl = AdvisorController(
             self, None if settings.replay is not None else self.fleet.advisor, settings,  # a replay shows decisions
-            pane=lambda: self.main.query_one(AutoscalerPane), kube=lambda: self.kube_control,
-            perms=lambda: getattr(self, "kube_perms", None), board=self.action_board,
-            actions_changed=self._actions_changed,
-            refresh_kube=lambda: self.run_worker(self._kube_refresh(), group="kube-refresh-after",
-                                                 exit_on_error=False),
+            pane=lambda: self.main.query_one(AutoscalerPane), kube=lambda: self.kube_ctl.connection.control,
+            perms=lambda: self.kube_ctl.connection.perms, board=self.actions_ctl.board,
+            actions_changed=self.actions_ctl.changed, refresh_kube=self.kube_ctl.refresh_after,
             pane_on_view=lambda: self.current_pane if self.screen is self.main else None)
         self.queue_ctl = QueueController(
             self, settings, self.fleet.queues, pane=lambda: self.main.query_one(QueuePane),
-            session=lambda: getattr(self, "kube_session", None),
+            session=lambda: self.kube_ctl.connection.session,
             pane_on_view=lambda: self.current_pane if self.screen is self.main else None,
             replay=settings.replay is not None)
         self.player = settings.replay
@@ -153,9 +164,9 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
                                   spill_dir=str(settings.state_dir or default_state_dir()))
         self.log_lines: deque[str] = deque(maxlen=2000)
         self.engines_ctl = EngineController(
-            self, settings, self.fleet.collector, local=self.fleet.joiner.local, board=self.action_board,
+            self, settings, self.fleet.collector, local=self.fleet.joiner.local, board=self.actions_ctl.board,
             selected=lambda: self.selected_engine_name(), snapshot=lambda: self.snapshot,
-            unfinished=self.unfinished_actions, report_unfinished=self.report_unfinished,
+            unfinished=self.actions_ctl.unfinished_actions, report_unfinished=self.actions_ctl.report_unfinished,
             replay=settings.replay is not None)
         self.collection = Collection(self, self.fleet, tick=self.tick, engine_manager=lambda: self.engine_manager)
         self.changes_ctl = ChangeLog(
@@ -238,7 +249,7 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
             self.set_interval(self.settings.config.refresh_s, self.tick)
         if self.player is None:
             self._init_engines()
-            self.kube_setup()
+            self.kube_ctl.connection.setup()
         if self.poll:
             self.call_after_refresh(_freeze_startup_objects)
             self.collection.start()
@@ -306,7 +317,7 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
 
     async def action_refresh_now(self) -> None:
         if self.player is None:
-            self.run_worker(self.kube_refresh_now(), group="kube-refresh-now", exclusive=True, exit_on_error=False)
+            self.run_worker(self.kube_ctl.connection.refresh_now(), group="kube-refresh-now", exclusive=True, exit_on_error=False)
         await self.collection.refresh_now(lambda: self.state)
 
     def _clear_log(self) -> None:
@@ -353,7 +364,7 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
         if action in ENGINE_ACTIONS:
             return self.engines_ctl.action_state(action)
         if action in KUBE_ACTIONS:
-            return self.kube_action_state(action)
+            return self.kube_ctl.action_state(action)
         if action in QUEUE_ACTIONS:
             return self.queue_ctl.action_state(action)
         if action in ADVISOR_ACTIONS:
@@ -375,7 +386,18 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
             return "read-only mode: nothing can be changed"
         if self.player is not None and action in MUTATING:
             return "replay: nothing can be changed"
-        return self.queue_ctl.denied_reason(action) or super().action_denied_reason(action)
+        return (self.queue_ctl.denied_reason(action) or self.engines_ctl.denied_reason(action)
+                or self.kube_ctl.denied_reason(action))
+
+    async def run_action(self, action: Any, default_namespace: Any = None, namespaces: Any = None) -> bool:
+        """A key (or palette entry) that cannot act here says why when pressed (action_denied_reason)."""
+        handled = await super().run_action(action, default_namespace, namespaces)
+        if not handled and isinstance(action, str) and (default_namespace is None or default_namespace is self):
+            why = self.action_denied_reason(action.split("(")[0])
+            if why:
+                self.notify(why, severity="warning", timeout=5, markup=False)
+                return True
+        return handled
 
     # ----- the panes' messages ------------------------------------------
     # Here, not in NavigationMixin: Textual collects @on handlers only from classes of its own (App,
@@ -384,7 +406,7 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
     def _pane_activated(self) -> None:
         self.refresh_bindings()  # the footer shows the keys of the pane on view (a click on a tab too)
         self.render_snapshot()  # a pane is painted only while on view: bring it to the state on screen
-        self.kube_pane_shown()
+        self.kube_ctl.connection.pane_shown()
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
@@ -424,13 +446,142 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
         if not self.remedy_key("r"):
             self.engines_ctl.restart(self.selected_engine_name())
 
+    # ----- the Cluster pane's keys (controllers/kube.py); S, N, e and p are remedies on the Triage pane
     def action_kube_scale(self) -> None:
         if not self.remedy_key("S"):
-            super().action_kube_scale()
+            self.kube_ctl.scale()
 
     def action_kube_drain_node(self) -> None:
         if not self.remedy_key("N"):
-            super().action_kube_drain_node()
+            self.kube_ctl.drain_node()
+
+    def action_kube_events(self) -> None:
+        if not (self.on_triage() and self.remedy_key("e")):
+            self.kube_ctl.reads.events()
+
+    def action_kube_logs_previous(self) -> None:
+        if not (self.on_triage() and self.remedy_key("p")):
+            self.kube_ctl.reads.logs(previous=True)
+
+    def action_kube_logs(self) -> None:
+        self.kube_ctl.reads.logs()
+
+    def action_kube_describe(self) -> None:
+        self.kube_ctl.reads.describe()
+
+    def action_kube_yaml(self) -> None:
+        self.kube_ctl.reads.yaml()
+
+    def action_kube_hpa(self) -> None:
+        self.kube_ctl.hpa()
+
+    def action_kube_args(self) -> None:
+        self.kube_ctl.args()
+
+    def action_kube_restart(self) -> None:
+        self.kube_ctl.restart()
+
+    def action_kube_delete_pod(self) -> None:
+        self.kube_ctl.delete_pod()
+
+    def action_kube_drain_pod(self) -> None:
+        self.kube_ctl.drain_pod()
+
+    def action_kube_cordon(self) -> None:
+        self.kube_ctl.cordon()
+
+    def action_kube_configmap(self) -> None:
+        self.kube_ctl.configmap()
+
+    def action_kube_context(self) -> None:
+        self.kube_ctl.context()
+
+    def action_kube_namespace(self) -> None:
+        self.kube_ctl.namespace()
+
+    def action_cluster_view(self) -> None:
+        self.kube_ctl.cluster_view()
+
+    def action_cluster_filter(self) -> None:
+        self.kube_ctl.reads.filter()
+
+    def action_cluster_sort(self) -> None:
+        self.kube_ctl.reads.sort()
+
+    def action_cluster_all_namespaces(self) -> None:
+        self.kube_ctl.scope.toggle()
+
+    def on_data_table_row_highlighted(self, _event: Any) -> None:
+        """Another object selected: what may run (engine managed? RBAC of its kind/namespace) changes."""
+        self.kube_ctl.row_highlighted()
+
+    # ----- the running actions (controllers/actions.py)
+    def action_actions_list(self) -> None:
+        self.actions_ctl.actions_list()
+
+    async def action_quit(self) -> None:
+        await self.actions_ctl.quit()
+
+    def start_action(self, kind: ActionKind, *, on_done: Callable[[Outcome], None] | None = None,
+                     on_forbidden: Callable[[], None] | None = None, preflight_name: str = "check") -> bool:
+        """ConsoleHost: the controllers' actions go through the one pipeline (ActionsController)."""
+        return self.actions_ctl.start_action(kind, on_done=on_done, on_forbidden=on_forbidden,
+                                             preflight_name=preflight_name)
+
+    def audit_log(self) -> AuditLog:
+        """ConsoleHost: the one audit log."""
+        return self.actions_ctl.audit_log()
+
+    # ----- Kubernetes state read by app_paint.py and remedy_actions.py (until they are controllers)
+    @property
+    def kube_cfg(self) -> KubeConfig:
+        """The kube section of the config (app_paint's cluster join)."""
+        return self.kube_ctl.connection.cfg
+
+    @property
+    def kube_session(self) -> KubeSession | None:
+        """The Kubernetes session on view (app_paint, remedy_actions)."""
+        return self.kube_ctl.connection.session
+
+    @property
+    def kube_snapshot(self) -> ClusterSnapshot | None:
+        """The cluster as last read (app_paint, remedy_actions)."""
+        return self.kube_ctl.connection.snapshot
+
+    @property
+    def kube_error(self) -> str | None:
+        """Why the cluster could not be read or connected (app_paint, remedy_actions)."""
+        return self.kube_ctl.connection.error
+
+    @property
+    def kube_stale_error(self) -> str | None:
+        """Why the cluster cannot be read now, while stale (app_paint)."""
+        return self.kube_ctl.connection.stale_error
+
+    @property
+    def kube_perms(self) -> Permissions | None:
+        """What this user may do in the cluster (remedy_actions)."""
+        return self.kube_ctl.connection.perms
+
+    def open_pod_read(self, target: str, key: str) -> None:
+        """A triage remedy's read of a pod (remedy_actions)."""
+        self.kube_ctl.reads.open_pod_read(target, key)
+
+    def _kube_busy(self, kind: str, namespace: str | None, name: str) -> bool:
+        """An action on that object in flight? (remedy_actions)"""
+        return self.kube_ctl.busy(kind, namespace, name)
+
+    def _start(self, coro: Any) -> None:
+        """An action's input dialog in a worker (remedy_actions)."""
+        self.kube_ctl.start(coro)
+
+    def _scale_flow(self, w: WorkloadView, replicas: int | None = None) -> Any:
+        """The scale dialog, pre-filled (remedy_actions)."""
+        return self.kube_ctl.scale_flow(w, replicas)
+
+    def _kube_flow(self, action: str, kind: str, namespace: str | None, name: str, **params: Any) -> bool:
+        """A Kubernetes action into the pipeline (remedy_actions)."""
+        return self.kube_ctl.flow(action, kind, namespace, name, **params)
 
     @on(GpusPane.DetailRequested)
     def _gpu_detail_requested(self, event: GpusPane.DetailRequested) -> None:
@@ -438,7 +589,7 @@ class InfertopApp(PaintMixin, NavigationMixin, RemedyActions,
 
     async def on_unmount(self) -> None:
         gc.unfreeze()  # what this app froze can be collected once it is gone (tests run many apps)
-        self.kube_shutdown()
+        self.kube_ctl.connection.shutdown()
         await self.gpu_collector.aclose()
         await asyncio.to_thread(self.state_log.close)
 
