@@ -17,9 +17,10 @@ TYPED = ["infertop/domain", "infertop/format.py", "infertop/config.py", "inferto
          "infertop/ui/actions.py", "infertop/ui/themes.py", "infertop/ui/fastpaint/__init__.py",
          "infertop/ui/fastpaint/compositor.py", "infertop/ui/fastpaint/direct_lines.py",
          "infertop/ui/fastpaint/driver.py", "infertop/ui/kube_connection.py"]
-# ui/controllers holds the Kubernetes (kube.py, kube_connection.py, kube_reads.py, kube_scope.py) and running
-# actions (actions.py) controllers. Not yet: ui/app.py and its mixins (app_paint, app_navigation, remedy_actions:
-# they become controllers), ui/fastpaint/lean.py (LeanTable, to be replaced by a maintained table).
+# ui/controllers holds the Kubernetes (kube.py, kube_connection.py, kube_header.py, kube_reads.py,
+# kube_scope.py) and running actions (actions.py) controllers. Not yet: ui/app.py and its mixins (app_paint,
+# app_navigation, remedy_actions: they become controllers), ui/fastpaint/lean.py (LeanTable, to be replaced by a
+# maintained table).
 
 
 def test_the_typed_modules_pass_mypy():

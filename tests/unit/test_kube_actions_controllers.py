@@ -109,3 +109,18 @@ def test_a_running_kube_action_is_on_the_cluster_header_naming_its_own_context()
     actions.board.end(run)
     actions.changed()
     assert kube.connection.running_text == ""
+
+
+def test_the_cluster_header_says_stale_and_why_unless_an_action_runs():
+    from infertop.domain.kube import ClusterSnapshot
+    from infertop.ui.controllers.kube_header import cluster_header
+
+    snap = ClusterSnapshot(context="lab", namespaces=("default",), taken_at=0.0)
+    session = SimpleNamespace(context="lab", namespaces=["default"], user="alice")
+    opts = dict(all_namespaces=False, watching=True, relist_note="", read_only=True, error=None)
+    header, problems = cluster_header(snap, session, stale=(0.0, "connection refused"), running_text="", **opts)
+    assert " · stale" in header.plain and " · read-only" in header.plain and "watching" not in header.plain
+    assert problems[0].endswith(": connection refused") and header.plain.endswith(problems[0])
+    header, _ = cluster_header(snap, session, stale=None, running_text="Scale: x: running…", **opts)
+    assert header.plain.startswith("⎈ lab · ns default · alice · 0 workloads, 0 pods")
+    assert " · watching" in header.plain and header.plain.endswith("\n▶ Scale: x: running…")

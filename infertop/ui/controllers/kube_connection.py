@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.markup import escape
-from rich.text import Text
 from textual.widgets import TabbedContent
 
 from ...config import KubeConfig
@@ -28,6 +27,7 @@ from ...sources.sanitize import error_text
 from ...state.cluster_join import engine_urls, norm_url, pod_engines, pod_loads_from_engines
 from ..widgets.cluster import ClusterPane
 from .actions import ActionsController
+from .kube_header import cluster_header
 
 # action name → the permission it needs (control.kube.PERMISSIONS)
 KUBE_MUTATING = {
@@ -394,7 +394,10 @@ class KubeConnection:
         if snap is None or session is None:
             return
         stale = self._stale()
-        header, problems = self._header(snap, session, stale)
+        header, problems = cluster_header(snap, session, stale=stale, all_namespaces=self.all_namespaces,
+                                          watching=self.watcher is not None, relist_note=self._relist_note,
+                                          read_only=bool(self.settings.read_only), error=self.error,
+                                          running_text=self.running_text)
         if (stale is not None) != self._was_stale:
             self._was_stale = stale is not None
             if stale is not None:
@@ -408,46 +411,6 @@ class KubeConnection:
                                                        key=lambda v: v.severity == "critical")}  # critical last: wins
         pane.show(snap, header, self._loads_now(snap), self._pod_engines(snap), stale=stale is not None,
                   marks=marks)
-
-    def _header(self, snap: ClusterSnapshot, session: KubeSession,
-                stale: tuple[float, str] | None) -> tuple[Text, list[str]]:
-        """The pane's header (context, scope, counts, freshness, the ▶ line or the first problem) and the
-        problems it knows of."""
-        not_ready = sum(1 for p in snap.pods if not p.ready and not p.terminating)
-        gpus = sum(n.gpu_allocatable or 0 for n in snap.nodes)
-        header = Text()
-        header.append("⎈ ", style="bold")
-        header.append(f"{session.context}", style="bold")
-        if self.all_namespaces:
-            header.append(" · ")
-            header.append("all namespaces", style="bold cyan")
-            header.append(f" ({len(snap.namespaces)} with objects) · {session.user or '?'} · ")
-        else:
-            header.append(f" · ns {', '.join(session.namespaces)} · {session.user or '?'} · ")
-        header.append(f"{len(snap.workloads)} workloads, {len(snap.pods)} pods")
-        if not_ready:
-            header.append(f" ({not_ready} not ready)", style="yellow")
-        if "nodes" in snap.absent:  # not "0 nodes/0 GPUs": none could be read
-            header.append(f", nodes {snap.absent['nodes']}", style="yellow")
-        else:
-            header.append(f", {len(snap.nodes)} nodes/{gpus} GPUs")
-        if stale is not None:
-            header.append(" · stale", style="bold red")
-        else:
-            header.append(" · watching" if self.watcher is not None else " · polling", style="dim")
-        if self._relist_note:
-            header.append(f" · {self._relist_note}", style="dim")
-        if self.settings.read_only:
-            header.append(" · read-only", style="bold yellow")
-        problems = list(snap.errors) + ([self.error] if self.error else [])
-        if stale is not None:
-            since = time.strftime("%H:%M:%S", time.localtime(stale[0]))
-            problems.insert(0, f"stale since {since}: {stale[1]}")
-        if self.running_text:
-            header.append(f"\n▶ {self.running_text}", style="bold cyan")
-        elif problems:
-            header.append(f"\n✗ {problems[0]}", style="bold red")
-        return header, problems
 
     def _loads_now(self, snap: ClusterSnapshot) -> dict:
         """Each pod's load: a pod that is a watched engine shows that engine's running and waiting at the
