@@ -317,7 +317,7 @@ class ReplicaSetView:
         return f"{self.namespace}/{self.name}"
 
     @property
-    def ref_tuple(self) -> tuple[str, str, str]:  # describe / YAML / events (kube_reads.object_ref)
+    def ref_tuple(self) -> tuple[str, str, str]:  # describe / YAML / events (controllers/kube_reads.object_ref)
         return "ReplicaSet", self.namespace, self.name
 
 
@@ -387,7 +387,7 @@ class ServiceView:
         return f"{self.namespace}/{self.name}"
 
     @property
-    def ref_tuple(self) -> tuple[str, str, str]:  # describe / YAML / events (kube_reads.object_ref)
+    def ref_tuple(self) -> tuple[str, str, str]:  # describe / YAML / events (controllers/kube_reads.object_ref)
         return "Service", self.namespace, self.name
 
     @property
@@ -412,7 +412,7 @@ class PdbView:
         return f"{self.namespace}/{self.name}"
 
     @property
-    def ref_tuple(self) -> tuple[str, str, str]:  # describe / YAML / events (kube_reads.object_ref)
+    def ref_tuple(self) -> tuple[str, str, str]:  # describe / YAML / events (controllers/kube_reads.object_ref)
         return "PodDisruptionBudget", self.namespace, self.name
 
 
@@ -428,7 +428,7 @@ class ConfigMapView:
         return f"{self.namespace}/{self.name}"
 
     @property
-    def ref_tuple(self) -> tuple[str, str, str]:  # describe / YAML / events (kube_reads.object_ref)
+    def ref_tuple(self) -> tuple[str, str, str]:  # describe / YAML / events (controllers/kube_reads.object_ref)
         return "ConfigMap", self.namespace, self.name
 
 

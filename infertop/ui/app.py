@@ -37,13 +37,15 @@ from .controllers.collection import Collection
 from .controllers.navigation import PANES, Navigation
 from .controllers.paint import PaneHooks, Painter
 from .controllers.engines import ENGINE_ACTIONS, EngineController
-from .kube_actions import KUBE_ACTIONS, KubeActions
+from .controllers.actions import ActionsController
+from .controllers.kube import KUBE_ACTIONS, KubeController
 from .controllers.queues import QUEUE_ACTIONS, QueueController
 from .controllers.advisor import ADVISOR_ACTIONS, AdvisorController
 from ..state.changes import ChangeRecords
+from ..control.audit import AuditLog
+from ..control.pipeline import ActionKind, Outcome
 from ..analysis.triage import Triage, Verdict
 from .controllers.remedies import Remedies, RemedyTargets
-from .kube_connection import KUBE_MUTATING
 from .controllers.bundle import BundleController
 from .controllers.replay import ReplayController
 from .commands import InfertopCommands
@@ -64,7 +66,7 @@ from .widgets.queue import QueuePane
 from .widgets.triage import TriagePane
 from .widgets.slo import SloPane
 
-__all__ = ["PANES", "InfertopApp", "PaneScreen", "Settings"]  # PANES is navigation's, importable here
+__all__ = ["InfertopApp", "PaneScreen", "Settings"]
 MUTATING = {a.action.split("(")[0] for a in ACTIONS if a.mutating}
 REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_speed", "replay_seek"}
 # Keys that read or connect to the live world: none of them belongs in a replay.
@@ -94,7 +96,7 @@ class Settings:
     no_auto: bool = False  # --no-auto: the scaling advisor never applies by itself
 
 
-class InfertopApp(KubeActions, App[None]):
+class InfertopApp(App[None]):
     TITLE = "infertop"
     COMMANDS = App.COMMANDS | {InfertopCommands}
     CSS = """
@@ -132,17 +134,22 @@ class InfertopApp(KubeActions, App[None]):
 
             self.collector.on_backfill = lambda series: seed_history(self.history, series)
         self.poll = poll
+        # the running actions (the one pipeline's console side) and Kubernetes: plain controllers
+        self.actions_ctl = ActionsController(
+            self, settings, changed=self.fleet.changes.add, log_event=self.log_event,
+            context=lambda: getattr(self.kube_ctl.connection.session, "context", None))
+        self.kube_ctl = KubeController(
+            self, settings, self.actions_ctl, collector=lambda: self.fleet.collector, state=lambda: self.state,
+            replay=settings.replay is not None, on_triage=lambda: self.on_triage(), show_pane=self.action_show_pane)
         self.advisor_ctl = AdvisorController(
             self, None if settings.replay is not None else self.fleet.advisor, settings,  # a replay shows decisions
-            pane=lambda: self.main.query_one(AutoscalerPane), kube=lambda: self.kube_control,
-            perms=lambda: getattr(self, "kube_perms", None), board=self.action_board,
-            actions_changed=self._actions_changed,
-            refresh_kube=lambda: self.run_worker(self._kube_refresh(), group="kube-refresh-after",
-                                                 exit_on_error=False),
+            pane=lambda: self.main.query_one(AutoscalerPane), kube=lambda: self.kube_ctl.connection.control,
+            perms=lambda: self.kube_ctl.connection.perms, board=self.actions_ctl.board,
+            actions_changed=self.actions_ctl.changed, refresh_kube=self.kube_ctl.refresh_after,
             pane_on_view=lambda: self.current_pane if self.screen is self.main else None)
         self.queue_ctl = QueueController(
             self, settings, self.fleet.queues, pane=lambda: self.main.query_one(QueuePane),
-            session=lambda: getattr(self, "kube_session", None),
+            session=lambda: self.kube_ctl.connection.session,
             pane_on_view=lambda: self.current_pane if self.screen is self.main else None,
             replay=settings.replay is not None)
         self.player = settings.replay
@@ -156,7 +163,7 @@ class InfertopApp(KubeActions, App[None]):
         # each tick's state built and painted; the other controllers' parts in it are theirs (hooks)
         self.painter = Painter(self, fleet=self.fleet, settings=settings, history=self.history,
                                state_log=self.state_log, player=self.player, hooks=PaneHooks(
-                                   join_cluster=self._join_cluster, after_tick=lambda: self.advisor_ctl.after_tick(),
+                                   join_cluster=lambda: self.kube_ctl.join_cluster(self.joiner), after_tick=lambda: self.advisor_ctl.after_tick(),
                                    discover=lambda: self.engines_ctl.discover(),
                                    note_changes=lambda old, new: self.changes_ctl.note_changes(old, new),
                                    probe_objectives=lambda: self.queue_ctl.probe_objectives(),
@@ -167,9 +174,9 @@ class InfertopApp(KubeActions, App[None]):
                                      show_detail=self.painter.show_detail, has_state=lambda: self.state is not None,
                                      triage_engine=lambda: self.remedies.engine())
         self.engines_ctl = EngineController(
-            self, settings, self.fleet.collector, local=self.fleet.joiner.local, board=self.action_board,
+            self, settings, self.fleet.collector, local=self.fleet.joiner.local, board=self.actions_ctl.board,
             selected=lambda: self.selected_engine_name(), snapshot=lambda: self.snapshot,
-            unfinished=self.unfinished_actions, report_unfinished=self.report_unfinished,
+            unfinished=self.actions_ctl.unfinished_actions, report_unfinished=self.actions_ctl.report_unfinished,
             replay=settings.replay is not None)
         self.collection = Collection(self, self.fleet, tick=self.tick, engine_manager=lambda: self.engine_manager)
         self.changes_ctl = ChangeLog(
@@ -186,9 +193,11 @@ class InfertopApp(KubeActions, App[None]):
             set_seqs=lambda name, value: self.engines_ctl.set_seqs(name, value),
             restart=lambda name: self.engines_ctl.restart(name), engine_denied=self._engine_denied,
             engine_detail=self.action_engine_detail, show_pane=self.action_show_pane,
-            kube_refused=self._kube_refused, kube_snapshot=lambda: self.kube_snapshot,
-            open_pod_read=lambda target, key: self.open_pod_read(target, key),
-            scale=self._scale_remedy, drain_node=self._drain_node_remedy),
+            kube_refused=lambda action, ns, kind: self.kube_ctl.refused(action, ns, kind),
+            kube_snapshot=lambda: self.kube_ctl.connection.snapshot,
+            open_pod_read=lambda target, key: self.kube_ctl.reads.open_pod_read(target, key),
+            scale=lambda w, replicas: self.kube_ctl.open_scale(w, replicas),
+            drain_node=lambda node: self.kube_ctl.open_drain_node(node)),
             replay=settings.replay is not None, state=lambda: self.state, current_pane=lambda: self.current_pane)
 
     # ----- layout -------------------------------------------------------
@@ -260,7 +269,7 @@ class InfertopApp(KubeActions, App[None]):
             self.set_interval(self.settings.config.refresh_s, self.tick)
         if self.player is None:
             self._init_engines()
-            self.kube_setup()
+            self.kube_ctl.connection.setup()
         if self.poll:
             self.call_after_refresh(_freeze_startup_objects)
             self.collection.start()
@@ -328,7 +337,7 @@ class InfertopApp(KubeActions, App[None]):
 
     async def action_refresh_now(self) -> None:
         if self.player is None:
-            self.run_worker(self.kube_refresh_now(), group="kube-refresh-now", exclusive=True, exit_on_error=False)
+            self.run_worker(self.kube_ctl.connection.refresh_now(), group="kube-refresh-now", exclusive=True, exit_on_error=False)
         await self.collection.refresh_now(lambda: self.state)
 
     def _clear_log(self) -> None:
@@ -433,34 +442,6 @@ class InfertopApp(KubeActions, App[None]):
             return f"{name} was not started by infertop: it can be watched, not stopped or changed"
         return None
 
-    def _join_cluster(self) -> None:
-        """Hand the Cluster pane's latest read (or its error) to the fleet state."""
-        if not self.kube_cfg.configured:
-            return
-        session = self.kube_session
-        source = session.context if session is not None else (self.kube_cfg.context or "kubernetes")
-        error = self.kube_error or self.kube_stale_error
-        if error or self.kube_snapshot is not None:
-            self.joiner.set_cluster(self.kube_snapshot, error=error, source=source)
-
-    def _kube_refused(self, action: str, namespace: str | None, kind: str | None) -> str | None:
-        """Why the Kubernetes action cannot act (not connected, RBAC), or None."""
-        if self.kube_session is None:
-            error = self.kube_error
-            return ("Kubernetes is not connected: " + error) if error else "Kubernetes is not configured"
-        perms = self.kube_perms
-        if perms is not None:
-            return perms.denied(KUBE_MUTATING[action], namespace, kind)
-        return None
-
-    def _scale_remedy(self, w: Any, replicas: int | None) -> None:
-        if not self._kube_busy(w.kind, w.namespace, w.name):
-            self._start(self._scale_flow(w, replicas))
-
-    def _drain_node_remedy(self, node: str) -> None:
-        if not self._kube_busy("Node", None, node):
-            self._kube_flow("drain_node", "Node", None, node)
-
     # ----- actions (named in ui/actions.py) -------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Hide actions that would change something when running read-only (or replaying)."""
@@ -473,7 +454,7 @@ class InfertopApp(KubeActions, App[None]):
         if action in ENGINE_ACTIONS:
             return self.engines_ctl.action_state(action)
         if action in KUBE_ACTIONS:
-            return self.kube_action_state(action)
+            return self.kube_ctl.action_state(action)
         if action in QUEUE_ACTIONS:
             return self.queue_ctl.action_state(action)
         if action in ADVISOR_ACTIONS:
@@ -495,7 +476,18 @@ class InfertopApp(KubeActions, App[None]):
             return "read-only mode: nothing can be changed"
         if self.player is not None and action in MUTATING:
             return "replay: nothing can be changed"
-        return self.queue_ctl.denied_reason(action) or super().action_denied_reason(action)
+        return (self.queue_ctl.denied_reason(action) or self.engines_ctl.denied_reason(action)
+                or self.kube_ctl.denied_reason(action))
+
+    async def run_action(self, action: Any, default_namespace: Any = None, namespaces: Any = None) -> bool:
+        """A key (or palette entry) that cannot act here says why when pressed (action_denied_reason)."""
+        handled = await super().run_action(action, default_namespace, namespaces)
+        if not handled and isinstance(action, str) and (default_namespace is None or default_namespace is self):
+            why = self.action_denied_reason(action.split("(")[0])
+            if why:
+                self.notify(why, severity="warning", timeout=5, markup=False)
+                return True
+        return handled
 
     # ----- the panes' messages ------------------------------------------
     # Textual collects @on handlers only from its own classes (App, Widget): they stay here, the work
@@ -504,7 +496,7 @@ class InfertopApp(KubeActions, App[None]):
     def _pane_activated(self) -> None:
         self.refresh_bindings()  # the footer shows the keys of the pane on view (a click on a tab too)
         self.render_snapshot()  # a pane is painted only while on view: bring it to the state on screen
-        self.kube_pane_shown()
+        self.kube_ctl.connection.pane_shown()
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
@@ -543,13 +535,91 @@ class InfertopApp(KubeActions, App[None]):
         if not self.remedy_key("r"):
             self.engines_ctl.restart(self.selected_engine_name())
 
+    # ----- the Cluster pane's keys (controllers/kube.py); S, N, e and p are remedies on the Triage pane
     def action_kube_scale(self) -> None:
         if not self.remedy_key("S"):
-            super().action_kube_scale()
+            self.kube_ctl.scale()
 
     def action_kube_drain_node(self) -> None:
         if not self.remedy_key("N"):
-            super().action_kube_drain_node()
+            self.kube_ctl.drain_node()
+
+    def action_kube_events(self) -> None:
+        if not (self.on_triage() and self.remedy_key("e")):
+            self.kube_ctl.reads.events()
+
+    def action_kube_logs_previous(self) -> None:
+        if not (self.on_triage() and self.remedy_key("p")):
+            self.kube_ctl.reads.logs(previous=True)
+
+    def action_kube_logs(self) -> None:
+        self.kube_ctl.reads.logs()
+
+    def action_kube_describe(self) -> None:
+        self.kube_ctl.reads.describe()
+
+    def action_kube_yaml(self) -> None:
+        self.kube_ctl.reads.yaml()
+
+    def action_kube_hpa(self) -> None:
+        self.kube_ctl.hpa()
+
+    def action_kube_args(self) -> None:
+        self.kube_ctl.args()
+
+    def action_kube_restart(self) -> None:
+        self.kube_ctl.restart()
+
+    def action_kube_delete_pod(self) -> None:
+        self.kube_ctl.delete_pod()
+
+    def action_kube_drain_pod(self) -> None:
+        self.kube_ctl.drain_pod()
+
+    def action_kube_cordon(self) -> None:
+        self.kube_ctl.cordon()
+
+    def action_kube_configmap(self) -> None:
+        self.kube_ctl.configmap()
+
+    def action_kube_context(self) -> None:
+        self.kube_ctl.context()
+
+    def action_kube_namespace(self) -> None:
+        self.kube_ctl.namespace()
+
+    def action_cluster_view(self) -> None:
+        self.kube_ctl.cluster_view()
+
+    def action_cluster_filter(self) -> None:
+        self.kube_ctl.reads.filter()
+
+    def action_cluster_sort(self) -> None:
+        self.kube_ctl.reads.sort()
+
+    def action_cluster_all_namespaces(self) -> None:
+        self.kube_ctl.scope.toggle()
+
+    def on_data_table_row_highlighted(self, _event: Any) -> None:
+        """Another object selected: what may run (engine managed? RBAC of its kind/namespace) changes."""
+        self.kube_ctl.row_highlighted()
+
+    # ----- the running actions (controllers/actions.py)
+    def action_actions_list(self) -> None:
+        self.actions_ctl.actions_list()
+
+    async def action_quit(self) -> None:
+        await self.actions_ctl.quit()
+
+    def start_action(self, kind: ActionKind, *, on_done: Callable[[Outcome], None] | None = None,
+                     on_forbidden: Callable[[], None] | None = None, preflight_name: str = "check") -> bool:
+        """ConsoleHost: the controllers' actions go through the one pipeline (ActionsController)."""
+        return self.actions_ctl.start_action(kind, on_done=on_done, on_forbidden=on_forbidden,
+                                             preflight_name=preflight_name)
+
+    def audit_log(self) -> AuditLog:
+        """ConsoleHost: the one audit log."""
+        return self.actions_ctl.audit_log()
 
     @on(GpusPane.DetailRequested)
     def _gpu_detail_requested(self, event: GpusPane.DetailRequested) -> None:
@@ -557,7 +627,7 @@ class InfertopApp(KubeActions, App[None]):
 
     async def on_unmount(self) -> None:
         gc.unfreeze()  # what this app froze can be collected once it is gone (tests run many apps)
-        self.kube_shutdown()
+        self.kube_ctl.connection.shutdown()
         await self.gpu_collector.aclose()
         await asyncio.to_thread(self.state_log.close)
 

@@ -89,7 +89,7 @@ async def test_the_cluster_pane_detail_shows_escapes_as_text(tmp_path, kube_emul
                  kube=KubeConfig(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc")), refresh_s=0.3))
     app = InfertopApp(Settings(config=cfg, endpoints=[], state_dir=str(tmp_path / "state")), poll=False)
     async with app.run_test(size=(160, 40)) as pilot:
-        await until(pilot, lambda: app.kube_snapshot is not None and app.kube_snapshot.pods, what="pods listed")
+        await until(pilot, lambda: app.kube_ctl.connection.snapshot is not None and app.kube_ctl.connection.snapshot.pods, what="pods listed")
         await pilot.press("5")
         await pilot.pause()
         pane = app.query_one(ClusterPane)

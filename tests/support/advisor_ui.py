@@ -73,7 +73,7 @@ def burst(sim, n: int = 20) -> None:
 
 async def tick(pilot, app, clock: Clock, dt: float) -> None:
     clock.now += dt
-    await app.kube_refresh_now()
+    await app.kube_ctl.connection.refresh_now()
     await app.poll_now()
     await pilot.pause()
 
@@ -82,7 +82,7 @@ W = "Deployment/default/vllm"
 
 
 async def setup(emu, sim, pilot, app) -> AutoscalerPane:
-    await until(pilot, lambda: app.kube_session is not None and app.kube_snapshot is not None, message="connect")
+    await until(pilot, lambda: app.kube_ctl.connection.session is not None and app.kube_ctl.connection.snapshot is not None, message="connect")
     await pilot.press("7")
     await pilot.pause()
     return app.query_one(AutoscalerPane)

@@ -48,7 +48,7 @@ def ready(emu: KubeEmulator, app: str, n: int) -> bool:
 
 
 async def connected(pilot, app: InfertopApp) -> ClusterPane:
-    await until(pilot, lambda: app.kube_session is not None and app.kube_snapshot is not None, what="connect")
+    await until(pilot, lambda: app.kube_ctl.connection.session is not None and app.kube_ctl.connection.snapshot is not None, what="connect")
     await pilot.press("5")
     await pilot.pause()
     return app.query_one(ClusterPane)

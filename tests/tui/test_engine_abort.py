@@ -122,7 +122,7 @@ async def test_tui_aborts_a_change_during_its_drain_and_says_what_state_the_engi
         assert screen.result == "aborted", screen.result_text
         assert "still stopping" in screen.result_text and "no SIGKILL" in screen.result_text
         assert alive(pid)
-        assert app.action_board.runs() == []
+        assert app.actions_ctl.board.runs() == []
         app.engine_manager.stop("fake", grace_s=0.5)
 
 

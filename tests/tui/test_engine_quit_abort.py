@@ -180,7 +180,7 @@ async def test_the_next_start_reports_an_engine_left_drained_once(tmp_path):
     s = settings(tmp_path)
     target = "engine e at gateway 127.0.0.1:9"
     app = InfertopApp(s, poll=False)
-    log = AuditLog(app.audit_log().path)
+    log = AuditLog(app.actions_ctl.audit_log().path)
     op = log.intent("gateway.drain", target, engine="e", why=STEP_DRAIN_WHY)
     log.outcome(op, "gateway.drain", target, "ok")
     lines = log.path.read_text().splitlines()

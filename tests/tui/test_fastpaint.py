@@ -16,7 +16,8 @@ from textual.widgets.data_table import ColumnKey
 from infertop.config import Config
 from infertop.sources.vllm import EngineEndpoint
 from infertop.ui import fastpaint
-from infertop.ui.app import PANES, InfertopApp, Settings
+from infertop.ui.app import InfertopApp, Settings
+from infertop.ui.controllers.navigation import PANES
 from infertop.ui.fastpaint.compositor import ChangedOnlyCompositor
 from infertop.ui.widgets.engines_table import EnginesTable
 from infertop.ui.fastpaint.lean import LeanTable

@@ -77,7 +77,7 @@ async def test_the_pane_says_forbidden_and_not_served_instead_of_an_empty_table(
     emu.uninstall("horizontalpodautoscalers")
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
     async with app.run_test(size=size) as pilot:
-        await until(pilot, lambda: app.kube_snapshot is not None and app.kube_snapshot.workloads, what="connect")
+        await until(pilot, lambda: app.kube_ctl.connection.snapshot is not None and app.kube_ctl.connection.snapshot.workloads, what="connect")
         await pilot.press("5")
         pane = app.query_one(ClusterPane)
         await until(pilot, lambda: pane.snapshot is not None, what="painted")
@@ -101,7 +101,7 @@ async def test_nodes_show_cpu_and_memory_requested_against_allocatable(emu, tmp_
     node = next(p["spec"]["nodeName"] for p in emu.list("pods", NS))
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.kube_snapshot is not None and app.kube_snapshot.nodes, what="connect")
+        await until(pilot, lambda: app.kube_ctl.connection.snapshot is not None and app.kube_ctl.connection.snapshot.nodes, what="connect")
         await pilot.press("5")
         pane = app.query_one(ClusterPane)
         pane.set_view("nodes")
@@ -122,15 +122,15 @@ async def test_a_workload_and_a_pod_a_verdict_is_about_are_marked_in_the_cluster
     seed(emu)
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.kube_snapshot is not None and app.kube_snapshot.pods, what="connect")
+        await until(pilot, lambda: app.kube_ctl.connection.snapshot is not None and app.kube_ctl.connection.snapshot.pods, what="connect")
         await app.poll_now()
         await pilot.press("5")
         pane = app.query_one(ClusterPane)
-        pod = app.kube_snapshot.pods[0]
+        pod = app.kube_ctl.connection.snapshot.pods[0]
         app.painter.state = replace(app.state, verdicts=(
             Verdict("autoscaler-blocked", f"{NS}/Deployment/vllm", "critical", 0.0, "blocked"),
             Verdict("crash-loop", f"{NS}/Pod/{pod.name}", "critical", 0.0, "looping")))
-        app._kube_render()
+        app.kube_ctl.connection.render()
         await pilot.pause()
 
         def first(view, key):

@@ -139,8 +139,8 @@ async def test_an_auto_apply_that_never_happened_is_logged_not_applied_and_audit
         async with app.run_test(size=(140, 45)) as pilot:
             pane = await ui.setup(emu, sim, pilot, app)
             await ui.tick(pilot, app, clock, 0.0)
-            holder = KubeAction(app.kube_control, "scale", "Deployment", NS, "vllm", replicas=2)
-            held = app.action_board.begin(holder, "scale deployment default/vllm (someone else's)")
+            holder = KubeAction(app.kube_ctl.connection.control, "scale", "Deployment", NS, "vllm", replicas=2)
+            held = app.actions_ctl.board.begin(holder, "scale deployment default/vllm (someone else's)")
             ui.burst(sim)
             await ui.tick(pilot, app, clock, 1.0)
             await ui.tick(pilot, app, clock, 2.0)
@@ -153,7 +153,7 @@ async def test_an_auto_apply_that_never_happened_is_logged_not_applied_and_audit
             (entry,) = ui.audit(tmp_path)
             assert (entry["action"], entry["result"], entry["old"], entry["new"]) == ("kube.scale", "refused", 1, 4)
             assert entry["reason"].startswith("not applied: ") and "advisor auto" in entry["summary"]
-            app.action_board.end(held)
+            app.actions_ctl.board.end(held)
             await ui.tick(pilot, app, clock, 1.0)
             await ui.until(pilot, lambda: emu.get("deployments", "vllm", NS)["spec"]["replicas"] == 4,
                            message="applied once free")
@@ -186,7 +186,7 @@ async def test_p_is_not_offered_when_patch_deployments_scale_is_denied(kube_emul
             await ui.tick(pilot, app, clock, 1.0)
             await ui.tick(pilot, app, clock, 2.0)
             assert app.advisor.logs[ui.W][-1]["action"] == "recommended"
-            await ui.until(pilot, lambda: app.kube_perms is not None and app.kube_perms.denied(
+            await ui.until(pilot, lambda: app.kube_ctl.connection.perms is not None and app.kube_ctl.connection.perms.denied(
                 "scale", NS, "Deployment"), message="access reviews")
             assert not app.check_action("advisor_apply", ())
             await pilot.press("p")
@@ -256,7 +256,7 @@ async def test_the_advisor_takes_its_bounds_from_the_scaled_object_that_owns_the
         app = ui.make_app(tmp_path, emu, sim, clock)
         async with app.run_test(size=(140, 45)) as pilot:
             pane = await ui.setup(emu, sim, pilot, app)
-            await ui.until(pilot, lambda: app.kube_snapshot.scaled_objects, message="the ScaledObject read")
+            await ui.until(pilot, lambda: app.kube_ctl.connection.snapshot.scaled_objects, message="the ScaledObject read")
             await ui.tick(pilot, app, clock, 0.0)
             assert ui.row(pane, ui.W)[3] == "1-9 keda"  # before: the config's 1-10
             assert app.state.autoscalers[0]["bounds_from"] == "KEDA ScaledObject default/vllm-so"

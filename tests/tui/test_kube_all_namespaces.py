@@ -86,14 +86,14 @@ async def test_zero_shows_every_namespace_and_back(emu, tmp_path, size):
     seed(emu)
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
     async with app.run_test(size=size) as pilot:
-        await until(pilot, lambda: app.kube_snapshot is not None and app.kube_snapshot.workloads, what="connect")
+        await until(pilot, lambda: app.kube_ctl.connection.snapshot is not None and app.kube_ctl.connection.snapshot.workloads, what="connect")
         await pilot.press("5")
         pane = app.query_one(ClusterPane)
         await until(pilot, lambda: names(pane, "workloads") == ["vllm"], what="the configured namespace")
         assert "ns default" in text(pane.query_one("#cluster-header"))
 
         await pilot.press("0")
-        await until(pilot, lambda: app.kube_all_namespaces and sorted(names(pane, "workloads")) ==
+        await until(pilot, lambda: app.kube_ctl.connection.all_namespaces and sorted(names(pane, "workloads")) ==
                     [f"{NS}/vllm", f"{OTHER}/embed"], what="all namespaces")
         assert "all namespaces" in text(pane.query_one("#cluster-header"))
         assert pane.scope_note is None and not pane.query_one("#cluster-absent").display
@@ -103,7 +103,7 @@ async def test_zero_shows_every_namespace_and_back(emu, tmp_path, size):
         await until(pilot, lambda: f"{OTHER}/router" in names(pane, "configmaps"), what="configmaps")
 
         await pilot.press("0")
-        await until(pilot, lambda: not app.kube_all_namespaces and f"{OTHER}/router" not in names(pane, "configmaps")
+        await until(pilot, lambda: not app.kube_ctl.connection.all_namespaces and f"{OTHER}/router" not in names(pane, "configmaps")
                     and "ns default" in text(pane.query_one("#cluster-header")), what="back")
         pane.set_view("workloads")
         await until(pilot, lambda: names(pane, "workloads") == ["vllm"], what="back to default's rows")
@@ -114,15 +114,15 @@ async def test_a_list_across_namespaces_forbidden_is_said_in_place_and_the_rows_
     only_default(emu, "nodes", "selfsubjectaccessreviews", "namespaces")
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: app.kube_snapshot is not None and app.kube_snapshot.workloads, what="connect")
+        await until(pilot, lambda: app.kube_ctl.connection.snapshot is not None and app.kube_ctl.connection.snapshot.workloads, what="connect")
         await pilot.press("5")
         pane = app.query_one(ClusterPane)
         await until(pilot, lambda: names(pane, "workloads") == ["vllm"], what="rows")
-        watcher = app.kube_watcher
+        watcher = app.kube_ctl.connection.watcher
         await pilot.press("0")
         absent = pane.query_one("#cluster-absent")
         await until(pilot, lambda: absent.display and text(absent).startswith(
             "forbidden: list pods (all namespaces)"), what="said in place")
-        assert app.kube_watcher is watcher and not app.kube_all_namespaces  # the previous scope, still watched
+        assert app.kube_ctl.connection.watcher is watcher and not app.kube_ctl.connection.all_namespaces  # the previous scope, still watched
         assert names(pane, "workloads") == ["vllm"] and pane.query_one("#cluster-switcher").display
         assert "ns default" in text(pane.query_one("#cluster-header"))

@@ -52,14 +52,14 @@ async def start_stuck_scale(pilot, app, pane) -> ConfirmScreen:
 
 async def switch_to_lab_b(pilot, app, screen: ConfirmScreen):
     """Hide the running scale and switch the context; returns the scale's run (what the list shows)."""
-    (run,) = app.action_board.in_flight()
+    (run,) = app.actions_ctl.board.in_flight()
     await pilot.press("escape")  # hide the running scale; it goes on
     await until(pilot, lambda: len(app.screen_stack) == 1)
     await pilot.press("K")
     dialog = await until(pilot, lambda: isinstance(app.screen, ChoiceDialog) and app.screen)
     assert [oid for oid, _ in dialog.options] == ["lab", "lab-b"]
     await pilot.press("down", "enter")
-    await until(pilot, lambda: app.kube_session is not None and app.kube_session.context == "lab-b",
+    await until(pilot, lambda: app.kube_ctl.connection.session is not None and app.kube_ctl.connection.session.context == "lab-b",
                 what="context switch")
     await pilot.pause(0.3)  # ~6 follow polls at 0.05 s on the old context's session
     assert run.in_flight, run.status_text()
@@ -72,17 +72,17 @@ async def test_a_follow_survives_a_context_switch_and_ends_ok(emu, tmp_path):
     app = make_app(tmp_path, two_contexts(emu, tmp_path), stuck_after_s=600.0)
     async with app.run_test(size=(120, 40)) as pilot:
         pane = await connected(pilot, app)
-        first = app.kube_session
+        first = app.kube_ctl.connection.session
         screen = await start_stuck_scale(pilot, app, pane)
         run = await switch_to_lab_b(pilot, app, screen)
-        assert app.kube_session is not first
-        assert app._kube_retired == [first]  # kept open for the follow
-        assert app.kube_running_text.startswith("Scale: deployment default/slow (context lab): ")
+        assert app.kube_ctl.connection.session is not first
+        assert app.kube_ctl.connection.retired == [first]  # kept open for the follow
+        assert app.kube_ctl.connection.running_text.startswith("Scale: deployment default/slow (context lab): ")
         emu.clear_failures()  # the pods start: the scale completes, followed on the old context
         await until(pilot, lambda: run.outcome is not None, what=run.status_text())
         assert run.outcome.result == "ok", run.outcome
         assert ready(emu, "slow", 2)
-        await until(pilot, lambda: app._kube_retired == [], what="the old session is closed once its follow ended")
+        await until(pilot, lambda: app.kube_ctl.connection.retired == [], what="the old session is closed once its follow ended")
         assert len(first.api_client.rest_client.pool_manager.pools) == 0  # closed: no pooled connection left
     (outcome,) = [e for e in audit(tmp_path) if e.get("action") == "kube.scale"]
     assert (outcome["result"], outcome["context"]) == ("ok", "lab"), outcome

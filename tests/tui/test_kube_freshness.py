@@ -48,7 +48,7 @@ def workload_names(pane: ClusterPane) -> set[str]:
 
 
 async def connected(pilot, app: InfertopApp) -> ClusterPane:
-    await until(pilot, lambda: app.kube_session is not None and app.kube_snapshot is not None, what="connect")
+    await until(pilot, lambda: app.kube_ctl.connection.session is not None and app.kube_ctl.connection.snapshot is not None, what="connect")
     await pilot.press("5")
     await pilot.pause()
     return app.query_one(ClusterPane)
@@ -69,7 +69,7 @@ async def test_the_pane_goes_stale_when_the_api_server_dies_and_recovers_by_itse
         pane = await connected(pilot, app)
         await until(pilot, lambda: workload_names(pane) == {"vllm", "old"}, what="first read")
         assert " · stale" not in header(pane) and not pane.has_class("-stale")
-        assert app.kube_perm_checks == 1
+        assert app.kube_ctl.connection.perm_checks == 1
         checks = emu.count_requests("POST", SSAR)
         assert checks > 0
 
@@ -80,7 +80,7 @@ async def test_the_pane_goes_stale_when_the_api_server_dies_and_recovers_by_itse
         assert first.endswith(" · stale") and "watching" not in first and "polling" not in first
         assert re.fullmatch(r"✗ stale since \d\d:\d\d:\d\d: cannot reach the API server: connection refused", second)
         assert pane.has_class("-stale")  # the tables are dimmed
-        assert app.kube_stale_error == "cannot reach the API server: connection refused"
+        assert app.kube_ctl.connection.stale_error == "cannot reach the API server: connection refused"
         assert workload_names(pane) == {"vllm", "old"}  # the last objects read, still shown
 
         emu.reset_resource_versions()
@@ -93,9 +93,9 @@ async def test_the_pane_goes_stale_when_the_api_server_dies_and_recovers_by_itse
         await until(pilot, lambda: workload_names(pane) == {"vllm", "fresh"} and not pane.has_class("-stale")
                     and len(pod_names()) == 2 and not any(p.startswith("old-") for p in pod_names()),
                     what="recovered without a K press")
-        assert "stale" not in header(pane) and "✗" not in header(pane) and app.kube_stale_error is None
+        assert "stale" not in header(pane) and "✗" not in header(pane) and app.kube_ctl.connection.stale_error is None
         assert header(pane).split("\n")[0].endswith(" · watching" if watch else " · polling")
-        await until(pilot, lambda: app.kube_perm_checks >= 2, what="permissions re-checked")
+        await until(pilot, lambda: app.kube_ctl.connection.perm_checks >= 2, what="permissions re-checked")
         assert emu.count_requests("POST", SSAR) > checks
 
 
@@ -106,21 +106,21 @@ async def test_ages_move_between_two_renders_without_a_watch_event(kube_emulator
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
     async with app.run_test(size=(120, 30)) as pilot:
         pane = await connected(pilot, app)
-        await until(pilot, lambda: app.kube_watcher.version == app._kube_rendered and not app._kube_refreshing,
+        await until(pilot, lambda: app.kube_ctl.connection.watcher.version == app.kube_ctl.connection._rendered and not app.kube_ctl.connection._refreshing,
                     what="rendered")
         clock = FakeClock(time.time() + 30)
         pane.clock = clock
-        app._kube_tick()
+        app.kube_ctl.connection.tick()
         pods, events = pane.table("pods"), pane.table("events")
         age = {k.value: str(pods.get_row(k)[7]) for k in pods.rows}
         assert len(age) == 2 and all(re.fullmatch(r"\d+s", a) for a in age.values())
         assert events.row_count > 0
-        version = app.kube_watcher.version
+        version = app.kube_ctl.connection.watcher.version
         counts = {v: pane.table(v).cells_updated for v in ("workloads", "pods", "nodes", "hpas", "events")}
 
         clock.t += 600
-        app._kube_tick()
-        assert app.kube_watcher.version == version  # no watch event in between
+        app.kube_ctl.connection.tick()
+        assert app.kube_ctl.connection.watcher.version == version  # no watch event in between
         later = {k.value: str(pods.get_row(k)[7]) for k in pods.rows}
         assert all(re.fullmatch(r"1\dm", a) for a in later.values()), later
         event_ages = [str(events.get_row(k)[1]) for k in events.rows]
@@ -128,7 +128,7 @@ async def test_ages_move_between_two_renders_without_a_watch_event(kube_emulator
         # only the cells whose text changed were repainted: one Age cell per pod and per event
         delta = {v: pane.table(v).cells_updated - n for v, n in counts.items()}
         assert delta == {"workloads": 0, "pods": 2, "nodes": 0, "hpas": 0, "events": events.row_count}
-        app._kube_tick()  # same clock: nothing to repaint
+        app.kube_ctl.connection.tick()  # same clock: nothing to repaint
         assert pane.table("pods").cells_updated - counts["pods"] == 2
 
 
@@ -139,12 +139,12 @@ async def test_ctrl_r_relists_and_says_so(kube_emulator, tmp_path):
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
     async with app.run_test(size=(120, 30)) as pilot:
         pane = await connected(pilot, app)
-        assert all(inf.lists == 1 for inf in app.kube_watcher.informers)
+        assert all(inf.lists == 1 for inf in app.kube_ctl.connection.watcher.informers)
         emu.clear_requests()
         await pilot.press("ctrl+r")
         text = await until(pilot, lambda: "relisted" in header(pane) and header(pane), what="feedback")
         assert re.search(r" · relisted \d\d:\d\d:\d\d", text.split("\n")[0])
-        assert all(inf.lists == 2 for inf in app.kube_watcher.informers)
+        assert all(inf.lists == 2 for inf in app.kube_ctl.connection.watcher.informers)
         assert emu.count_requests(predicate=lambda r: r.query.get("watch") != "true" and r.method == "GET") >= 6
 
 
@@ -163,5 +163,5 @@ async def test_an_api_server_down_at_start_is_waited_for(kube_emulator, tmp_path
         emu.start()
         await until(pilot, lambda: workload_names(pane) == {"vllm"} and "stale" not in header(pane),
                     what="the first read once it answers (retries back off up to 5 s)")
-        await until(pilot, lambda: app.kube_perm_checks == 2, what="permissions checked again")
-        assert app.kube_perms.allows("scale") is True  # unknown while it was down, known now
+        await until(pilot, lambda: app.kube_ctl.connection.perm_checks == 2, what="permissions checked again")
+        assert app.kube_ctl.connection.perms.allows("scale") is True  # unknown while it was down, known now

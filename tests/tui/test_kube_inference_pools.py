@@ -9,7 +9,7 @@ import pytest
 from infertop.config import Config, KubeConfig
 from infertop.sources.kube import ClusterWatcher, KubeSession
 from infertop.ui.app import InfertopApp, Settings
-from infertop.ui.kube_reads import describe_lines
+from infertop.ui.controllers.kube_reads import describe_lines
 from infertop.ui.screens.kube_object import KubeTextScreen
 from infertop.ui.widgets.cluster import ClusterPane
 from pilot_wait import until
@@ -79,7 +79,7 @@ async def test_the_pools_view_lists_pools_then_objectives_and_d_y_read_them(emu,
     seed(emu)
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
     async with app.run_test(size=size) as pilot:
-        await until(pilot, lambda: app.kube_snapshot is not None and app.kube_snapshot.inference_pools,
+        await until(pilot, lambda: app.kube_ctl.connection.snapshot is not None and app.kube_ctl.connection.snapshot.inference_pools,
                     what="connect")
         await pilot.press("5")
         pane = app.query_one(ClusterPane)
@@ -111,7 +111,7 @@ async def test_a_cluster_without_the_crds_says_not_served(emu, tmp_path):
     seed(emu, crds=False)
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: app.kube_snapshot is not None and "inferencepools" in app.kube_snapshot.absent,
+        await until(pilot, lambda: app.kube_ctl.connection.snapshot is not None and "inferencepools" in app.kube_ctl.connection.snapshot.absent,
                     what="connect")
         await pilot.press("5")
         pane = app.query_one(ClusterPane)

@@ -79,8 +79,8 @@ async def test_drill_down_and_back_filter_and_sort_in_each_view(emu, tmp_path, s
     emu.wait_until(rolled, message="rolled out")
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
     async with app.run_test(size=size) as pilot:
-        await until(pilot, lambda: app.kube_snapshot is not None and len(app.kube_snapshot.pods) == 3
-                    and app.kube_snapshot.events, what="connect")
+        await until(pilot, lambda: app.kube_ctl.connection.snapshot is not None and len(app.kube_ctl.connection.snapshot.pods) == 3
+                    and app.kube_ctl.connection.snapshot.events, what="connect")
         await pilot.press("5")
         pane = app.query_one(ClusterPane)
         await until(pilot, lambda: len(pane.table("workloads")._order) == 2, what="workloads")

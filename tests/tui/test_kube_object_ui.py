@@ -36,7 +36,7 @@ def running(emu, app: str) -> str:
 
 
 async def on_cluster(pilot, app) -> ClusterPane:
-    await until(pilot, lambda: app.kube_session is not None and app.kube_snapshot is not None, what="connect")
+    await until(pilot, lambda: app.kube_ctl.connection.session is not None and app.kube_ctl.connection.snapshot is not None, what="connect")
     await pilot.press("5")
     pane = app.query_one(ClusterPane)
     await until(pilot, lambda: pane.snapshot is not None and pane.snapshot.pods, what="pods on the pane")
@@ -74,7 +74,7 @@ async def test_describe_yaml_and_events_of_a_pod_a_deployment_a_node_and_an_hpa(
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"))
     async with app.run_test(size=size) as pilot:
         pane = await on_cluster(pilot, app)
-        await until(pilot, lambda: any(p.restarts for p in app.kube_snapshot.pods), what="the restart read")
+        await until(pilot, lambda: any(p.restarts for p in app.kube_ctl.connection.snapshot.pods), what="the restart read")
         await select(pilot, pane, "pods", f"{NS}/{pod}")
         screen = await open_text(pilot, app, "d")
         text = screen.text

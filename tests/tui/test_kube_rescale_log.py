@@ -85,7 +85,7 @@ async def test_after_a_scale_down_the_header_and_the_log_say_what_the_fleet_stat
                                    engine_pods={e.gpu.pod: f"vllm-{e.index}" for e in sim.engines}), poll=False)
         async with app.run_test(size=(120, 40)) as pilot:
             def pods_with_engines(n: int):
-                snap = app.kube_snapshot
+                snap = app.kube_ctl.connection.snapshot
                 return snap is not None and len([p for p in snap.pods if p.engine_url]) == n
 
             await until(pilot, lambda: pods_with_engines(3), "the cluster read")
@@ -94,13 +94,13 @@ async def test_after_a_scale_down_the_header_and_the_log_say_what_the_fleet_stat
             assert not [line for line in app.log_lines if "vllm-" in line], list(app.log_lines)
             top = app.main.query_one("#topbar")
             assert " · 3 engines · " in str(top.render())
-            pod_of = {p.engine_url: p.name for p in app.kube_snapshot.pods}
+            pod_of = {p.engine_url: p.name for p in app.kube_ctl.connection.snapshot.pods}
 
-            apps = kubernetes.client.AppsV1Api(app.kube_session.api_client)
+            apps = kubernetes.client.AppsV1Api(app.kube_ctl.connection.session.api_client)
             await asyncio.to_thread(apps.patch_namespaced_deployment_scale, "vllm", "inference",
                                     {"spec": {"replicas": 1}})
             await until(pilot, lambda: sum(_answers(e.url) for e in sim.engines) == 1, "two engines stopped")
-            await until(pilot, lambda: pods_with_engines(1) and len(app.kube_snapshot.pods) == 1, "one pod left")
+            await until(pilot, lambda: pods_with_engines(1) and len(app.kube_ctl.connection.snapshot.pods) == 1, "one pod left")
             await app.poll_now()
             assert len(app.state.engines) == 1
             assert " · 1 engine · " in str(top.render())  # was: 3 (the endpoints watched)
@@ -116,7 +116,7 @@ async def test_after_a_scale_down_the_header_and_the_log_say_what_the_fleet_stat
             await until(pilot, lambda: pods_with_engines(3), "three pods with engines")
             await app.poll_now()
             assert " · 3 engines · " in str(top.render())
-            new_pod = {p.engine_url: p.name for p in app.kube_snapshot.pods}
+            new_pod = {p.engine_url: p.name for p in app.kube_ctl.connection.snapshot.pods}
             by_name = {f"vllm-{e.index}": e.url for e in sim.engines}
             for name, _ in gone:
                 line = f"{name} joined (pod {new_pod[by_name[name]]}, deployment vllm)"

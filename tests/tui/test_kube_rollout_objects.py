@@ -43,12 +43,12 @@ async def test_cycling_the_new_views_shows_replicasets_services_pdbs_and_configm
     app = InfertopApp(Settings(config=cfg, endpoints=[], state_dir=str(tmp_path / "state")), poll=False)
     async with app.run_test(size=size) as pilot:
         def ready() -> bool:
-            s = app.kube_snapshot
+            s = app.kube_ctl.connection.snapshot
             svc = next((v for v in s.services if v.name == "vllm"), None) if s is not None else None
             return (svc is not None and svc.ready_endpoints == 3 and s.replicasets and s.configmaps
                     and any(b.disruptions_allowed == 1 for b in s.pdbs))
         await until(pilot, ready, what="the watcher read every new kind")
-        snap = app.kube_snapshot
+        snap = app.kube_ctl.connection.snapshot
         stray = next(p for p in snap.pods if p.name == "stray-0")
         assert (stray.owner_kind, stray.owner_name) == ("Deployment", "vllm")
         (rs,) = snap.replicasets

@@ -21,7 +21,7 @@ from infertop.sim import SimCluster
 from infertop.sim.model import SimRequest
 from infertop.sources.vllm import EngineEndpoint
 from infertop.ui.actions import ACTIONS
-from infertop.ui.kube_actions import KUBE_MUTATING
+from infertop.ui.controllers.kube_connection import KUBE_MUTATING
 from infertop.ui.screens.actions_list import ActionsListScreen, QuitScreen
 from infertop.ui.screens.confirm import ConfirmScreen
 from infertop.ui.screens.help import HelpScreen
@@ -101,16 +101,16 @@ async def test_a_pod_that_is_a_watched_engine_shows_its_numbers_and_only_shown_p
         app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"),
                        endpoints=[EngineEndpoint("llama-a", f"http://127.0.0.1:{engine_port}")])
         async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: app.kube_snapshot is not None and sum(
-                p.ready for p in app.kube_snapshot.pods) == 2, what="both pods read")
+            await until(pilot, lambda: app.kube_ctl.connection.snapshot is not None and sum(
+                p.ready for p in app.kube_ctl.connection.snapshot.pods) == 2, what="both pods read")
             for _ in range(2):  # the Cluster pane's timer, with the pane hidden
-                app._kube_tick()
-                await until(pilot, lambda: not app._kube_loads_running, what="the tick's work")
+                app.kube_ctl.connection.tick()
+                await until(pilot, lambda: not app.kube_ctl.connection._loads_running, what="the tick's work")
             assert other_seen == []  # hidden: no pod read
             await app.poll_now()  # a tick with the engine's values
             await pilot.press("5")
             await until(pilot, lambda: LOAD_NAMES in other_seen, what="the other pod read once on view")
-            app._kube_render()
+            app.kube_ctl.connection.render()
             await pilot.press("v")
             await until(pilot, lambda: app.query_one(ClusterPane).view == "pods", what="the pods view")
             pods = {r[0].split("-")[0]: r for r in rows(app.query_one(ClusterPane), "pods").values()}
@@ -146,7 +146,7 @@ async def test_pods_mapped_to_engines_by_the_pod_map_or_by_name_show_their_engin
         async with app.run_test(size=(120, 40)) as pilot:
             pane = await connected(pilot, app)
             await app.poll_now()
-            await app.kube_refresh_now()
+            await app.kube_ctl.connection.refresh_now()
             await pilot.press("v")
             assert pane.view == "pods"
             p = {r[0]: r for r in rows(pane, "pods").values()}
@@ -177,7 +177,7 @@ async def test_the_pane_shows_workloads_pods_nodes_hpas_and_events(emu, tmp_path
         async with app.run_test(size=(120, 40)) as pilot:
             pane = await connected(pilot, app)
             await app.poll_now()  # a tick with the engine's values: its pod shows them
-            await app.kube_refresh_now()
+            await app.kube_ctl.connection.refresh_now()
             header = text(pane.query_one("#cluster-header"))
             assert header.startswith("⎈ emu · ns default · tester · 3 workloads, 3 pods (2 not ready), 2 nodes/16 GPUs")
             w = rows(pane, "workloads")
@@ -225,7 +225,7 @@ async def test_a_change_made_while_the_pane_is_hidden_shows_when_it_comes_on_vie
         assert len(rows(pane, "pods")) == 1
         await pilot.press("1")  # the Overview: the Cluster pane is hidden, its table is not repainted
         emu.add_deployment(NS, "other", replicas=2)
-        await until(pilot, lambda: len(app.kube_snapshot.pods) == 3, what="the new pods read")
+        await until(pilot, lambda: len(app.kube_ctl.connection.snapshot.pods) == 3, what="the new pods read")
         await pilot.pause()
         assert len(rows(pane, "pods")) == 1  # no CPU spent on a table nobody sees
         await pilot.press("5")
@@ -497,13 +497,13 @@ async def test_switching_context_and_namespace(emu, tmp_path):
     app = make_app(tmp_path, path)
     async with app.run_test(size=(120, 40)) as pilot:
         pane = await connected(pilot, app)
-        assert app.kube_session.context == "lab" and list(rows(pane, "workloads")) == ["Deployment/default/vllm"]
+        assert app.kube_ctl.connection.session.context == "lab" and list(rows(pane, "workloads")) == ["Deployment/default/vllm"]
         await pilot.press("K")
         dialog = await until(pilot, lambda: isinstance(app.screen, ChoiceDialog) and app.screen)
         assert [oid for oid, _ in dialog.options] == ["lab", "lab-b"]
         await pilot.press("down", "enter")
-        await until(pilot, lambda: app.kube_session.context == "lab-b", what="context switch")
-        assert app.kube_session.namespaces == ["team-b"]
+        await until(pilot, lambda: app.kube_ctl.connection.session.context == "lab-b", what="context switch")
+        assert app.kube_ctl.connection.session.namespaces == ["team-b"]
         await until(pilot, lambda: list(rows(pane, "workloads")) == ["Deployment/team-b/mistral"])
         await pilot.press("ctrl+n")
         dialog = await until(pilot, lambda: isinstance(app.screen, ChoiceDialog) and app.screen)
@@ -511,9 +511,9 @@ async def test_switching_context_and_namespace(emu, tmp_path):
         assert {"default", "team-b", "kube-system"} <= set(names)
         dialog.query_one("#choices").highlighted = names.index("default")
         await pilot.press("enter")
-        await until(pilot, lambda: app.kube_session.namespaces == ["default"], what="namespace switch")
+        await until(pilot, lambda: app.kube_ctl.connection.session.namespaces == ["default"], what="namespace switch")
         await until(pilot, lambda: list(rows(pane, "workloads")) == ["Deployment/default/vllm"])
-        assert app.kube_session.context == "lab-b"
+        assert app.kube_ctl.connection.session.context == "lab-b"
         await pilot.press("3")
         await pilot.pause()
         assert "context lab-b, namespace default: 1 workloads" in "\n".join(
@@ -565,7 +565,7 @@ async def test_permissions_per_kind_and_a_disabled_key_says_why(emu, tmp_path):
         assert "403" in screen.dry_run_text
         await pilot.press("escape")
         assert app.check_action("kube_scale", ()) is None
-        assert app.kube_perms.allows("restart", NS, "StatefulSet") is True  # only that verb × resource
+        assert app.kube_ctl.connection.perms.allows("restart", NS, "StatefulSet") is True  # only that verb × resource
     assert emu.get("statefulsets", "db", NS)["spec"]["replicas"] == 1
 
 
@@ -637,7 +637,7 @@ async def test_abort_a_stuck_scale_while_another_action_runs(emu, tmp_path):
         assert pane.selected()[1].name == "stuck"
         await pilot.press("S")  # a second action on the same object is refused, with the reason
         await pilot.pause()
-        assert len(app.screen_stack) == 1, (stuck.state, stuck.result_text, app.action_board.runs())
+        assert len(app.screen_stack) == 1, (stuck.state, stuck.result_text, app.actions_ctl.board.runs())
         assert any("is still running" in n for n in notices(app))
         # meanwhile, another object: a rollout restart runs and completes
         assert pane.select("workloads", "Deployment/default/vllm")
@@ -655,7 +655,7 @@ async def test_abort_a_stuck_scale_while_another_action_runs(emu, tmp_path):
         await pilot.press("a")
         await until(pilot, lambda: reopened.state == "done", what=reopened.progress_text)
         assert reopened.result == "aborted" and "the change itself stays applied" in reopened.result_text
-        assert app.action_board.runs() == []
+        assert app.actions_ctl.board.runs() == []
     assert [(e["action"], e["target"], e["result"]) for e in audit(tmp_path)] == [
         ("kube.restart", "deployment default/vllm", "ok"), ("kube.scale", "deployment default/stuck", "aborted")]
 

@@ -16,7 +16,8 @@ from infertop.config import Config, GpuConfig
 from infertop.sources.gpu import GpuCollector
 from infertop.sources.vllm import EngineEndpoint
 from infertop.ui.actions import ACTIONS
-from infertop.ui.app import PANES, InfertopApp, Settings
+from infertop.ui.app import InfertopApp, Settings
+from infertop.ui.controllers.navigation import PANES
 from infertop.ui.screens.help import HelpScreen
 from infertop.ui.screens.sort_picker import SortPicker
 from infertop.ui.widgets.engines_table import EnginesTable

@@ -252,7 +252,7 @@ async def test_inference_objective_priority_against_the_emulator(kube_emulator, 
                     "spec": {"priority": 10, "poolRef": {"name": "pool"}}})
     app = make_app(tmp_path, kubeconfig=emu.write_kubeconfig(tmp_path / "kc", token=KUBE_TOKEN))
     async with app.run_test(size=(140, 40)) as pilot:
-        await until(pilot, lambda: app.kube_session is not None, message="kube connected")
+        await until(pilot, lambda: app.kube_ctl.connection.session is not None, message="kube connected")
         await pilot.press("6")
         app.tick()
         await until(pilot, lambda: app.queue_ctl.objective_api is not None or app.queue_ctl.objective_why != "Kubernetes is not connected",

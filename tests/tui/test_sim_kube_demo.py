@@ -40,7 +40,7 @@ async def test_the_demo_cluster_pane_is_live_and_its_actions_dry_run(tmp_path, m
         app = InfertopApp(settings, poll=False)
         async with app.run_test(size=(140, 40)) as pilot:
             def bound():  # the HPA may have added pods since (Pending: the node has 3 GPUs)
-                snap = app.kube_snapshot
+                snap = app.kube_ctl.connection.snapshot
                 return snap is not None and len([p for p in snap.pods if p.engine_url]) == 3
 
             await until(pilot, bound, what="the demo cluster read")
@@ -49,7 +49,7 @@ async def test_the_demo_cluster_pane_is_live_and_its_actions_dry_run(tmp_path, m
             pane = app.query_one(ClusterPane)
             header = text(pane.query_one("#cluster-header"))
             assert "infertop-demo" in header and "not configured" not in header
-            snap = app.kube_snapshot
+            snap = app.kube_ctl.connection.snapshot
             assert [w.name for w in snap.workloads] == ["vllm"] and [h.name for h in snap.hpas] == ["vllm"]
             assert {p.engine_url for p in snap.pods if p.engine_url} == {e.url for e in fleet.endpoints}
             assert set(fleet.engine_pods) == {p.name for p in snap.pods if p.engine_url}  # GPU → pod → engine

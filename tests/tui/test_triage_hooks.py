@@ -90,8 +90,8 @@ async def test_a_crash_loop_verdict_opens_the_previous_container_log(emu, tmp_pa
     clock = Clock()
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"), clock)
     async with app.run_test(size=size) as pilot:
-        await until(pilot, lambda: app.kube_snapshot is not None and any(
-            p.restarts >= 3 for p in app.kube_snapshot.pods), what="the restarts read")
+        await until(pilot, lambda: app.kube_ctl.connection.snapshot is not None and any(
+            p.restarts >= 3 for p in app.kube_ctl.connection.snapshot.pods), what="the restarts read")
         pane, v = await on_triage_with(pilot, app, clock, "crash-loop", 2)
         assert v.subject == f"{NS}/Pod/{pod}"
         assert ("pod", f"{NS}/{pod} CrashLoopBackOff") in {(e.signal, e.value) for e in v.evidence}
@@ -125,10 +125,10 @@ async def test_a_blocked_scale_up_opens_the_pending_pods_events_read_only_too(em
     clock = Clock()
     app = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"), clock, read_only=True)
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.kube_snapshot is not None and sum(
-            1 for p in app.kube_snapshot.pods if p.phase == "Pending") == 2, what="the Pending pods read")
+        await until(pilot, lambda: app.kube_ctl.connection.snapshot is not None and sum(
+            1 for p in app.kube_ctl.connection.snapshot.pods if p.phase == "Pending") == 2, what="the Pending pods read")
         pane, v = await on_triage_with(pilot, app, clock, "autoscaler-blocked")
-        pending = {p.name for p in app.kube_snapshot.pods if p.phase == "Pending"}
+        pending = {p.name for p in app.kube_ctl.connection.snapshot.pods if p.phase == "Pending"}
         [where] = [e.value for e in v.evidence if e.signal == "pending pod"]
         assert where.split("/", 1)[0] == NS and where.split("/", 1)[1] in pending  # enough to find the pod
         r = highlight_remedy(pane, v, "e")
@@ -154,8 +154,8 @@ async def test_in_a_replay_the_remedy_says_why_it_cannot_open(emu, tmp_path):
     clock = Clock()
     live = make_app(tmp_path, emu.write_kubeconfig(tmp_path / "kc"), clock, record_path=str(path))
     async with live.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: live.kube_snapshot is not None and any(
-            p.restarts >= 3 for p in live.kube_snapshot.pods), what="the restarts read")
+        await until(pilot, lambda: live.kube_ctl.connection.snapshot is not None and any(
+            p.restarts >= 3 for p in live.kube_ctl.connection.snapshot.pods), what="the restarts read")
         await ticks(live, clock, 4)
         assert any(v.kind == "crash-loop" for v in live.state.verdicts)
     player = Player(Replay(str(path)), clock=Clock(1000.0))

@@ -538,7 +538,7 @@ async def test_s_opens_the_scale_dialog_of_the_workload_running_the_engine_with_
     app = InfertopApp(Settings(config=cfg, endpoints=endpoints, state_dir=str(tmp_path / "state"), wall_clock=clock),
                       poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.kube_session is not None and app.kube_snapshot is not None, what="connect")
+        await until(pilot, lambda: app.kube_ctl.connection.session is not None and app.kube_ctl.connection.snapshot is not None, what="connect")
         await ticks(app, clock, 12)
         by_subject = {v.subject: v for v in app.state.verdicts if v.kind == "queue-bound"}
         (scale,) = [r for r in by_subject[pod].remedies if r.key == "S"]

@@ -27,7 +27,7 @@ from ...control.gateway.drain import UndrainLeft, drains_left, gateway_refs
 from ...control.pipeline import ActionBoard, Outcome
 from ...domain.engine import EngineStats
 from ...sources.vllm import EngineEndpoint
-from ..action_runner import _pid_alive
+from .actions import _pid_alive
 from ..screens.engine_dialogs import ArgsDialog, ProfilePicker
 from .host import ConsoleHost
 

@@ -1,4 +1,4 @@
-"""Kubernetes in the app, the reading half: one object's describe (d), YAML (y), events (e) and its
+"""Kubernetes in the console, the reading part: one object's describe (d), YAML (y), events (e) and its
 container's logs (l; p: the previous container), each on a screen of its own, on the keys a k9s
 user knows — on the Cluster pane only (elsewhere ``d`` and ``p`` are the Queue and Autoscaler
 panes' keys). Nothing here writes to the cluster.
@@ -7,16 +7,17 @@ panes' keys). Nothing here writes to the cluster.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
-from ..domain.kube import EventView, HpaView, NodeView, PodView, WorkloadView
-from ..sources.kube.describe import describe, event_lines, to_yaml
-from ..sources.kube.session import KubeError, KubeSession
+from ...domain.kube import EventView, HpaView, NodeView, PodView, WorkloadView
+from ...sources.kube.describe import describe, event_lines, to_yaml
+from ...sources.kube.session import KubeError, KubeSession
+from ..screens.kube_logs import KubeLogScreen
+from ..screens.kube_object import KubeTextScreen
 from .kube_connection import KubeConnection
-from .screens.kube_logs import KubeLogScreen
-from .screens.kube_object import KubeTextScreen
 
-# p and e on the Triage pane: the selected verdict's remedy of that key (remedy_actions.remedy_key)
+# p and e on the Triage pane: the selected verdict's remedy of that key (Remedies.key, controllers/remedies.py)
 TRIAGE_READS = {"kube_logs_previous": "p", "kube_events": "e"}
 READ_ACTIONS = {"kube_describe", "kube_yaml", "kube_logs", "kube_logs_previous", "kube_events", "cluster_filter",
                 "cluster_sort", "cluster_all_namespaces"}
@@ -60,15 +61,12 @@ def event_text(session: KubeSession, kind: str, namespace: str | None, name: str
     return [f"{len(events)} event(s) of {kind} {name}, the newest last", *event_lines(events, time.time(), 500)]
 
 
-class KubeReads(KubeConnection):
-    """Mixin for InfertopApp: d / y / e / l / p on the Cluster pane's selected object."""
+class KubeReads:
+    """d / y / e / l / p on the Cluster pane's selected object, on ``conn``'s session; ``host`` shows the
+    screens and notices; ``replay`` whether this console replays a recording (no live cluster)."""
 
-    def kube_read_state(self, action: str) -> bool:
-        """Offered on the Cluster pane of the main screen; elsewhere the key is another pane's — but on the
-        Triage pane p and e open the selected verdict's pod (its previous log, its events)."""
-        if action in TRIAGE_READS and self.on_triage():  # type: ignore[attr-defined]
-            return True
-        return self.screen is self._main_screen() and self._cluster_active()  # type: ignore[attr-defined]
+    def __init__(self, host: Any, conn: KubeConnection, *, replay: bool) -> None:
+        self.host, self.conn, self.replay = host, conn, replay
 
     def open_pod_read(self, target: str, key: str) -> None:
         """A triage remedy's read of pod ``target`` ("namespace/Pod/name"): ``p`` its previous container's
@@ -76,71 +74,70 @@ class KubeReads(KubeConnection):
         what = "previous container's log" if key == "p" else "events"
         ns, kind, name = (target.split("/", 2) + ["", ""])[:3]
         if kind != "Pod" or not ns or not name:
-            self.notify(f"the verdict names no pod to read the {what} of", severity="warning", timeout=4)  # type: ignore[attr-defined]
+            self.host.notify(f"the verdict names no pod to read the {what} of", severity="warning", timeout=4)
             return
-        if self.player is not None:  # type: ignore[attr-defined]
-            self.notify(f"replay: there is no live cluster to read pod {ns}/{name}'s {what} from; the verdict's "  # type: ignore[attr-defined]
-                        "evidence is what was recorded", severity="warning", timeout=6, markup=False)
+        if self.replay:
+            self.host.notify(f"replay: there is no live cluster to read pod {ns}/{name}'s {what} from; the "
+                             "verdict's evidence is what was recorded", severity="warning", timeout=6, markup=False)
             return
-        session = self.kube_session
+        session = self.conn.session
         if session is None:
-            error = getattr(self, "kube_error", None)
-            self.notify(f"cannot read pod {ns}/{name}'s {what}: Kubernetes is not "  # type: ignore[attr-defined]
-                        + (f"connected: {error}" if error else "configured"), severity="warning", timeout=6,
-                        markup=False)
+            error = self.conn.error
+            self.host.notify(f"cannot read pod {ns}/{name}'s {what}: Kubernetes is not "
+                             + (f"connected: {error}" if error else "configured"), severity="warning", timeout=6,
+                             markup=False)
             return
         if key == "e":
-            self.push_screen(KubeTextScreen(f"Events · Pod {ns}/{name}",  # type: ignore[attr-defined]
-                                            lambda: event_text(session, "Pod", ns, name)))
+            self.host.push_screen(KubeTextScreen(f"Events · Pod {ns}/{name}",
+                                                 lambda: event_text(session, "Pod", ns, name)))
             return
-        snap = self.kube_snapshot
+        snap = self.conn.snapshot
         pod = next((p for p in snap.pods if p.namespace == ns and p.name == name), None) if snap else None
         # the pod gone from the snapshot: the API still answers (or says it is not found, in place)
-        self.push_screen(KubeLogScreen(session, ns, name, pod.container if pod is not None else None,  # type: ignore[attr-defined]
-                                       previous=True))
+        self.host.push_screen(KubeLogScreen(session, ns, name, pod.container if pod is not None else None,
+                                            previous=True))
 
     def _read_target(self, what: str) -> tuple[KubeSession, Any] | None:
-        session = self.kube_session
+        session = self.conn.session
         if session is None:
-            self.notify("Kubernetes is not connected", severity="warning", timeout=4)  # type: ignore[attr-defined]
+            self.host.notify("Kubernetes is not connected", severity="warning", timeout=4)
             return None
-        _view, obj = self._pane().selected()
+        _view, obj = self.conn.pane().selected()
         if obj is None:
-            self.notify(f"Select an object in the Cluster pane to {what} it.", timeout=4)  # type: ignore[attr-defined]
+            self.host.notify(f"Select an object in the Cluster pane to {what} it.", timeout=4)
             return None
         return session, obj
 
-    def _open_text(self, what: str, title: str, load) -> None:
+    def _open_text(self, what: str, title: str,
+                   load: Callable[[KubeSession, str, str | None, str], list[str]]) -> None:
         got = self._read_target(what)
         if got is None:
             return
         session, obj = got
         ref = object_ref(obj)
         if ref is None:
-            self.notify(f"nothing to {what} here", timeout=3)  # type: ignore[attr-defined]
+            self.host.notify(f"nothing to {what} here", timeout=3)
             return
         kind, ns, name = ref
         where = f"{ns}/{name}" if ns else name
-        self.push_screen(KubeTextScreen(f"{title} · {kind} {where}", lambda: load(session, kind, ns, name),  # type: ignore[attr-defined]
-                                        headings=title != "YAML"))
+        self.host.push_screen(KubeTextScreen(f"{title} · {kind} {where}", lambda: load(session, kind, ns, name),
+                                             headings=title != "YAML"))
 
-    def action_kube_describe(self) -> None:
+    def describe(self) -> None:
         self._open_text("describe", "Describe", describe_lines)
 
-    def action_kube_yaml(self) -> None:
+    def yaml(self) -> None:
         self._open_text("show the YAML of", "YAML",
                         lambda s, kind, ns, name: to_yaml(s.read_object(kind, ns, name)).splitlines())
 
-    def action_kube_events(self) -> None:
-        if self.on_triage() and self.remedy_key("e"):  # type: ignore[attr-defined]
-            return
+    def events(self) -> None:
         self._open_text("list the events of", "Events", event_text)
 
     def _log_pod(self, obj: Any) -> PodView | None:
         """The pod whose log ``l``/``p`` opens: the selected pod, a workload's first (not ready first)."""
         if isinstance(obj, PodView):
             return obj
-        snap = self.kube_snapshot
+        snap = self.conn.snapshot
         if snap is None:
             return None
         if isinstance(obj, HpaView):
@@ -152,27 +149,19 @@ class KubeReads(KubeConnection):
             return pods[0] if pods else None
         return None
 
-    def _open_log(self, previous: bool) -> None:
+    def logs(self, previous: bool = False) -> None:
         got = self._read_target("read the logs of")
         if got is None:
             return
         session, obj = got
         pod = self._log_pod(obj)
         if pod is None:
-            self.notify("Logs are a pod's: select a pod (or a workload that has one).", timeout=4)  # type: ignore[attr-defined]
+            self.host.notify("Logs are a pod's: select a pod (or a workload that has one).", timeout=4)
             return
-        self.push_screen(KubeLogScreen(session, pod.namespace, pod.name, pod.container, previous=previous))  # type: ignore[attr-defined]
+        self.host.push_screen(KubeLogScreen(session, pod.namespace, pod.name, pod.container, previous=previous))
 
-    def action_kube_logs(self) -> None:
-        self._open_log(previous=False)
+    def filter(self) -> None:
+        self.conn.pane().open_filter()
 
-    def action_kube_logs_previous(self) -> None:
-        if self.on_triage() and self.remedy_key("p"):  # type: ignore[attr-defined]
-            return
-        self._open_log(previous=True)
-
-    def action_cluster_filter(self) -> None:
-        self._pane().open_filter()
-
-    def action_cluster_sort(self) -> None:
-        self.notify(f"sorted by {self._pane().cycle_sort()}", timeout=2)  # type: ignore[attr-defined]
+    def sort(self) -> None:
+        self.host.notify(f"sorted by {self.conn.pane().cycle_sort()}", timeout=2)

@@ -1,13 +1,18 @@
 """The console's side of the one action pipeline: its confirmation screen, the list of running actions.
 
-:meth:`ActionRunner.start_action` hands any :class:`~infertop.control.pipeline.ActionKind` to the
+:meth:`ActionsController.start_action` hands any :class:`~infertop.control.pipeline.ActionKind` to the
 pipeline (:func:`infertop.control.runner.run`: plan → diff → preflight → confirm → execute in a
 background thread → audit) with :class:`ScreenConfirmer` — :class:`ConfirmScreen` (``y`` only) and
 the follow with a countdown. Actions on different objects run
 side by side; a second one on the same object is refused with the reason.
 Esc hides a running action's dialog, ``a`` lists the running actions and
-reopens one; quitting with actions in flight asks first. A key that cannot
-act here says why when pressed (:meth:`ActionRunner.action_denied_reason`).
+reopens one; quitting with actions in flight asks first.
+
+The controller is a plain object the App owns (``app.actions_ctl``); its host is the App (notify,
+push_screen, run_worker, set_interval, exit, screen / screen_stack, is_running) and what else it needs
+is given explicitly: the settings (where the audit log is), ``changed`` (the fleet's change records),
+``log_event`` and ``context`` (the Kubernetes context on view, to name a run's own when it differs).
+Others hear of every change of the running actions through :meth:`ActionsController.watch`.
 """
 
 from __future__ import annotations
@@ -20,14 +25,12 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..private_fs import default_state_dir
-from ..control import runner
-from ..control.audit import AuditLog
-from ..control.pipeline import ActionBoard, ActionBusy, ActionKind, ActionRun, Outcome, Preflight
-from .screens.actions_list import ActionsListScreen, QuitScreen
-from .screens.confirm import ConfirmScreen
-
-
+from ...private_fs import default_state_dir
+from ...control import runner
+from ...control.audit import AuditLog
+from ...control.pipeline import ActionBoard, ActionBusy, ActionKind, ActionRun, Outcome, Preflight
+from ..screens.actions_list import ActionsListScreen, QuitScreen
+from ..screens.confirm import ConfirmScreen
 
 QUIT_ABORT_WAIT_S = 15.0  # how long quitting waits for aborted actions (their undrain) before exiting
 
@@ -66,15 +69,16 @@ def _pid_alive(pid: int) -> bool:
 
 class ScreenConfirmer:
     """The console's part of the pipeline (:class:`~infertop.control.runner.Confirmer`): the
-    confirmation screen (``y`` only), shown again after a conflict if it was hidden meanwhile."""
+    confirmation screen (``y`` only), shown again after a conflict if it was hidden meanwhile.
+    ``actions`` is the controller whose host shows the screens and whose list shows the progress."""
 
     audits_refusals = False  # the operator sees a refused plan on the screen: nothing was decided
     reconfirms = True
 
-    def __init__(self, app: Any, run: ActionRun, preflight_name: str) -> None:
-        self.app, self.preflight_name = app, preflight_name
+    def __init__(self, actions: ActionsController, run: ActionRun, preflight_name: str) -> None:
+        self.actions, self.preflight_name = actions, preflight_name
         run.view = ConfirmScreen(run.kind.target, dry_run="pending")
-        app.push_screen(run.view)
+        actions.host.push_screen(run.view)
 
     def planned(self, run: ActionRun, review: Any, note: str | None) -> None:
         run.view.set_title(review.title)
@@ -90,43 +94,49 @@ class ScreenConfirmer:
             run.view.set_dry_run(False, f"{self.preflight_name} failed — nothing was changed: {pre.message}")
 
     async def decide(self, run: ActionRun) -> bool:
-        return await run.view.decision() == "confirm"
+        return bool(await run.view.decision() == "confirm")
 
     def started(self, run: ActionRun) -> None:
         run.view.start_running(abortable=run.kind.abortable, on_abort=run.abort.set)
-        self.app._action_show(run)
+        self.actions.show(run)
 
     def progressed(self, run: ActionRun) -> None:
-        self.app._action_show(run)
+        self.actions.show(run)
 
     def conflict(self, run: ActionRun, note: str) -> None:
         if not run.view.is_attached:  # hidden meanwhile: show the re-read change
             run.view = ConfirmScreen(run.kind.target, dry_run="pending")
-            self.app.push_screen(run.view)
+            self.actions.host.push_screen(run.view)
 
     def finished(self, run: ActionRun, outcome: Outcome) -> None:
         if run.view.is_attached:
             run.view.finish(outcome.ok, outcome.message, outcome.result)
         else:
-            self.app.notify(f"{run.title}: {outcome.message}", markup=False, timeout=8,
-                            severity="information" if outcome.ok else "error")
+            self.actions.host.notify(f"{run.title}: {outcome.message}", markup=False, timeout=8,
+                                     severity="information" if outcome.ok else "error")
 
 
-class ActionRunner:
-    """Mixin for InfertopApp (a base of EngineActions and KubeActions)."""
+class ActionsController:
+    """The running actions: the board, the audit log, the pipeline, the list (``a``) and quitting."""
 
-    _action_board: ActionBoard | None = None
-    _actions_timer: Any = None
+    def __init__(self, host: Any, settings: Any, *, changed: Callable[[float, str], None] | None,
+                 log_event: Callable[[str], None], context: Callable[[], str | None]) -> None:
+        self.host, self.settings = host, settings
+        self._changed_record, self._log_event, self._context = changed, log_event, context
+        self.board = ActionBoard()
+        self._timer: Any = None
+        self._quit_task: asyncio.Task | None = None
+        self._watchers: list[Callable[[list[ActionRun]], bool]] = []
+        self._watcher_shows = False  # a watcher still shows a run (the Cluster pane's ▶ line)
 
-    @property
-    def action_board(self) -> ActionBoard:
-        if self._action_board is None:
-            self._action_board = ActionBoard()
-        return self._action_board
+    def watch(self, fn: Callable[[list[ActionRun]], bool]) -> None:
+        """``fn(runs)`` at every change of the running actions (and every second while it shows one);
+        it returns whether it shows something still."""
+        self._watchers.append(fn)
 
     def audit_log(self) -> AuditLog:
         """The one audit log (config ``audit_log``, else ``audit.jsonl`` in the state directory)."""
-        s = self.settings  # type: ignore[attr-defined]
+        s = self.settings
         path = s.config.audit_log or (Path(getattr(s, "state_dir", None) or default_state_dir()) / "audit.jsonl")
         return AuditLog(path)
 
@@ -135,96 +145,84 @@ class ActionRunner:
                      on_forbidden: Callable[[], None] | None = None, preflight_name: str = "check") -> bool:
         """Take ``kind`` through the pipeline in a worker; False (and a notice) while its object is busy."""
         try:
-            run = self.action_board.begin(kind, kind.target)
+            run = self.board.begin(kind, kind.target)
         except ActionBusy as e:
-            self.notify(str(e), severity="warning", timeout=6, markup=False)  # type: ignore[attr-defined]
+            self.host.notify(str(e), severity="warning", timeout=6, markup=False)
             return False
-        if self._actions_timer is None:
-            self._actions_timer = self.set_interval(1.0, self._actions_tick)  # type: ignore[attr-defined]
-        self.run_worker(self._pipeline(run, on_done, on_forbidden, preflight_name),  # type: ignore[attr-defined]
-                        group=f"action {kind.object_key}", exit_on_error=False)
+        if self._timer is None:
+            self._timer = self.host.set_interval(1.0, self.tick)
+        self.host.run_worker(self._pipeline(run, on_done, on_forbidden, preflight_name),
+                             group=f"action {kind.object_key}", exit_on_error=False)
         return True
 
     async def _pipeline(self, run: ActionRun, on_done: Callable[[Outcome], None] | None,
                         on_forbidden: Callable[[], None] | None, preflight_name: str) -> str:
         """The pipeline (control/runner.py) with this console's confirmation screen."""
-        records = getattr(self, "change_records", None)
         try:
             outcome = await runner.run(
                 run, ScreenConfirmer(self, run, preflight_name), audit=self.audit_log(), on_forbidden=on_forbidden,
-                preflight_name=preflight_name, changed=records.add if records is not None else None,
-                log=lambda style, text: self.log_event(f"[{style}]{escape(text)}[/{style}]"))  # type: ignore[attr-defined]
+                preflight_name=preflight_name, changed=self._changed_record,
+                log=lambda style, text: self._log_event(f"[{style}]{escape(text)}[/{style}]"))
             if on_done is not None and run.outcome is not None:
                 on_done(outcome)
             return outcome.result
         finally:
-            self.action_board.end(run)
-            self._actions_changed()
-
-    def _action_view(self, run: ActionRun) -> ConfirmScreen:
-        return run.view
+            self.board.end(run)
+            self.changed()
 
     # ----- progress, countdown, the list
-    def _action_text(self, run: ActionRun) -> str:
-        return run.status_text()
-
-    def _action_show(self, run: ActionRun, *, tell: bool = True) -> None:
-        if not self.is_running:  # type: ignore[attr-defined]
+    def show(self, run: ActionRun, *, tell: bool = True) -> None:
+        """Put ``run``'s progress on its dialog (when on view); ``tell``: and on the panes and the list."""
+        if not self.host.is_running:
             return
-        screen = self._action_view(run)
+        screen = run.view
         if screen is not None and screen.is_attached:
             try:
-                screen.set_progress(self._action_text(run),
-                                    run.progress.fraction if run.progress is not None else None)
+                screen.set_progress(run.status_text(), run.progress.fraction if run.progress is not None else None)
             except Exception:  # noqa: BLE001 — a dialog being hidden right now: the next tick shows it
                 pass
         if tell:
-            self._actions_changed()
+            self.changed()
 
-    def _actions_tick(self) -> None:
+    def tick(self) -> None:
         """Every second: the countdowns move even when the action reports nothing."""
-        runs = self.action_board.in_flight()
+        runs = self.board.in_flight()
         for run in runs:
-            self._action_show(run, tell=False)
-        if runs or getattr(self, "kube_running_text", ""):
-            self._actions_changed()
+            self.show(run, tell=False)
+        if runs or self._watcher_shows:
+            self.changed()
 
-    def _actions_changed(self) -> None:
+    def changed(self) -> None:
         """Tell the panes and an open list what runs now."""
-        runs = self.action_board.in_flight()
-        kube = [r for r in runs if r.kind.action.startswith("kube.")]
-        text = " · ".join(f"{self._run_title(r)}: {self._action_text(r)}" for r in kube)
-        if getattr(self, "kube_running_text", None) != text and hasattr(self, "kube_running_text"):
-            self.kube_running_text = text
-            render = getattr(self, "_kube_render", None)
-            if render is not None and self.is_running:  # type: ignore[attr-defined]
-                try:
-                    render()
-                except Exception:  # noqa: BLE001 — the pane is not mounted yet / torn down
-                    pass
-        for screen in self.screen_stack:  # type: ignore[attr-defined]
+        runs = self.board.in_flight()
+        shows = False
+        for fn in self._watchers:
+            shows = bool(fn(runs)) or shows
+        self._watcher_shows = shows
+        for screen in self.host.screen_stack:
             if isinstance(screen, ActionsListScreen):
-                screen.show([(r.kind.object_key, self._run_title(r), self._action_text(r)) for r in runs])
+                screen.show([(r.kind.object_key, self.run_title(r), r.status_text()) for r in runs])
 
-    def _run_title(self, run: ActionRun) -> str:
+    def run_title(self, run: ActionRun) -> str:
         """The run's title, naming its Kubernetes context when that is no longer the one on view."""
         ctx = getattr(getattr(getattr(run.kind, "control", None), "session", None), "context", None)
-        now = getattr(getattr(self, "kube_session", None), "context", None)
+        now = self._context()
         return f"{run.title} (context {ctx})" if ctx and now and ctx != now else run.title
 
-    def action_actions_list(self) -> None:
-        runs = self.action_board.in_flight()
+    def actions_list(self) -> None:
+        """``a``: the running actions; Enter reopens one's dialog."""
+        runs = self.board.in_flight()
         if not runs:
-            self.notify("no action is running", timeout=3)  # type: ignore[attr-defined]
+            self.host.notify("no action is running", timeout=3)
             return
-        screen = ActionsListScreen([(r.kind.object_key, self._run_title(r), self._action_text(r)) for r in runs])
-        self.push_screen(screen, self._reopen)  # type: ignore[attr-defined]
+        screen = ActionsListScreen([(r.kind.object_key, self.run_title(r), r.status_text()) for r in runs])
+        self.host.push_screen(screen, self._reopen)
 
     def _reopen(self, key: str | None) -> None:
-        run = next((r for r in self.action_board.in_flight() if r.kind.object_key == key), None)
+        run = next((r for r in self.board.in_flight() if r.kind.object_key == key), None)
         if run is None:
             return
-        old = self._action_view(run)
+        old = run.view
         if old.is_attached:
             return
         pre, review = run.preflight, run.review
@@ -233,23 +231,22 @@ class ActionRunner:
                                    f"! {w}" for w in (pre.warnings if pre else ())),
                                dry_run=pre.message if pre else None)
         screen.start_running(abortable=run.kind.abortable, on_abort=run.abort.set)
-        screen.set_progress(self._action_text(run), run.progress.fraction if run.progress else None)
+        screen.set_progress(run.status_text(), run.progress.fraction if run.progress else None)
         run.view = screen
-        self.push_screen(screen)  # type: ignore[attr-defined]
+        self.host.push_screen(screen)
 
     # ----- quitting
-    async def action_quit(self) -> None:
-        if isinstance(self.screen, QuitScreen):  # type: ignore[attr-defined]
+    async def quit(self) -> None:
+        """q: exit, or — with actions in flight — ask first (:func:`quit_question`)."""
+        if isinstance(self.host.screen, QuitScreen):
             return  # q again while asked: the answer is y or n
-        runs = self.action_board.in_flight()
+        runs = self.board.in_flight()
         if not runs:
-            self.exit()  # type: ignore[attr-defined]
+            self.host.exit()
             return
         if self._quit_task is not None:
             return  # already quitting: waiting for aborted actions to undrain
-        self.push_screen(QuitScreen(quit_question(runs)), self._quit_answer)  # type: ignore[attr-defined]
-
-    _quit_task: asyncio.Task | None = None
+        self.host.push_screen(QuitScreen(quit_question(runs)), self._quit_answer)
 
     def _quit_answer(self, yes: bool | None) -> None:
         """y: abort the actions that can end cleanly on quit (local engines: their abort undrains),
@@ -257,18 +254,18 @@ class ActionRunner:
         if not yes:
             return
         aborted = []
-        for run in self.action_board.in_flight():
+        for run in self.board.in_flight():
             if _quit_note(run):
                 run.abort.set()
                 aborted.append(run)
             else:
                 run.abandoned = True
         if not aborted:
-            self.exit()  # type: ignore[attr-defined]
+            self.host.exit()
             return
-        self.notify(f"aborting {len(aborted)} action{'s' if len(aborted) != 1 else ''}: quitting once "  # type: ignore[attr-defined]
-                    f"{'they are' if len(aborted) != 1 else 'it is'} undone (at most {QUIT_ABORT_WAIT_S:g} s)",
-                    markup=False, timeout=QUIT_ABORT_WAIT_S)
+        self.host.notify(f"aborting {len(aborted)} action{'s' if len(aborted) != 1 else ''}: quitting once "
+                         f"{'they are' if len(aborted) != 1 else 'it is'} undone (at most {QUIT_ABORT_WAIT_S:g} s)",
+                         markup=False, timeout=QUIT_ABORT_WAIT_S)
         self._quit_task = asyncio.get_running_loop().create_task(self._exit_after(aborted))
 
     async def _exit_after(self, runs: list[ActionRun]) -> None:
@@ -278,7 +275,7 @@ class ActionRunner:
         for r in runs:
             if r.in_flight:  # its abort did not finish in time: its outcome is reported at the next start
                 r.abandoned = True
-        self.exit()  # type: ignore[attr-defined]
+        self.host.exit()
 
     # ----- the audit of an earlier run
     def unfinished_actions(self) -> list[dict]:
@@ -300,38 +297,8 @@ class ActionRunner:
 
     def report_unfinished(self, entries: list[dict]) -> None:
         for e in entries:
-            self.log_event(  # type: ignore[attr-defined]
+            self._log_event(
                 f"[yellow]audit: outcome unknown[/yellow] — {escape(str(e.get('action')))} "
                 f"{escape(str(e.get('target')))} (intent {escape(str(e.get('time', '?')))} by "
                 f"{escape(str(e.get('user', '?')))}, infertop pid {e.get('pid', '?')} ended before it finished): "
                 "check its state")
-
-    def on_data_table_row_highlighted(self, _event: Any) -> None:
-        """Another object selected: what may run (engine managed? RBAC of its kind/namespace) changes."""
-        self.refresh_bindings()  # type: ignore[attr-defined]
-        keys = getattr(self, "_kube_keys", None)
-        if keys is not None and getattr(self, "kube_session", None) is not None:
-            try:
-                keys()
-            except Exception:  # noqa: BLE001 — the Cluster pane is not mounted yet
-                pass
-
-    # ----- keys that cannot act say why
-    def action_denied_reason(self, action: str) -> str | None:
-        """Why ``action`` cannot run now (None: it can, or it has nothing to say)."""
-        for fn in (getattr(getattr(self, "engines_ctl", None), "denied_reason", None),
-                   getattr(self, "kube_denied_reason", None)):
-            if fn is not None:
-                why = fn(action)
-                if why:
-                    return why
-        return None
-
-    async def run_action(self, action: Any, default_namespace: Any = None, namespaces: Any = None) -> bool:
-        handled = await super().run_action(action, default_namespace, namespaces)  # type: ignore[misc]
-        if not handled and isinstance(action, str) and (default_namespace is None or default_namespace is self):
-            why = self.action_denied_reason(action.split("(")[0])
-            if why:
-                self.notify(why, severity="warning", timeout=5, markup=False)  # type: ignore[attr-defined]
-                return True
-        return handled
