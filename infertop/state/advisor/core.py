@@ -7,7 +7,7 @@ named in ``advisor.workloads``):
   untrusted while the cluster reads are stale;
 * queue depth: the gateway / endpoint-picker queue in front of the workload
   when the fleet's ``queues`` slot has one (see :func:`_queue_from_slot`),
-  else the Prometheus queue series attributed to it (``advisor_queues``),
+  else the Prometheus queue series attributed to it (``queues.py`` here),
   else the sum of vLLM ``waiting`` over the workload's engines; each view
   says which (``queue_source``) and what no workload owns (``queue_fleet_wide``);
 * p99: the configured quantile (TTFT p99 by default) of its engines over the
