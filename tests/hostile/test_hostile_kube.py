@@ -91,12 +91,12 @@ async def test_the_cluster_pane_detail_shows_escapes_as_text(tmp_path, kube_emul
     async with app.run_test(size=(160, 40)) as pilot:
         await until(pilot, lambda: app.kube_ctl.connection.snapshot is not None and app.kube_ctl.connection.snapshot.pods, what="pods listed")
         await pilot.press("5")
-        await pilot.pause()
         pane = app.query_one(ClusterPane)
+        await until(pilot, lambda: app.current_pane == "cluster" and pane.table("pods").row_count > 0, what="the pods on the pane")
         pane.set_view("pods")
         pod = next(iter(pane.table("pods").rows)).value
         assert pane.select("pods", pod)
-        await pilot.pause()
+        await until(pilot, lambda: "owned" in str(pane.query_one("#cluster-detail").render()), what="the pod's detail")
         shown = str(pane.query_one("#cluster-detail").render())
         assert "\x1b" not in shown and "\x07" not in shown
         assert "\\x1b]2;owned\\x07\\x1b[2J" in shown

@@ -75,7 +75,7 @@ async def tick(pilot, app, clock: Clock, dt: float) -> None:
     clock.now += dt
     await app.kube_ctl.connection.refresh_now()
     await app.poll_now()
-    await pilot.pause()
+    await pilot.pause()  # kept: the tick is awaited and painted synchronously; this only lets its frame happen
 
 
 W = "Deployment/default/vllm"
@@ -84,5 +84,5 @@ W = "Deployment/default/vllm"
 async def setup(emu, sim, pilot, app) -> AutoscalerPane:
     await until(pilot, lambda: app.kube_ctl.connection.session is not None and app.kube_ctl.connection.snapshot is not None, message="connect")
     await pilot.press("7")
-    await pilot.pause()
+    await until(pilot, lambda: app.current_pane == "autoscaler", message="the Autoscaler pane on view")
     return app.query_one(AutoscalerPane)

@@ -50,7 +50,8 @@ def ready(emu: KubeEmulator, app: str, n: int) -> bool:
 async def connected(pilot, app: InfertopApp) -> ClusterPane:
     await until(pilot, lambda: app.kube_ctl.connection.session is not None and app.kube_ctl.connection.snapshot is not None, what="connect")
     await pilot.press("5")
-    await pilot.pause()
+    await until(pilot, lambda: app.current_pane == "cluster" and app.query_one(ClusterPane).snapshot is not None,
+                what="the Cluster pane on view, painted")
     return app.query_one(ClusterPane)
 
 
@@ -68,7 +69,7 @@ async def set_input(pilot, screen, field: str, value: str) -> None:
     box = screen.query_one(f"#field-{field}")
     box.value = value
     box.focus()
-    await pilot.pause()
+    await until(pilot, lambda: screen.app.focused is box and box.value == value, what=f"{field} set and focused")
 
 
 async def confirm(pilot, app, change: str | None = None, *, press: bool = True) -> ConfirmScreen:

@@ -118,14 +118,15 @@ async def test_mode_auto_applies_kill_switch_stops_it_and_targets_change(emu, si
         form = await until(pilot, lambda: isinstance(app.screen, FormDialog) and app.screen)
         form.query_one("#field-queue").value = "abc"
         form.submit()
-        await pilot.pause()
+        await until(pilot, lambda: "queue depth target must be a number" in text(form.query_one("#form-error")),
+                    message="the form's refusal")
         assert isinstance(app.screen, FormDialog)  # refused: not a number, nothing changed
         form.query_one("#field-queue").value = "8"
         form.query_one("#field-p99").value = "1500"
         form.query_one("#field-min").value = "3"
         form.query_one("#field-max").value = "2"
         form.submit()
-        await pilot.pause()
+        await until(pilot, lambda: text(form.query_one("#form-error")) == "min must not exceed max", message="the form's refusal")
         assert isinstance(app.screen, FormDialog)  # min above max: refused
         form.query_one("#field-min").value = "2"
         form.query_one("#field-max").value = "6"

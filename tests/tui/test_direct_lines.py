@@ -87,6 +87,18 @@ class HostApp(App):
         self.push_screen(Host())
 
 
+def settled(screen: Screen) -> bool:
+    """The frame is over: no restyle (a theme's refresh_css) pending, nothing left to lay out or paint,
+    no Update on its way."""
+    app = screen.app
+    return (not app._next_callbacks and not app._batch_count
+            and not (screen._dirty_widgets or screen._layout_required or screen._repaint_required
+                     or screen._scroll_required or screen._recompose_required)
+            and screen._message_queue.empty()
+            and not any(w._repaint_required or w._layout_required or not w._message_queue.empty()
+                        for w in screen.walk_children(Widget)))
+
+
 def fill(screen: Host, n: int) -> None:
     for i, _ in TILES:
         screen.grid.set_value(i, f"{n * 7 + len(i)}ms", bad=i == "k4" and n % 2 == 0, note="▲" if n % 3 else "")
@@ -125,7 +137,7 @@ async def test_direct_lines_paint_what_textual_paints_in_both_themes():
             app.theme = theme
             fill(screen, n)
             await until(pilot, lambda: screen.clock._line.plain.endswith(f"{n:02d}"), "the tick shown")
-            await pilot.pause()
+            await until(pilot, lambda: settled(screen), "the frame over")
             assert compare_with_textual(screen) == 4 * 4  # clock, tiles, alerts, the bordered one
 
 
@@ -134,7 +146,7 @@ async def test_an_unchanged_row_is_reused_and_a_changed_one_painted_again():
     async with app.run_test(size=(60, 20)) as pilot:
         screen = app.screen
         fill(screen, 1)
-        await pilot.pause()
+        await until(pilot, lambda: settled(screen), "the frame over")
         grid = screen.grid
         full = Region(0, 0, *grid.outer_size)
         before = grid.render_lines(full)
@@ -150,7 +162,7 @@ async def test_a_bordered_or_vertically_padded_box_is_painted_by_textual():
     async with app.run_test(size=(60, 20)) as pilot:
         screen = app.screen
         fill(screen, 4)
-        await pilot.pause()
+        await until(pilot, lambda: settled(screen), "the frame over")
         boxed = screen.boxed
         lines = [strip.text for strip in boxed.render_lines(Region(0, 0, *boxed.outer_size))]
         assert lines[0].startswith("╭") and lines[2].strip("│ ").startswith("boxed 4")
@@ -165,7 +177,7 @@ async def test_a_direct_lines_widget_recomposes_and_batches_its_repaints():
         screen = app.screen
         assert isinstance(screen, Host)
         fill(screen, 5)
-        await pilot.pause()
+        await until(pilot, lambda: settled(screen), "the frame over")
         for widget in (screen.grid, screen.alerts, screen.clock):
             await widget.recompose()  # raised TypeError (no __aenter__) while DirectLines defined batch()
         with screen.grid.repaint_batch():
@@ -186,7 +198,7 @@ async def test_the_changed_only_compositor_shows_what_textual_shows_in_fewer_cel
     async with app.run_test(size=(60, 20)) as pilot:
         screen = app.screen
         fill(screen, 1)
-        await pilot.pause()
+        await until(pilot, lambda: settled(screen), "the frame over")
         textual = Compositor()
         textual.reflow(screen, screen.outer_size)
         ours = screen._compositor
@@ -259,7 +271,7 @@ async def test_the_terminal_shows_the_screen_after_ticks_of_partial_updates(tmp_
             compositor.console = app.console
             compositor.terminal = CellDiff(cols, rows)
             app.screen.refresh()  # a full frame first: the model starts from the whole screen
-            await pilot.pause()
+            await until(pilot, lambda: settled(app.screen), "the full frame out")
             for step in range(8):
                 sim.advance(1.0)
                 await app.collection.poll_gpus()
@@ -268,7 +280,7 @@ async def test_the_terminal_shows_the_screen_after_ticks_of_partial_updates(tmp_
                     await pilot.press("2")  # another pane and back: full frames between partial ones
                 if step == 6:
                     await pilot.press("1")
-                await pilot.pause()
+                await until(pilot, lambda: settled(app.screen), f"tick {step}'s frame out")
                 strips = compositor.render_strips()
                 full = [strip.text for strip in strips]
                 shown = ["".join(cell[0] if cell else " " for cell in row) for row in compositor.terminal.want]
@@ -337,7 +349,7 @@ async def test_frames_of_ticks_leave_no_reference_cycles(tmp_path):
                 sim.advance(1.0)
                 await app.collection.poll_gpus()
                 await app.poll_now()
-                await pilot.pause()
+                await until(pilot, lambda: settled(app.screen), "the tick's frame out")
             gc.collect()
             gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector finds is kept in gc.garbage, to be named
             try:
@@ -345,7 +357,7 @@ async def test_frames_of_ticks_leave_no_reference_cycles(tmp_path):
                     sim.advance(1.0)
                     await app.collection.poll_gpus()
                     await app.poll_now()
-                    await pilot.pause()
+                    await until(pilot, lambda: settled(app.screen), "the tick's frame out")
                 gc.collect()
                 cyclic = [type(o).__qualname__ for o in gc.garbage]
             finally:

@@ -105,7 +105,7 @@ async def test_tui_aborts_a_change_during_its_drain_and_says_what_state_the_engi
         assert (await confirm_and_wait(app, pilot)).result == "ok"
         await pilot.press("escape")
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: app.selected_engine_name() == "fake", what="engine fake selected on the Engines pane")
         pid = app.engine_manager.status("fake").pid
         await pilot.press("m")
         assert isinstance(app.screen, ArgsDialog)
@@ -137,7 +137,7 @@ async def test_keys_typed_ahead_in_the_running_actions_list_close_it_once(tmp_pa
         picked = []
         listing = ActionsListScreen([("engine:x", "Stop engine x", "draining")])
         app.push_screen(listing, picked.append)
-        await pilot.pause()
+        await until(pilot, lambda: app.screen is listing and listing.query_one("#actions-list").is_mounted, what="the list mounted")
         listing.query_one("#actions-list").action_select()  # Enter…
         listing.action_close()  # …and `a`, handled before the list is gone
         await until(pilot, lambda: app.is_running and len(app.screen_stack) == 1 and len(picked) == 1, 'app.is_running and len(app.screen_stack) == 1 and len(pic…')

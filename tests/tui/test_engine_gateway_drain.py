@@ -308,7 +308,7 @@ async def test_tui_change_drains_at_the_gateway_and_says_so(env, tmp_path):
             await app.workers.wait_for_complete()
             await pilot.press("2")
             await app.poll_now()
-            await pilot.pause()
+            await until(pilot, lambda: app.selected_engine_name() == "e", what="engine e selected on the Engines pane")
             await pilot.press("m")
             # the keys go to the dialog's input only once it has the focus
             await until(pilot, lambda: isinstance(app.screen, ArgsDialog) and isinstance(app.focused, Input),

@@ -94,7 +94,7 @@ async def test_quit_mid_restart_aborts_it_and_undrains_at_the_gateway_before_exi
             await app.workers.wait_for_complete()
             await pilot.press("2")
             await app.poll_now()
-            await pilot.pause()
+            await until(pilot, lambda: app.selected_engine_name() == "e", what="engine e selected on the Engines pane")
             await pilot.press("r")
             screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.dry_run_ok
                                  and app.screen, what="check")

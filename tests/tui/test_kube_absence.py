@@ -87,7 +87,8 @@ async def test_the_pane_says_forbidden_and_not_served_instead_of_an_empty_table(
         for view, why in (("pods", "pods: forbidden (list pods)"), ("nodes", "nodes: forbidden (list nodes)"),
                           ("hpas", f"hpas: {HPA_NOT_SERVED}")):
             pane.set_view(view)
-            await pilot.pause()
+            await until(pilot, lambda: pane.query_one("#cluster-absent").display
+                        and text(pane.query_one("#cluster-absent")).startswith(why), what=f"{view}: why it is absent")
             absent = pane.query_one("#cluster-absent")
             assert absent.display and text(absent).startswith(why), view
             assert not pane.query_one("#cluster-switcher").display  # no empty table under it
@@ -131,10 +132,12 @@ async def test_a_workload_and_a_pod_a_verdict_is_about_are_marked_in_the_cluster
             Verdict("autoscaler-blocked", f"{NS}/Deployment/vllm", "critical", 0.0, "blocked"),
             Verdict("crash-loop", f"{NS}/Pod/{pod.name}", "critical", 0.0, "looping")))
         app.kube_ctl.connection.render()
-        await pilot.pause()
 
         def first(view, key):
             return str(getattr(pane.table(view).get_row(key)[0 if view == "pods" else 1], "plain", ""))
+
+        await until(pilot, lambda: first("workloads", f"Deployment/{NS}/vllm") == "◆ vllm"
+                    and first("pods", pod.key) == f"◆ {pod.name}", what="the verdicts marked")
 
         assert first("workloads", f"Deployment/{NS}/vllm") == "◆ vllm"
         assert first("pods", pod.key) == f"◆ {pod.name}"

@@ -190,7 +190,7 @@ async def test_p_is_not_offered_when_patch_deployments_scale_is_denied(kube_emul
                 "scale", NS, "Deployment"), message="access reviews")
             assert not app.check_action("advisor_apply", ())
             await pilot.press("p")
-            await pilot.pause()
+            await pilot.pause()  # nothing to wait for: no confirmation may open
             assert not isinstance(app.screen, ConfirmScreen)
     finally:
         sim.stop()
@@ -301,7 +301,7 @@ async def test_the_targets_dialog_reviews_before_applying_and_esc_discards(kube_
             form.query_one("#field-p99").value = ""
             await _type(pilot, "1")
             await pilot.press("enter", "enter", "enter")  # the last field: submit
-            await pilot.pause()
+            await ui.until(pilot, lambda: "p99 target" in ui.text(form.query_one("#form-error")), message="the form's error")
             assert isinstance(app.screen, FormDialog)
             assert ui.text(form.query_one("#form-error")) == "p99 target must be from 10 to 3.6e+06 ms"
             await pilot.press("escape")  # the form: discarded
@@ -347,7 +347,7 @@ async def test_at_80x24_the_targets_form_and_a_drain_confirmation_fit_or_scroll(
             await ui.setup(emu, sim, pilot, app)
             form = await _targets_form(pilot, app)
             await pilot.press("enter", "enter", "enter")
-            await pilot.pause()
+            await ui.until(pilot, lambda: app.focused is form.query_one("#field-max"), message="the last field focused")
             last = form.query_one("#field-max")
             assert app.focused is last
             box = form.query_one("Vertical").region.shrink((1, 1, 1, 1))  # inside the border
@@ -363,7 +363,8 @@ async def test_at_80x24_the_targets_form_and_a_drain_confirmation_fit_or_scroll(
             app.push_screen(screen)
             screen.set_dry_run(True, "the server accepts the label patch and the deletion (dry run); in flight "
                                      "now: 3")
-            await pilot.pause()
+            await ui.until(pilot, lambda: app.screen is screen and screen.query_one("#confirm-no").region.height > 0,
+                           message="the confirmation laid out")
             for button in ("#confirm-yes", "#confirm-no"):
                 region = screen.query_one(button).region
                 assert region.bottom <= 24 and region.y >= 0, (button, region)

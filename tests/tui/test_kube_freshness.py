@@ -50,7 +50,8 @@ def workload_names(pane: ClusterPane) -> set[str]:
 async def connected(pilot, app: InfertopApp) -> ClusterPane:
     await until(pilot, lambda: app.kube_ctl.connection.session is not None and app.kube_ctl.connection.snapshot is not None, what="connect")
     await pilot.press("5")
-    await pilot.pause()
+    await until(pilot, lambda: app.current_pane == "cluster" and app.query_one(ClusterPane).snapshot is not None,
+                what="the Cluster pane on view, painted")
     return app.query_one(ClusterPane)
 
 

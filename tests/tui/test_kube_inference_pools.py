@@ -116,7 +116,8 @@ async def test_a_cluster_without_the_crds_says_not_served(emu, tmp_path):
         await pilot.press("5")
         pane = app.query_one(ClusterPane)
         pane.set_view("inference")
-        await pilot.pause()
+        await until(pilot, lambda: pane.query_one("#cluster-absent").display
+                    and text(pane.query_one("#cluster-absent")).startswith(POOL_NOT_SERVED), what="the Pools view: not served")
         absent = pane.query_one("#cluster-absent")
         assert absent.display and text(absent).startswith(POOL_NOT_SERVED)
         assert "inferenceobjectives: not served" in text(absent)

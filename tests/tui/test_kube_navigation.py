@@ -129,7 +129,7 @@ async def test_drill_down_and_back_filter_and_sort_in_each_view(emu, tmp_path, s
         # every view: a filter that matches nothing empties it, s sorts it up and down
         for view, _title in VIEWS:
             pane.set_view(view)
-            await pilot.pause()
+            await until(pilot, lambda: pane.view == view and pane.table(view)._order, what=f"{view} on view, with rows")
             before = pane.table(view)._order[:]
             assert before, view
             pane.set_filter("no-such-row-zzz")

@@ -47,7 +47,7 @@ async def select(pilot, pane: ClusterPane, view: str, key: str) -> None:
     pane.set_view(view)
     await until(pilot, lambda: key in pane.table(view)._order, what=f"{key} in {view}")
     pane.table(view).move_cursor(row=pane.table(view)._order.index(key))
-    await pilot.pause()
+    await until(pilot, lambda: pane.view == view and pane.table(view).selected_key == key, what=f"{key} selected")
 
 
 async def open_text(pilot, app, key: str) -> KubeTextScreen:
@@ -166,8 +166,8 @@ async def test_the_keys_belong_to_the_cluster_pane_only(emu, tmp_path):
         await on_cluster(pilot, app)
         assert all(app.check_action(a, ()) for a in ("kube_describe", "kube_yaml", "kube_logs", "kube_events"))
         await pilot.press("6")  # the Queue pane: d is its drain, not describe
-        await pilot.pause()
+        await until(pilot, lambda: app.current_pane == "queues", what="the Queue pane on view")
         assert app.check_action("kube_describe", ()) is False
         await pilot.press("d")
-        await pilot.pause()
+        await pilot.pause()  # nothing to wait for: no describe screen may open
         assert not isinstance(app.screen, KubeTextScreen)

@@ -64,8 +64,10 @@ async def test_cycling_the_new_views_shows_replicasets_services_pdbs_and_configm
             pane.focus_table()
             await pilot.press("v")
             await until(pilot, lambda: pane.view == view and pane.table(view)._order, what=view)
-            pane.select(view, pane.table(view)._order[0])
-            await pilot.pause()
+            key = pane.table(view)._order[0]
+            pane.select(view, key)
+            await until(pilot, lambda: pane.table(view).selected_key == key and pane.selected()[1] is not None
+                        and pane.selected()[1].name in text(pane.query_one("#cluster-detail")), what=f"{view}: the detail of {key}")
             seen[view] = text(pane.query_one("#cluster-detail"))
         assert seen["replicasets"].startswith(f"ReplicaSet {rs.name} (revision 1 of Deployment vllm): 2 ready")
         assert "no pod matches its selector: it sends traffic nowhere" in seen["services"]  # 'nowhere' sorts first

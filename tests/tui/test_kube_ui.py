@@ -55,7 +55,7 @@ async def test_without_kubernetes_the_pane_says_how_to_enable_it(tmp_path):
         assert all(app.check_action(a, ()) is None for a in KUBE_MUTATING)
         assert app.check_action("kube_context", ()) is True  # K picks a context to enable it
         await pilot.press("S")
-        await pilot.pause()
+        await pilot.pause()  # nothing to wait for: no dialog may open
         assert not isinstance(app.screen, (FormDialog, ConfirmScreen))
 
 
@@ -281,8 +281,8 @@ async def test_scale_args_restart_and_hpa_from_the_keyboard(emu, tmp_path):
         spec = emu.get("horizontalpodautoscalers", "vllm", NS)["spec"]
         assert (spec["minReplicas"], spec["maxReplicas"]) == (2, 6)
         await pilot.press("3")  # the Log pane (RichLog renders once it has a size)
-        await pilot.pause()
-        log = "\n".join(line.text for line in app.query_one("#log-view").lines)
+        await until(pilot, lambda: "Scale: deployment default/vllm: ok" in log_text(app), "the scale's outcome in the log")
+        log = log_text(app)
         assert "Scale: deployment default/vllm: ok — replicas 2 → 4: 4/4 ready" in log
     entries = audit(tmp_path)
     assert [(e["action"], e["result"]) for e in entries] == [
@@ -386,7 +386,7 @@ async def test_configmap_key_and_a_failing_dry_run_that_changes_nothing(emu, tmp
         assert "dry run failed — nothing was changed: 422 Invalid" in screen.dry_run_text
         assert screen.query_one("#confirm-yes").display is False
         await pilot.press("y")  # nothing to confirm
-        await pilot.pause()
+        await pilot.pause()  # nothing to wait for: nothing may be written
         assert emu.get("configmaps", "gateway", NS)["data"] == {"weights": "realtime=4,batch=2"}
         await pilot.press("escape")
         await pilot.press("M")
@@ -418,7 +418,7 @@ async def test_forbidden_actions_are_hidden_and_a_403_hides_one(emu, tmp_path):
             assert app.check_action(action, ()) is None, action
         assert text(pane.query_one("#cluster-keys")) == "A:args R:restart K:ctx ^N:ns"
         await pilot.press("S")
-        await pilot.pause()
+        await pilot.pause()  # nothing to wait for: no dialog may open
         assert not isinstance(app.screen, (FormDialog, ConfirmScreen))
         # the rules change under our feet: the dry run answers 403, the action disappears
         emu.set_rules([(["get", "list", "watch"], "*", "*")])
@@ -475,7 +475,8 @@ async def test_read_only_offers_nothing(emu, tmp_path):
         assert text(pane.query_one("#cluster-keys")) == "K:ctx ^N:ns"
         assert "read-only" in text(pane.query_one("#cluster-header"))
         await pilot.press("question_mark")
-        await pilot.pause()
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen) and app.screen.query_one("#help-keys").row_count,
+                    "the help screen with its keys")
         assert isinstance(app.screen, HelpScreen)
         table = app.screen.query_one("#help-keys")
         titles = {str(table.get_row_at(i)[1]) for i in range(table.row_count)}
@@ -515,12 +516,16 @@ async def test_switching_context_and_namespace(emu, tmp_path):
         await until(pilot, lambda: list(rows(pane, "workloads")) == ["Deployment/default/vllm"])
         assert app.kube_ctl.connection.session.context == "lab-b"
         await pilot.press("3")
-        await pilot.pause()
+        await until(pilot, lambda: "context lab-b, namespace default" in log_text(app), "the switch in the log")
         assert "context lab-b, namespace default: 1 workloads" in "\n".join(
             line.text for line in app.query_one("#log-view").lines)
 
 
 # ----------------------------------------------------------------- the one pipeline
+
+def log_text(app) -> str:
+    return "\n".join(line.text for line in app.query_one("#log-view").lines)
+
 
 def notices(app) -> list[str]:
     return [str(n.message) for n in app._notifications]
@@ -537,20 +542,22 @@ async def test_permissions_per_kind_and_a_disabled_key_says_why(emu, tmp_path):
     async with app.run_test(size=(120, 40)) as pilot:
         pane = await connected(pilot, app)
         assert pane.select("workloads", "Deployment/default/vllm")
-        await pilot.pause()
+        await until(pilot, lambda: pane.selected()[1] is not None and pane.selected()[1].name == "vllm"
+                    and "S:scale" not in text(pane.query_one("#cluster-keys")), "the Deployment selected, its keys shown")
         assert app.check_action("kube_scale", ()) is None
         assert app.check_action("kube_restart", ()) is True
         assert "S:scale" not in text(pane.query_one("#cluster-keys"))
         await pilot.press("S")
-        await pilot.pause()
+        await until(pilot, lambda: "forbidden: patch deployments/scale in default" in notices(app), "the refusal's notice")
         assert not isinstance(app.screen, (FormDialog, ConfirmScreen))
         assert "forbidden: patch deployments/scale in default" in notices(app)
         assert pane.select("workloads", "StatefulSet/default/db")
-        await pilot.pause()
+        await until(pilot, lambda: text(pane.query_one("#cluster-keys")).startswith("S:scale"), "S:scale offered for the StatefulSet")
         assert app.check_action("kube_scale", ()) is True
         assert text(pane.query_one("#cluster-keys")).startswith("S:scale")
         await pilot.press("question_mark")
-        await pilot.pause()
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen) and app.screen.query_one("#help-keys").row_count,
+                    "the help screen with its keys")
         help_rows = app.screen.query_one("#help-keys")
         assert any("Scale the selected" in str(help_rows.get_row_at(i)[1]) for i in range(help_rows.row_count))
         await pilot.press("escape")
@@ -636,7 +643,7 @@ async def test_abort_a_stuck_scale_while_another_action_runs(emu, tmp_path):
         assert pane.select("workloads", "Deployment/default/stuck")
         assert pane.selected()[1].name == "stuck"
         await pilot.press("S")  # a second action on the same object is refused, with the reason
-        await pilot.pause()
+        await until(pilot, lambda: any("is still running" in n for n in notices(app)), "the refusal's notice")
         assert len(app.screen_stack) == 1, (stuck.state, stuck.result_text, app.actions_ctl.board.runs())
         assert any("is still running" in n for n in notices(app))
         # meanwhile, another object: a rollout restart runs and completes
@@ -716,7 +723,7 @@ async def test_quit_during_a_rollout_asks_and_the_next_start_reports_it(emu, tmp
         await until(pilot, lambda: third.engine_manager is not None, what="start done")
         await third.workers.wait_for_complete()  # adopt_engines (which reports) ran
         await pilot.press("3")
-        await pilot.pause()
+        await pilot.pause()  # nothing to wait for: the report must not come
         assert "outcome unknown" not in "\n".join(line.text for line in third.query_one("#log-view").lines)
 
 

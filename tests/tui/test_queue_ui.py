@@ -96,7 +96,7 @@ async def test_the_queue_pane_reflects_a_burst_and_goes_stale(gateway, tmp_path)
         gateway.stop()
         await pilot.press("6")
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: "stale" in pane.query_one("#queue-header").render().plain, message="the header says stale")
         header = pane.query_one("#queue-header").render().plain
         assert "stale" in header and "connection refused" in header
         assert cell(classes, 1, "depth") == "7" and "dim" in str(classes.get_row_at(1)[3].style)
@@ -120,7 +120,7 @@ async def test_at_80_columns_the_classes_scroll_right_with_source_and_class_pinn
             if classes.scroll_x >= classes.max_scroll_x > 0:
                 break
             await pilot.press("right")
-            await pilot.pause()
+            await pilot.pause()  # kept: inside a loop that tests the scroll each turn
         assert classes.scroll_x == classes.max_scroll_x > 0
         header = classes.render_line(0).text
         assert header.split()[:2] == ["Source", "Class"]  # pinned
@@ -132,8 +132,8 @@ async def test_editing_a_weight_goes_through_the_pipeline_and_a_401_is_a_clear_r
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("6")
         await app.poll_now()
-        await pilot.pause()
         pane = app.query_one(QueuePane)
+        await until(pilot, lambda: pane.classes_table.row_count == 3, message="the classes listed")
         pane.classes_table.move_cursor(row=1)  # batch
         await until(pilot, lambda: pane.selected_class == ("gw", "batch"), message='pane.selected_class == ("gw", "batch")')
         assert pane.selected_class == ("gw", "batch")
@@ -178,12 +178,12 @@ async def test_draining_an_engine_follows_in_flight_to_zero_then_undrains(gatewa
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("6")
         await app.poll_now()
-        await pilot.pause()
         pane = app.query_one(QueuePane)
+        await until(pilot, lambda: pane.engines_table.row_count >= 2, message="the engines listed")
         await pilot.press("f")  # to the engines table
         assert pane.engines_table.has_focus
         pane.engines_table.move_cursor(row=1)
-        await pilot.pause()
+        await until(pilot, lambda: pane.selected_engine == ("gw", "b"), message="engine b selected")
         await pilot.press("d")
         screen = await dry_run(pilot, app)
         assert screen.change == "drain b: in flight 3 → 0" and screen.dry_run_ok
@@ -212,12 +212,12 @@ async def test_without_admin_access_or_read_only_the_keys_say_why(gateway, tmp_p
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("6")
         await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: app.query_one(QueuePane).classes_table.row_count == 3, message="the gateway read and shown")
         assert app.check_action("queue_edit", ()) is False
         why = app.queue_ctl.denied_reason("queue_edit")
         assert why == "gateway gw: no admin_url and token configured (queues.gateways[].admin_url, token_env)"
         await pilot.press("w")
-        await pilot.pause()
+        await pilot.pause()  # nothing to wait for: no dialog may open
         assert not isinstance(app.screen, (FormDialog, ConfirmScreen))
         assert app.check_action("queue_objective", ()) is False  # no Kubernetes: absent
     app = make_app(tmp_path, gateway, read_only=True)
@@ -230,12 +230,13 @@ async def test_without_admin_access_or_read_only_the_keys_say_why(gateway, tmp_p
                   if b.binding.show and app.check_action(b.binding.action, ()) is not False}
         assert not footer & {"w", "d", "i"}, footer
         await pilot.press("w")  # pressed anyway: it says why, and opens nothing
-        await pilot.pause()
+        await until(pilot, lambda: any("read-only mode" in str(n.message) for n in app._notifications),
+                    message="the read-only notice")
         assert not isinstance(app.screen, (FormDialog, ConfirmScreen))
         assert any("read-only mode" in str(n.message) for n in app._notifications), list(app._notifications)
         app.clear_notifications()
         await pilot.press("S")  # no Kubernetes here either: read-only is still the first reason given
-        await pilot.pause()
+        await until(pilot, lambda: list(app._notifications), message="a notice for S")
         said = [str(n.message) for n in app._notifications]
         assert said and all("read-only mode" in m for m in said), said
 
@@ -264,7 +265,7 @@ async def test_inference_objective_priority_against_the_emulator(kube_emulator, 
                                          "not permitted to patch InferenceObjectives in namespace default")
             assert app.check_action("queue_objective", ()) is False
             await pilot.press("i")
-            await pilot.pause()
+            await pilot.pause()  # nothing to wait for: no dialog may open
             assert not isinstance(app.screen, (ChoiceDialog, FormDialog, ConfirmScreen))
             return
         assert app.check_action("queue_objective", ()) is True

@@ -45,17 +45,18 @@ async def live_cells(state: FleetState) -> tuple[dict, str, str]:
     app = InfertopApp(Settings(config=Config(gpu=GpuConfig(nvml=False)), endpoints=[]), poll=False)
     async with app.run_test(size=(140, 40)) as pilot:
         app.show_state(state)
-        await pilot.pause()
+        await pilot.pause()  # nothing to wait for: painting is synchronous, this only lets the first frame happen
         return await cells_then_overview(app, pilot)
 
 
 async def cells_then_overview(app, pilot) -> tuple[dict, str, str]:
     """The Engines table (shown as a user would), then the Overview tile and the status bar."""
     await pilot.press("2")
-    await pilot.pause()
+    await until(pilot, lambda: app.current_pane == "engines"
+                and set(cells(app)) == {e.name for e in app.state.engines}, "the Engines table on view, every engine in it")
     table = cells(app)
     await pilot.press("1")
-    await pilot.pause()
+    await until(pilot, lambda: app.current_pane == "overview", "the Overview on view")
     return table, tile(app, "running"), text_of(app, "#statusbar")
 
 
@@ -82,11 +83,11 @@ async def test_replay_paints_the_recorded_state_as_live_did(tmp_path):
         assert len(app.history.series("__fleet__", "running")) >= 20
         # step back and forward one tick: the state on screen follows
         await pilot.press("left_square_bracket")
-        await pilot.pause()
+        await until(pilot, lambda: app.state.tick == states[24].tick, "one tick back")
         assert app.state.tick == states[24].tick
         await pilot.press("right_square_bracket")
         await pilot.press("right_square_bracket")
-        await pilot.pause()
+        await until(pilot, lambda: app.state.tick == states[26].tick, "two ticks forward")
         assert app.state.tick == states[26].tick
         # nothing can be changed from a replay
         assert app.check_action("engine_new", ()) is False and app.check_action("save_bundle", ()) is False
@@ -126,7 +127,7 @@ def test_replay_snapshot(snap_compare, tmp_path):
         app.player.seek(states[22].taken_at)
         app.replay_ctl.jump()
         await pilot.press("2")
-        await pilot.pause()
+        await pilot.pause()  # nothing to wait for: the snapshot compares the frame
 
     assert snap_compare(app, terminal_size=(110, 24), run_before=run_before)
 
@@ -152,7 +153,8 @@ async def test_incident_bundle_from_the_tui_holds_no_secret_and_replays(tmp_path
         app.log_event(f"operator note mentioning {secret_env}")
         await pilot.press("B")
         await app.workers.wait_for_complete()
-        await pilot.pause()
+        await until(pilot, lambda: any("incident bundle saved" in str(line) for line in app.log_lines),
+                    "the bundle saved, said in the log")
     [bundle] = [p for p in os.listdir(state_dir) if p.startswith("incident-")]
     path = state_dir / bundle
     blob = path.read_bytes()
@@ -252,7 +254,8 @@ async def test_replayed_log_lines_carry_the_recorded_time_not_todays(tmp_path):
         app.player.pause()
         app.player.seek(states[21].taken_at)
         app.replay_ctl.jump()
-        await pilot.pause()
+        await until(pilot, lambda: [line for line in app.log_lines if "beta" in line and "→ down" in line],
+                    "beta going down in the log")
         down = [line for line in app.log_lines if "beta" in line and "→ down" in line]
         assert down, list(app.log_lines)
         stamp = _time.strftime("%H:%M:%S", _time.localtime(states[20].taken_at))  # when it went down
@@ -272,13 +275,13 @@ async def test_after_a_seek_the_log_holds_what_happened_before_the_new_position(
         app.player.pause()
         app.player.seek(states[28].taken_at)
         app.replay_ctl.jump()
-        await pilot.pause()
+        await until(pilot, lambda: [line for line in app.log_lines if "beta up → down" in line], "beta going down in the log")
         down = [line for line in app.log_lines if "beta up → down" in line]
         assert len(down) == 1, list(app.log_lines)
         assert down[0].startswith(_time.strftime("%H:%M:%S", _time.localtime(states[20].taken_at)))
         app.player.seek(states[10].taken_at)
         app.replay_ctl.jump()
-        await pilot.pause()
+        await until(pilot, lambda: not [line for line in app.log_lines if "→ down" in line], "the down line gone from the log")
         assert not [line for line in app.log_lines if "→ down" in line], list(app.log_lines)
         app.player.seek(states[25].taken_at)
         app.replay_ctl.jump()
@@ -296,7 +299,8 @@ async def test_the_end_of_a_recording_is_said_once_in_the_log_and_the_header(tmp
         for _ in range(6):
             app.replay_ctl.tick()
             clock.mono += 2.0  # 8 recorded seconds a step: past the end
-        await pilot.pause()
+        await until(pilot, lambda: app.state.tick == states[-1].tick and "end of recording" in text_of(app, "#topbar"),
+                    "the last tick, the end said in the header")
         assert app.state.tick == states[-1].tick
         assert [line for line in app.log_lines if "end of recording" in line] != []
         assert len([line for line in app.log_lines if "end of recording" in line]) == 1

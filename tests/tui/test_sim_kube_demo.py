@@ -45,7 +45,8 @@ async def test_the_demo_cluster_pane_is_live_and_its_actions_dry_run(tmp_path, m
 
             await until(pilot, bound, what="the demo cluster read")
             await pilot.press("5")
-            await pilot.pause()
+            await until(pilot, lambda: "infertop-demo" in text(app.query_one(ClusterPane).query_one("#cluster-header")),
+                        what="the Cluster pane's header")
             pane = app.query_one(ClusterPane)
             header = text(pane.query_one("#cluster-header"))
             assert "infertop-demo" in header and "not configured" not in header
@@ -59,7 +60,7 @@ async def test_the_demo_cluster_pane_is_live_and_its_actions_dry_run(tmp_path, m
             box = form.query_one("#field-replicas")
             box.value = "1"
             box.focus()
-            await pilot.pause()
+            await until(pilot, lambda: app.focused is box, what="the replicas field focused")
             await pilot.press("enter")
             screen = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen)
                                  and app.screen.dry_run_ok is not None and app.screen, what="dry run")

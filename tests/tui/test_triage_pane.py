@@ -132,14 +132,16 @@ async def test_the_triage_pane_lists_queue_bound_and_kv_bound_with_evidence_and_
         ol = app.query_one(TriagePane).options
         assert ol.max_scroll_x == 0
         await pilot.press("end")
-        await pilot.pause()
+        await until(pilot, lambda: ol.highlighted == ol.option_count - 1
+                    and any("S  add replicas" in line for line in screen_lines(app)), what="the last remedy highlighted, on screen")
         assert ol.highlighted == ol.option_count - 1
         if size == (80, 24):
             assert ol.max_scroll_y > 0 and ol.scroll_y > 0  # the last remedy scrolled into view
         assert any("S  add replicas" in line for line in screen_lines(app))
         # the affected engines are marked in the Engines pane
         await pilot.press("2")
-        await pilot.pause()
+        await until(pilot, lambda: app.current_pane == "engines"
+                    and app.query_one("#engines-table", EnginesTable).row_count == 4, what="the Engines table on view")
         table = app.query_one("#engines-table", EnginesTable)
         names = {str(table.get_row(k)[0]).strip() for k in table.rows}
         assert names == {"◆ alpha", "◆ beta", "◆ gone", "◆ lost"}
@@ -175,7 +177,8 @@ async def test_a_throttled_gpu_is_marked_in_the_gpus_pane_and_its_evidence_has_i
         (v,) = app.state.verdicts
         assert v.kind == "gpu-throttled" and v.subject.endswith("gpu1")
         await pilot.press("4")
-        await pilot.pause()
+        await until(pilot, lambda: app.current_pane == "gpus" and app.query_one("#gpus-table", GpusTable).row_count == 2,
+                    what="the GPUs table on view")
         t = app.query_one("#gpus-table", GpusTable)
         labels = [str(t.get_row(k)[0]).strip() for k in t.rows]
         assert labels == ["gpu0", "◆ gpu1"]
@@ -305,7 +308,7 @@ async def test_an_engine_remedy_on_an_engine_infertop_did_not_start_says_so_and_
         await pilot.press("enter")
         await until(pilot, lambda: any("alpha was not started by infertop" in n for n in notes(app)), what="why")
         await pilot.press("m")
-        await pilot.pause()
+        await pilot.pause()  # nothing to wait for: nothing may open
         assert app.screen is app.main
 
 
@@ -336,7 +339,7 @@ async def test_read_only_and_replay_show_remedies_as_text_and_no_key_opens_anyth
         assert f"remedies as text only ({how})" in title, title
         for key in ("m", "S", "r"):
             await pilot.press(key)
-            await pilot.pause()
+            await pilot.pause()  # nothing to wait for: nothing may open
             assert app.screen is app.main, key
         highlight(app, lambda text: "raise max_num_seqs" in text)
         await pilot.press("enter")

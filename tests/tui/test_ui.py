@@ -108,7 +108,7 @@ async def test_usable_at_80x24(two_engines):
         await app.poll_now()
         await pilot.press("2")
         await until(pilot, lambda: app.query_one("#panes").active == "engines", "the Engines pane")
-        await pilot.pause()
+        await until(pilot, lambda: app.query_one("#engines-table", EnginesTable).size.height >= 4, "the Engines table laid out")
         table = app.query_one("#engines-table", EnginesTable)
         assert table.size.height >= 4  # rows visible between the tabs and the status bar
         assert table.region.right <= 80
@@ -122,12 +122,12 @@ async def test_bad_data_keeps_app_running(scripted):
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(3):
             await app.poll_now()
-        await pilot.pause()
+        await until(pilot, lambda: "bad degraded" in text_of(app, "#statusbar"), "the status bar names the bad engine")
         # the status bar names the state the table shows: it answers, with garbage
         assert "bad degraded: garbage /metrics" in text_of(app, "#statusbar")
         await pilot.press("2")  # the Engines pane
         await until(pilot, lambda: app.query_one("#panes").active == "engines", "the Engines pane")
-        await pilot.pause()
+        await until(pilot, lambda: {"good", "bad"} <= set(table_rows(app)), "both engines in the table")
         assert table_rows(app)["good"][1] == "up"
         assert table_rows(app)["bad"][1] == "degraded"
         assert app.is_running
@@ -160,7 +160,7 @@ def test_snapshot_engines_pane(snap_compare):
         app.show_state(joiner.build())
         await pilot.press("2")
         await until(pilot, lambda: app.query_one("#panes").active == "engines", "the Engines pane")
-        await pilot.pause()
+        await pilot.pause()  # nothing to wait for: the snapshot compares the frame
 
     assert snap_compare(app, terminal_size=(100, 20), run_before=run_before)
 
