@@ -132,15 +132,16 @@ class FleetJoiner:
         self.gpus_configured = bool(self.gpu_health) if configured is None else configured
 
     def set_cluster(self, snap: ClusterSnapshot | None, *, error: str | None = None, source: str = "",
-                    api_calls: int | None = None) -> None:
-        """The latest cluster read; with ``error`` the previous objects are kept and marked stale."""
+                    api_calls: int | None = None, error_since: float | None = None) -> None:
+        """The latest cluster read; with ``error`` the previous objects are kept and marked stale
+        (``error_since``: when the reads began to fail, where the reader knows it; else now)."""
         now = self.wall()
         self.cluster_api_calls = api_calls
         self.kube_configured = True
         self.cluster_source = source or self.cluster_source
         if error:
             if self.cluster_error is None:
-                self.cluster_error_since = now
+                self.cluster_error_since = error_since if error_since is not None else now
             self.cluster_error = error
             if snap is not None:
                 self.cluster = snap  # the objects last read, kept (and marked stale) while reads fail
@@ -318,6 +319,10 @@ class FleetJoiner:
 
             rows = assign_pod_engines(rows, pods, names)
         return list(rows)
+
+    def cluster_state(self) -> ClusterState | None:
+        """The cluster part the next state will carry, now (the Cluster pane paints it between ticks)."""
+        return self._cluster(self.wall())
 
     def _cluster(self, now: float) -> ClusterState | None:
         if not self.kube_configured:

@@ -140,7 +140,7 @@ class InfertopApp(App[None]):
             context=lambda: getattr(self.kube_ctl.connection.session, "context", None))
         self.kube_ctl = KubeController(
             self, settings, self.actions_ctl, collector=lambda: self.fleet.collector, state=lambda: self.state,
-            replay=settings.replay is not None, on_triage=lambda: self.on_triage(), show_pane=self.action_show_pane)
+            joiner=lambda: self.fleet.joiner, replay=settings.replay is not None, on_triage=lambda: self.on_triage(), show_pane=self.action_show_pane)
         self.advisor_ctl = AdvisorController(
             self, None if settings.replay is not None else self.fleet.advisor, settings,  # a replay shows decisions
             pane=lambda: self.main.query_one(AutoscalerPane), kube=lambda: self.kube_ctl.connection.control,
@@ -163,7 +163,7 @@ class InfertopApp(App[None]):
         # each tick's state built and painted; the other controllers' parts in it are theirs (hooks)
         self.painter = Painter(self, fleet=self.fleet, settings=settings, history=self.history,
                                state_log=self.state_log, player=self.player, hooks=PaneHooks(
-                                   join_cluster=lambda: self.kube_ctl.join_cluster(self.joiner), after_tick=lambda: self.advisor_ctl.after_tick(),
+                                   join_cluster=lambda: self.kube_ctl.join_cluster(), after_tick=lambda: self.advisor_ctl.after_tick(),
                                    discover=lambda: self.engines_ctl.discover(),
                                    note_changes=lambda old, new: self.changes_ctl.note_changes(old, new),
                                    probe_objectives=lambda: self.queue_ctl.probe_objectives(),

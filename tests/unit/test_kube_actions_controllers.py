@@ -7,6 +7,7 @@ import asyncio
 from types import SimpleNamespace
 
 from infertop.config import Config
+from infertop.state.fleet_join import FleetJoiner
 from infertop.control.pipeline import DONE
 from infertop.ui.controllers.actions import ActionsController
 from infertop.ui.controllers.kube import KubeController
@@ -45,8 +46,11 @@ def make(read_only: bool = False, context: str | None = None):
     host = Host()
     settings = SimpleNamespace(config=Config(), read_only=read_only, engine_pods={}, state_dir=None)
     actions = ActionsController(host, settings, changed=None, log_event=lambda _t: None, context=lambda: context)
-    kube = KubeController(host, settings, actions, collector=lambda: None, state=lambda: None, replay=False,
-                          on_triage=lambda: False, show_pane=lambda _p: None)
+    joiner = FleetJoiner(SimpleNamespace(collectors=[]), slo=settings.config.slo, refresh_s=1.0, window_s=60.0,
+                         wall=lambda: 1000.0)
+    kube = KubeController(host, settings, actions, collector=lambda: None, state=lambda: None,
+                          joiner=lambda: joiner, replay=False, on_triage=lambda: False, show_pane=lambda _p: None)
+    kube.joiner = joiner  # the tests' handle on it
     return host, actions, kube
 
 
@@ -124,3 +128,23 @@ def test_the_cluster_header_says_stale_and_why_unless_an_action_runs():
     header, _ = cluster_header(snap, session, stale=None, running_text="Scale: x: running…", **opts)
     assert header.plain.startswith("⎈ lab · ns default · alice · 0 workloads, 0 pods")
     assert " · watching" in header.plain and header.plain.endswith("\n▶ Scale: x: running…")
+
+
+def test_the_cluster_read_goes_to_the_fleet_state_stale_since_the_reads_failed_not_since_it_was_told():
+    """The pane paints the fleet state's cluster part: a read failing since 940 s (polling, no watches) is
+    stale since 940 in the state too — not since the first tick that heard of it (1000)."""
+    from infertop.domain.kube import ClusterSnapshot
+    from infertop.state.fleet_types import FRESH, STALE
+
+    _host, _actions, kube = make()
+    c = kube.connection
+    c.session = SimpleNamespace(context="lab", namespaces=["default"], user="alice")
+    c.snapshot = ClusterSnapshot(context="lab", namespaces=("default",), taken_at=930.0)
+    kube.join_cluster()
+    got = kube.joiner.cluster_state()
+    assert got.snapshot is c.snapshot and got.freshness.status == FRESH and got.freshness.source == "lab"
+    c.error, c._poll_stale_since = "connection refused", 940.0
+    kube.join_cluster()
+    got = kube.joiner.cluster_state()
+    assert got.snapshot is c.snapshot  # the objects last read, kept
+    assert (got.freshness.status, got.freshness.since, got.freshness.reason) == (STALE, 940.0, "connection refused")

@@ -49,11 +49,11 @@ class KubeController:
     pane is on view (p and e are its remedies there); ``show_pane`` brings a pane on view."""
 
     def __init__(self, host: Any, settings: Any, actions: ActionsController, *, collector: Callable[[], Any],
-                 state: Callable[[], Any], replay: bool, on_triage: Callable[[], bool],
+                 state: Callable[[], Any], joiner: Callable[[], Any], replay: bool, on_triage: Callable[[], bool],
                  show_pane: Callable[[str], None]) -> None:
         self.host, self.settings, self.actions = host, settings, actions
         self._on_triage, self._show_pane = on_triage, show_pane
-        self.connection = KubeConnection(host, settings, actions, collector=collector, state=state,
+        self.connection = KubeConnection(host, settings, actions, collector=collector, state=state, joiner=joiner,
                                          keys_changed=self.update_keys)
         self.reads = KubeReads(host, self.connection, replay=replay)
         self.scope = KubeScope(self.connection)
@@ -209,15 +209,9 @@ class KubeController:
         return run is not None
 
     # ----- what the fleet join and the triage remedies ask ---------------------------
-    def join_cluster(self, joiner: Any) -> None:
+    def join_cluster(self) -> None:
         """Hand the cluster's latest read (or why it cannot be read) to the fleet joiner, before a build."""
-        c = self.connection
-        if not c.cfg.configured:
-            return
-        source = c.session.context if c.session is not None else (c.cfg.context or "kubernetes")
-        error = c.error or c.stale_error
-        if error or c.snapshot is not None:
-            joiner.set_cluster(c.snapshot, error=error, source=source)
+        self.connection.join()
 
     def refused(self, action: str, namespace: str | None, kind: str | None) -> str | None:
         """Why the mutating action cannot act here (not connected, RBAC), or None."""

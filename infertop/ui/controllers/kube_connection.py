@@ -25,6 +25,7 @@ from ...domain.kube import ClusterSnapshot
 from ...sources.kube import ClusterWatcher, KubeError, KubeSession, PodLoadScraper, read_cluster, session_for
 from ...sources.sanitize import error_text
 from ...state.cluster_join import engine_urls, norm_url, pod_engines, pod_loads_from_engines
+from ...state.fleet_types import STALE
 from ..widgets.cluster import ClusterPane
 from .actions import ActionsController
 from .kube_header import cluster_header
@@ -47,9 +48,10 @@ class KubeConnection:
     ``keys_changed`` repaints the pane's key line (what may run changed)."""
 
     def __init__(self, host: Any, settings: Any, actions: ActionsController, *, collector: Callable[[], Any],
-                 state: Callable[[], Any], keys_changed: Callable[[], None]) -> None:
+                 state: Callable[[], Any], joiner: Callable[[], Any], keys_changed: Callable[[], None]) -> None:
         self.host, self.settings, self.actions = host, settings, actions
         self._collector, self._state, self._keys_changed = collector, state, keys_changed
+        self._joiner = joiner
         self.session: KubeSession | None = None
         self.watcher: ClusterWatcher | None = None
         self.control: KubeControl | None = None
@@ -387,13 +389,33 @@ class KubeConnection:
         return {key: states[0].name for key, states in pod_engines(snap.pods, state.engines,
                                                                    self._engine_pods()).items()}
 
-    def render(self) -> None:
-        """Paint the Cluster pane (its header and objects) — when on view; else it is painted when it comes."""
-        pane = self.pane()
-        snap, session = self.snapshot, self.session
-        if snap is None or session is None:
+    def join(self) -> None:
+        """Hand the latest read (or why the cluster cannot be read, and since when) to the fleet joiner:
+        the next tick's state carries it, and the pane paints it (:meth:`render`)."""
+        if not (self.cfg.configured or self.session is not None):
             return
+        source = self.session.context if self.session is not None else (self.cfg.context or "kubernetes")
         stale = self._stale()
+        error = self.error or (stale[1] if stale is not None else None)
+        if error or self.snapshot is not None:
+            self._joiner().set_cluster(self.snapshot, error=error, source=source,
+                                       error_since=stale[0] if stale is not None else None)
+
+    def render(self) -> None:
+        """Paint the Cluster pane (its header and objects) — when on view; else it is painted when it comes.
+        The objects and their freshness are the fleet state's cluster part (``ClusterState``), as the next
+        tick's state carries them and a replay shows them: handed to the joiner first, then read back."""
+        pane = self.pane()
+        session = self.session
+        if session is None:
+            return
+        self.join()
+        cluster = self._joiner().cluster_state()
+        snap = cluster.snapshot if cluster is not None else None
+        if snap is None or cluster is None:
+            return
+        f = cluster.freshness
+        stale = (f.since if f.since is not None else time.time(), f.reason or "failing") if f.status == STALE else None
         header, problems = cluster_header(snap, session, stale=stale, all_namespaces=self.all_namespaces,
                                           watching=self.watcher is not None, relist_note=self._relist_note,
                                           read_only=bool(self.settings.read_only), error=self.error,
