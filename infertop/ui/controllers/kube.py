@@ -112,11 +112,12 @@ class KubeController:
             return None
         if self.settings.read_only:
             return "read-only mode: nothing can be changed"
-        perm = KUBE_MUTATING.get(action)
-        if perm is None or conn.perms is None:
-            return None
-        ns, kind = self._scope_of(action)
-        return conn.perms.denied(perm, ns, kind)
+        return self._perm_denied(action, *self._scope_of(action))
+
+    def _perm_denied(self, action: str, namespace: str | None, kind: str | None) -> str | None:
+        """What RBAC says of ``action`` on that namespace and kind (None: allowed, or not known yet)."""
+        perm, perms = KUBE_MUTATING.get(action), self.connection.perms
+        return perms.denied(perm, namespace, kind) if perm is not None and perms is not None else None
 
     def read_state(self, action: str) -> bool:
         """Offered on the Cluster pane of the main screen; elsewhere the key is another pane's — but on the
@@ -218,9 +219,7 @@ class KubeController:
         c = self.connection
         if c.session is None:
             return ("Kubernetes is not connected: " + c.error) if c.error else "Kubernetes is not configured"
-        if c.perms is not None:
-            return c.perms.denied(KUBE_MUTATING[action], namespace, kind)
-        return None
+        return self._perm_denied(action, namespace, kind)
 
     def open_scale(self, w: WorkloadView, replicas: int | None) -> None:
         """The scale dialog of ``w`` with ``replicas`` proposed (a remedy), unless an action runs on it."""
