@@ -43,20 +43,22 @@ from .plan import (
     Progress,
     ProgressFn,
     apply_arg_changes,
-    drainable_pods,
     guard_changes,
     object_diff,
     plan_args,
     plan_configmap,
-    plan_cordon,
-    plan_delete_pod,
-    plan_drain_node,
-    plan_drain_pod,
     plan_hpa,
     plan_restart,
     plan_scale,
     replica_owners,
     trimmed,
+)
+from .evictions import (
+    drainable_pods,
+    plan_cordon,
+    plan_delete_pod,
+    plan_drain_node,
+    plan_drain_pod,
     with_gateway,
 )
 from .execute import KubeControl, KubeAction

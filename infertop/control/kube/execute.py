@@ -26,14 +26,16 @@ from .plan import (
     guard_changes,
     plan_args,
     plan_configmap,
-    plan_cordon,
-    plan_delete_pod,
-    plan_drain_node,
-    plan_drain_pod,
     plan_hpa,
     plan_restart,
     plan_scale,
     replica_owners,
+)
+from .evictions import (
+    plan_cordon,
+    plan_delete_pod,
+    plan_drain_node,
+    plan_drain_pod,
     with_gateway,
 )
 
